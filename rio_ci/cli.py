@@ -1,0 +1,247 @@
+"""``rio-ci``: the command line. JSON on stdout; exit 0 ok · 1 failed/ended · 2 usage ·
+3 rejected · 4 storage or ownership."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rio_ci.core.admission import Rejection
+from rio_ci.core.limits import Limits
+from rio_ci.errors import RioError, UsageError
+from rio_ci.session import Session
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        _emit({"error": f"usage: {message}"})
+        sys.stderr.write(self.format_usage())
+        raise SystemExit(2)
+
+
+def _emit(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _read_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+
+
+# --- plumbing ---------------------------------------------------------------------------
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    try:
+        limits = Limits().with_assignments(args.limit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    validators = []
+    for text in args.validator:
+        try:
+            argv = shlex.split(text)
+        except ValueError as exc:
+            raise UsageError(f"--validator {text!r}: {exc}") from None
+        if not argv:
+            raise UsageError("--validator needs a command")
+        validators.append(argv)
+    if args.cwd is not None and not Path(args.cwd).is_dir():
+        raise UsageError(f"--cwd {args.cwd}: not a directory")
+    if not args.goal.strip():
+        raise UsageError("--goal must not be blank")
+    try:
+        session = Session.create(args.db, args.goal, cwd=args.cwd, validators=validators,
+                                 limits=limits)
+    except FileExistsError as exc:
+        raise RioError(str(exc)) from None
+    _emit({"session": session.proj.session["id"], "db": str(session.journal.path)})
+    return 0
+
+
+def cmd_turn(args: argparse.Namespace) -> int:
+    _emit(Session.open(args.db).prepare_turn())
+    return 0
+
+
+def cmd_step(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.patch == "-" else _read_file(args.patch)
+    result = Session.open(args.db).step(args.turn_id, _read_json(text, "PATCH"))
+    if isinstance(result, Rejection):
+        _emit({"rejected": result.reason})
+        return 3
+    _emit(result.to_dict())
+    return 0
+
+
+def _read_file(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    payload = _read_json(args.payload, "PAYLOAD_JSON")
+    ack = Session.open(args.db).receive(args.id, args.kind, payload)
+    _emit({"id": ack["id"], "seq": ack["seq"]})
+    return 0
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    _emit(Session.open(args.db).state())
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    session = Session.open(args.db)
+    for event in session.journal.events(after=args.after):
+        sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from rio_ci.show import render_text, summary
+
+    session = Session.open(args.db)
+    if args.json:
+        _emit(summary(session))
+    else:
+        sys.stdout.write(render_text(session) + "\n")
+    return 0
+
+
+# --- owner, harness, product ------------------------------------------------------------
+
+
+def cmd_work(args: argparse.Namespace) -> int:
+    from rio_ci.owner import work_command
+
+    return work_command(args.db, timeout=args.timeout, emit=_emit)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rio_ci.harness import run_command
+
+    return run_command(args.db, args.model, deadline=args.deadline, emit=_emit)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rio_ci.demo import demo_command
+
+    return demo_command(args.dir, human=args.human, emit=_emit)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rio_ci.bench import bench_command
+
+    return bench_command(as_json=args.json, quick=args.quick, directory=args.dir, emit=_emit)
+
+
+def cmd_action(args: argparse.Namespace) -> int:
+    from rio_ci.action import action_command
+
+    return action_command(args.phase, emit=_emit)
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "new": (cmd_new, "create a Session"),
+    "turn": (cmd_turn, "prepare (or return the open) Turn"),
+    "step": (cmd_step, "submit a patch for a Turn"),
+    "receive": (cmd_receive, "commit an Inbox message"),
+    "work": (cmd_work, "become the Owner: recover, then run what is runnable"),
+    "run": (cmd_run, "the harness: work and model rounds until the run ends or waits"),
+    "state": (cmd_state, "the State a new Turn would see now"),
+    "events": (cmd_events, "committed events, one JSON object per line"),
+    "show": (cmd_show, "a readable summary of a Session"),
+    "demo": (cmd_demo, "the offline end-to-end demonstration"),
+    "bench": (cmd_bench, "measure the performance figures"),
+    "action": (cmd_action, "the GitHub Actions entry points"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rio-ci", description=(
+        "A durable autonomous coding agent: one SQLite Session, one step tool. "
+        "Every command prints JSON (show prints text unless --json)."))
+    parser.add_argument("--version", action="version", version="rio-ci 0.1.0")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    specs: dict[str, argparse.ArgumentParser] = {
+        name: sub.add_parser(name, help=text, description=text)
+        for name, (_, text) in COMMANDS.items()
+    }
+    p = specs["new"]
+    p.add_argument("db", help="the Session file to create")
+    p.add_argument("--goal", required=True, help="what the run should achieve")
+    p.add_argument("--cwd", help="the working directory of Executions (default: here)")
+    p.add_argument("--validator", action="append", default=[], metavar="CMD",
+                   help="a command (split like a shell, never run through one) that must pass "
+                        "before success; repeatable")
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a limit (rounds, tokens, cost_usd, model_attempts, "
+                        "execution_seconds, context_bytes, output_bytes, pending_cells, "
+                        "inbox_messages, storage_bytes, flush_seconds); repeatable")
+    specs["turn"].add_argument("db")
+    p = specs["step"]
+    p.add_argument("db")
+    p.add_argument("turn_id")
+    p.add_argument("patch", help="a file or - (stdin): {\"patch\": [...]} or a bare list")
+    p = specs["receive"]
+    p.add_argument("db")
+    p.add_argument("id", help="message id (ids starting execution:, control:, timer:, idle: "
+                              "are reserved)")
+    p.add_argument("kind", help="message kind, e.g. comment or check")
+    p.add_argument("payload", help="the payload as JSON")
+    p = specs["work"]
+    p.add_argument("db")
+    p.add_argument("--timeout", type=float, help="stop after S seconds")
+    p = specs["run"]
+    p.add_argument("db")
+    p.add_argument("--model", required=True,
+                   help="anthropic:MODEL or scripted:FILE (a YAML list of patches)")
+    p.add_argument("--deadline", type=float, help="stop after S seconds")
+    specs["state"].add_argument("db")
+    p = specs["events"]
+    p.add_argument("db")
+    p.add_argument("--after", type=int, default=0, help="only events with seq > N")
+    p = specs["show"]
+    p.add_argument("db")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--human", action="store_true", help="readable text (the default)")
+    p = specs["demo"]
+    p.add_argument("dir", nargs="?", help="a new directory for the demo (default: a fresh one)")
+    p.add_argument("--human", action="store_true", help="only the story, no JSON")
+    p = specs["bench"]
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
+    p.add_argument("--dir", help="where to measure (default: a folder under the current one)")
+    p = specs["action"]
+    p.add_argument("phase", nargs="?", choices=["run", "finish", "sweep"], default="run",
+                   help="run (default): restore and run rounds; finish: persist and report; "
+                        "sweep: resume Sessions with a due Timer")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler, _ = COMMANDS[args.command]
+    try:
+        return handler(args)
+    except RioError as exc:
+        _emit({"error": str(exc)})
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _emit({"error": "interrupted"})
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

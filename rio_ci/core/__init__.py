@@ -1,0 +1,2 @@
+"""The pure core: State, admission and the fold. Nothing here touches a file, a process,
+a clock or the network — ``tests/test_core_purity.py`` checks the imports."""

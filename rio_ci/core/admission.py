@@ -1,0 +1,287 @@
+"""Step admission (SPEC §3): ``decide(projection, turn, patch, facts)`` is a pure function that
+either accepts a patch (returning everything the commit must store) or names the first rule
+it breaks. Nothing is changed either way: the Journal commits the outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rio_ci.core.reducer import Projection
+from rio_ci.core.state import (
+    EVIDENCE_REF,
+    EXECUTABLE,
+    encoded_size,
+    is_int,
+    is_unresolved,
+    json_equal,
+    resolve_pointer,
+    runtime_cells,
+    validate_cell,
+)
+
+_INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+_OP_KEYS = {"test": {"op", "path", "value"}, "add": {"op", "path", "value"},
+            "replace": {"op", "path", "value"}, "remove": {"op", "path"}}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What admission needs from the Journal beyond the projection (looked up by the caller).
+
+    ``observations`` maps each cited event seq to its kind (absent: no such event);
+    ``recorded_executions`` holds cancel targets whose Execution exists in history.
+    """
+
+    observations: dict[int, str] = field(default_factory=dict)
+    recorded_executions: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Accepted:
+    cells: list[dict[str, Any]]  # new Cell versions, in operation order
+    heads: list[int]  # the candidate's cell ids, in array order
+    removed: list[int]
+    executions: list[int]  # one queued Execution per new code/cmd Cell
+    controls: list[dict[str, Any]]
+    consumed: list[str]
+    pause_cleared: bool
+    revision: int
+    next_cell_id: int
+    digest: str
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str
+
+
+def digest(patch: Any) -> str:
+    """A stable fingerprint of a patch, for idempotent re-submission."""
+    text = json.dumps(patch, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) -> Accepted | Rejection:
+    try:
+        return _decide(proj, turn, patch, facts)
+    except _Reject as exc:
+        return Rejection(str(exc))
+
+
+class _Reject(Exception):
+    pass
+
+
+def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) -> Accepted:
+    ops = _well_formed(patch)
+    snapshot = turn["state"]
+    first = ops[0]
+    if first["op"] != "test" or first["path"] != "/revision":
+        raise _Reject("the first operation must be {op: test, path: /revision, value: N}")
+    if not is_int(first["value"]) or first["value"] != snapshot["revision"]:
+        raise _Reject(
+            f"revision test failed: the Turn's snapshot is at revision {snapshot['revision']}"
+        )
+    if snapshot["revision"] != proj.revision:
+        raise _Reject("stale Turn: the State has moved on since this snapshot")
+
+    work: list[dict[str, Any]] = [dict(c) for c in proj.cells]
+    original = {c["id"] for c in work}
+    touched: set[int] = set()
+    new_cells: list[dict[str, Any]] = []
+    removed: list[int] = []
+    expected_id = proj.next_cell_id
+    last_removed_index: int | None = None
+    busy = {e["cell_id"] for e in proj.pending()}
+
+    for number, op in enumerate(ops):
+        where = f"operation {number}"
+        kind = op["op"]
+        if kind == "test":
+            try:
+                actual = resolve_pointer(snapshot, op["path"])
+            except KeyError:
+                raise _Reject(f"{where}: test path {op['path']} does not exist") from None
+            if not json_equal(actual, op["value"]):
+                raise _Reject(f"{where}: test failed at {op['path']}")
+            continue
+        if kind == "add":
+            if op["path"] != "/cells/-":
+                raise _Reject(f"{where}: add is allowed only at /cells/- (a new lineage)")
+            cell = _checked_cell(op["value"], expected_id, where)
+            if cell["previous_id"] is not None:
+                raise _Reject(f"{where}: an added Cell starts a lineage: previous_id must be null")
+            work.append(cell)
+        else:
+            index = _index(op["path"], kind, where, len(work))
+            target = work[index]
+            if target["id"] not in original:
+                raise _Reject(f"{where}: a Cell created in this patch cannot be touched again")
+            if target["id"] in touched:
+                raise _Reject(f"{where}: Cell {target['id']} already has an operation in this patch")
+            if kind == "remove":
+                if last_removed_index is not None and index >= last_removed_index:
+                    raise _Reject(f"{where}: removals must go in strictly descending index order")
+                last_removed_index = index
+                touched.add(target["id"])
+                removed.append(target["id"])
+                del work[index]
+                continue
+            cell = _checked_cell(op["value"], expected_id, where)
+            if cell["previous_id"] != target["id"]:
+                raise _Reject(
+                    f"{where}: stale predecessor: replacing Cell {target['id']} needs "
+                    f"previous_id {target['id']}, got {cell['previous_id']}"
+                )
+            if target["id"] in busy:
+                raise _Reject(
+                    f"{where}: Cell {target['id']} has a queued or running Execution: "
+                    "wait or cancel first"
+                )
+            touched.add(target["id"])
+            work[index] = cell
+        new_cells.append(cell)
+        expected_id += 1
+
+    executions = [c["id"] for c in new_cells if c["kind"] in EXECUTABLE]
+    controls = _controls(proj, new_cells, executions, facts)
+    _check_budgets(proj, turn, work, executions)
+    delivered = list(turn["delivered"])
+    return Accepted(
+        cells=new_cells, heads=[c["id"] for c in work], removed=removed, executions=executions,
+        controls=controls, consumed=delivered,
+        pause_cleared=proj.pause is not None and proj.pause in delivered,
+        revision=proj.revision + 1, next_cell_id=expected_id, digest=digest(ops),
+    )
+
+
+def _well_formed(patch: Any) -> list[dict[str, Any]]:
+    if isinstance(patch, dict) and set(patch) == {"patch"}:
+        patch = patch["patch"]
+    if not isinstance(patch, list):
+        raise _Reject("a patch must be a list of operations (or {\"patch\": [...]})")
+    if not patch:
+        raise _Reject("a patch needs at least the /revision test")
+    for number, op in enumerate(patch):
+        if not isinstance(op, dict) or not isinstance(op.get("op"), str):
+            raise _Reject(f"operation {number} must be an object with an 'op'")
+        name = op["op"]
+        if name in ("move", "copy"):
+            raise _Reject(f"operation {number}: {name} is not allowed")
+        if name not in _OP_KEYS:
+            raise _Reject(f"operation {number}: unknown op {name!r}")
+        keys = set(op)
+        if keys != _OP_KEYS[name]:
+            raise _Reject(
+                f"operation {number}: {name} takes exactly {', '.join(sorted(_OP_KEYS[name]))}"
+            )
+        if not isinstance(op["path"], str):
+            raise _Reject(f"operation {number}: path must be a string")
+        if name != "test" and not op["path"].startswith("/cells/"):
+            raise _Reject(
+                f"operation {number}: only /cells may be changed; {op['path']} belongs to "
+                "the harness (test it instead)"
+            )
+    return patch
+
+
+def _index(path: str, kind: str, where: str, length: int) -> int:
+    match = _INDEX_PATH.match(path)
+    if not match:
+        raise _Reject(
+            f"{where}: {kind} must name a whole Cell at /cells/N (no edits inside a Cell)"
+        )
+    index = int(match.group(1))
+    if index >= length:
+        raise _Reject(f"{where}: no Cell at {path}")
+    return index
+
+
+def _checked_cell(value: Any, expected_id: int, where: str) -> dict[str, Any]:
+    problem = validate_cell(value)
+    if problem:
+        raise _Reject(f"{where}: {problem}")
+    if value["id"] != expected_id:
+        raise _Reject(
+            f"{where}: the new Cell version must take id {expected_id} "
+            f"(runtime.next_cell_id, then +1 per new version), got {value['id']}"
+        )
+    return dict(value)
+
+
+def _controls(
+    proj: Projection, new_cells: list[dict[str, Any]], new_executions: list[int], facts: Facts
+) -> list[dict[str, Any]]:
+    controls: list[dict[str, Any]] = []
+    resolving: set[int] = set()
+    for cell in new_cells:
+        role = cell.get("role") if cell["kind"] == "note" else None
+        if role is None:
+            continue
+        control: dict[str, Any] = {"note_id": cell["id"], "role": role}
+        if role == "cancel":
+            target = cell["target_cell_id"]
+            if (str(target) not in proj.executions and target not in new_executions
+                    and target not in facts.recorded_executions):
+                raise _Reject(f"Cell {cell['id']}: cancel target {target} has no recorded Execution")
+            control["target_cell_id"] = target
+        elif role == "resolution":
+            target = cell["target_cell_id"]
+            execution = proj.executions.get(str(target))
+            if execution is None or not is_unresolved(execution) or target in resolving:
+                raise _Reject(
+                    f"Cell {cell['id']}: resolution target {target} is not an unresolved "
+                    "UnknownExecution"
+                )
+            own = execution["result_seq"]
+            for ref in cell["evidence_refs"]:
+                match = EVIDENCE_REF.match(ref)
+                assert match is not None  # validate_cell checked the shape
+                seq = int(match.group(1))
+                if seq == own:
+                    raise _Reject(
+                        f"Cell {cell['id']}: {ref} is the UnknownExecution's own record; cite an "
+                        "observation that shows what happened"
+                    )
+                if seq not in facts.observations:
+                    raise _Reject(f"Cell {cell['id']}: {ref} is not a committed observation")
+            resolving.add(target)
+            control["target_cell_id"] = target
+            control["evidence_refs"] = list(cell["evidence_refs"])
+        else:
+            control["result"] = cell["result"]
+        controls.append(control)
+    return controls
+
+
+def _check_budgets(
+    proj: Projection, turn: dict[str, Any], work: list[dict[str, Any]], executions: list[int]
+) -> None:
+    limits = proj.limits
+    outstanding = len(proj.pending()) + len(proj.unresolved()) + len(executions)
+    if outstanding > limits["pending_cells"]:
+        raise _Reject(
+            f"too much outstanding work: {outstanding} pending/unresolved/new executable Cells "
+            f"exceeds pending_cells={limits['pending_cells']}"
+        )
+    cells_size = encoded_size(work)
+    if cells_size > limits["context_bytes"] // 2:
+        raise _Reject(
+            f"context budget: cells take {cells_size} bytes, more than half of "
+            f"context_bytes={limits['context_bytes']}; remove or summarise Cells"
+        )
+    candidate = dict(turn["state"])
+    candidate["cells"] = work
+    candidate["runtime"] = dict(candidate["runtime"], inbox=[],
+                                cells=runtime_cells(proj, [c["id"] for c in work]))
+    total = encoded_size(candidate)
+    if total > limits["context_bytes"]:
+        raise _Reject(
+            f"context budget: the State would take {total} bytes, over "
+            f"context_bytes={limits['context_bytes']}; remove Cells whose output you no longer need"
+        )

@@ -1,0 +1,216 @@
+"""State (``rio.state/1``) and its Cells: validation and rendering.
+
+A Cell is a plain JSON object. ``validate_cell`` says what is wrong with one, or returns
+None; ``render`` builds the State a Turn shows from the fold's projection.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rio_ci.core.reducer import Projection
+
+SCHEMA = "rio.state/1"
+ROLES = ("cancel", "resolution", "conclusion")
+EXECUTABLE = ("code", "cmd")
+EVIDENCE_REF = re.compile(r"^session:event:([1-9][0-9]*)$")
+
+_FIELDS = {
+    "note": {"text"},
+    "code": {"runtime", "source"},
+    "cmd": {"argv"},
+}
+_OPTIONAL = {"note": {"role", "target_cell_id", "evidence_refs", "result"}}
+# PEP 723: a block opens with "# /// TYPE", holds "#" or "# ..." lines, closes with "# ///".
+_PEP723 = re.compile(
+    r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$"
+)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_cell(cell: Any) -> str | None:
+    """The reason ``cell`` is not a valid Cell, or None."""
+    if not isinstance(cell, dict):
+        return "a Cell must be a JSON object"
+    kind = cell.get("kind")
+    if kind not in _FIELDS:
+        return f"Cell kind must be note, code or cmd, got {kind!r}"
+    allowed = {"id", "previous_id", "kind"} | _FIELDS[kind] | _OPTIONAL.get(kind, set())
+    unknown = sorted(set(cell) - allowed)
+    if unknown:
+        return f"unknown field(s) in {kind} Cell: {', '.join(unknown)}"
+    missing = sorted(({"id", "previous_id"} | _FIELDS[kind]) - set(cell))
+    if missing:
+        return f"missing field(s) in {kind} Cell: {', '.join(missing)}"
+    if not is_int(cell["id"]) or cell["id"] < 1:
+        return "Cell id must be an integer >= 1"
+    previous = cell["previous_id"]
+    if previous is not None and (not is_int(previous) or previous < 1):
+        return "previous_id must be null or an integer >= 1"
+    if kind == "note":
+        return _validate_note(cell)
+    if kind == "code":
+        return _validate_code(cell)
+    return _validate_cmd(cell)
+
+
+def _validate_note(cell: dict[str, Any]) -> str | None:
+    text = cell["text"]
+    if not isinstance(text, str) or not text.strip():
+        return "a note needs non-blank text"
+    role = cell.get("role")
+    if role is None and "role" in cell:
+        return "role must be one of cancel, resolution, conclusion (omit it for plain notes)"
+    if role is not None and role not in ROLES:
+        return f"role must be one of cancel, resolution, conclusion, got {role!r}"
+    if "target_cell_id" in cell and not is_int(cell["target_cell_id"]):
+        return "target_cell_id must be an integer"
+    if "evidence_refs" in cell:
+        refs = cell["evidence_refs"]
+        if not isinstance(refs, list) or not all(
+            isinstance(r, str) and EVIDENCE_REF.match(r) for r in refs
+        ):
+            return "evidence_refs must be a list of 'session:event:N' strings"
+    if "result" in cell and cell["result"] not in ("success", "failure"):
+        return "result must be 'success' or 'failure'"
+    if role in ("cancel", "resolution") and "target_cell_id" not in cell:
+        return f"a {role} note needs target_cell_id"
+    if role == "resolution" and not cell.get("evidence_refs"):
+        return "a resolution note needs a non-empty evidence_refs list"
+    if role == "conclusion" and "result" not in cell:
+        return "a conclusion note needs result: success or failure"
+    return None
+
+
+def _validate_code(cell: dict[str, Any]) -> str | None:
+    if cell["runtime"] != "python":
+        return "code Cells need runtime: 'python'"
+    source = cell["source"]
+    if not isinstance(source, str) or not source.strip():
+        return "code Cells need a non-empty source"
+    if "\x00" in source:
+        return "source must not contain NUL characters"
+    blocks = [m for m in _PEP723.finditer(source) if m.group("type") == "script"]
+    if len(blocks) != 1:
+        return (
+            f"a code Cell needs exactly one PEP 723 script block, found {len(blocks)} "
+            "(start with '# /// script', '# dependencies = []', '# ///')"
+        )
+    content = "".join(
+        line[2:] if line.startswith("# ") else line[1:]
+        for line in blocks[0].group("content").splitlines(keepends=True)
+    )
+    try:
+        metadata = tomllib.loads(content)
+    except tomllib.TOMLDecodeError as exc:
+        return f"the PEP 723 block is not valid TOML: {exc}"
+    deps = metadata.get("dependencies")
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        return "the PEP 723 block needs a dependencies list (dependencies = [] when none)"
+    return None
+
+
+def _validate_cmd(cell: dict[str, Any]) -> str | None:
+    argv = cell["argv"]
+    if not isinstance(argv, list) or not argv:
+        return "a cmd Cell needs a non-empty argv list"
+    if not all(isinstance(a, str) for a in argv) or not argv[0]:
+        return "argv must be a list of strings with a non-empty program name"
+    if any("\x00" in a for a in argv):
+        return "argv must not contain NUL characters"
+    return None
+
+
+_MISSING = object()
+
+
+def resolve_pointer(document: Any, pointer: str) -> Any:
+    """RFC 6901: the value at ``pointer``, or ``_MISSING``-like sentinel via ``KeyError``."""
+    if pointer == "":
+        return document
+    if not pointer.startswith("/"):
+        raise KeyError(pointer)
+    node = document
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict):
+            if token not in node:
+                raise KeyError(pointer)
+            node = node[token]
+        elif isinstance(node, list):
+            if not re.fullmatch(r"0|[1-9][0-9]*", token) or int(token) >= len(node):
+                raise KeyError(pointer)
+            node = node[int(token)]
+        else:
+            raise KeyError(pointer)
+    return node
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """RFC 6902 equality: types matter (true is not 1), numbers compare by value."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+def encoded_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON: the unit of every context budget."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def render(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
+    """The State a Turn shows: heads, runtime facts, and the given Inbox messages."""
+    return {
+        "schema": SCHEMA,
+        "id": proj.session["id"],
+        "revision": proj.revision,
+        "goal": proj.session["goal"],
+        "cells": [dict(c) for c in proj.cells],
+        "runtime": {
+            "next_cell_id": proj.next_cell_id,
+            "cells": runtime_cells(proj, [c["id"] for c in proj.cells]),
+            "inbox": [dict(m) for m in inbox],
+            "usage": dict(proj.usage),
+            "pause": proj.pause,
+        },
+    }
+
+
+def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
+    """Execution facts the model may see: heads with an Execution, every unfinished
+    Execution, every unresolved UnknownExecution (SPEC §2)."""
+    heads = set(head_ids)
+    shown: dict[str, Any] = {}
+    for key, ex in sorted(proj.executions.items(), key=lambda kv: int(kv[0])):
+        if int(key) in heads or ex["phase"] != "finished" or is_unresolved(ex):
+            shown[key] = {
+                "phase": ex["phase"],
+                "result": ex["result"],
+                "stdout": ex["stdout"],
+                "stderr": ex["stderr"],
+                "truncated": bool(ex["stdout_truncated"] or ex["stderr_truncated"]),
+                "resolved_by": ex["resolved_by"],
+            }
+    return shown
+
+
+def is_unresolved(execution: dict[str, Any]) -> bool:
+    result = execution.get("result")
+    return (
+        isinstance(result, dict)
+        and result.get("type") == "UnknownExecution"
+        and execution.get("resolved_by") is None
+    )

@@ -1,0 +1,44 @@
+"""Named crash points for fault injection.
+
+``crash_point(name)`` does nothing unless the environment variable ``RIO_CRASH_AT`` names
+this point, as ``name`` or ``name:N`` (the N-th time this process passes it, 1-based). Then
+the process SIGKILLs itself on the spot — no cleanup, no flush — the way a power cut or an
+OOM kill would end it. ``POINTS`` lists every point so the fault suite can iterate over them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "model_reply_before_commit",  # a complete model reply in memory, not yet committed
+    "accept_before_commit",  # inside the accept transaction, before COMMIT
+    "accept_after_commit",  # the patch committed, nothing dispatched
+    "launch_before_spawn",  # `started` committed, no process yet
+    "worker_before_release",  # Worker spawned and registered, not yet told to launch
+    "script_running",  # the script is running (after release)
+    "result_before_commit",  # the script exited, result not committed
+    "result_after_commit",  # the result and its Inbox notice committed
+    "timer_due_before_commit",  # a Timer is due, its message not committed
+    "timer_after_commit",  # the Timer's message committed
+    "inbox_before_commit",  # receive(): inside the transaction, before COMMIT
+    "inbox_after_commit",  # receive(): committed, not yet acknowledged
+    "recovery_midway",  # recovery stopped Workers, UnknownExecutions not yet committed
+    "checkpoint",  # during a WAL checkpoint
+)
+
+_target = os.environ.get("RIO_CRASH_AT", "")
+_name, _, _nth = _target.partition(":")
+_wanted = int(_nth) if _nth.isdigit() else 1
+_seen = 0
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process if ``RIO_CRASH_AT`` names ``name`` (and its occurrence)."""
+    global _seen
+    if name != _name:
+        return
+    _seen += 1
+    if _seen == _wanted:
+        os.kill(os.getpid(), signal.SIGKILL)

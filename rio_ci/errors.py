@@ -1,0 +1,79 @@
+"""Exceptions for broken infrastructure. Expected outcomes (a rejected patch, a failing
+script, a timeout) are values, never exceptions.
+
+    RioError                  base; ``exit_code`` is the CLI status it maps to
+    ├── UsageError            bad command-line input (exit 2)
+    ├── Rejected              an input the contract refuses: patch, message, Turn (exit 3)
+    ├── StorageError          the Session file or its lock cannot be trusted (exit 4)
+    │   ├── OwnershipError    another Owner holds the Session
+    │   ├── UncertainCommit   a COMMIT's outcome is unknown: reopen before doing anything
+    │   └── ArtifactError     a Session artifact failed a check (zip entries, manifest, checksum,
+    │                         integrity, schema); the previous generation may still be good
+    ├── RecoveryError         surviving Workers could not be proven stopped (exit 4)
+    ├── RunEnded              the run is terminal; nothing new is accepted (exit 1)
+    ├── ForgeError            a call to the code host failed (exit 1); ``status`` is its HTTP code
+    └── ModelError            a model attempt failed (retryable or not)
+"""
+
+from __future__ import annotations
+
+
+class RioError(Exception):
+    """Base of every rio_ci exception."""
+
+    exit_code = 1
+
+
+class UsageError(RioError):
+    exit_code = 2
+
+
+class Rejected(RioError):
+    """The input was refused and nothing was committed."""
+
+    exit_code = 3
+
+
+class StorageError(RioError):
+    exit_code = 4
+
+
+class OwnershipError(StorageError):
+    pass
+
+
+class UncertainCommit(StorageError):
+    """An error at or after COMMIT: the process must stop, reopen and inspect."""
+
+
+class ArtifactError(StorageError):
+    """A Session artifact was refused; the message is a one-line reason."""
+
+
+class RecoveryError(RioError):
+    exit_code = 4
+
+
+class RunEnded(RioError):
+    exit_code = 1
+
+
+class ForgeError(RioError):
+    """A code-host call failed. The message says which operation; ``status`` is the HTTP
+    status when the host answered (None for network failures)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class ModelError(RioError):
+    """A model attempt failed. ``retryable`` says whether another attempt may help;
+    ``retry_after`` (seconds) is the provider's hint when it gave one."""
+
+    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after

@@ -1,0 +1,1 @@
+"""The code host seen through one interface (``base.Forge``)."""

@@ -1,0 +1,85 @@
+"""The Forge seam: everything rio_ci asks of a code host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Issue:
+    number: int
+    title: str
+    body: str
+    author: str
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Comment:
+    id: int
+    issue: int
+    author: str
+    association: str  # author_association as the host reports it (OWNER, MEMBER, COLLABORATOR, ...)
+    body: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Check:
+    """A finished workflow run or check run on a branch."""
+
+    id: int
+    kind: str  # "workflow_run" | "check_run"
+    name: str
+    conclusion: str
+    url: str
+    head_branch: str
+
+
+@dataclass(frozen=True)
+class Artifact:
+    id: int
+    name: str
+    created_at: str  # ISO 8601
+    size_in_bytes: int
+    expired: bool
+    run_id: int | None
+
+
+class Forge(Protocol):
+    def issue(self, number: int) -> Issue: ...
+
+    def permission(self, user: str) -> str:
+        """'admin' | 'maintain' | 'write' | 'triage' | 'read' | 'none'."""
+        ...
+
+    def comments(self, number: int, after_id: int = 0) -> list[Comment]:
+        """Comments on issue/PR ``number`` with id > after_id, oldest first."""
+        ...
+
+    def upsert_comment(self, number: int, marker: str, body: str) -> int:
+        """Edit the one comment whose body contains ``marker`` (an HTML comment), or create it.
+        ``body`` must already contain ``marker``. Returns the comment id."""
+        ...
+
+    def checks(self, branch: str, after_id: int = 0) -> list[Check]:
+        """Completed workflow runs and check runs on ``branch`` with id > after_id."""
+        ...
+
+    def open_pull_request(self, branch: str, base: str, title: str, body: str) -> str:
+        """Open a pull request from ``branch``, or return the URL of the open one."""
+        ...
+
+    def artifacts(self, name: str) -> list[Artifact]:
+        """Artifacts with exactly this name, newest first."""
+        ...
+
+    def download_artifact(self, artifact_id: int, dest: Path) -> Path:
+        """Download the artifact's zip to ``dest`` (a file path) and return it."""
+        ...
+
+    def dispatch(self, workflow: str, ref: str, inputs: dict[str, str]) -> None:
+        """Start ``workflow`` (file name) with ``workflow_dispatch`` inputs."""
+        ...

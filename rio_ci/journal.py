@@ -1,0 +1,297 @@
+"""The Journal: the only module that runs SQL.
+
+A Session is one SQLite file with three tables: ``meta`` (schema version, Session id),
+``events`` (the append-only Journal) and ``snapshot`` (a derived projection at some seq, so
+opening a long Session folds only the tail). Every connection sets and verifies
+``journal_mode=WAL`` and ``synchronous=FULL``. Every write is one ``BEGIN IMMEDIATE``
+transaction that first catches up with events other processes committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rio_ci.core.reducer import Projection, apply
+from rio_ci.crashpoints import crash_point
+from rio_ci.errors import StorageError, UncertainCommit
+
+SCHEMA_VERSION = 1
+SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    at REAL NOT NULL,
+    ref TEXT,
+    data TEXT NOT NULL
+);
+CREATE INDEX events_ref ON events (ref, kind);
+CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
+                       data TEXT NOT NULL);
+"""
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """The real path of a Session file: aliases (symlinks) all name one file."""
+    return Path(path).resolve()
+
+
+class Journal:
+    """An open Session file plus its projection, kept caught up on every read and write."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, proj: Projection,
+                 snapshot_seq: int):
+        self.path = path
+        self._conn = conn
+        self.proj = proj
+        self._snapshot_seq = snapshot_seq
+        self.poisoned: str | None = None
+
+    # --- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], session_id: str, first: dict[str, Any],
+               *, synchronous: str = "FULL") -> Journal:
+        real = resolve(path)
+        if real.exists() or Path(path).is_symlink():
+            raise FileExistsError(f"{path} already exists; a Session is never overwritten")
+        try:
+            conn = _connect(real, synchronous, create=True)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot create {path}: {exc}") from None
+        # One transaction: a crash leaves either no Session or a whole one.
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            conn.execute(statement)
+        conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                         [("schema_version", str(SCHEMA_VERSION)), ("session_id", session_id)])
+        conn.execute("INSERT INTO events VALUES (1, 'session_created', ?, NULL, ?)",
+                     (time.time(), _dumps(first)))
+        conn.execute("COMMIT")
+        return cls.open(real, synchronous=synchronous)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, verify: bool = False,
+             synchronous: str = "FULL") -> Journal:
+        """Open an existing Session. ``verify`` adds SQLite's ``quick_check`` (Owner start)."""
+        real = resolve(path)
+        if not real.is_file():
+            raise StorageError(f"{path}: no such Session file")
+        if real.stat().st_nlink > 1:
+            raise StorageError(
+                f"{path} has {real.stat().st_nlink} hard links; SQLite's WAL files are per "
+                "name, so a hard-linked Session could be written through two names. Copy it "
+                "instead."
+            )
+        try:
+            conn = _connect(real, synchronous, create=False)
+            version = _schema_version(conn, path)
+            if version != SCHEMA_VERSION:
+                raise StorageError(
+                    f"{path} has Session schema version {version}; this rio-ci reads version "
+                    f"{SCHEMA_VERSION}. Use a matching rio-ci."
+                )
+            if verify:
+                problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+                if problems != ["ok"]:
+                    raise StorageError(f"{path} failed quick_check: {problems[0]}")
+            proj, snapshot_seq = _load(conn)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"{path} is not a readable Session: {exc}") from None
+        journal = cls(real, conn, proj, snapshot_seq)
+        journal.catch_up()
+        return journal
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def reopen(self) -> None:
+        """Drop the in-memory projection and read what really committed."""
+        self._conn.close()
+        fresh = Journal.open(self.path)
+        self._conn, self.proj = fresh._conn, fresh.proj
+        self._snapshot_seq = fresh._snapshot_seq
+        self.poisoned = None
+
+    # --- reading -------------------------------------------------------------------------
+
+    def catch_up(self) -> None:
+        """Fold events committed by any process since the projection's last seq."""
+        self._check()
+        try:
+            for seq, kind, at, data in self._conn.execute(
+                "SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY seq",
+                (self.proj.last_seq,),
+            ):
+                apply(self.proj, seq, kind, at, json.loads(data))
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"cannot read {self.path}: {exc}") from None
+
+    def events(self, after: int = 0, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        query = "SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY seq"
+        params: tuple[Any, ...] = (after,)
+        if limit is not None:
+            query += " LIMIT ?"
+            params = (after, limit)
+        for seq, kind, at, data in self._conn.execute(query, params):
+            yield {"seq": seq, "kind": kind, "at": at, **json.loads(data)}
+
+    def find(self, ref: str, kind: str) -> dict[str, Any] | None:
+        """The first event of ``kind`` whose ref is ``ref`` (an id: Turn, message, Cell, Timer)."""
+        row = self._conn.execute(
+            "SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ? ORDER BY seq "
+            "LIMIT 1", (ref, kind)).fetchone()
+        if row is None:
+            return None
+        return {"seq": row[0], "kind": row[1], "at": row[2], **json.loads(row[3])}
+
+    def kinds_of(self, seqs: set[int]) -> dict[int, str]:
+        if not seqs:
+            return {}
+        marks = ",".join("?" * len(seqs))
+        rows = self._conn.execute(f"SELECT seq, kind FROM events WHERE seq IN ({marks})",
+                                  sorted(seqs))
+        return {seq: kind for seq, kind in rows}
+
+    def size_bytes(self) -> int:
+        page_count = self._conn.execute("PRAGMA page_count").fetchone()[0]
+        page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
+        return int(page_count * page_size)
+
+    def replay(self) -> Projection:
+        """Fold the whole Journal from scratch: the verifier of every derived table."""
+        proj = Projection()
+        for seq, kind, at, data in self._conn.execute(
+                "SELECT seq, kind, at, data FROM events ORDER BY seq"):
+            apply(proj, seq, kind, at, json.loads(data))
+        return proj
+
+    def drop_derived(self) -> None:
+        """Delete the snapshot (tests and ``rio-ci`` maintenance); the next open replays."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute("DELETE FROM snapshot")
+        self._conn.execute("COMMIT")
+
+    # --- writing -------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self, crash_before: str | None = None) -> Iterator[_Writer]:
+        """One ``BEGIN IMMEDIATE`` transaction, caught up with the Journal first.
+
+        An exception inside rolls back and re-reads the projection. An error at COMMIT
+        leaves the outcome unknown: the Journal is poisoned until ``reopen()``.
+        """
+        self._check()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StorageError(f"cannot start a transaction on {self.path}: {exc}") from None
+        writer = _Writer(self)
+        try:
+            self.catch_up()
+            yield writer
+            if writer.appended and self.proj.last_seq - self._snapshot_seq >= SNAPSHOT_EVERY:
+                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)",
+                                   (self.proj.last_seq, _dumps(self.proj.to_dict())))
+                self._snapshot_seq = self.proj.last_seq
+            if crash_before:
+                crash_point(crash_before)
+        except BaseException:
+            self._rollback()
+            raise
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.poisoned = f"COMMIT failed on {self.path}: {exc}"
+            raise UncertainCommit(
+                f"{self.poisoned}; the outcome is unknown: stop, reopen and inspect"
+            ) from None
+
+    def _rollback(self) -> None:
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        proj, self._snapshot_seq = _load(self._conn)
+        self.proj = proj
+        self.catch_up()
+
+    def checkpoint(self) -> None:
+        crash_point("checkpoint")
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _check(self) -> None:
+        if self.poisoned:
+            raise UncertainCommit(f"{self.poisoned}; reopen the Session before going on")
+
+
+class _Writer:
+    def __init__(self, journal: Journal):
+        self._journal = journal
+        self.appended = 0
+
+    @property
+    def proj(self) -> Projection:
+        return self._journal.proj
+
+    def append(self, kind: str, data: dict[str, Any], ref: str | int | None = None) -> int:
+        """Insert one event and fold it; returns its seq."""
+        seq = self.proj.last_seq + 1
+        text = _dumps(data)
+        at = time.time()
+        apply(self.proj, seq, kind, at, json.loads(text))
+        self._journal._conn.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            (seq, kind, at, None if ref is None else str(ref), text))
+        self.appended += 1
+        return seq
+
+    def next_seq(self) -> int:
+        return self.proj.last_seq + 1
+
+
+def _connect(path: Path, synchronous: str, *, create: bool) -> sqlite3.Connection:
+    uri = f"file:{path}?mode={'rwc' if create else 'rw'}"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
+                           check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    level = conn.execute("PRAGMA synchronous").fetchone()[0]
+    expected = {"FULL": 2, "NORMAL": 1, "EXTRA": 3}[synchronous]
+    if str(mode).lower() != "wal" or level != expected:
+        conn.close()
+        raise StorageError(
+            f"{path}: could not set journal_mode=WAL and synchronous={synchronous} "
+            f"(got {mode}, {level}); the file system may not support WAL"
+        )
+    return conn
+
+
+def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> int:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not {"meta", "events", "snapshot"} <= tables:
+        raise StorageError(f"{path} is an SQLite file but not a rio_ci Session")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or not str(row[0]).isdigit():
+        raise StorageError(f"{path} has no valid schema_version")
+    return int(row[0])
+
+
+def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:
+    row = conn.execute("SELECT seq, data FROM snapshot WHERE id = 1").fetchone()
+    if row is None:
+        return Projection(), 0
+    return Projection.from_dict(json.loads(row[1])), int(row[0])
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,1 @@
+"""Models answer a Turn with one ``step`` call. See ``base.Model``."""
