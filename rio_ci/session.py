@@ -203,3 +203,32 @@ class Session:
         """The State as a new Turn would see it now, with every unconsumed message."""
         proj = self.refresh()
         return render(proj, proj.inbox)
+
+    # --- Timers (any process; usually a Cell through rio_ci.api) --------------------------
+
+    def set_timer(self, timer_id: str, deadline: float, payload: Any,
+                  cell_id: int | None = None) -> dict[str, Any]:
+        """Commit a Timer. Identical re-registration is harmless; a conflicting one (or one
+        whose id already fired with other content) is rejected."""
+        if not isinstance(timer_id, str) or not timer_id.strip() or len(timer_id) > 200:
+            raise Rejected("a Timer id must be a non-empty string of at most 200 characters")
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float):
+            raise Rejected("a Timer deadline must be a Unix time in seconds")
+        size = encoded_size(payload)
+        with self.journal.write() as w:
+            if w.proj.ended:
+                raise RunEnded("the run has ended; it accepts no Timers")
+            if size > w.proj.limits["output_bytes"]:
+                raise Rejected(f"Timer payload is {size} bytes, over output_bytes")
+            existing = self.journal.find(timer_id, "timer_set")
+            if existing is not None:
+                if existing["deadline"] != deadline or existing["payload"] != payload:
+                    raise Rejected(f"Timer {timer_id} already exists with a different "
+                                   "deadline or payload")
+                return {"id": timer_id, "seq": existing["seq"], "duplicate": True}
+            if len(w.proj.timers) >= w.proj.limits["pending_cells"]:
+                raise Rejected(f"too many waiting Timers (pending_cells="
+                               f"{w.proj.limits['pending_cells']})")
+            seq = w.append("timer_set", {"id": timer_id, "deadline": float(deadline),
+                                         "payload": payload, "cell_id": cell_id}, ref=timer_id)
+        return {"id": timer_id, "seq": seq, "duplicate": False}

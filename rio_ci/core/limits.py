@@ -49,7 +49,8 @@ class Limits:
             raise ValueError(f"limit {name} must be {kind}, got {value!r}") from None
         if isinstance(value, bool) or not number > 0:
             raise ValueError(f"limit {name} must be positive, got {value!r}")
-        return replace(self, **{name: number})
+        changes: dict[str, Any] = {name: number}
+        return replace(self, **changes)
 
     def with_assignments(self, assignments: list[str]) -> Limits:
         """Apply ``NAME=VALUE`` strings (the CLI's ``--limit``)."""

@@ -1,0 +1,384 @@
+"""The Session artifact: how a Session travels between jobs (stdlib only).
+
+An artifact is a zip of exactly two files:
+
+    session.sqlite3   a single-file snapshot of the Session (rollback journal, no WAL)
+    manifest.json     {"schema": "rio.artifact/1", "generation", "parent_generation",
+                       "run_id", "sha256", "next_wake"}
+
+``pack`` writes both files into a directory (the upload step zips it); ``unpack`` refuses any
+zip that is not exactly that, checking every entry before anything is written, then checks the
+manifest, the checksum, ``PRAGMA integrity_check`` and the Session schema. Every refusal is an
+``ArtifactError`` with a one-line reason. ``restore_newest`` walks a Forge's generations newest
+first and returns the first one that passes, with the reasons the newer ones were refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import sqlite3
+import stat
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, TypedDict
+
+from rio_ci.errors import ArtifactError, StorageError
+from rio_ci.forge.base import Artifact, Forge
+
+SCHEMA = "rio.artifact/1"
+SNAPSHOT = "session.sqlite3"
+MANIFEST = "manifest.json"
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+MANIFEST_MAX_BYTES = 64 * 1024
+# Deflate cannot expand much beyond ~1032:1; a large entry claiming more is a lie or a bomb.
+MAX_RATIO = 1000
+_RATIO_FLOOR = 1024 * 1024  # small entries may compress absurdly well; their size is harmless
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_CHUNK = 1024 * 1024
+
+
+class ManifestDict(TypedDict):
+    schema: str
+    generation: int
+    parent_generation: int | None
+    run_id: int | None
+    sha256: str
+    next_wake: float | None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a generation says about itself. ``generation`` >= 1; ``parent_generation`` is the
+    generation it was restored from (None for the first); ``next_wake`` is the earliest Timer
+    deadline in Unix seconds, or None."""
+
+    generation: int
+    parent_generation: int | None
+    run_id: int | None
+    sha256: str
+    next_wake: float | None
+
+    def to_dict(self) -> ManifestDict:
+        return {
+            "schema": SCHEMA,
+            "generation": self.generation,
+            "parent_generation": self.parent_generation,
+            "run_id": self.run_id,
+            "sha256": self.sha256,
+            "next_wake": self.next_wake,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Manifest:
+        """Parse a manifest; anything but the exact rio.artifact/1 shape raises ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError("manifest is not a JSON object")
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"manifest schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+        expected = set(ManifestDict.__annotations__)
+        if set(data) != expected:
+            raise ValueError(f"manifest fields {sorted(data)} differ from {sorted(expected)}")
+        generation, parent = data["generation"], data["parent_generation"]
+        run_id, digest, wake = data["run_id"], data["sha256"], data["next_wake"]
+        if not _is_int(generation) or generation < 1:
+            raise ValueError("manifest generation must be an integer >= 1")
+        if parent is not None and not (_is_int(parent) and 0 <= parent < generation):
+            raise ValueError("manifest parent_generation must be null or below generation")
+        if run_id is not None and not _is_int(run_id):
+            raise ValueError("manifest run_id must be an integer or null")
+        if not (isinstance(digest, str) and len(digest) == 64
+                and all(ch in "0123456789abcdef" for ch in digest)):
+            raise ValueError("manifest sha256 must be 64 lowercase hex digits")
+        if wake is not None and not (
+            isinstance(wake, int | float) and not isinstance(wake, bool) and math.isfinite(wake)
+        ):
+            raise ValueError("manifest next_wake must be a number or null")
+        return cls(generation, parent, run_id, digest,
+                   None if wake is None else float(wake))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _connect_existing(path: Path, mode: str) -> sqlite3.Connection:
+    # A URI with mode=ro/rw never creates a missing file behind our back.
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True)
+
+
+def pack(
+    db_path: Path,
+    out_dir: Path,
+    *,
+    generation: int,
+    parent_generation: int | None,
+    run_id: int | None,
+    next_wake: float | None,
+) -> Path:
+    """Write ``session.sqlite3`` and ``manifest.json`` into ``out_dir`` and return ``out_dir``.
+
+    The snapshot is a consistent copy of the live (WAL) database made with the backup API while
+    other connections may keep writing, switched to ``journal_mode=DELETE`` so it is one file.
+    ``out_dir`` may hold nothing else, because the whole directory becomes the artifact and
+    ``unpack`` refuses extra entries. Raises ``StorageError`` if the Session cannot be copied.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    strays = sorted(p.name for p in out_dir.iterdir() if p.name not in (SNAPSHOT, MANIFEST))
+    if strays:
+        raise StorageError(f"{out_dir} must hold only the artifact, found {strays}")
+    if not db_path.is_file():
+        raise StorageError(f"no Session file at {db_path}")
+    partial = out_dir / f".{SNAPSHOT}.partial"
+    try:
+        partial.unlink(missing_ok=True)
+        with (contextlib.closing(_connect_existing(db_path, "rw")) as source,
+              contextlib.closing(sqlite3.connect(partial)) as copy):
+            source.backup(copy)
+            mode = copy.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
+            check = copy.execute("PRAGMA integrity_check").fetchall()
+        if mode != "delete":
+            raise StorageError(f"the snapshot stayed in journal_mode={mode}")
+        if check != [("ok",)]:
+            raise StorageError(f"the snapshot fails integrity_check: {check[0][0]}")
+        with partial.open("rb") as stream:
+            os.fsync(stream.fileno())
+        manifest = Manifest(generation, parent_generation, run_id, _sha256(partial), next_wake)
+        Manifest.from_dict(manifest.to_dict())  # refuse to write what unpack would refuse
+        os.replace(partial, out_dir / SNAPSHOT)
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot snapshot {db_path}: {exc}") from exc
+    except ValueError as exc:
+        raise StorageError(f"cannot write the manifest: {exc}") from exc
+    finally:
+        partial.unlink(missing_ok=True)
+        Path(f"{partial}-journal").unlink(missing_ok=True)
+    manifest_partial = out_dir / f".{MANIFEST}.partial"
+    manifest_partial.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
+    os.replace(manifest_partial, out_dir / MANIFEST)
+    return out_dir
+
+
+def archive(out_dir: Path, zip_path: Path) -> Path:
+    """Zip a ``pack`` directory the way an artifact upload does (for local forges and tests)."""
+    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        for name in (SNAPSHOT, MANIFEST):
+            bundle.write(out_dir / name, arcname=name)
+    return zip_path
+
+
+def _entry_problem(info: zipfile.ZipInfo, limit: int) -> str | None:
+    """Why this zip entry may not be extracted, or None."""
+    name = info.filename
+    path = PurePosixPath(name)
+    mode = info.external_attr >> 16
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return f"absolute path {name!r}"
+    if ".." in path.parts or "\\" in name:
+        return f"path traversal {name!r}"
+    if info.is_dir() or info.external_attr & 0x10:
+        return f"directory entry {name!r}"
+    if mode and stat.S_ISLNK(mode):
+        return f"symlink entry {name!r}"
+    if mode and not stat.S_ISREG(mode):
+        return f"non-regular file {name!r}"
+    if name not in (SNAPSHOT, MANIFEST):
+        return f"unexpected entry {name!r}"
+    if info.flag_bits & 0x1:
+        return f"encrypted entry {name!r}"
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        return f"unsupported compression in {name!r}"
+    if info.file_size > limit:
+        return f"{name} is {info.file_size} bytes, over the {limit}-byte limit"
+    if info.file_size > _RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        return f"{name} claims a compression ratio over {MAX_RATIO}:1"
+    return None
+
+
+def _check_entries(bundle: zipfile.ZipFile, max_bytes: int) -> list[zipfile.ZipInfo]:
+    infos = bundle.infolist()
+    seen: set[str] = set()
+    for info in infos:
+        limit = MANIFEST_MAX_BYTES if info.filename == MANIFEST else max_bytes
+        problem = _entry_problem(info, limit)
+        if problem is None and info.filename in seen:
+            problem = f"duplicate entry {info.filename!r}"
+        if problem is not None:
+            raise ArtifactError(f"artifact refused: {problem}")
+        seen.add(info.filename)
+    missing = sorted({SNAPSHOT, MANIFEST} - seen)
+    if missing:
+        raise ArtifactError(f"artifact refused: missing {', '.join(missing)}")
+    if sum(info.file_size for info in infos) > max_bytes + MANIFEST_MAX_BYTES:
+        raise ArtifactError("artifact refused: total size over the limit")
+    return infos
+
+
+def _extract(bundle: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
+    # Count what really comes out instead of trusting the header's size.
+    written = 0
+    with bundle.open(info) as source, target.open("wb") as out:
+        while chunk := source.read(_CHUNK):
+            written += len(chunk)
+            if written > info.file_size:
+                raise ArtifactError(f"artifact refused: {info.filename} is larger than declared")
+            out.write(chunk)
+
+
+def _check_session(snapshot: Path) -> None:
+    with snapshot.open("rb") as stream:
+        header = stream.read(100)
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        raise ArtifactError("snapshot is not an SQLite database")
+    if header[18] != 1 or header[19] != 1:
+        raise ArtifactError("snapshot is in WAL mode, not a single-file snapshot")
+    try:
+        with contextlib.closing(_connect_existing(snapshot, "ro")) as db:
+            rows = db.execute("PRAGMA integrity_check").fetchall()
+            if rows != [("ok",)]:
+                raise ArtifactError(f"snapshot fails integrity_check: {rows[0][0]}")
+            tables = {row[0] for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"events", "meta"} <= tables:
+                raise ArtifactError("snapshot is not a rio Session (no events/meta tables)")
+            if db.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is None:
+                raise ArtifactError("snapshot is not a rio Session (no schema_version)")
+    except sqlite3.Error as exc:
+        raise ArtifactError(f"snapshot is not a valid SQLite database: {exc}") from exc
+
+
+def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:
+    """Verify the artifact ``zip_path`` and leave ``session.sqlite3`` and ``manifest.json`` in
+    ``dest_dir``. Nothing is written before every entry has passed its checks; on any refusal
+    (``ArtifactError``, one-line reason) neither file is left behind."""
+    targets = [dest_dir / SNAPSHOT, dest_dir / MANIFEST]
+    try:
+        with zipfile.ZipFile(zip_path) as bundle:
+            infos = _check_entries(bundle, max_bytes)
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            for info in infos:
+                _extract(bundle, info, dest_dir / info.filename)
+        manifest = Manifest.from_dict(json.loads((dest_dir / MANIFEST).read_bytes()))
+        if _sha256(dest_dir / SNAPSHOT) != manifest.sha256:
+            raise ArtifactError("snapshot sha256 does not match the manifest (tampered or "
+                                "corrupted)")
+        _check_session(dest_dir / SNAPSHOT)
+        return manifest
+    except ArtifactError:
+        _remove(targets)
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
+            ValueError) as exc:
+        # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
+        _remove(targets)
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ArtifactError(f"artifact refused: {reason}") from exc
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One generation ``restore_newest`` refused; ``generation`` is None when its manifest
+    could not be read."""
+
+    artifact_id: int
+    created_at: str
+    generation: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        which = f"generation {self.generation}" if self.generation is not None else "a generation"
+        return f"{which} (artifact {self.artifact_id}, {self.created_at}) rejected: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Restored:
+    snapshot: Path
+    manifest: Manifest
+    artifact: Artifact
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """``restored`` is None when no generation passed. With ``rejected`` empty that means the
+    Session has never been persisted; with rejections it means every copy is bad — the caller
+    must then fail rather than start over, or it would publish over the lost history."""
+
+    restored: Restored | None
+    rejected: tuple[Rejection, ...]
+
+
+def restore_newest(
+    forge: Forge, name: str, work_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> RestoreResult:
+    """Restore the newest valid generation of artifact ``name`` into ``work_dir/<artifact id>/``.
+
+    Candidates are tried newest first; expired ones and ones that fail ``unpack`` (or exceed
+    the download limit) are recorded as ``Rejection``s and the next older one is tried. A
+    ForgeError (network, permissions) propagates: falling back to an older generation because
+    the newest could not be *fetched* would silently drop history.
+    """
+    rejected: list[Rejection] = []
+    work_dir.mkdir(parents=True, exist_ok=True)
+    for candidate in forge.artifacts(name):
+        outcome, generation = _try(forge, candidate, work_dir, max_bytes)
+        if isinstance(outcome, Manifest):
+            restored = Restored(work_dir / str(candidate.id) / SNAPSHOT, outcome, candidate)
+            return RestoreResult(restored, tuple(rejected))
+        rejected.append(Rejection(candidate.id, candidate.created_at, generation, outcome))
+    return RestoreResult(None, tuple(rejected))
+
+
+def _try(
+    forge: Forge, candidate: Artifact, work_dir: Path, max_bytes: int
+) -> tuple[Manifest | str, int | None]:
+    """The candidate's verified Manifest, or why it was refused and the generation it claims."""
+    if candidate.expired:
+        return "expired", None
+    if candidate.size_in_bytes > max_bytes + MANIFEST_MAX_BYTES:
+        return f"{candidate.size_in_bytes} bytes, over the {max_bytes}-byte limit", None
+    zip_path = work_dir / f"{candidate.id}.zip"
+    target = work_dir / str(candidate.id)
+    try:
+        forge.download_artifact(candidate.id, zip_path)
+        return unpack(zip_path, target, max_bytes=max_bytes), None
+    except ArtifactError as exc:
+        generation = _peek_generation(zip_path)
+        with contextlib.suppress(OSError):
+            target.rmdir()
+        return str(exc), generation
+    except StorageError as exc:  # the download went over its size limit
+        return str(exc), None
+    finally:
+        zip_path.unlink(missing_ok=True)
+
+
+def _peek_generation(zip_path: Path) -> int | None:
+    """The generation a refused artifact claims, for the log line only (never trusted)."""
+    try:
+        with zipfile.ZipFile(zip_path) as bundle:
+            info = bundle.getinfo(MANIFEST)
+            if info.file_size > MANIFEST_MAX_BYTES:
+                return None
+            data: Any = json.loads(bundle.read(info))
+        generation = data.get("generation") if isinstance(data, dict) else None
+        return generation if _is_int(generation) else None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError):
+        return None

@@ -1,0 +1,336 @@
+"""The Forge on GitHub, through PyGithub (and plain ``urllib`` for artifact downloads).
+
+Every PyGithub or network failure leaves this module as ``rio_ci.errors.ForgeError`` with a
+message naming the operation that failed; an oversized artifact download raises
+``StorageError``. Writes are made idempotent by reading first (a marker for comments, the head
+branch for pull requests) and are never retried blindly: the retry policy below only repeats
+GET requests, so a lost response to a POST cannot post twice.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from email.message import Message
+from http.client import HTTPResponse
+from pathlib import Path
+from typing import IO
+
+from github import Auth, Consts, Github
+from github.GithubException import (
+    BadAttributeException,
+    GithubException,
+    UnknownObjectException,
+)
+from github.IssueComment import IssueComment
+from urllib3.util.retry import Retry
+
+from rio_ci.errors import ForgeError, StorageError
+from rio_ci.forge.base import Artifact, Check, Comment, Issue
+
+DEFAULT_API_URL = "https://api.github.com"
+DOWNLOAD_LIMIT_BYTES = 512 * 1024 * 1024
+PERMISSIONS = frozenset({"admin", "maintain", "write", "triage", "read", "none"})
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_HOPS = 5
+_CHUNK = 1024 * 1024
+_USER_AGENT = "rio-ci"
+
+
+@contextmanager
+def _failing(what: str) -> Iterator[None]:
+    """Turn PyGithub and network failures inside the block into one ``ForgeError``."""
+    try:
+        yield
+    except GithubException as exc:
+        detail = exc.message or (exc.data.get("message") if isinstance(exc.data, dict) else None)
+        raise ForgeError(f"GitHub: {what} failed: HTTP {exc.status} {detail or ''}".rstrip(),
+                         status=exc.status) from exc
+    except BadAttributeException as exc:
+        raise ForgeError(f"GitHub: {what} failed: unexpected response shape") from exc
+    except OSError as exc:  # requests' and urllib's errors are OSErrors
+        raise ForgeError(f"GitHub: {what} failed: {exc}") from exc
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _KeepRedirects(urllib.request.HTTPRedirectHandler):
+    """Surface every redirect as an HTTPError so the caller decides which headers travel."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        return None
+
+
+class GitHubForge:
+    """``rio_ci.forge.base.Forge`` for one GitHub repository ``owner/name``.
+
+    Construction reads the repository once, so a wrong name or token fails here. ``retries``
+    bounds retries of idempotent GETs on connection errors and 5xx answers. ``throttle`` keeps
+    PyGithub's spacing between requests (GitHub's advice against secondary rate limits); tests
+    against a local fake turn it off. ``comment_author``, when given, restricts
+    ``upsert_comment`` to comments written by that login (e.g. ``github-actions[bot]``), so a
+    comment from someone else that quotes the marker is never taken over.
+    """
+
+    def __init__(
+        self,
+        repo: str,
+        token: str,
+        api_url: str = DEFAULT_API_URL,
+        *,
+        retries: int = 2,
+        timeout: int = 30,
+        throttle: bool = True,
+        comment_author: str | None = None,
+    ) -> None:
+        owner, _, name = repo.partition("/")
+        if not owner or not name or "/" in name:
+            raise ValueError(f"repository must be 'owner/name', got {repo!r}")
+        self._full_name = repo
+        self._owner = owner
+        self._token = token
+        self._api_url = api_url.rstrip("/")
+        self._timeout = timeout
+        self._comment_author = comment_author
+        retry = Retry(
+            total=retries,
+            backoff_factor=0.5,
+            status_forcelist=(500, 502, 503, 504),
+            allowed_methods=frozenset({"GET", "HEAD"}),
+            raise_on_status=False,
+        )
+        self._github = Github(
+            auth=Auth.Token(token),
+            base_url=self._api_url,
+            retry=retry,
+            timeout=timeout,
+            per_page=100,
+            seconds_between_requests=Consts.DEFAULT_SECONDS_BETWEEN_REQUESTS if throttle else None,
+            seconds_between_writes=Consts.DEFAULT_SECONDS_BETWEEN_WRITES if throttle else None,
+        )
+        with _failing(f"opening repository {repo}"):
+            self._repo = self._github.get_repo(repo)
+
+    def close(self) -> None:
+        self._github.close()
+
+    # -- issues and comments -------------------------------------------------------------------
+
+    def issue(self, number: int) -> Issue:
+        with _failing(f"reading issue #{number}"):
+            found = self._repo.get_issue(number)
+            return Issue(
+                number=found.number,
+                title=found.title,
+                body=found.body or "",
+                author=found.user.login if found.user else "",
+                labels=tuple(label.name for label in found.labels),
+            )
+
+    def permission(self, user: str) -> str:
+        """The user's permission on the repository; an unknown user or an answer this module
+        does not recognise is 'none', so an odd reply never grants access."""
+        with _failing(f"reading the permission of {user}"):
+            try:
+                level = self._repo.get_collaborator_permission(user)
+            except UnknownObjectException:
+                return "none"
+        return level if level in PERMISSIONS else "none"
+
+    def comments(self, number: int, after_id: int = 0) -> list[Comment]:
+        with _failing(f"listing comments of #{number}"):
+            found = [
+                self._comment(number, c)
+                for c in self._repo.get_issue(number).get_comments()
+                if c.id > after_id
+            ]
+        return sorted(found, key=lambda c: c.id)
+
+    def upsert_comment(self, number: int, marker: str, body: str) -> int:
+        """Edit the oldest comment containing ``marker`` (skipping the write when its body is
+        already ``body``), or create one. Replaying the same call therefore never posts twice."""
+        if marker not in body:
+            raise ValueError("the comment body must contain its marker")
+        with _failing(f"writing the comment {marker} on #{number}"):
+            issue = self._repo.get_issue(number)
+            for existing in issue.get_comments():
+                if marker not in (existing.body or ""):
+                    continue
+                if self._comment_author and self._login(existing) != self._comment_author:
+                    continue
+                if existing.body != body:
+                    existing.edit(body)
+                return existing.id
+            return issue.create_comment(body).id
+
+    @staticmethod
+    def _login(comment: IssueComment) -> str:
+        return comment.user.login if comment.user else ""
+
+    def _comment(self, number: int, comment: IssueComment) -> Comment:
+        return Comment(
+            id=comment.id,
+            issue=number,
+            author=self._login(comment),
+            association=comment.author_association or "NONE",
+            body=comment.body or "",
+            url=comment.html_url,
+        )
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def checks(self, branch: str, after_id: int = 0) -> list[Check]:
+        """Completed workflow runs on ``branch`` plus completed check runs of its head commit,
+        each with id > ``after_id``, sorted by id. Check runs made by GitHub Actions are left
+        out: they are the jobs of the workflow runs already listed, and one observation per
+        run is what the model needs. Workflow-run and check-run ids are separate sequences on
+        GitHub, so one watermark covers both only approximately; callers de-duplicate by
+        ``(kind, id)``. A branch that does not exist (yet) has no checks."""
+        with _failing(f"reading branch {branch}"):
+            try:
+                head = self._repo.get_branch(branch)
+            except UnknownObjectException:
+                return []
+        found: list[Check] = []
+        with _failing(f"listing workflow runs of {branch}"):
+            for run in self._repo.get_workflow_runs(branch=head, status="completed"):
+                if run.id > after_id and run.head_branch == branch:
+                    found.append(Check(
+                        id=run.id, kind="workflow_run", name=run.name or "",
+                        conclusion=run.conclusion or "", url=run.html_url, head_branch=branch,
+                    ))
+        with _failing(f"listing check runs of {branch}"):
+            for check_run in head.commit.get_check_runs(status="completed"):
+                if check_run.id <= after_id:
+                    continue
+                if check_run.app is not None and check_run.app.slug == "github-actions":
+                    continue
+                found.append(Check(
+                    id=check_run.id, kind="check_run", name=check_run.name,
+                    conclusion=check_run.conclusion or "", url=check_run.html_url,
+                    head_branch=branch,
+                ))
+        return sorted(found, key=lambda c: c.id)
+
+    # -- pull requests and workflows -----------------------------------------------------------
+
+    def open_pull_request(self, branch: str, base: str, title: str, body: str) -> str:
+        """Reuse the open pull request whose head is ``owner:branch``, or open one. If another
+        job opened it between our look and our create (GitHub answers 422), that one is used."""
+        head = f"{self._owner}:{branch}"
+        with _failing(f"opening a pull request from {branch}"):
+            existing = self._open_pull(head)
+            if existing is not None:
+                return existing
+            try:
+                return self._repo.create_pull(base=base, head=branch, title=title,
+                                              body=body).html_url
+            except GithubException as exc:
+                again = self._open_pull(head) if exc.status == 422 else None
+                if again is None:
+                    raise
+                return again
+
+    def _open_pull(self, head: str) -> str | None:
+        for pull in self._repo.get_pulls(state="open", head=head):
+            return pull.html_url
+        return None
+
+    def dispatch(self, workflow: str, ref: str, inputs: dict[str, str]) -> None:
+        with _failing(f"dispatching {workflow} on {ref}"):
+            self._repo.get_workflow(workflow).create_dispatch(ref, inputs, throw=True)
+
+    # -- artifacts -----------------------------------------------------------------------------
+
+    def artifacts(self, name: str) -> list[Artifact]:
+        with _failing(f"listing artifacts named {name}"):
+            listed = [a for a in self._repo.get_artifacts(name=name) if a.name == name]
+            listed.sort(key=lambda a: (a.created_at, a.id), reverse=True)
+            return [
+                Artifact(
+                    id=a.id,
+                    name=a.name,
+                    created_at=_iso(a.created_at),
+                    size_in_bytes=a.size_in_bytes,
+                    expired=a.expired,
+                    run_id=a.workflow_run.id if a.workflow_run is not None else None,
+                )
+                for a in listed
+            ]
+
+    def download_artifact(
+        self, artifact_id: int, dest: Path, *, max_bytes: int = DOWNLOAD_LIMIT_BYTES
+    ) -> Path:
+        """Fetch the artifact's zip into ``dest``. The token goes only to the API endpoint;
+        the redirect target (a pre-signed URL) is fetched without it. More than ``max_bytes``
+        raises ``StorageError`` and leaves no file behind."""
+        url = f"{self._api_url}/repos/{self._full_name}/actions/artifacts/{artifact_id}/zip"
+        what = f"downloading artifact {artifact_id}"
+        with _failing(what), self._follow(url, what) as response:
+            declared = response.headers.get("Content-Length")
+            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                raise StorageError(f"artifact {artifact_id} is {declared} bytes, over the "
+                                   f"{max_bytes}-byte limit")
+            partial = dest.with_name(dest.name + ".part")
+            try:
+                self._stream(response, partial, max_bytes, artifact_id)
+                os.replace(partial, dest)
+            finally:
+                partial.unlink(missing_ok=True)
+        return dest
+
+    @staticmethod
+    def _stream(response: HTTPResponse, partial: Path, max_bytes: int, artifact_id: int) -> None:
+        received = 0
+        with partial.open("wb") as out:
+            while chunk := response.read(_CHUNK):
+                received += len(chunk)
+                if received > max_bytes:
+                    raise StorageError(f"artifact {artifact_id} exceeds the {max_bytes}-byte "
+                                       "limit")
+                out.write(chunk)
+
+    @contextmanager
+    def _follow(self, url: str, what: str) -> Iterator[HTTPResponse]:
+        """GET ``url`` with the token, then follow redirects by hand without it."""
+        opener = urllib.request.build_opener(_KeepRedirects)
+        request = urllib.request.Request(url, headers={
+            "Authorization": f"Bearer {self._token}",
+            "Accept": "application/vnd.github+json",
+            "User-Agent": _USER_AGENT,
+        })
+        for _ in range(_MAX_HOPS):
+            try:
+                response: HTTPResponse = opener.open(request, timeout=self._timeout)
+            except urllib.error.HTTPError as exc:
+                location = exc.headers.get("Location") if exc.code in _REDIRECTS else None
+                exc.close()
+                if location is None:
+                    raise ForgeError(f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}",
+                                     status=exc.code) from exc
+                target = urllib.parse.urljoin(request.full_url, location)
+                if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+                    raise ForgeError(f"GitHub: {what} failed: redirect to a non-HTTP URL",
+                                     status=exc.code) from exc
+                request = urllib.request.Request(target, headers={"User-Agent": _USER_AGENT})
+                continue
+            with response:
+                yield response
+            return
+        raise ForgeError(f"GitHub: {what} failed: more than {_MAX_HOPS} redirects")
