@@ -131,11 +131,15 @@ def pack(
 ) -> Path:
     """Write ``session.sqlite3`` and ``manifest.json`` into ``out_dir`` and return ``out_dir``.
 
-    The snapshot is a consistent copy of the live (WAL) database made with the backup API while
-    other connections may keep writing, switched to ``journal_mode=DELETE`` so it is one file.
-    ``out_dir`` may hold nothing else, because the whole directory becomes the artifact and
-    ``unpack`` refuses extra entries. Raises ``StorageError`` if the Session cannot be copied.
+    The snapshot is a consistent copy of the live (WAL) database made with the backup API,
+    read-only, while an Owner may keep writing; the copy is switched to
+    ``journal_mode=DELETE`` so it is one self-contained file. ``out_dir`` may hold nothing
+    else, because the whole directory becomes the artifact and ``unpack`` refuses extra
+    entries. Manifest values ``unpack`` would refuse raise ValueError before anything is
+    written; a Session that cannot be copied raises ``StorageError``.
     """
+    Manifest.from_dict(Manifest(generation, parent_generation, run_id, "0" * 64,
+                                next_wake).to_dict())
     out_dir.mkdir(parents=True, exist_ok=True)
     strays = sorted(p.name for p in out_dir.iterdir() if p.name not in (SNAPSHOT, MANIFEST))
     if strays:
@@ -145,30 +149,28 @@ def pack(
     partial = out_dir / f".{SNAPSHOT}.partial"
     try:
         partial.unlink(missing_ok=True)
-        with (contextlib.closing(_connect_existing(db_path, "rw")) as source,
+        with (contextlib.closing(_connect_existing(db_path, "ro")) as source,
               contextlib.closing(sqlite3.connect(partial)) as copy):
             source.backup(copy)
             mode = copy.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
             check = copy.execute("PRAGMA integrity_check").fetchall()
         if mode != "delete":
-            raise StorageError(f"the snapshot stayed in journal_mode={mode}")
+            raise StorageError(f"the snapshot of {db_path} stayed in journal_mode={mode}")
         if check != [("ok",)]:
-            raise StorageError(f"the snapshot fails integrity_check: {check[0][0]}")
+            raise StorageError(f"the snapshot of {db_path} fails integrity_check: "
+                               f"{_one_line(check[0][0])}")
         with partial.open("rb") as stream:
             os.fsync(stream.fileno())
         manifest = Manifest(generation, parent_generation, run_id, _sha256(partial), next_wake)
-        Manifest.from_dict(manifest.to_dict())  # refuse to write what unpack would refuse
         os.replace(partial, out_dir / SNAPSHOT)
-    except sqlite3.Error as exc:
-        raise StorageError(f"cannot snapshot {db_path}: {exc}") from exc
-    except ValueError as exc:
-        raise StorageError(f"cannot write the manifest: {exc}") from exc
+        manifest_partial = out_dir / f".{MANIFEST}.partial"
+        manifest_partial.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
+        os.replace(manifest_partial, out_dir / MANIFEST)
+    except (sqlite3.Error, OSError) as exc:
+        raise StorageError(f"cannot snapshot {db_path}: {_one_line(exc)}") from exc
     finally:
         partial.unlink(missing_ok=True)
         Path(f"{partial}-journal").unlink(missing_ok=True)
-    manifest_partial = out_dir / f".{MANIFEST}.partial"
-    manifest_partial.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
-    os.replace(manifest_partial, out_dir / MANIFEST)
     return out_dir
 
 
@@ -186,25 +188,26 @@ def _entry_problem(info: zipfile.ZipInfo, limit: int) -> str | None:
     path = PurePosixPath(name)
     mode = info.external_attr >> 16
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        return f"absolute path {name!r}"
+        return f"zip entry {name!r} has an absolute path"
     if ".." in path.parts or "\\" in name:
-        return f"path traversal {name!r}"
+        return f"zip entry {name!r} attempts path traversal"
     if info.is_dir() or info.external_attr & 0x10:
-        return f"directory entry {name!r}"
-    if mode and stat.S_ISLNK(mode):
-        return f"symlink entry {name!r}"
-    if mode and not stat.S_ISREG(mode):
-        return f"non-regular file {name!r}"
+        return f"zip entry {name!r} is a directory"
+    if stat.S_ISLNK(mode):
+        return f"zip entry {name!r} is a symlink"
+    # Some writers (Python's writestr among them) store permission bits without a file type.
+    if stat.S_IFMT(mode) not in (0, stat.S_IFREG):
+        return f"zip entry {name!r} is not a regular file"
     if name not in (SNAPSHOT, MANIFEST):
-        return f"unexpected entry {name!r}"
+        return f"unexpected zip entry {name!r}"
     if info.flag_bits & 0x1:
-        return f"encrypted entry {name!r}"
+        return f"zip entry {name!r} is encrypted"
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        return f"unsupported compression in {name!r}"
+        return f"zip entry {name!r} uses an unsupported compression"
     if info.file_size > limit:
-        return f"{name} is {info.file_size} bytes, over the {limit}-byte limit"
+        return f"zip entry {name!r} is {info.file_size} bytes, over the {limit}-byte limit"
     if info.file_size > _RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-        return f"{name} claims a compression ratio over {MAX_RATIO}:1"
+        return f"zip entry {name!r} claims a compression ratio over {MAX_RATIO}:1"
     return None
 
 
@@ -215,15 +218,15 @@ def _check_entries(bundle: zipfile.ZipFile, max_bytes: int) -> list[zipfile.ZipI
         limit = MANIFEST_MAX_BYTES if info.filename == MANIFEST else max_bytes
         problem = _entry_problem(info, limit)
         if problem is None and info.filename in seen:
-            problem = f"duplicate entry {info.filename!r}"
+            problem = f"duplicate zip entry {info.filename!r}"
         if problem is not None:
-            raise ArtifactError(f"artifact refused: {problem}")
+            raise ArtifactError(problem)
         seen.add(info.filename)
     missing = sorted({SNAPSHOT, MANIFEST} - seen)
     if missing:
-        raise ArtifactError(f"artifact refused: missing {', '.join(missing)}")
+        raise ArtifactError(f"missing zip entry {', '.join(missing)}")
     if sum(info.file_size for info in infos) > max_bytes + MANIFEST_MAX_BYTES:
-        raise ArtifactError("artifact refused: total size over the limit")
+        raise ArtifactError("zip entries add up to more than the size limit")
     return infos
 
 
@@ -234,7 +237,7 @@ def _extract(bundle: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> No
         while chunk := source.read(_CHUNK):
             written += len(chunk)
             if written > info.file_size:
-                raise ArtifactError(f"artifact refused: {info.filename} is larger than declared")
+                raise ArtifactError(f"zip entry {info.filename!r} is larger than declared")
             out.write(chunk)
 
 
@@ -249,7 +252,7 @@ def _check_session(snapshot: Path) -> None:
         with contextlib.closing(_connect_existing(snapshot, "ro")) as db:
             rows = db.execute("PRAGMA integrity_check").fetchall()
             if rows != [("ok",)]:
-                raise ArtifactError(f"snapshot fails integrity_check: {rows[0][0]}")
+                raise ArtifactError(f"snapshot fails integrity_check: {_one_line(rows[0][0])}")
             tables = {row[0] for row in db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not {"events", "meta"} <= tables:
@@ -257,7 +260,7 @@ def _check_session(snapshot: Path) -> None:
             if db.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is None:
                 raise ArtifactError("snapshot is not a rio Session (no schema_version)")
     except sqlite3.Error as exc:
-        raise ArtifactError(f"snapshot is not a valid SQLite database: {exc}") from exc
+        raise ArtifactError(f"snapshot is not a valid SQLite database: {_one_line(exc)}") from exc
 
 
 def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:
@@ -266,12 +269,11 @@ def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
     (``ArtifactError``, one-line reason) neither file is left behind."""
     targets = [dest_dir / SNAPSHOT, dest_dir / MANIFEST]
     try:
-        with zipfile.ZipFile(zip_path) as bundle:
-            infos = _check_entries(bundle, max_bytes)
-            dest_dir.mkdir(parents=True, exist_ok=True)
-            for info in infos:
-                _extract(bundle, info, dest_dir / info.filename)
-        manifest = Manifest.from_dict(json.loads((dest_dir / MANIFEST).read_bytes()))
+        _extract_checked(zip_path, dest_dir, max_bytes)
+        try:
+            manifest = Manifest.from_dict(json.loads((dest_dir / MANIFEST).read_bytes()))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
+            raise ArtifactError(f"manifest refused: {_one_line(exc)}") from exc
         if _sha256(dest_dir / SNAPSHOT) != manifest.sha256:
             raise ArtifactError("snapshot sha256 does not match the manifest (tampered or "
                                 "corrupted)")
@@ -280,12 +282,21 @@ def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
     except ArtifactError:
         _remove(targets)
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
-            ValueError) as exc:
-        # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too.
-        _remove(targets)
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ArtifactError(f"artifact refused: {reason}") from exc
+
+
+def _extract_checked(zip_path: Path, dest_dir: Path, max_bytes: int) -> None:
+    try:
+        with zipfile.ZipFile(zip_path) as bundle:
+            infos = _check_entries(bundle, max_bytes)
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            for info in infos:
+                _extract(bundle, info, dest_dir / info.filename)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError) as exc:
+        raise ArtifactError(f"not a valid zip archive: {_one_line(exc)}") from exc
+
+
+def _one_line(reason: object) -> str:
+    return " ".join(str(reason).split()) or type(reason).__name__
 
 
 def _remove(paths: list[Path]) -> None:

@@ -167,24 +167,24 @@ def _model_attempt(proj: Projection, seq: int, d: dict[str, Any]) -> None:
         proj.turn["not_before"] = d["not_before"]
         proj.turn["response"] = None
     proj.usage["attempts"] += 1
+    # Unknown until a response says otherwise: a lost attempt is never counted as free.
+    proj.usage["unknown_cost_attempts"] += 1
 
 
 def _model_response(proj: Projection, seq: int, d: dict[str, Any]) -> None:
     usage = d.get("usage")
-    if usage is None:
-        proj.usage["unknown_cost_attempts"] += 1
-    else:
+    if usage is not None:
         proj.usage["input_tokens"] += usage["input_tokens"]
         proj.usage["output_tokens"] += usage["output_tokens"]
-        if usage["cost_usd"] is None:
-            proj.usage["unknown_cost_attempts"] += 1
-        else:
+        if usage["cost_usd"] is not None:
             proj.usage["cost_usd"] = round(proj.usage["cost_usd"] + usage["cost_usd"], 9)
+            proj.usage["unknown_cost_attempts"] -= 1
     if d["ok"]:
         proj.usage["rounds"] += 1
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
         proj.turn["response"] = {"attempt": d["attempt"], "ok": d["ok"], "seq": seq,
                                  "patch": d.get("patch"), "error": d.get("error")}
+        proj.turn["not_before"] = d.get("not_before", 0.0)
 
 
 def _execution_started(proj: Projection, seq: int, d: dict[str, Any]) -> None:

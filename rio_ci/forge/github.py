@@ -31,7 +31,7 @@ from github.IssueComment import IssueComment
 from urllib3.util.retry import Retry
 
 from rio_ci.errors import ForgeError, StorageError
-from rio_ci.forge.base import Artifact, Check, Comment, Issue
+from rio_ci.forge.base import Artifact, Check, Comment, Forge, Issue
 
 DEFAULT_API_URL = "https://api.github.com"
 DOWNLOAD_LIMIT_BYTES = 512 * 1024 * 1024
@@ -334,3 +334,7 @@ class GitHubForge:
                 yield response
             return
         raise ForgeError(f"GitHub: {what} failed: more than {_MAX_HOPS} redirects")
+
+
+def _conforms(forge: GitHubForge) -> Forge:
+    return forge  # mypy proves here that GitHubForge satisfies the Forge Protocol

@@ -1,0 +1,99 @@
+"""The scripted model: a YAML list of patches, one per round (SPEC §11).
+
+Round *k* answers the Session's *k*-th Turn, counted from accepted patches, so a script
+carries on correctly across restarts and jobs. The script fills in what its author cannot
+know: the leading ``/revision`` test, each new Cell's ``id`` and ``previous_id``, and two
+placeholders — ``target_cell_id: $unresolved`` and ``evidence_refs: [$delivered]``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rio_ci.errors import ModelError, UsageError
+from rio_ci.model.base import ModelReply, ModelRequest, Usage
+
+_INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+
+
+def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read script {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"script {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, list):
+        raise UsageError(f"script {path} must be a YAML list of rounds")
+    rounds = []
+    for number, item in enumerate(data, 1):
+        patch = item.get("patch") if isinstance(item, dict) else item
+        if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
+            raise UsageError(f"script {path}: round {number} must be a list of operations "
+                             "or {patch: [...]}")
+        rounds.append(patch)
+    return rounds
+
+
+class ScriptedModel:
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self.name = f"scripted:{path}"
+        self.rounds = load_script(path)
+
+    def ask(self, request: ModelRequest) -> ModelReply:
+        k = request.round_index
+        if k > len(self.rounds):
+            raise ModelError(f"the script has {len(self.rounds)} rounds; round {k} is past its "
+                             "end", retryable=False)
+        patch = complete(self.rounds[k - 1], request)
+        return ModelReply(patch=patch, usage=Usage(0, 0, 0.0),
+                          raw={"script": self.path, "round": k, "patch": patch})
+
+
+def complete(ops: list[dict[str, Any]], request: ModelRequest) -> list[dict[str, Any]]:
+    """Fill in the revision test, ids, predecessors and placeholders for one round."""
+    state = request.state
+    ops = copy.deepcopy(ops)
+    if not (ops and ops[0].get("op") == "test" and ops[0].get("path") == "/revision"):
+        ops.insert(0, {"op": "test", "path": "/revision", "value": state["revision"]})
+    work = [c["id"] for c in state["cells"]]
+    next_id = state["runtime"]["next_cell_id"]
+    for op in ops[1:]:
+        kind, path = op.get("op"), op.get("path", "")
+        match = _INDEX.match(path) if isinstance(path, str) else None
+        if kind == "remove" and match and int(match.group(1)) < len(work):
+            del work[int(match.group(1))]
+            continue
+        if kind not in ("add", "replace") or not isinstance(op.get("value"), dict):
+            continue
+        cell = op["value"]
+        cell.setdefault("id", next_id)
+        if kind == "add":
+            cell.setdefault("previous_id", None)
+            work.append(cell["id"])
+        elif match and int(match.group(1)) < len(work):
+            cell.setdefault("previous_id", work[int(match.group(1))])
+            work[int(match.group(1))] = cell["id"]
+        next_id += 1
+        _placeholders(cell, request)
+    return ops
+
+
+def _placeholders(cell: dict[str, Any], request: ModelRequest) -> None:
+    runtime = request.state["runtime"]
+    if cell.get("target_cell_id") == "$unresolved":
+        unresolved = sorted(int(k) for k, v in runtime["cells"].items()
+                            if (v.get("result") or {}).get("type") == "UnknownExecution"
+                            and v.get("resolved_by") is None)
+        cell["target_cell_id"] = unresolved[0] if unresolved else None
+    refs = cell.get("evidence_refs")
+    if isinstance(refs, list) and "$delivered" in refs:
+        own = f"execution:{cell.get('target_cell_id')}"
+        delivered = [f"session:event:{m['seq']}" for m in runtime["inbox"] if m["id"] != own]
+        cell["evidence_refs"] = [r for r in refs if r != "$delivered"] + delivered
