@@ -75,7 +75,8 @@ class FakeGitHub:
         server.daemon_threads = True
         self._server = server
         self.api_url = f"http://127.0.0.1:{server.server_address[1]}"
-        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        # A short poll interval keeps shutdown (and so each test's teardown) fast.
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
         return self
 
@@ -354,6 +355,7 @@ def _encode(status: int, data: Json, headers: dict[str, str]) -> tuple[int, byte
 def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        wbufsize = 1 << 16  # one write per response: avoids Nagle + delayed-ACK stalls
 
         def _serve(self) -> None:
             split = urllib.parse.urlsplit(self.path)

@@ -1,0 +1,216 @@
+"""GitHubForge: the real PyGithub client against a local fake of the GitHub REST API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.github_api import FakeGitHub
+
+from rio_ci.errors import ForgeError, StorageError
+from rio_ci.forge.github import GitHubForge
+
+MARKER = "<!-- rio:progress -->"
+
+
+@pytest.fixture
+def gh() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as fake:
+        yield fake
+
+
+@pytest.fixture
+def forge(gh: FakeGitHub) -> GitHubForge:
+    return GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+
+
+def test_a_wrong_token_fails_at_construction(gh: FakeGitHub) -> None:
+    with pytest.raises(ForgeError, match="opening repository octo/demo") as caught:
+        GitHubForge(gh.repo, "not-the-token", gh.api_url, throttle=False, retries=0)
+    assert caught.value.status == 401
+
+
+def test_permission_is_the_collaborator_level_or_none(gh: FakeGitHub, forge: GitHubForge) -> None:
+    gh.add_collaborator("alice", "write")
+    gh.add_collaborator("bob", "read")
+    gh.add_collaborator("odd", "superuser")
+    assert forge.permission("alice") == "write"
+    assert forge.permission("bob") == "read"
+    assert forge.permission("mallory") == "none"  # 404 from GitHub
+    assert forge.permission("odd") == "none"  # an unknown answer grants nothing
+
+
+def test_issue_is_read_with_its_labels(gh: FakeGitHub, forge: GitHubForge) -> None:
+    number = gh.add_issue("Fix the route", "It 500s", user="carol", labels=("rio", "bug"))
+    assert forge.issue(number).title == "Fix the route"
+    assert forge.issue(number).body == "It 500s"
+    assert forge.issue(number).author == "carol"
+    assert forge.issue(number).labels == ("rio", "bug")
+
+
+def test_comments_after_the_watermark_come_oldest_first(gh: FakeGitHub,
+                                                       forge: GitHubForge) -> None:
+    number = gh.add_issue("goal")
+    first = gh.add_comment(number, "one", user="alice", association="OWNER")
+    second = gh.add_comment(number, "two", user="eve", association="NONE")
+    third = gh.add_comment(number, "three", user="bob", association="COLLABORATOR")
+    gh.add_comment(gh.add_issue("other"), "elsewhere")
+
+    assert [c.id for c in forge.comments(number)] == [first, second, third]
+    later = forge.comments(number, after_id=first)
+    assert [(c.id, c.author, c.association, c.body) for c in later] == [
+        (second, "eve", "NONE", "two"),
+        (third, "bob", "COLLABORATOR", "three"),
+    ]
+    assert later[0].issue == number
+    assert later[0].url.endswith(f"#issuecomment-{second}")
+    assert forge.comments(number, after_id=third) == []
+
+
+def test_a_missing_issue_is_a_forge_error_naming_the_operation(forge: GitHubForge) -> None:
+    with pytest.raises(ForgeError, match="listing comments of #99") as caught:
+        forge.comments(99)
+    assert caught.value.status == 404
+
+
+def test_upsert_comment_edits_one_comment_in_place(gh: FakeGitHub, forge: GitHubForge) -> None:
+    number = gh.add_issue("goal")
+    gh.add_comment(number, "a human comment")
+
+    created = forge.upsert_comment(number, MARKER, f"{MARKER}\nrunning")
+    edited = forge.upsert_comment(number, MARKER, f"{MARKER}\nsucceeded")
+    replayed = forge.upsert_comment(number, MARKER, f"{MARKER}\nsucceeded")
+
+    assert created == edited == replayed
+    ours = [c for c in gh.comments_on(number) if MARKER in c["body"]]
+    assert len(ours) == 1
+    assert ours[0]["body"] == f"{MARKER}\nsucceeded"
+    assert len(gh.to(f"/repos/{gh.repo}/issues/{number}/comments")) == 4  # 3 lists + 1 create
+    # The replay found the body already written and did not write again.
+    assert len([r for r in gh.requests if r.method == "PATCH"]) == 1
+
+
+def test_upsert_comment_never_takes_over_someone_elses_comment(gh: FakeGitHub) -> None:
+    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0,
+                        comment_author=gh.bot)
+    number = gh.add_issue("goal")
+    planted = gh.add_comment(number, f"quoting {MARKER}", user="eve", association="NONE")
+
+    ours = forge.upsert_comment(number, MARKER, f"{MARKER}\nrunning")
+
+    assert ours != planted
+    assert gh.comments[planted]["body"] == f"quoting {MARKER}"
+    assert forge.upsert_comment(number, MARKER, f"{MARKER}\ndone") == ours
+
+
+def test_a_lost_post_is_not_retried_but_a_failed_get_is(gh: FakeGitHub) -> None:
+    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=2)
+    number = gh.add_issue("goal")
+    gh.fail_next("POST", rf"/repos/{gh.repo}/issues/{number}/comments", 503)
+    with pytest.raises(ForgeError, match="HTTP 503"):
+        forge.upsert_comment(number, MARKER, f"{MARKER}\nrunning")
+    assert gh.comments_on(number) == []
+
+    gh.fail_next("GET", rf"/repos/{gh.repo}/issues/{number}/comments", 503)
+    forge.upsert_comment(number, MARKER, f"{MARKER}\nrunning")
+    assert len(gh.comments_on(number)) == 1
+
+
+def test_checks_are_the_completed_ones_of_the_branch_after_the_watermark(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
+    branch = "rio/issue-7"
+    sha = "a" * 40
+    gh.set_branch(branch, sha)
+    gh.set_branch("main", "b" * 40)
+    old_run = gh.add_workflow_run(branch, "CI", "failure")
+    gh.add_workflow_run("main", "CI", "success")
+    gh.add_workflow_run(branch, "CI", None, status="in_progress")
+    lint = gh.add_check_run(sha, "lint", "success", app="ci-app")
+    gh.add_check_run(sha, "build (job)", "success", app="github-actions")
+    gh.add_check_run(sha, "slow", None, status="queued")
+    gh.add_check_run("b" * 40, "other-branch", "success")
+    new_run = gh.add_workflow_run(branch, "Tests", "success")
+
+    every = forge.checks(branch)
+    assert [(c.kind, c.id, c.name, c.conclusion) for c in every] == [
+        ("workflow_run", old_run, "CI", "failure"),
+        ("check_run", lint, "lint", "success"),
+        ("workflow_run", new_run, "Tests", "success"),
+    ]
+    assert all(c.head_branch == branch for c in every)
+    assert every[0].url.endswith(f"/actions/runs/{old_run}")
+    assert [c.id for c in forge.checks(branch, after_id=lint)] == [new_run]
+    assert forge.checks("rio/issue-404") == []
+
+
+def test_open_pull_request_reuses_the_open_one(gh: FakeGitHub, forge: GitHubForge) -> None:
+    gh.set_branch("rio/issue-3", "c" * 40)
+    first = forge.open_pull_request("rio/issue-3", "main", "Fix #3", "Fixes #3")
+    second = forge.open_pull_request("rio/issue-3", "main", "Fix #3", "Fixes #3")
+
+    assert first == second
+    assert len(gh.pulls) == 1
+    (pull,) = gh.pulls.values()
+    assert (pull["head"]["ref"], pull["base"]["ref"], pull["body"]) == (
+        "rio/issue-3", "main", "Fixes #3")
+    assert len([r for r in gh.to(f"/repos/{gh.repo}/pulls") if r.method == "POST"]) == 1
+    listed = [r for r in gh.to(f"/repos/{gh.repo}/pulls") if r.method == "GET"]
+    assert listed[0].query["head"] == "octo:rio/issue-3"
+
+
+def test_dispatch_is_recorded_with_its_inputs(gh: FakeGitHub, forge: GitHubForge) -> None:
+    gh.add_workflow("rio.yml")
+    forge.dispatch("rio.yml", "main", {"issue": "7"})
+    assert gh.dispatches == [{"workflow": "rio.yml", "ref": "main", "inputs": {"issue": "7"}}]
+    with pytest.raises(ForgeError, match=r"dispatching missing\.yml") as caught:
+        forge.dispatch("missing.yml", "main", {})
+    assert caught.value.status == 404
+
+
+def test_artifacts_are_listed_newest_first_by_exact_name(gh: FakeGitHub,
+                                                       forge: GitHubForge) -> None:
+    middle = gh.add_artifact("rio-session-7", b"2", "2024-03-02T10:00:00Z")
+    newest = gh.add_artifact("rio-session-7", b"3", "2024-03-03T10:00:00Z", run_id=99)
+    oldest = gh.add_artifact("rio-session-7", b"1", "2024-03-01T10:00:00Z", expired=True)
+    gh.add_artifact("rio-session-70", b"x", "2024-03-04T10:00:00Z")
+
+    listed = forge.artifacts("rio-session-7")
+
+    assert [a.id for a in listed] == [newest, middle, oldest]
+    assert listed[0].created_at == "2024-03-03T10:00:00Z"
+    assert (listed[0].run_id, listed[0].size_in_bytes, listed[0].expired) == (99, 1, False)
+    assert listed[2].expired
+
+
+def test_download_follows_the_redirect_without_the_token(gh: FakeGitHub, forge: GitHubForge,
+                                                        tmp_path: Path) -> None:
+    payload = bytes(range(256)) * 1000
+    artifact_id = gh.add_artifact("rio-session-1", payload)
+
+    dest = forge.download_artifact(artifact_id, tmp_path / "a.zip")
+
+    assert dest.read_bytes() == payload
+    (api_call,) = gh.to(f"/repos/{gh.repo}/actions/artifacts/{artifact_id}/zip")
+    assert api_call.headers["authorization"] == f"Bearer {gh.token}"
+    (blob_call,) = gh.to("/download/")
+    assert "authorization" not in blob_call.headers
+    assert gh.token not in repr(blob_call)
+
+
+def test_download_over_the_size_limit_leaves_nothing(gh: FakeGitHub, forge: GitHubForge,
+                                                    tmp_path: Path) -> None:
+    artifact_id = gh.add_artifact("rio-session-1", b"z" * 5000)
+    with pytest.raises(StorageError, match="limit"):
+        forge.download_artifact(artifact_id, tmp_path / "a.zip", max_bytes=4096)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_expired_artifact_download_is_a_forge_error(gh: FakeGitHub, forge: GitHubForge,
+                                                      tmp_path: Path) -> None:
+    artifact_id = gh.add_artifact("rio-session-1", b"gone", expired=True)
+    with pytest.raises(ForgeError, match=f"downloading artifact {artifact_id}") as caught:
+        forge.download_artifact(artifact_id, tmp_path / "a.zip")
+    assert caught.value.status == 410
+    assert list(tmp_path.iterdir()) == []
