@@ -154,6 +154,7 @@ class Harness:
                 w.append("model_response", {"turn_id": turn["turn_id"], "attempt": attempt,
                                             "ok": True, "patch": reply.patch, "usage": usage,
                                             "raw": reply.raw}, ref=turn["turn_id"])
+            crash_point("reply_before_admit")
             return reply
         error: ModelError = box["error"]
         backoff = error.retry_after if error.retry_after is not None else min(
@@ -191,9 +192,10 @@ class Harness:
             return None
         n = proj.idle_streak + 1
         with self.session.journal.write() as w:
-            message = {"id": f"idle:{w.next_seq()}", "kind": "invalid_idle",
+            message_id = f"idle:{w.next_seq()}"
+            message = {"id": message_id, "kind": "invalid_idle",
                        "payload": {"reason": IDLE_REASON, "count": n}}
-            w.append("message_received", {"message": message}, ref=message["id"])
+            w.append("message_received", {"message": message}, ref=message_id)
         return None
 
     def over_budget(self) -> str | None:

@@ -80,6 +80,18 @@ class Forge(Protocol):
         """Download the artifact's zip to ``dest`` (a file path) and return it."""
         ...
 
+    def issues_with_label(self, label: str) -> list[Issue]:
+        """Open issues carrying ``label`` (pull requests excluded)."""
+        ...
+
+    def find_comment(self, number: int, marker: str) -> Comment | None:
+        """The oldest comment on ``number`` whose body contains ``marker``, or None."""
+        ...
+
+    def pull_head(self, number: int) -> str | None:
+        """The head branch of pull request ``number``, or None if it is not a pull request."""
+        ...
+
     def dispatch(self, workflow: str, ref: str, inputs: dict[str, str]) -> None:
         """Start ``workflow`` (file name) with ``workflow_dispatch`` inputs."""
         ...

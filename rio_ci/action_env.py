@@ -1,0 +1,147 @@
+"""The GitHub Actions environment contract (SPEC §13), read once and validated.
+
+Only these variables are read. Unset action inputs take their defaults. Nothing here is
+ever printed whole: the token and the API key stay inside this object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rio_ci.core.limits import Limits
+from rio_ci.errors import UsageError
+
+DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+DEFAULT_LABEL = "rio"
+DEFAULT_CONFIG = ".github/rio.yml"
+DEFAULT_BUDGET_MINUTES = 50.0
+
+
+@dataclass(frozen=True)
+class ActionEnv:
+    event_name: str
+    event_path: Path
+    repository: str
+    api_url: str
+    token: str
+    run_id: str
+    workspace: Path
+    output: Path | None
+    summary: Path | None
+    runner_temp: Path
+    model: str
+    trigger_label: str
+    config: str
+    budget_minutes: float
+    server_url: str
+    workflow_ref: str
+    ref_name: str
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
+        def need(name: str) -> str:
+            value = environ.get(name, "").strip()
+            if not value:
+                raise UsageError(f"{name} is not set; rio-ci action runs inside GitHub Actions "
+                                 "(or a job that sets the same variables)")
+            return value
+
+        budget_text = environ.get("RIO_TIME_BUDGET_MINUTES", "").strip()
+        try:
+            budget = float(budget_text) if budget_text else DEFAULT_BUDGET_MINUTES
+        except ValueError:
+            raise UsageError(f"RIO_TIME_BUDGET_MINUTES must be a number, got {budget_text!r}")\
+                from None
+        if budget <= 0:
+            raise UsageError("RIO_TIME_BUDGET_MINUTES must be positive")
+        optional = {k: environ.get(k, "").strip() for k in ("GITHUB_OUTPUT",
+                                                             "GITHUB_STEP_SUMMARY")}
+        return cls(
+            event_name=need("GITHUB_EVENT_NAME"), event_path=Path(need("GITHUB_EVENT_PATH")),
+            repository=need("GITHUB_REPOSITORY"),
+            api_url=environ.get("GITHUB_API_URL", "").strip() or "https://api.github.com",
+            token=need("GITHUB_TOKEN"), run_id=environ.get("GITHUB_RUN_ID", "0").strip() or "0",
+            workspace=Path(need("GITHUB_WORKSPACE")),
+            output=Path(optional["GITHUB_OUTPUT"]) if optional["GITHUB_OUTPUT"] else None,
+            summary=(Path(optional["GITHUB_STEP_SUMMARY"])
+                     if optional["GITHUB_STEP_SUMMARY"] else None),
+            runner_temp=Path(need("RUNNER_TEMP")),
+            model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
+            trigger_label=environ.get("RIO_TRIGGER_LABEL", "").strip() or DEFAULT_LABEL,
+            config=environ.get("RIO_CONFIG", "").strip() or DEFAULT_CONFIG,
+            budget_minutes=budget,
+            server_url=environ.get("GITHUB_SERVER_URL", "").strip() or "https://github.com",
+            workflow_ref=environ.get("GITHUB_WORKFLOW_REF", "").strip(),
+            ref_name=environ.get("GITHUB_REF_NAME", "").strip(),
+        )
+
+    def event(self) -> dict[str, Any]:
+        try:
+            payload = json.loads(self.event_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"cannot read the event payload {self.event_path}: {exc}") from None
+        if not isinstance(payload, dict):
+            raise UsageError(f"the event payload {self.event_path} is not a JSON object")
+        return payload
+
+    @property
+    def run_url(self) -> str:
+        return f"{self.server_url}/{self.repository}/actions/runs/{self.run_id}"
+
+    @property
+    def workflow_file(self) -> str:
+        path = self.workflow_ref.split("@", 1)[0]
+        return path.rsplit("/", 1)[-1] if path else "rio.yml"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.runner_temp / "rio"
+
+    @property
+    def artifact_dir(self) -> Path:
+        return self.runner_temp / "rio-artifact"
+
+
+@dataclass(frozen=True)
+class Config:
+    """``.github/rio.yml``: validators and limits, applied when a Session is created."""
+
+    validators: list[list[str]]
+    limits: Limits
+
+    @classmethod
+    def load(cls, workspace: Path, relative: str) -> Config:
+        path = workspace / relative
+        if not path.exists():
+            return cls([], Limits())
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise UsageError(f"{relative}: cannot read the configuration: {exc}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"{relative}: the configuration must be a mapping")
+        unknown = sorted(set(data) - {"validators", "limits"})
+        if unknown:
+            raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
+        validators = []
+        for item in data.get("validators") or []:
+            argv = shlex.split(item) if isinstance(item, str) else item
+            if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+                raise UsageError(f"{relative}: each validator is a command string or argv list")
+            validators.append(argv)
+        limits_data = data.get("limits") or {}
+        if not isinstance(limits_data, dict):
+            raise UsageError(f"{relative}: limits must be a mapping of NAME: VALUE")
+        try:
+            limits = Limits.from_dict(limits_data)
+        except ValueError as exc:
+            raise UsageError(f"{relative}: {exc}") from None
+        return cls(validators, limits)

@@ -1,0 +1,102 @@
+"""The progress comment: one per Session, edited in place, built from committed facts only.
+
+Its first line is a marker that finds the comment again; a second hidden line carries the
+small metadata the scheduled sweep reads (status, next wake, generation) so the sweep never
+downloads a journal that has nothing due.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from rio_ci.core.reducer import Projection
+
+MARKER = "<!-- rio-ci:progress -->"
+_META = re.compile(r"<!-- rio-ci:meta (\{.*?\}) -->")
+
+
+def status_of(proj: Projection, outcome: str | None) -> str:
+    if proj.ended:
+        return "succeeded" if proj.ended["result"] == "success" else "failed"
+    if proj.pause:
+        return "paused"
+    if outcome == "waiting" and proj.timers:
+        wake = min(t["deadline"] for t in proj.timers.values())
+        return "waiting until " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(wake))
+    if outcome == "waiting":
+        return "waiting for a comment or a check"
+    return "running"
+
+
+def render(proj: Projection, *, status: str, run_url: str | None, generation: int,
+           operation: str, note: str | None = None, pull_request: str | None = None) -> str:
+    meta = {"status": status, "generation": generation, "operation": operation,
+            "next_wake": min((t["deadline"] for t in proj.timers.values()), default=None),
+            "ended": bool(proj.ended)}
+    usage = proj.usage
+    cost = f"${usage.get('cost_usd', 0.0):.4f}"
+    if usage.get("unknown_cost_attempts"):
+        cost += f" (+{usage['unknown_cost_attempts']} attempts of unknown cost)"
+    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True)} -->",
+             f"### rio-ci: {status}", ""]
+    if note:
+        lines += [f"> {note}", ""]
+    lines += ["| cell | kind | phase | result |", "| --- | --- | --- | --- |"]
+    shown = [c["id"] for c in proj.cells]
+    for key in proj.executions:
+        if int(key) not in shown:
+            shown.append(int(key))
+    by_id = {c["id"]: c for c in proj.cells}
+    for cell_id in shown:
+        ex = proj.executions.get(str(cell_id))
+        cell: dict[str, Any] = by_id.get(cell_id) or (ex or {}).get("cell") or {"kind": "?"}
+        result = (ex or {}).get("result") or {}
+        label = result.get("type", "")
+        if result.get("reason"):
+            label += f" ({result['reason']})"
+        if ex and ex.get("resolved_by"):
+            label += f", resolved by {ex['resolved_by']}"
+        lines.append(f"| {cell_id} | {cell['kind']}{_role(cell)} | "
+                     f"{(ex or {}).get('phase', '—')} | {_cell_text(label)} |")
+    recent = _recent_output(proj)
+    if recent:
+        lines += ["", "<details><summary>recent output</summary>", "", "```text", recent, "```",
+                  "", "</details>"]
+    lines += ["", f"Rounds {usage.get('rounds', 0)} · tokens {usage.get('input_tokens', 0)} in / "
+                  f"{usage.get('output_tokens', 0)} out · cost {cost}"]
+    if pull_request:
+        lines.append(f"Pull request: {pull_request}")
+    if run_url:
+        lines.append(f"[This run]({run_url})")
+    return "\n".join(lines) + "\n"
+
+
+def read_meta(body: str) -> dict[str, Any] | None:
+    match = _META.search(body or "")
+    if not match:
+        return None
+    try:
+        meta = json.loads(match.group(1))
+    except json.JSONDecodeError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _role(cell: dict[str, Any]) -> str:
+    return f" ({cell['role']})" if cell.get("role") else ""
+
+
+def _cell_text(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:200]
+
+
+def _recent_output(proj: Projection) -> str:
+    finished = [e for e in proj.executions.values() if e["stdout"] or e["stderr"]]
+    if not finished:
+        return ""
+    last = max(finished, key=lambda e: e["cell_id"])
+    text = (last["stdout"] + last["stderr"]).strip().replace("```", "`\u200b``")
+    return "\n".join(text.splitlines()[-15:])[-1500:]
