@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import os
-import sqlite3
 import stat
 import zipfile
 import zlib
@@ -30,6 +29,7 @@ from typing import Any, TypedDict
 
 from rio_ci.errors import ArtifactError, StorageError
 from rio_ci.forge.base import Artifact, Forge
+from rio_ci.journal import copy_single_file, single_file_problem
 
 SCHEMA = "rio.artifact/1"
 SNAPSHOT = "session.sqlite3"
@@ -115,11 +115,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _connect_existing(path: Path, mode: str) -> sqlite3.Connection:
-    # A URI with mode=ro/rw never creates a missing file behind our back.
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True)
-
-
 def pack(
     db_path: Path,
     out_dir: Path,
@@ -149,16 +144,7 @@ def pack(
     partial = out_dir / f".{SNAPSHOT}.partial"
     try:
         partial.unlink(missing_ok=True)
-        with (contextlib.closing(_connect_existing(db_path, "ro")) as source,
-              contextlib.closing(sqlite3.connect(partial)) as copy):
-            source.backup(copy)
-            mode = copy.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
-            check = copy.execute("PRAGMA integrity_check").fetchall()
-        if mode != "delete":
-            raise StorageError(f"the snapshot of {db_path} stayed in journal_mode={mode}")
-        if check != [("ok",)]:
-            raise StorageError(f"the snapshot of {db_path} fails integrity_check: "
-                               f"{_one_line(check[0][0])}")
+        copy_single_file(db_path, partial)
         with partial.open("rb") as stream:
             os.fsync(stream.fileno())
         manifest = Manifest(generation, parent_generation, run_id, _sha256(partial), next_wake)
@@ -166,7 +152,7 @@ def pack(
         manifest_partial = out_dir / f".{MANIFEST}.partial"
         manifest_partial.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
         os.replace(manifest_partial, out_dir / MANIFEST)
-    except (sqlite3.Error, OSError) as exc:
+    except OSError as exc:
         raise StorageError(f"cannot snapshot {db_path}: {_one_line(exc)}") from exc
     finally:
         partial.unlink(missing_ok=True)
@@ -248,19 +234,9 @@ def _check_session(snapshot: Path) -> None:
         raise ArtifactError("snapshot is not an SQLite database")
     if header[18] != 1 or header[19] != 1:
         raise ArtifactError("snapshot is in WAL mode, not a single-file snapshot")
-    try:
-        with contextlib.closing(_connect_existing(snapshot, "ro")) as db:
-            rows = db.execute("PRAGMA integrity_check").fetchall()
-            if rows != [("ok",)]:
-                raise ArtifactError(f"snapshot fails integrity_check: {_one_line(rows[0][0])}")
-            tables = {row[0] for row in db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not {"events", "meta"} <= tables:
-                raise ArtifactError("snapshot is not a rio Session (no events/meta tables)")
-            if db.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is None:
-                raise ArtifactError("snapshot is not a rio Session (no schema_version)")
-    except sqlite3.Error as exc:
-        raise ArtifactError(f"snapshot is not a valid SQLite database: {_one_line(exc)}") from exc
+    problem = single_file_problem(snapshot)
+    if problem is not None:
+        raise ArtifactError(f"snapshot refused (not a rio Session, or damaged): {_one_line(problem)}")
 
 
 def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:

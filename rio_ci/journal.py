@@ -92,13 +92,20 @@ class Journal:
                 "instead."
             )
         try:
-            conn = _connect(real, synchronous, create=False)
-            version = _schema_version(conn, path)
-            if version != SCHEMA_VERSION:
-                raise StorageError(
-                    f"{path} has Session schema version {version}; this rio-ci reads version "
-                    f"{SCHEMA_VERSION}. Use a matching rio-ci."
-                )
+            # Check what the file is before any PRAGMA that writes: setting WAL on a foreign
+            # SQLite file would rewrite its header.
+            conn = _connect(real, synchronous, create=False, configure=False)
+            try:
+                version = _schema_version(conn, path)
+                if version != SCHEMA_VERSION:
+                    raise StorageError(
+                        f"{path} has Session schema version {version}; this rio-ci reads "
+                        f"version {SCHEMA_VERSION}. Use a matching rio-ci."
+                    )
+            except BaseException:
+                conn.close()
+                raise
+            _configure(conn, real, synchronous)
             if verify:
                 problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
                 if problems != ["ok"]:
@@ -204,6 +211,7 @@ class Journal:
                 self._snapshot_seq = self.proj.last_seq
             if crash_before:
                 crash_point(crash_before)
+            crash_point("journal_before_commit")
         except BaseException:
             self._rollback()
             raise
@@ -214,6 +222,7 @@ class Journal:
             raise UncertainCommit(
                 f"{self.poisoned}; the outcome is unknown: stop, reopen and inspect"
             ) from None
+        crash_point("journal_after_commit")
 
     def _rollback(self) -> None:
         try:
@@ -258,11 +267,19 @@ class _Writer:
         return self.proj.last_seq + 1
 
 
-def _connect(path: Path, synchronous: str, *, create: bool) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str, *, create: bool,
+             configure: bool = True) -> sqlite3.Connection:
     uri = f"file:{path}?mode={'rwc' if create else 'rw'}"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
                            check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 30000")
+    if configure:
+        _configure(conn, path, synchronous)
+    return conn
+
+
+def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
+    """Set and verify WAL and the synchronous level (SPEC §10)."""
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     level = conn.execute("PRAGMA synchronous").fetchone()[0]
@@ -273,7 +290,6 @@ def _connect(path: Path, synchronous: str, *, create: bool) -> sqlite3.Connectio
             f"{path}: could not set journal_mode=WAL and synchronous={synchronous} "
             f"(got {mode}, {level}); the file system may not support WAL"
         )
-    return conn
 
 
 def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> int:
@@ -295,3 +311,47 @@ def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# --- single-file copies (artifacts) ------------------------------------------------------
+
+
+def copy_single_file(source: Path, target: Path) -> None:
+    """A consistent copy of a live (WAL) Session as one self-contained file (rollback
+    journal), made with SQLite's backup API while an Owner may keep writing."""
+    try:
+        src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+            mode = dst.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
+            check = [r[0] for r in dst.execute("PRAGMA integrity_check")]
+        finally:
+            src.close()
+            dst.close()
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot copy {source}: {exc}") from None
+    if mode != "delete":
+        raise StorageError(f"the copy of {source} stayed in journal_mode={mode}")
+    if check != ["ok"]:
+        raise StorageError(f"the copy of {source} fails integrity_check: {check[0]}")
+
+
+def single_file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a usable single-file Session copy, or None."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            check = [r[0] for r in db.execute("PRAGMA integrity_check")]
+            if check != ["ok"]:
+                return f"integrity_check failed: {check[0]}"
+            version = _schema_version(db, path)
+        finally:
+            db.close()
+    except StorageError as exc:
+        return str(exc)
+    except sqlite3.Error as exc:
+        return f"not a valid SQLite database: {exc}"
+    if version != SCHEMA_VERSION:
+        return f"Session schema version {version}, this rio-ci reads {SCHEMA_VERSION}"
+    return None

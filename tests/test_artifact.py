@@ -37,18 +37,12 @@ def live_db(tmp_path: Path) -> Iterator[Path]:
     """A WAL Session whose newest events live only in the WAL, held open like a live Owner."""
     path = tmp_path / "live" / "session.db"
     path.parent.mkdir()
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA wal_autocheckpoint=0")
-    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    db.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT, data TEXT)")
-    db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-    with db:
-        db.executemany("INSERT INTO events (kind, data) VALUES (?, ?)",
-                       [("note", json.dumps({"n": n})) for n in range(EVENTS)])
+    session = Session.create(path, "keep every event")
+    for n in range(EVENTS - 1):
+        session.receive(f"m{n}", "note", {"n": n})
     assert (path.parent / "session.db-wal").stat().st_size > 0
     yield path
-    db.close()
+    session.close()
 
 
 def packed(db: Path, out: Path, generation: int = 1) -> Path:
