@@ -13,6 +13,7 @@ import signal
 
 POINTS = (
     "model_reply_before_commit",  # a complete model reply in memory, not yet committed
+    "reply_before_admit",  # the model reply committed, not yet admitted
     "accept_before_commit",  # inside the accept transaction, before COMMIT
     "accept_after_commit",  # the patch committed, nothing dispatched
     "launch_before_spawn",  # `started` committed, no process yet
@@ -26,6 +27,16 @@ POINTS = (
     "inbox_after_commit",  # receive(): committed, not yet acknowledged
     "recovery_midway",  # recovery stopped Workers, UnknownExecutions not yet committed
     "checkpoint",  # during a WAL checkpoint
+    "journal_before_commit",  # any write transaction, before COMMIT (:N picks the N-th)
+    "journal_after_commit",  # any write transaction, COMMIT returned (:N picks the N-th)
+    "turn_after_commit",  # a Turn prepared and committed, the model not yet asked
+    "attempt_after_commit",  # a model attempt committed, the request not yet sent
+    "worker_spawned",  # the gated Worker exists, its identity not yet committed
+    "output_before_commit",  # output read from a running script, not yet committed
+    "output_after_commit",  # an output chunk committed, the script still running
+    "recovery_after_commit",  # recovery's UnknownExecutions committed, nothing dispatched
+    "control_after_commit",  # a cancel Control applied and committed
+    "conclusion_before_commit",  # validators ran and committed, the run ending not yet
 )
 
 _target = os.environ.get("RIO_CRASH_AT", "")

@@ -9,7 +9,6 @@ passes and the run concludes in success. No network, no key, no GitHub.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -57,7 +56,8 @@ SCRIPT = '''# The demo's scripted model: one list of operations per round.
 - - {{op: add, path: /cells/-, value: {{kind: cmd, argv: [{py}, -m, unittest, -q]}}}}
 - - {{op: add, path: /cells/-, value: {{kind: note, text: "add() subtracts; patch calc.py"}}}}
   - {{op: add, path: /cells/-, value: {{kind: code, runtime: python, source: {slow}}}}}
-- - {{op: add, path: /cells/-, value: {{kind: cmd, argv: [{py}, -c, "print(open('calc.py').read())"]}}}}
+- - {{op: add, path: /cells/-,
+     value: {{kind: cmd, argv: [{py}, -c, "print(open('calc.py').read())"]}}}}
 - - {{op: add, path: /cells/-, value: {{kind: note, role: resolution, target_cell_id: $unresolved,
        evidence_refs: [$delivered],
        text: "inspection shows calc.py still subtracts: the interrupted fix never ran"}}}}
@@ -70,8 +70,8 @@ SCRIPT = '''# The demo's scripted model: one list of operations per round.
 
 def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], None]) -> int:
     root = (Path(directory) if directory else Path(tempfile.mkdtemp(prefix="rio-demo-"))).resolve()
-    if root.exists() and any(root.iterdir()):
-        raise UsageError(f"{root} is not empty; the demo needs a fresh directory")
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise UsageError(f"{root} is not an empty directory; the demo needs a fresh one")
     story: list[str] = []
 
     def tell(line: str) -> None:
@@ -130,8 +130,8 @@ def _facts(db: Path) -> dict[str, Any]:
         resolution = next((e for e in session.journal.events() if e["kind"] == "patch_accepted"
                            and any(c["role"] == "resolution" for c in e["controls"])), None)
         validator = [e for e in session.journal.events() if e["kind"] == "validator_result"]
-        evidence = ([c["evidence_refs"] for c in resolution["controls"]
-                     if c["role"] == "resolution"][0] if resolution else [])
+        evidence = (next(c["evidence_refs"] for c in resolution["controls"]
+                         if c["role"] == "resolution") if resolution else [])
         return {
             "unknown_executions": len(unknown),
             "unknown_cell": unknown[0]["cell_id"] if unknown else None,

@@ -21,7 +21,7 @@ from typing import Any
 
 from rio_ci.core.admission import Rejection
 from rio_ci.crashpoints import crash_point
-from rio_ci.errors import ModelError, RioError, UsageError
+from rio_ci.errors import ModelError, Rejected, RioError, RunEnded, UsageError
 from rio_ci.model.base import Model, ModelReply, ModelRequest
 from rio_ci.owner import Owner, handle_signals
 
@@ -77,7 +77,10 @@ class Harness:
                 if wait is not None:
                     return wait
                 continue
-            problem = self.over_budget()
+            # A reply committed before a crash is already paid for: admit it as the cut-off
+            # run would have; budgets apply to the next request.
+            saved = proj.turn is not None and (proj.turn["response"] or {}).get("ok")
+            problem = None if saved else self.over_budget()
             if problem:
                 self.owner.end_in_failure(problem)
                 continue
@@ -118,7 +121,17 @@ class Harness:
             if result is None:
                 return None
             reply_patch = result.patch
-        decision = self.session.step(turn["turn_id"], reply_patch)
+        try:
+            decision = self.session.step(turn["turn_id"], reply_patch)
+        except (Rejected, RunEnded):
+            # Another process may step while we run (SPEC §11): if it closed this Turn or
+            # ended the run while the model thought, the reply is moot; go on from what is
+            # committed. Anything else is a real error.
+            proj = self.session.refresh()
+            still_open = proj.turn is not None and proj.turn["turn_id"] == turn["turn_id"]
+            if proj.ended is None and still_open:
+                raise
+            return None
         if isinstance(decision, Rejection):
             return None  # the reason is committed; the next attempt shows it
         return None
@@ -136,6 +149,7 @@ class Harness:
             w.append("model_attempt", {"turn_id": turn["turn_id"], "attempt": attempt,
                                        "fingerprint": fingerprint, "not_before": 0.0,
                                        "model": self.model.name}, ref=turn["turn_id"])
+        crash_point("attempt_after_commit")
         box: dict[str, Any] = {}
         thread = threading.Thread(target=self._call, args=(request, box), daemon=True)
         thread.start()

@@ -1,0 +1,106 @@
+"""``rio-ci demo [DIR]`` (SPEC §12): offline, SIGKILL mid-script, UnknownExecution, resolution
+with evidence, a passing validator and a success conclusion, told as a short story."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rio_ci.session import Session
+
+
+def rio(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RIO_", "ANTHROPIC_", "GITHUB_"))}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    root = tmp_path_factory.mktemp("demo") / "fresh"  # does not exist yet: the demo makes it
+    return root, rio("demo", str(root))
+
+
+def journal(db: Path) -> list[dict[str, Any]]:
+    session = Session.open(db)
+    try:
+        return list(session.journal.events())
+    finally:
+        session.close()
+
+
+def test_demo_succeeds_and_tells_where_the_session_is(
+        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    root, done = demo
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "succeeded"
+    db = Path(summary["db"])
+    assert db.is_file() and db.parent == root.resolve()
+    assert str(db) in done.stderr  # the story names the Session file
+    assert "UnknownExecution" in done.stderr and "SIGKILL" in done.stderr
+
+
+def test_demo_journal_shows_one_interruption_resolved_and_a_validated_success(
+        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    root, done = demo
+    assert done.returncode == 0, done.stdout + done.stderr
+    evs = journal(root / "session.sqlite3")
+    finished = [e for e in evs if e["kind"] == "execution_finished"]
+    unknown = [e for e in finished if e["result"]["type"] == "UnknownExecution"]
+    assert len(unknown) == 1
+    # Committed by the next Owner's recovery: the first one died by SIGKILL, not a signal
+    # it could handle.
+    assert unknown[0]["result"]["reason"] == "worker_lost_before_result_commit"
+    (target,) = [e["cell_id"] for e in unknown]
+    # Never rerun: no Cell was launched twice, the interrupted one included.
+    launches = Counter(e["cell_id"] for e in evs if e["kind"] == "execution_started")
+    assert launches[target] == 1 and max(launches.values()) == 1
+    # The interrupted Cell was killed while its script ran, and resolved with other evidence.
+    resolutions = [c for e in evs if e["kind"] == "patch_accepted" for c in e["controls"]
+                   if c["role"] == "resolution"]
+    assert [c["target_cell_id"] for c in resolutions] == [target]
+    own = unknown[0]["result"]["evidence_refs"]
+    cited = resolutions[0]["evidence_refs"]
+    assert cited and not set(cited) & set(own)
+    # The fix was written as a new version of the interrupted Cell, and it ran.
+    versions = [c for e in evs if e["kind"] == "patch_accepted" for c in e["cells"]
+                if c.get("previous_id") == target]
+    assert len(versions) == 1
+    assert any(e["cell_id"] == versions[0]["id"] and e["result"]["type"] == "success"
+               for e in finished)
+    validators = [e for e in evs if e["kind"] == "validator_result"]
+    assert validators and validators[-1]["result"]["type"] == "success"
+    (ended,) = [e for e in evs if e["kind"] == "run_ended"]
+    assert ended["result"] == "success"
+    assert validators[-1]["seq"] < ended["seq"]
+    assert "return a + b" in (root / "project" / "calc.py").read_text()
+
+
+def test_demo_session_can_be_read_with_rio_ci_events(
+        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    root, _ = demo
+    done = rio("events", str(root / "session.sqlite3"))
+    assert done.returncode == 0
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines[0]["kind"] == "session_created" and lines[-1]["kind"] == "run_ended"
+    assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+
+
+@pytest.mark.parametrize("target", [".", "keep.txt"], ids=["non-empty-dir", "a-file"])
+def test_demo_refuses_anything_but_a_fresh_directory(tmp_path: Path, target: str) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    done = rio("demo", str(tmp_path / target))
+    assert done.returncode == 2, done.stderr
+    assert "error" in json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+    assert (tmp_path / "keep.txt").read_text() == "mine"

@@ -1,0 +1,727 @@
+"""``rio-ci run``: the harness loop (SPEC §4, §8 invalid idle, §11).
+
+Every test runs the real CLI in a subprocess against a real Session file. Anthropic rounds
+use the real SDK against ``FakeAnthropic`` on 127.0.0.1 (``anthropic:MODEL`` with
+``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``); the fake records every request, and the
+subclass below also records when each arrived and what the Journal held at that moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rio_ci.session import Session
+from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
+
+KEY = "sk-ant-harness-test-41c9"
+PRICED = "claude-sonnet-4-5"  # $3 / $15 per million tokens
+UNPRICED = "rio-test-unpriced-model"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- running the CLI ------------------------------------------------------------------------
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """No crash point, no real endpoint or key; this checkout's rio_ci; plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RIO_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra)
+    return env
+
+
+def rio(*args: str, env: dict[str, str] | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env or clean_env())
+
+
+def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "rio_ci.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env or clean_env())
+
+
+def status(stdout: str) -> dict[str, Any]:
+    line: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return line
+
+
+def new_session(tmp_path: Path, *limits: str) -> Path:
+    db = tmp_path / "s.db"
+    args = ["new", str(db), "--goal", "harness test", "--cwd", str(tmp_path)]
+    for limit in limits:
+        args += ["--limit", limit]
+    done = rio(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return db
+
+
+def events(db: Path) -> list[dict[str, Any]]:
+    session = Session.open(db)
+    try:
+        return list(session.journal.events())
+    finally:
+        session.close()
+
+
+def kinds(evs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in evs if e["kind"] == kind]
+
+
+def usage(db: Path) -> dict[str, Any]:
+    session = Session.open(db)
+    try:
+        return dict(session.proj.usage)
+    finally:
+        session.close()
+
+
+# --- scripts and patches --------------------------------------------------------------------
+
+
+def write_script(tmp_path: Path, rounds: list[list[dict[str, Any]]]) -> Path:
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(rounds))
+    return path
+
+
+def add(value: dict[str, Any]) -> dict[str, Any]:
+    return {"op": "add", "path": "/cells/-", "value": value}
+
+
+def cmd(*argv: str) -> dict[str, Any]:
+    return add({"kind": "cmd", "argv": list(argv)})
+
+
+def plain(text: str) -> dict[str, Any]:
+    return add({"kind": "note", "text": text})
+
+
+def conclusion(result: str) -> dict[str, Any]:
+    return add({"kind": "note", "role": "conclusion", "result": result, "text": result})
+
+
+def patch(revision: int, cell_id: int, value: dict[str, Any]) -> list[dict[str, Any]]:
+    """A complete patch as a real model must write it (no scripted help)."""
+    return [{"op": "test", "path": "/revision", "value": revision},
+            {"op": "add", "path": "/cells/-",
+             "value": {"id": cell_id, "previous_id": None, **value}}]
+
+
+ECHO = {"kind": "cmd", "argv": ["echo", "hi"]}
+DONE = {"kind": "note", "role": "conclusion", "result": "success", "text": "done"}
+
+
+def timer_cell(deadline: float | str) -> dict[str, Any]:
+    """A code Cell registering Timer ``ci-check``; ``deadline`` is a Unix time or a Python
+    expression evaluated when the Cell runs (e.g. ``"time.time() + 1"``)."""
+    source = ("# /// script\n# dependencies = []\n# ///\n"
+              "import time\n\nfrom rio_ci.api import timer\n\n"
+              f"timer('ci-check', {deadline if isinstance(deadline, str) else repr(deadline)}, "
+              "{'why': 'look at CI again'})\n")
+    return {"kind": "code", "runtime": "python", "source": source}
+
+
+def timer_deadline(db: Path) -> float:
+    (timer,) = kinds(events(db), "timer_set")
+    deadline: float = timer["deadline"]
+    return deadline
+
+
+# --- a FakeAnthropic that also notes when each request came and what was committed ----------
+
+
+class WatchedFake(FakeAnthropic):
+    """Records, for every request, its arrival time and how many ``model_attempt`` events
+    the Session had committed by then (read through SQLite, as any process could)."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__()
+        self.db = db
+        self.arrivals: list[tuple[float, int]] = []
+
+    def __enter__(self) -> WatchedFake:
+        super().__enter__()
+        return self
+
+    def _take(self, request: ReceivedRequest) -> tuple[int, dict[str, str], Any, float]:
+        self.arrivals.append((time.time(), self._committed_attempts()))
+        return super()._take(request)
+
+    def _committed_attempts(self) -> int:
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)
+        try:
+            row = conn.execute("SELECT count(*) FROM events WHERE kind = 'model_attempt'")
+            return int(row.fetchone()[0])
+        finally:
+            conn.close()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(ANTHROPIC_BASE_URL=self.base_url, ANTHROPIC_API_KEY=KEY, **extra)
+
+    def run(self, model: str = PRICED, *, crash_at: str | None = None,
+            deadline: float | None = None) -> subprocess.CompletedProcess[str]:
+        args = ["run", str(self.db), "--model", f"anthropic:{model}"]
+        if deadline is not None:
+            args += ["--deadline", str(deadline)]
+        extra = {"RIO_CRASH_AT": crash_at} if crash_at else {}
+        return rio(*args, env=self.env(**extra))
+
+
+@pytest.fixture
+def session_db(tmp_path: Path) -> Path:
+    return new_session(tmp_path)
+
+
+@pytest.fixture
+def fake(session_db: Path) -> Iterator[WatchedFake]:
+    with WatchedFake(session_db) as server:
+        yield server
+
+
+def user_text(request: ReceivedRequest) -> str:
+    content: str = request.body["messages"][0]["content"]
+    return content
+
+
+def request_state(request: ReceivedRequest) -> dict[str, Any]:
+    state: dict[str, Any] = json.loads(user_text(request).split("State:\n", 1)[1])
+    return state
+
+
+# --- the run's outcomes -------------------------------------------------------------------
+
+
+def test_run_reaches_success_and_prints_the_status_last(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    script = write_script(tmp_path, [[cmd("echo", "hello")], [conclusion("success")]])
+    done = rio("run", str(db), "--model", f"scripted:{script}")
+    assert done.returncode == 0, done.stderr
+    last = status(done.stdout)
+    assert {"status", "next_wake"} <= set(last)
+    assert last["status"] == "succeeded" and last["next_wake"] is None
+    evs = events(db)
+    assert kinds(evs, "run_ended")[0]["result"] == "success"
+    (finished,) = kinds(evs, "execution_finished")
+    assert finished["result"]["type"] == "success"
+    assert "hello" in "".join(e["text"] for e in kinds(evs, "output"))
+    # A terminal run is never revived: a second run reports the ending and asks nothing.
+    again = rio("run", str(db), "--model", f"scripted:{script}")
+    assert status(again.stdout)["status"] == "succeeded"
+    assert len(events(db)) == len(evs)
+
+
+def test_failure_conclusion_fails_the_run_with_exit_1(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    script = write_script(tmp_path, [[conclusion("failure")]])
+    done = rio("run", str(db), "--model", f"scripted:{script}")
+    assert done.returncode == 1
+    assert status(done.stdout)["status"] == "failed"
+    assert kinds(events(db), "run_ended")[0]["result"] == "failure"
+
+
+def test_bad_model_spec_is_a_usage_error(session_db: Path) -> None:
+    done = rio("run", str(session_db), "--model", "gpt:whatever")
+    assert done.returncode == 2
+    assert "error" in status(done.stdout)
+
+
+def test_a_future_timer_from_a_code_cell_ends_the_run_waiting(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    deadline = round(time.time() + 3600, 3)
+    script = write_script(tmp_path, [
+        [add(timer_cell(deadline))],
+        [plain("waiting for the Timer")],
+        [conclusion("success")],  # must not be asked: nothing new has arrived
+    ])
+    done = rio("run", str(db), "--model", f"scripted:{script}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    last = status(done.stdout)
+    assert last["status"] == "waiting"
+    assert last["next_wake"] == deadline
+    evs = events(db)
+    (timer,) = kinds(evs, "timer_set")
+    assert timer["deadline"] == deadline and timer["cell_id"] == 1
+    assert len(kinds(evs, "model_response")) == 2
+    assert not kinds(evs, "run_ended") and not kinds(evs, "message_received")
+    # Nothing new since: another run waits again without asking the model.
+    again = rio("run", str(db), "--model", f"scripted:{script}")
+    assert status(again.stdout) == last
+    assert len(kinds(events(db), "model_attempt")) == 2
+
+
+def test_a_timer_due_before_the_deadline_is_waited_for_and_delivered(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    script = write_script(tmp_path, [
+        [add(timer_cell("time.time() + 1"))],
+        [plain("waiting for the Timer")],
+        [conclusion("success")],
+    ])
+    done = rio("run", str(db), "--model", f"scripted:{script}", "--deadline", "30")
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    evs = events(db)
+    (fired,) = kinds(evs, "timer_fired")
+    assert fired["at"] >= timer_deadline(db)
+    assert kinds(evs, "turn_prepared")[2]["delivered"] == ["timer:ci-check"]
+
+
+def test_deadline_stops_a_long_cell_as_unknown_execution(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    script = write_script(tmp_path, [[cmd("sleep", "30")], [conclusion("success")]])
+    started = time.monotonic()
+    done = rio("run", str(db), "--model", f"scripted:{script}", "--deadline", "1")
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert status(done.stdout)["status"] == "deadline"
+    assert elapsed < 10
+    evs = events(db)
+    (finished,) = kinds(evs, "execution_finished")
+    assert finished["result"]["type"] == "UnknownExecution"
+    assert finished["result"]["reason"] == "owner_deadline"
+    assert not kinds(evs, "run_ended")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_interrupts_the_run_within_5s(tmp_path: Path, signum: int) -> None:
+    db = new_session(tmp_path)
+    marker = tmp_path / "cell-started"
+    script = write_script(tmp_path, [
+        [cmd(sys.executable, "-c",
+             f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(60)")],
+        [conclusion("success")]])
+    proc = spawn("run", str(db), "--model", f"scripted:{script}")
+    try:
+        wait_for(marker.exists, 30)
+        proc.send_signal(signum)
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=10)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 5, f"took {took:.1f}s"
+    assert proc.returncode >= 0, "killed by the signal instead of handling it"
+    assert status(out)["status"] == "interrupted", err
+    (finished,) = kinds(events(db), "execution_finished")
+    assert finished["result"]["type"] == "UnknownExecution"
+    assert finished["result"]["reason"] == "owner_interrupted"
+    identity = kinds(events(db), "worker_registered")[0]["identity"]
+    assert not pid_alive(identity["pid"])
+
+
+def wait_for(condition: Any, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status_file = Path(f"/proc/{pid}/status")
+    return not (status_file.exists() and "zombie" in status_file.read_text())
+
+
+# --- durable attempts -----------------------------------------------------------------------
+
+
+def test_every_attempt_is_committed_before_its_request_and_replies_before_admission(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.reply_patch(patch(0, 1, ECHO))
+    fake.reply_patch(patch(1, 2, DONE))
+    done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    # When request n arrived, n model_attempt events were already committed.
+    assert [committed for _, committed in fake.arrivals] == [1, 2]
+    evs = events(session_db)
+    attempts = kinds(evs, "model_attempt")
+    assert len(attempts) == len(fake.requests) == 2
+    assert all(a["at"] <= t for a, (t, _) in zip(attempts, fake.arrivals, strict=True))
+    for accepted in kinds(evs, "patch_accepted"):
+        (response,) = [e for e in kinds(evs, "model_response")
+                       if e["turn_id"] == accepted["turn_id"]]
+        assert response["seq"] < accepted["seq"]
+        assert response["patch"] == accepted["patch"]
+    assert KEY not in json.dumps(evs)
+
+
+def test_reply_lost_before_its_commit_is_asked_again_and_counted_unknown(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.reply_patch(patch(0, 1, ECHO), input_tokens=1000, output_tokens=100)  # lost
+    fake.reply_patch(patch(0, 1, ECHO), input_tokens=1000, output_tokens=100)
+    fake.reply_patch(patch(1, 2, DONE), input_tokens=1000, output_tokens=100)
+    first = fake.run(crash_at="model_reply_before_commit")
+    assert first.returncode == -signal.SIGKILL
+    evs = events(session_db)
+    assert len(kinds(evs, "model_attempt")) == 1 and not kinds(evs, "model_response")
+    second = fake.run()
+    assert status(second.stdout)["status"] == "succeeded", second.stdout + second.stderr
+    assert len(fake.requests) == 3  # the provider was asked again for the lost reply
+    evs = events(session_db)
+    turn1 = kinds(evs, "turn_prepared")[0]["turn_id"]
+    assert [a["attempt"] for a in kinds(evs, "model_attempt") if a["turn_id"] == turn1] == [1, 2]
+    assert len(kinds(evs, "patch_accepted")) == 2
+    used = usage(session_db)
+    assert used["attempts"] == 3
+    assert used["unknown_cost_attempts"] == 1  # the lost attempt: unknown, never free
+    assert used["input_tokens"] == 2000  # only committed replies are counted
+    assert used["cost_usd"] == pytest.approx(2 * (1000 * 3 + 100 * 15) / 1e6)
+
+
+def test_reply_committed_but_not_admitted_is_admitted_without_asking_again(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.reply_patch(patch(0, 1, ECHO))
+    fake.reply_patch(patch(1, 2, DONE))
+    first = fake.run(crash_at="reply_before_admit")
+    assert first.returncode == -signal.SIGKILL
+    assert len(fake.requests) == 1
+    evs = events(session_db)
+    assert len(kinds(evs, "model_response")) == 1 and not kinds(evs, "patch_accepted")
+    second = fake.run()
+    assert status(second.stdout)["status"] == "succeeded", second.stdout + second.stderr
+    assert len(fake.requests) == 2  # only round 2 was asked; the saved reply was admitted
+    evs = events(session_db)
+    assert len(kinds(evs, "model_attempt")) == 2
+    first_accept = kinds(evs, "patch_accepted")[0]
+    assert first_accept["patch"] == kinds(evs, "model_response")[0]["patch"]
+
+
+# --- retries ------------------------------------------------------------------------------
+
+
+def test_overloaded_then_good_reply_waits_out_retry_after(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.overloaded(retry_after=1)
+    fake.reply_patch(patch(0, 1, DONE))
+    done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    assert len(fake.requests) == 2
+    (t1, _), (t2, _) = fake.arrivals
+    assert t2 - t1 >= 1.0
+    evs = events(session_db)
+    assert [a["attempt"] for a in kinds(evs, "model_attempt")] == [1, 2]
+    failed, good = kinds(evs, "model_response")
+    assert not failed["ok"] and "529" in failed["error"] and failed["retryable"]
+    assert good["ok"]
+
+
+def test_backoff_is_persisted_across_a_restart(fake: WatchedFake, session_db: Path) -> None:
+    fake.overloaded(retry_after=2)
+    fake.reply_patch(patch(0, 1, DONE))
+    env = fake.env()
+    proc = spawn("run", str(session_db), "--model", f"anthropic:{PRICED}", env=env)
+    try:
+        wait_for(lambda: len(kinds(events(session_db), "model_response")) == 1, 30)
+        proc.send_signal(signal.SIGTERM)  # interrupted while waiting out the backoff
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert status(out)["status"] == "interrupted"
+    assert len(fake.requests) == 1
+    second = fake.run()
+    assert status(second.stdout)["status"] == "succeeded"
+    (t1, _), (t2, _) = fake.arrivals
+    assert t2 - t1 >= 2.0  # the restarted run honoured the committed not_before
+
+
+def test_malformed_reply_is_never_applied_then_a_good_one_is(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.malformed("string")
+    fake.reply_patch(patch(0, 1, DONE))
+    done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    evs = events(session_db)
+    bad, good = kinds(evs, "model_response")
+    assert not bad["ok"] and "malformed" in bad["error"] and bad.get("patch") is None
+    (accepted,) = kinds(evs, "patch_accepted")
+    assert accepted["patch"] == good["patch"] == patch(0, 1, DONE)
+    assert not kinds(evs, "patch_rejected")
+    (t1, _), (t2, _) = fake.arrivals
+    assert t2 - t1 >= 1.0  # no retry-after hint: the harness's own first backoff is 1 s
+
+
+def test_model_attempts_bound_the_retries(tmp_path: Path) -> None:
+    db = new_session(tmp_path, "model_attempts=3")
+    with WatchedFake(db) as fake:
+        for _ in range(4):
+            fake.overloaded(retry_after=0)
+        done = fake.run()
+        assert len(fake.requests) == 3
+    assert done.returncode == 1
+    assert status(done.stdout)["status"] == "failed"
+    (ended,) = kinds(events(db), "run_ended")
+    assert "model_attempts" in ended["reason"]
+
+
+def test_non_retryable_error_fails_at_once(fake: WatchedFake, session_db: Path) -> None:
+    fake.error(400, "invalid_request_error", "bad request")
+    done = fake.run()
+    assert status(done.stdout)["status"] == "failed"
+    assert len(fake.requests) == 1
+    assert "400" in kinds(events(session_db), "run_ended")[0]["reason"]
+
+
+def test_rejected_patch_reason_is_shown_on_the_next_attempt(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.reply_patch(patch(99, 1, ECHO))  # tests a revision the model was never shown
+    fake.reply_patch(patch(0, 1, DONE))
+    done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    evs = events(session_db)
+    (rejected,) = kinds(evs, "patch_rejected")
+    assert rejected["reason"]
+    first, second = fake.requests
+    assert "rejected" not in user_text(first)
+    assert f"rejected: {rejected['reason']}" in user_text(second)
+    (accepted,) = kinds(evs, "patch_accepted")
+    assert accepted["turn_id"] == rejected["turn_id"]  # the rejection did not use up the Turn
+
+
+# --- budgets --------------------------------------------------------------------------------
+
+
+def test_rounds_budget_ends_the_run(tmp_path: Path) -> None:
+    db = new_session(tmp_path, "rounds=2")
+    script = write_script(tmp_path, [[cmd("echo", f"r{k}")] for k in range(1, 5)]
+                          + [[conclusion("success")]])
+    # The first run dies after round 1; the restarted one may use only the one round left.
+    first = rio("run", str(db), "--model", f"scripted:{script}",
+                env=clean_env(RIO_CRASH_AT="accept_after_commit:1"))
+    assert first.returncode == -signal.SIGKILL
+    done = rio("run", str(db), "--model", f"scripted:{script}")
+    assert done.returncode == 1
+    assert status(done.stdout)["status"] == "failed"
+    evs = events(db)
+    assert len(kinds(evs, "patch_accepted")) == 2
+    assert len(kinds(evs, "model_attempt")) == 2
+    assert "rounds budget" in kinds(evs, "run_ended")[0]["reason"]
+    # A restart of the ended run resets nothing.
+    again = rio("run", str(db), "--model", f"scripted:{script}")
+    assert status(again.stdout)["status"] == "failed"
+    assert len(events(db)) == len(evs)
+
+
+def test_tokens_budget_counts_provider_usage(tmp_path: Path) -> None:
+    db = new_session(tmp_path, "tokens=200")
+    with WatchedFake(db) as fake:
+        fake.reply_patch(patch(0, 1, ECHO), input_tokens=100, output_tokens=20)
+        fake.reply_patch(patch(1, 2, ECHO), input_tokens=100, output_tokens=20)
+        fake.reply_patch(patch(2, 3, DONE))
+        done = fake.run(UNPRICED)
+        assert len(fake.requests) == 2
+    assert status(done.stdout)["status"] == "failed"
+    assert "token budget" in kinds(events(db), "run_ended")[0]["reason"]
+    assert usage(db)["input_tokens"] + usage(db)["output_tokens"] == 240
+
+
+def test_priced_model_has_known_cost_and_a_cost_budget(tmp_path: Path) -> None:
+    db = new_session(tmp_path, "cost_usd=0.01")
+    with WatchedFake(db) as fake:
+        for revision in range(3):
+            fake.reply_patch(patch(revision, revision + 1, ECHO), input_tokens=1000,
+                             output_tokens=200)
+        done = fake.run(PRICED)
+        assert len(fake.requests) == 2
+    used = usage(db)
+    assert used["cost_usd"] == pytest.approx(2 * 0.006)
+    assert used["unknown_cost_attempts"] == 0
+    assert status(done.stdout)["status"] == "failed"
+    assert "cost budget" in kinds(events(db), "run_ended")[0]["reason"]
+
+
+def test_unpriced_model_cost_is_unknown_never_zero(tmp_path: Path) -> None:
+    db = new_session(tmp_path, "cost_usd=0.01")
+    with WatchedFake(db) as fake:
+        fake.reply_patch(patch(0, 1, ECHO), input_tokens=1000, output_tokens=200)
+        fake.reply_patch(patch(1, 2, DONE), input_tokens=1000, output_tokens=200)
+        done = fake.run(UNPRICED)
+    assert status(done.stdout)["status"] == "succeeded"
+    used = usage(db)
+    assert used["unknown_cost_attempts"] == used["attempts"] == 2
+    assert used["input_tokens"] == 2000
+    for response in kinds(events(db), "model_response"):
+        assert response["usage"]["cost_usd"] is None
+
+
+def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1.5")), input_tokens=100,
+                     output_tokens=10)
+    fake.reply_patch(patch(1, 2, {"kind": "note", "text": "wait for CI"}),
+                     input_tokens=200, output_tokens=20)
+    fake.reply_patch(patch(2, 3, DONE), input_tokens=300, output_tokens=30)
+    first = fake.run()
+    wake = timer_deadline(session_db)
+    assert status(first.stdout) == {"status": "waiting", "next_wake": wake, "reason": None}
+    assert len(fake.requests) == 2  # nothing new arrived after round 2: no third request
+    after_first = usage(session_db)
+    assert (after_first["input_tokens"], after_first["output_tokens"]) == (300, 30)
+    time.sleep(max(0.0, wake - time.time()) + 0.05)
+    second = fake.run()
+    assert status(second.stdout)["status"] == "succeeded", second.stdout + second.stderr
+    assert len(fake.requests) == 3
+    assert [m["id"] for m in request_state(fake.requests[2])["runtime"]["inbox"]] == [
+        "timer:ci-check"]
+    total = json.loads(rio("state", str(session_db)).stdout)["runtime"]["usage"]
+    assert (total["input_tokens"], total["output_tokens"]) == (600, 60)
+    assert total["rounds"] == 3 and total["attempts"] == 3
+    assert total["cost_usd"] == pytest.approx((600 * 3 + 60 * 15) / 1e6)
+
+
+# --- invalid idle and new input -------------------------------------------------------------
+
+
+def test_invalid_idle_is_bounded_and_resets_when_work_is_added(tmp_path: Path) -> None:
+    db = new_session(tmp_path)  # model_attempts defaults to 3
+    script = write_script(tmp_path, [
+        [plain("thinking 1")], [plain("thinking 2")],
+        [cmd("echo", "work")],  # work resets the count
+        [plain("thinking 3")], [plain("thinking 4")], [plain("thinking 5")],
+        [plain("thinking 6")], [plain("never reached")],
+    ])
+    done = rio("run", str(db), "--model", f"scripted:{script}")
+    assert done.returncode == 1
+    assert status(done.stdout)["status"] == "failed"
+    evs = events(db)
+    idle = [e["message"] for e in kinds(evs, "message_received")
+            if e["message"]["kind"] == "invalid_idle"]
+    assert [m["payload"]["count"] for m in idle] == [1, 2, 1, 2, 3]
+    assert all(m["id"].startswith("idle:") for m in idle)
+    assert "invalid idle" in kinds(evs, "run_ended")[0]["reason"]
+    # Every Turn after the first was delivered something new: the model never asked blind.
+    turns = kinds(evs, "turn_prepared")
+    assert len(turns) == 7
+    assert all(t["delivered"] for t in turns[1:])
+    assert len(kinds(evs, "model_attempt")) == 7
+
+
+def test_observation_during_generation_waits_for_the_next_turn(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.delay(2)
+    fake.reply_patch(patch(0, 1, {"kind": "note", "text": "reading the code"}))
+    fake.reply_patch(patch(1, 2, DONE))
+    proc = spawn("run", str(session_db), "--model", f"anthropic:{PRICED}", env=fake.env())
+    try:
+        wait_for(lambda: len(fake.requests) == 1, 30)
+        got = rio("receive", str(session_db), "c-1", "comment", '{"body": "also fix docs"}')
+        assert got.returncode == 0, got.stdout + got.stderr
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert status(out)["status"] == "succeeded", out + err
+    first, second = fake.requests
+    assert request_state(first)["runtime"]["inbox"] == []
+    assert [m["id"] for m in request_state(second)["runtime"]["inbox"]] == ["c-1"]
+    turns = kinds(events(session_db), "turn_prepared")
+    assert turns[0]["delivered"] == [] and turns[0]["state"]["runtime"]["inbox"] == []
+    assert turns[1]["delivered"] == ["c-1"]
+
+
+def test_a_saved_reply_is_admitted_even_when_it_used_the_last_round(tmp_path: Path) -> None:
+    """A committed reply is already paid for: a restart admits it, exactly as the run that
+    was cut off would have, before any budget can end the run."""
+    db = new_session(tmp_path, "rounds=2")
+    script = write_script(tmp_path, [[cmd("echo", "r1")], [cmd("echo", "r2")],
+                                     [conclusion("success")]])
+    first = rio("run", str(db), "--model", f"scripted:{script}",
+                env=clean_env(RIO_CRASH_AT="reply_before_admit:2"))
+    assert first.returncode == -signal.SIGKILL
+    second = rio("run", str(db), "--model", f"scripted:{script}")
+    assert status(second.stdout)["status"] == "failed"
+    evs = events(db)
+    assert [c["argv"][1] for e in kinds(evs, "patch_accepted") for c in e["cells"]] == [
+        "r1", "r2"]
+    assert len(kinds(evs, "model_attempt")) == 2
+    assert "rounds budget" in kinds(evs, "run_ended")[0]["reason"]
+
+
+def test_the_owner_fires_timers_while_a_request_is_in_flight(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1")))
+    fake.delay(2.5)  # round 2 thinks past the Timer's deadline
+    fake.reply_patch(patch(1, 2, {"kind": "note", "text": "still reading"}))
+    fake.reply_patch(patch(2, 3, DONE))
+    done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    evs = events(session_db)
+    second_attempt = kinds(evs, "model_attempt")[1]
+    second_response = kinds(evs, "model_response")[1]
+    (fired,) = kinds(evs, "timer_fired")
+    assert second_attempt["seq"] < fired["seq"] < second_response["seq"]
+    # The Timer's message waited for the next Turn: round 2's snapshot stayed fixed.
+    assert request_state(fake.requests[1])["runtime"]["inbox"][0]["id"] == "execution:1"
+    assert [m["id"] for m in request_state(fake.requests[2])["runtime"]["inbox"]] == [
+        "timer:ci-check"]
+
+
+def test_a_turn_taken_by_another_process_during_generation_is_not_fatal(
+        fake: WatchedFake, session_db: Path, tmp_path: Path) -> None:
+    """Any process may ``step`` while the Owner runs (SPEC §11). If one accepts a patch for
+    the Turn the model is working on, the model's reply is moot: the run goes on from what
+    was committed instead of stopping on the conflict."""
+    fake.delay(2)
+    fake.reply_patch(patch(0, 1, {"kind": "note", "text": "the model's view"}))
+    fake.reply_patch(patch(1, 2, DONE))
+    proc = spawn("run", str(session_db), "--model", f"anthropic:{PRICED}", env=fake.env())
+    try:
+        wait_for(lambda: len(fake.requests) == 1, 30)
+        turn = json.loads(rio("turn", str(session_db)).stdout)
+        assert turn["turn_id"] == kinds(events(session_db), "turn_prepared")[0]["turn_id"]
+        human = tmp_path / "human.json"
+        human.write_text(json.dumps(patch(0, 1, {"kind": "note", "text": "a human's step"})))
+        stepped = rio("step", str(session_db), turn["turn_id"], str(human))
+        assert stepped.returncode == 0, stepped.stdout + stepped.stderr
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    assert status(out)["status"] == "succeeded"
+    accepted = kinds(events(session_db), "patch_accepted")
+    assert [c["text"] for e in accepted for c in e["cells"]] == ["a human's step", "done"]
+    assert len(fake.requests) == 2
+
+
+def test_a_signal_during_a_model_request_stops_within_5s(
+        fake: WatchedFake, session_db: Path) -> None:
+    fake.delay(30)
+    fake.reply_patch(patch(0, 1, DONE))  # never arrives in time
+    fake.reply_patch(patch(0, 1, DONE))
+    proc = spawn("run", str(session_db), "--model", f"anthropic:{PRICED}", env=fake.env())
+    try:
+        wait_for(lambda: len(fake.requests) == 1, 30)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        out, _ = proc.communicate(timeout=10)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 5
+    assert status(out)["status"] == "interrupted"
+    evs = events(session_db)
+    assert len(kinds(evs, "model_attempt")) == 1 and not kinds(evs, "model_response")
+    again = fake.run()
+    assert status(again.stdout)["status"] == "succeeded"
+    assert [a["attempt"] for a in kinds(events(session_db), "model_attempt")] == [1, 2]
+    assert usage(session_db)["unknown_cost_attempts"] == 1
