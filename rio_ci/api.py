@@ -22,7 +22,8 @@ def _harness(*args: str) -> str:
     if not python or not db:
         raise RuntimeError("rio_ci.api works only inside a Cell run by rio-ci")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the real rio_ci, not us
-    done = subprocess.run([python, "-m", "rio_ci.cell_bridge", db, *args], env=env,
+    # -P: never import from the working directory, which may hold another rio_ci.
+    done = subprocess.run([python, "-P", "-m", "rio_ci.cell_bridge", db, *args], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     if done.returncode != 0:
         try:

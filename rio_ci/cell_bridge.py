@@ -4,6 +4,7 @@ Prints JSON; errors print ``{"error": reason}`` and exit non-zero."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from rio_ci.errors import RioError
@@ -16,7 +17,10 @@ def main(argv: list[str]) -> int:
         session = Session.open(db)
         if verb == "timer":
             timer_id, deadline, payload, cell = rest
-            ack = session.set_timer(timer_id, float(deadline), json.loads(payload),
+            when = float(deadline)
+            if not math.isfinite(when):  # NaN never fires and is not JSON; inf never fires
+                raise ValueError(f"a Timer deadline must be a finite Unix time, got {deadline}")
+            ack = session.set_timer(timer_id, when, json.loads(payload, parse_constant=_no_nan),
                                     int(cell) if cell else None)
             print(json.dumps(ack))
         elif verb == "records":
@@ -28,6 +32,10 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"error": str(exc)}))
         return 1
     return 0
+
+
+def _no_nan(name: str) -> None:
+    raise ValueError(f"a Timer payload must be JSON: {name} is not")
 
 
 if __name__ == "__main__":

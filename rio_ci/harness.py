@@ -91,12 +91,21 @@ class Harness:
     # --- the steps of the loop -----------------------------------------------------------
 
     def supervise_until_idle(self) -> Outcome | None:
+        """Run the Owner until nothing is runnable — or until input arrives that the model
+        should see while work goes on (a comment, a check, a Timer: anything but execution
+        results, which are batched until the queue drains)."""
         while not self.owner.idle():
             stop = self.interrupted()
             if stop is not None:
                 return stop
             self.owner.tick()
+            if self.outside_input():
+                break
         return self.interrupted()
+
+    def outside_input(self) -> bool:
+        proj = self.session.proj
+        return proj.turn is not None or any(m["kind"] != "execution" for m in proj.inbox)
 
     def round(self) -> Outcome | None:
         """One Turn: ask (or re-use a committed reply) and admit. Retries are bounded."""

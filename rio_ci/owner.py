@@ -20,8 +20,9 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from rio_ci import supervision
+from rio_ci.core.reducer import Projection
 from rio_ci.crashpoints import crash_point
-from rio_ci.errors import OwnershipError, RioError
+from rio_ci.errors import OwnershipError, RecoveryError, RioError
 from rio_ci.journal import resolve
 from rio_ci.process import WorkerIdentity, stop_survivors
 from rio_ci.session import Session
@@ -35,7 +36,8 @@ class Owner:
         try:
             self._lock.acquire(timeout=0)
         except Timeout:
-            raise OwnershipError(f"{path} already has an Owner (lock {real}.lock is held)") from None
+            raise OwnershipError(
+                f"{path} already has an Owner (lock {real}.lock is held)") from None
         try:
             self.session = Session.open(real, verify=True, synchronous=synchronous)
         except BaseException:
@@ -73,6 +75,7 @@ class Owner:
                           else "owner_lost_after_launch_authorisation")
                 supervision.finish(w, ex["cell_id"], supervision.unknown(
                     ex["cell_id"], reason, worker_stopped=True))
+        crash_point("recovery_after_commit")
 
     # --- one slice of work ---------------------------------------------------------------
 
@@ -133,28 +136,23 @@ class Owner:
                                                "reason": "cancelled_before_launch"})
             w.append("control_applied", {"note_id": control["note_id"], "role": "cancel",
                                          "target_cell_id": target}, ref=control["note_id"])
+        crash_point("control_after_commit")
 
     def _conclude_success(self, control: dict[str, Any]) -> None:
         proj = self.session.proj
         note = control["note_id"]
-        problems = []
-        if proj.pending():
-            problems.append(f"work is pending (cells {[e['cell_id'] for e in proj.pending()]})")
-        if proj.unresolved():
-            problems.append("uncertainty is unresolved (cells "
-                            f"{[e['cell_id'] for e in proj.unresolved()]})")
-        if proj.timers:
-            problems.append(f"Timers are waiting ({sorted(proj.timers)})")
-        if proj.inbox:
-            problems.append(f"observations are unconsumed ({[m['id'] for m in proj.inbox]})")
+        problems = success_problems(proj)
         if not problems:
             for index, argv in enumerate(proj.session["validators"]):
                 result = self.launch.validator(note, index, argv, self.interrupted)
                 if result["type"] != "success":
-                    problems.append(f"validator {index} ({' '.join(argv)}) failed: "
-                                    f"{result.get('reason') or 'exit ' + str(result.get('exit_code'))}")
+                    why = result.get("reason") or f"exit {result.get('exit_code')}"
+                    problems.append(f"validator {index} ({' '.join(argv)}) failed: {why}")
                     break
+        crash_point("conclusion_before_commit")
         with self.session.journal.write() as w:
+            # Validators take time: judge again what other processes committed meanwhile.
+            problems = problems or success_problems(w.proj)
             if problems:
                 reason = "success rejected: " + "; ".join(problems)
                 w.append("control_rejected", {"note_id": note, "reason": reason, "message": {
@@ -206,14 +204,20 @@ class Owner:
         running = self.launch.start(queued[0])
         if running is not None:
             self.running = Running(cell_id, running)
-        else:
-            self.ran.append(cell_id)
+        elif self.session.proj.executions.get(str(cell_id), {}).get("phase") != "queued":
+            self.ran.append(cell_id)  # the launch failed; its error result is committed
         return True
 
     def supervise(self, wait: float) -> None:
         running = self.running
         assert running is not None
-        outcome = running.capture.pump(wait)
+        try:
+            outcome = running.capture.pump(wait)
+        except RecoveryError:
+            # A timeout's abort() committed the UnknownExecution, then its Worker would not
+            # die: forget it, so close() cannot commit a second record for the same run.
+            self.running = None
+            raise
         if outcome is None:
             return
         self.running = None
@@ -259,6 +263,21 @@ class Owner:
         ended = proj.ended and {"result": proj.ended["result"], "reason": proj.ended["reason"]}
         return {"ended": ended or None, "ran": list(self.ran),
                 "pending": [e["cell_id"] for e in proj.pending()], "paused_by": proj.pause}
+
+
+def success_problems(proj: Projection) -> list[str]:
+    """Why a success conclusion cannot be accepted now (validators aside); [] when clean."""
+    problems = []
+    if proj.pending():
+        problems.append(f"work is pending (cells {[e['cell_id'] for e in proj.pending()]})")
+    if proj.unresolved():
+        problems.append("uncertainty is unresolved (cells "
+                        f"{[e['cell_id'] for e in proj.unresolved()]})")
+    if proj.timers:
+        problems.append(f"Timers are waiting ({sorted(proj.timers)})")
+    if proj.inbox:
+        problems.append(f"observations are unconsumed ({[m['id'] for m in proj.inbox]})")
+    return problems
 
 
 class Running:

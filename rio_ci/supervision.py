@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -37,7 +38,9 @@ EXIT_GRACE = 1.0  # seconds to wait for pipes held by leftovers after the script
 def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
     secrets = {k: v for k, v in os.environ.items() if SECRET_NAME.search(k)}
     values = {v for v in secrets.values() if len(v) >= 6}
-    env = {k: v for k, v in os.environ.items() if k not in secrets and v not in values}
+    # A secret inside another value (a remote URL, an Authorization header) leaks as well.
+    env = {k: v for k, v in os.environ.items()
+           if k not in secrets and not any(secret in v for secret in values)}
     env.update(RIO_SESSION_DB=str(session.journal.path), RIO_PYTHON=sys.executable,
                PYTHONPATH=str(api_shim(session)))
     if cell_id is not None:
@@ -63,6 +66,7 @@ def api_shim(session: Session) -> Path:
     return shim
 
 
+@functools.cache  # finding it searches several install locations (~0.3 ms a launch)
 def uv_binary() -> str:
     from uv import find_uv_bin
 
@@ -118,25 +122,36 @@ def _running(proc: psutil.Process) -> bool:
 
 
 class Prefix:
-    """The retained prefix of one stream: at most ``limit`` bytes, decoded as UTF-8."""
+    """The retained prefix of one stream, decoded as UTF-8: at most ``limit`` bytes once
+    encoded again. A character cut by the limit is dropped, not replaced, and bytes that are
+    not UTF-8 count as the replacement characters (3 bytes each) they become."""
 
     def __init__(self, limit: int):
-        self.room = limit
+        self.room = limit  # UTF-8 bytes of text still allowed
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.pending = ""
         self.dropped = False
 
     def take(self, data: bytes) -> None:
+        if not data:
+            return
         kept = data[: self.room]
-        self.room -= len(kept)
-        if len(kept) < len(data):
+        cut = len(kept) < len(data)
+        text = self.decoder.decode(kept)
+        encoded = text.encode()
+        if len(encoded) > self.room:  # replacement characters made the text grow
+            text = encoded[: self.room].decode("utf-8", "ignore")
+            cut = True
+        self.room -= len(text.encode())
+        self.pending += text
+        if cut:
+            # A prefix has no holes: nothing after the cut is kept, not even the rest of a
+            # character whose first bytes the decoder still holds.
             self.dropped = True
-        if kept:
-            self.pending += self.decoder.decode(kept, final=self.room == 0)
+            self.room = 0
 
     def drain(self) -> tuple[str, bool]:
         text, self.pending = self.pending, ""
-        text += self.decoder.decode(b"", final=True) if self.room == 0 or self.dropped else ""
         return text, self.dropped
 
 
@@ -145,19 +160,26 @@ class Launch:
         self.session = session
 
     def start(self, ex: dict[str, Any]) -> Capture | None:
-        """Launch one queued Execution. Returns its Capture, or None when it finished at once
-        (a launch that failed before the gate opened: known not to have run)."""
+        """Launch one queued Execution. Returns its Capture, or None when nothing runs: it
+        finished at once (a launch that failed before the gate opened: known not to have
+        run), or it stayed queued because a Control was committed meanwhile."""
         session, cell = self.session, ex["cell"]
         cell_id = ex["cell_id"]
         token = f"rio-{session.proj.session['id']}-{cell_id}-{uuid.uuid4().hex[:12]}"
         with session.journal.write() as w:
+            if w.proj.controls:
+                # A Control committed since the caller looked: it goes first (SPEC §5), so
+                # nothing is authorised; the Execution stays queued.
+                return None
             w.append("execution_started", {"cell_id": cell_id, "token": token}, ref=cell_id)
         crash_point("launch_before_spawn")
         cwd = session.proj.session["cwd"]
         env = worker_env(session, cell_id)
         problem = None
         if cell["kind"] == "code":
-            script = scratch_dir(session) / "cells" / f"{cell_id}.py"
+            # One path for every code Cell of this Session: uv keys its cached script
+            # environment by path, so a new path per Cell would build a new one each time.
+            script = scratch_dir(session) / "cells" / "cell.py"
             script.parent.mkdir(exist_ok=True)
             script.write_text(cell["source"])
             argv = [uv_binary(), "run", "--quiet", "--script", str(script)]
@@ -179,6 +201,7 @@ class Launch:
                 finish(w, cell_id, {"type": "error", "cell_id": cell_id, "exit_code": None,
                                     "reason": f"launch_failed: {problem}"})
             return None
+        crash_point("worker_spawned")
         with session.journal.write() as w:
             w.append("worker_registered", {"cell_id": cell_id,
                                            "identity": worker.identity.to_dict()}, ref=cell_id)
@@ -203,12 +226,19 @@ class Launch:
         else:
             worker.release()
             deadline = time.monotonic() + session.limits["execution_seconds"]
-            code = None
+            code = exited_at = None
             while code is None or not worker.output_eof:
                 for stream, data in worker.read_output(0.05):
                     streams[stream].take(data)
+                if worker.output_eof and code is None:
+                    worker.wait(0.05)  # pipes closed: sleep until the exit instead of spinning
                 code = worker.poll()
-                if time.monotonic() > deadline or interrupted.is_set():
+                now = time.monotonic()
+                if code is not None:
+                    exited_at = now if exited_at is None else exited_at
+                    if now - exited_at > EXIT_GRACE:
+                        break  # leftovers hold the pipes, as in Capture.pump; stop() ends them
+                if now > deadline or interrupted.is_set():
                     break
             worker.stop()
             worker.close()
@@ -248,6 +278,8 @@ class Capture:
         Returns the result when finished, else None."""
         for stream, data in self.worker.read_output(wait):
             self.streams[stream].take(data)
+        if self.worker.output_eof and self.exited_at is None:
+            self.worker.wait(wait)  # pipes closed: sleep until the exit instead of spinning
         now = time.monotonic()
         code = self.worker.poll()
         if code is not None and self.exited_at is None:
@@ -268,11 +300,15 @@ class Capture:
         if now > self.deadline:
             return self.abort("timeout")
         if now - self.last_flush >= self.flush_every:
+            crash_point("output_before_commit")
             self._commit(None)
+            crash_point("output_after_commit")
         return None
 
     def abort(self, reason: str, note: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Stop the Worker group; commit what was read and an UnknownExecution."""
+        """Stop the Worker group; commit what was read and an UnknownExecution, or the
+        script's own result if it had already exited (only leftovers held its pipes)."""
+        code = self.worker.poll()  # before stop(), whose signals would set the status
         stopped = True
         try:
             self.worker.stop()
@@ -282,6 +318,9 @@ class Capture:
             self.streams[stream].take(data)
         self.worker.close()
         result = unknown(self.cell_id, reason, worker_stopped=stopped)
+        if code is not None:  # the outcome is known: never turn it into an UnknownExecution
+            result = {"type": "success" if code == 0 else "error", "cell_id": self.cell_id,
+                      "exit_code": code}
         self._commit(result, note)
         if not stopped:
             raise RecoveryError(f"the Worker of cell {self.cell_id} could not be stopped")
