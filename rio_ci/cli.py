@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any, NoReturn
 
 from rio_ci.core.admission import Rejection
 from rio_ci.core.limits import Limits
+from rio_ci.credentials import scrub_own_environment
 from rio_ci.errors import RioError, UsageError
 from rio_ci.session import Session
 
@@ -29,11 +31,34 @@ def _emit(value: Any) -> None:
     sys.stdout.flush()
 
 
+MAX_JSON_DEPTH = 100  # far beyond any patch or payload; keeps re-encoding off the stack limit
+
+
 def _read_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        value = None
+        depth_ok = False
+    else:
+        depth_ok = _depth_at_most(value, MAX_JSON_DEPTH)
+    if not depth_ok:
+        raise UsageError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    return value
+
+
+def _depth_at_most(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return False
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict | list):
+            stack.extend((child, depth + 1) for child in children)
+    return True
 
 
 # --- plumbing ---------------------------------------------------------------------------
@@ -53,13 +78,16 @@ def cmd_new(args: argparse.Namespace) -> int:
         if not argv:
             raise UsageError("--validator needs a command")
         validators.append(argv)
+    for name in args.pass_env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UsageError(f"--pass-env {name!r} is not an environment variable name")
     if args.cwd is not None and not Path(args.cwd).is_dir():
         raise UsageError(f"--cwd {args.cwd}: not a directory")
     if not args.goal.strip():
         raise UsageError("--goal must not be blank")
     try:
         session = Session.create(args.db, args.goal, cwd=args.cwd, validators=validators,
-                                 limits=limits)
+                                 limits=limits, pass_env=args.pass_env)
     except FileExistsError as exc:
         raise RioError(str(exc)) from None
     _emit({"session": session.proj.session["id"], "db": str(session.journal.path)})
@@ -189,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set a limit (rounds, tokens, cost_usd, model_attempts, "
                         "execution_seconds, context_bytes, output_bytes, pending_cells, "
                         "inbox_messages, storage_bytes, flush_seconds); repeatable")
+    p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                   help="let Executions see this environment variable even though its name "
+                        "looks like a credential (e.g. NPM_TOKEN); repeatable")
     specs["turn"].add_argument("db")
     p = specs["step"]
     p.add_argument("db")
@@ -230,8 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+OWNER_COMMANDS = frozenset({"work", "run", "action"})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in OWNER_COMMANDS:
+        scrub_own_environment(sys.argv[1:] if argv is None else argv)
     handler, _ = COMMANDS[args.command]
     try:
         return handler(args)

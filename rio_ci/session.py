@@ -6,6 +6,8 @@ Journal that first catches up with what others committed and validates against i
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import uuid
@@ -16,7 +18,7 @@ from typing import Any
 from rio_ci.core.admission import Accepted, Facts, Rejection, decide, digest
 from rio_ci.core.limits import Limits
 from rio_ci.core.reducer import OBSERVATION_KINDS, Projection
-from rio_ci.core.state import EVIDENCE_REF, encoded_size, render
+from rio_ci.core.state import EVIDENCE_REF, encoded_size, is_text_safe, json_equal, render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.journal import Journal
@@ -24,6 +26,7 @@ from rio_ci.journal import Journal
 RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
 MAX_DELIVERED = 64  # messages folded into one Turn, at most
 _KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
 
 
 @dataclass(frozen=True)
@@ -45,13 +48,14 @@ class Session:
     @classmethod
     def create(cls, path: str | os.PathLike[str], goal: str, *, cwd: str | None = None,
                validators: list[list[str]] | None = None, limits: Limits | None = None,
-               synchronous: str = "FULL") -> Session:
+               pass_env: list[str] | None = None, synchronous: str = "FULL") -> Session:
         if not goal.strip():
             raise ValueError("the goal must not be blank")
         session_id = uuid.uuid4().hex
         workdir = str(Path(cwd or os.getcwd()).resolve())
         first = {"session_id": session_id, "goal": goal, "cwd": workdir,
-                 "validators": validators or [], "limits": (limits or Limits()).to_dict()}
+                 "validators": validators or [], "limits": (limits or Limits()).to_dict(),
+                 "pass_env": sorted(set(pass_env or []))}
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
 
     @classmethod
@@ -85,6 +89,8 @@ class Session:
                            "for the harness")
         if not isinstance(kind, str) or not _KIND.match(kind):
             raise Rejected("a message kind must be a lowercase word (a-z, 0-9, _ . -)")
+        if not is_text_safe([message_id, payload]):
+            raise Rejected(_NOT_TEXT)
         size = encoded_size(payload)
         with self.journal.write(crash_before="inbox_before_commit") as w:
             limit = w.proj.limits["output_bytes"]
@@ -95,7 +101,7 @@ class Session:
             message = {"id": message_id, "kind": kind, "payload": payload}
             existing = self.journal.find(message_id, "message_received")
             if existing is not None:
-                if existing["message"] != message:
+                if not json_equal(existing["message"], message):
                     raise Rejected(f"message {message_id} was already received with "
                                    "different content")
                 return {"id": message_id, "seq": existing["seq"], "duplicate": True}
@@ -123,6 +129,7 @@ class Session:
                                            "state": state}, ref=turn_id)
             turn = proj.turn
             assert turn is not None
+        crash_point("turn_after_commit")
         return {"turn_id": turn["turn_id"], "state": turn["state"],
                 "delivered": list(turn["delivered"])}
 
@@ -141,12 +148,13 @@ class Session:
     def step(self, turn_id: str, patch: Any) -> Receipt | Rejection:
         """Admit one patch for a Turn. Identical re-submission returns the original Receipt."""
         ops = patch["patch"] if isinstance(patch, dict) and set(patch) == {"patch"} else patch
-        fingerprint = digest(ops)
+        if not is_text_safe(turn_id):
+            raise Rejected(f"unknown Turn: {_NOT_TEXT}")
         with self.journal.write(crash_before="accept_before_commit") as w:
             proj = w.proj
             accepted = self.journal.find(turn_id, "patch_accepted")
             if accepted is not None:
-                if accepted["digest"] == fingerprint:
+                if accepted["digest"] == digest(ops):  # only a re-submission needs it
                     return Receipt(**accepted["receipt"])
                 raise Rejected(f"conflict: Turn {turn_id} already accepted a different patch")
             if proj.ended:
@@ -157,8 +165,10 @@ class Session:
                 raise Rejected(f"Turn {turn_id} is closed")
             decision = decide(proj, proj.turn, ops, self._facts(proj, ops))
             if isinstance(decision, Rejection):
+                # A lone surrogate cannot be stored as text: keep such a patch JSON-escaped.
+                stored = ops if is_text_safe(ops) else json.dumps(ops)
                 w.append("patch_rejected", {"turn_id": turn_id, "reason": decision.reason,
-                                            "patch": ops}, ref=turn_id)
+                                            "patch": stored}, ref=turn_id)
                 return decision
             receipt = self._accept(w, turn_id, ops, decision)
         crash_point("accept_after_commit")
@@ -184,9 +194,11 @@ class Session:
             value = op.get("value") if isinstance(op, dict) else None
             if not isinstance(value, dict) or value.get("kind") != "note":
                 continue
-            for ref in value.get("evidence_refs") or []:
+            refs = value.get("evidence_refs")
+            for ref in refs if isinstance(refs, list) else []:
                 match = EVIDENCE_REF.match(ref) if isinstance(ref, str) else None
-                if match:
+                # Only seqs up to the last event can name one (and fit an SQLite integer).
+                if match and int(match.group(1)) <= proj.last_seq:
                     cited.add(int(match.group(1)))
             target = value.get("target_cell_id")
             if value.get("role") == "cancel" and isinstance(target, int):
@@ -212,8 +224,11 @@ class Session:
         whose id already fired with other content) is rejected."""
         if not isinstance(timer_id, str) or not timer_id.strip() or len(timer_id) > 200:
             raise Rejected("a Timer id must be a non-empty string of at most 200 characters")
-        if isinstance(deadline, bool) or not isinstance(deadline, int | float):
-            raise Rejected("a Timer deadline must be a Unix time in seconds")
+        if (isinstance(deadline, bool) or not isinstance(deadline, int | float)
+                or not math.isfinite(deadline)):
+            raise Rejected("a Timer deadline must be a finite Unix time in seconds")
+        if not is_text_safe([timer_id, payload]):
+            raise Rejected(_NOT_TEXT)
         size = encoded_size(payload)
         with self.journal.write() as w:
             if w.proj.ended:
@@ -222,7 +237,8 @@ class Session:
                 raise Rejected(f"Timer payload is {size} bytes, over output_bytes")
             existing = self.journal.find(timer_id, "timer_set")
             if existing is not None:
-                if existing["deadline"] != deadline or existing["payload"] != payload:
+                if existing["deadline"] != deadline or not json_equal(existing["payload"],
+                                                                      payload):
                     raise Rejected(f"Timer {timer_id} already exists with a different "
                                    "deadline or payload")
                 return {"id": timer_id, "seq": existing["seq"], "duplicate": True}

@@ -24,25 +24,20 @@ from typing import Any
 
 import psutil
 
+from rio_ci.credentials import worker_environment
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RecoveryError
 from rio_ci.process import TOKEN_VAR, Worker
 from rio_ci.session import Session
 
-# Names that carry credentials never reach a Worker (a Cell that needs one gets it through
-# configuration that names it explicitly).
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 EXIT_GRACE = 1.0  # seconds to wait for pipes held by leftovers after the script exited
 
 
 def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
-    secrets = {k: v for k, v in os.environ.items() if SECRET_NAME.search(k)}
-    values = {v for v in secrets.values() if len(v) >= 6}
-    # A secret inside another value (a remote URL, an Authorization header) leaks as well.
-    env = {k: v for k, v in os.environ.items()
-           if k not in secrets and not any(secret in v for secret in values)}
-    env.update(RIO_SESSION_DB=str(session.journal.path), RIO_PYTHON=sys.executable,
-               PYTHONPATH=str(api_shim(session)))
+    env = worker_environment(os.environ, session.proj.session.get("pass_env", []))
+    shim = str(api_shim(session))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim, env.get("PYTHONPATH")]))
+    env.update(RIO_SESSION_DB=str(session.journal.path), RIO_PYTHON=sys.executable)
     if cell_id is not None:
         env["RIO_CELL_ID"] = str(cell_id)
     return env

@@ -102,7 +102,8 @@ def apply(proj: Projection, seq: int, kind: str, at: float, data: dict[str, Any]
 
 def _session_created(proj: Projection, seq: int, d: dict[str, Any]) -> None:
     proj.session = {"id": d["session_id"], "goal": d["goal"], "cwd": d["cwd"],
-                    "validators": d["validators"], "limits": d["limits"], "created_seq": seq}
+                    "validators": d["validators"], "limits": d["limits"], "created_seq": seq,
+                    "pass_env": d.get("pass_env", [])}
     proj.usage = new_usage()
 
 

@@ -1,0 +1,50 @@
+"""Secrets never reach a Worker: not through its environment, not through the Owner's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rio_ci.credentials import worker_environment
+
+RIO = [sys.executable, "-m", "rio_ci.cli"]
+CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canary-github-9c2d"}
+
+
+def rio(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
+    done = subprocess.run([*RIO, *args], capture_output=True, text=True, input=stdin,
+                          env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_cell_cannot_read_secrets_from_the_owners_proc_environ(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    rio("new", db, "--goal", "try to read the Owner's environment", "--cwd", str(tmp_path))
+    turn = json.loads(rio("turn", db))["turn_id"]
+    script = ("cat /proc/$PPID/environ | tr '\\0' '\\n'; echo ---; env; echo ---; "
+              "cat /proc/$PPID/cmdline | tr '\\0' ' '")
+    patch = [{"op": "test", "path": "/revision", "value": 0},
+             {"op": "add", "path": "/cells/-",
+              "value": {"id": 1, "previous_id": None, "kind": "cmd", "argv": ["sh", "-c", script]}}]
+    rio("step", db, turn, "-", stdin=json.dumps(patch))
+    out = rio("work", db, env={**os.environ, **CANARIES})
+    assert json.loads(out)["ran"] == [1]
+    state = json.loads(rio("state", db))
+    stdout = state["runtime"]["cells"]["1"]["stdout"]
+    assert "PATH=" in stdout  # the Cell did read the Owner's initial environment
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    for secret in CANARIES.values():
+        assert secret not in stdout + out
+        assert all(secret.encode() not in p.read_bytes() for p in files)
+
+
+def test_worker_environment_drops_credentials_and_values_that_embed_them() -> None:
+    environ = {"PATH": "/bin", "GITHUB_TOKEN": "ghs_abcdef123", "NPM_TOKEN": "npm-secret-1",
+               "REMOTE": "https://x-access-token:ghs_abcdef123@github.com/o/r",
+               "RIO_CRASH_AT": "script_running", "HOME": "/root"}
+    env = worker_environment(environ, keep=["NPM_TOKEN"])
+    assert env == {"PATH": "/bin", "NPM_TOKEN": "npm-secret-1", "HOME": "/root"}
