@@ -7,7 +7,6 @@ ever printed whole: the token and the API key stay inside this object.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -149,6 +149,8 @@ class Owner:
                     why = result.get("reason") or f"exit {result.get('exit_code')}"
                     problems.append(f"validator {index} ({' '.join(argv)}) failed: {why}")
                     break
+        if self.interrupted.is_set():
+            return  # an interrupted validator proves nothing: the Control stays pending
         crash_point("conclusion_before_commit")
         with self.session.journal.write() as w:
             # Validators take time: judge again what other processes committed meanwhile.

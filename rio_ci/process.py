@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -37,6 +38,7 @@ _CHUNK = 65536
 _READ_BUDGET = 1 << 20  # bytes per read_output call, so one chatty stream cannot starve callers
 _START_TOLERANCE = 0.005  # below one clock tick: equal start times come from the same process
 _POLL = 0.05
+_PROC_ENVIRON = os.path.exists("/proc/self/environ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,17 +95,30 @@ def _scan(token: str, pgid: int | None) -> dict[int, psutil.Process]:
     Processes whose environment we may not read are skipped: they cannot be ours."""
     found: dict[int, psutil.Process] = {}
     me = os.getpid()
-    for proc in psutil.process_iter():
-        if proc.pid <= 0 or proc.pid == me:
+    entry = f"\0{TOKEN_VAR}={token}\0".encode()
+    for pid in psutil.pids():
+        if pid <= 0 or pid == me:
             continue
         try:
-            in_group = pgid is not None and os.getpgid(proc.pid) == pgid
-            ours = in_group or proc.environ().get(TOKEN_VAR) == token
-            if ours and proc.status() != psutil.STATUS_ZOMBIE:
-                found[proc.pid] = proc
+            in_group = pgid is not None and os.getpgid(pid) == pgid
+            if in_group or _carries(pid, token, entry):
+                proc = psutil.Process(pid)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found[pid] = proc
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def _carries(pid: int, token: str, entry: bytes) -> bool:
+    """True if process ``pid`` has ``RIO_WORKER_TOKEN=token`` in its environment. Where
+    /proc exists the raw block is searched for the whole ``entry`` (NUL to NUL): this runs
+    for every process at every Worker stop, and decoding each environment into a dict
+    through psutil costs about four times as much."""
+    if _PROC_ENVIRON:
+        with open(f"/proc/{pid}/environ", "rb") as block:
+            return entry in b"\0" + block.read()
+    return bool(psutil.Process(pid).environ().get(TOKEN_VAR) == token)
 
 
 def _descendants(proc: psutil.Process) -> dict[int, psutil.Process]:
@@ -111,6 +126,47 @@ def _descendants(proc: psutil.Process) -> dict[int, psutil.Process]:
         return {child.pid: child for child in proc.children(recursive=True)}
     except psutil.Error:
         return {}
+
+
+def _descendants_of(procs: list[psutil.Process]) -> dict[int, psutil.Process]:
+    """What ``_descendants`` finds for each process in ``procs``, from one pass over the
+    process table instead of one per process. A dead or zombie process has no children (the
+    kernel reparents them before the exit is visible). As in psutil, a "child" created
+    before the root carries a reused pid and is left out."""
+    roots = [proc for proc in procs if _alive(proc)]
+    if not roots:
+        return {}
+    children: dict[int, list[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    found: dict[int, psutil.Process] = {}
+    for root in roots:
+        with contextlib.suppress(psutil.Error):
+            born, todo, seen = root.create_time(), [root.pid], set()
+            while todo:
+                if (pid := todo.pop()) in seen:
+                    continue  # pids reused while the map was read can make a cycle
+                seen.add(pid)
+                for child_pid in children.get(pid, []):
+                    with contextlib.suppress(psutil.Error):  # gone meanwhile
+                        child = found.get(child_pid) or psutil.Process(child_pid)
+                        if born <= child.create_time():
+                            found[child_pid] = child
+                            todo.append(child_pid)
+    return found
+
+
+def _parents() -> dict[int, int]:
+    """The parent pid of every process: /proc/PID/stat read directly where it exists (as
+    fast as one psutil ``children()`` call, which would read it all once per process)."""
+    if not _PROC_ENVIRON:
+        return {proc.pid: proc.info["ppid"] for proc in psutil.process_iter(["ppid"])}
+    parents: dict[int, int] = {}
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()  # "pid (comm) state ppid ...": comm may hold spaces and ")"
+            parents[pid] = int(data[data.rfind(b")") + 2:].split(maxsplit=2)[1])
+    return parents
 
 
 def find_token_holders(token: str) -> list[int]:
@@ -134,8 +190,8 @@ def _stop_all(
 
     def gather() -> dict[int, psutil.Process]:
         found = _scan(token, pgid if pinned else None)
-        for proc in [*tracked.values(), *found.values()]:
-            found.update(_descendants(proc))  # children may have neither token nor group
+        # children may have neither token nor group
+        found.update(_descendants_of([*tracked.values(), *found.values()]))
         tracked.update(found)
         live = {pid: proc for pid, proc in tracked.items() if _alive(proc)}
         seen.update(live)
@@ -160,8 +216,10 @@ def _stop_all(
     send(live, phase)
     kill_at = start + grace
     give_up = max(start + KILL_DEADLINE, kill_at + 1.0)
+    delay = 0.005  # most processes die within milliseconds of SIGTERM: look again soon
     while live:
-        time.sleep(_POLL)
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL)
         before = set(live)
         live = gather()
         now = time.monotonic()
@@ -196,6 +254,7 @@ class Worker:
         self._selector = selectors.DefaultSelector()
         self._selector.register(proc.stdout, selectors.EVENT_READ, "stdout")
         self._selector.register(proc.stderr, selectors.EVENT_READ, "stderr")
+        self._exit_fd: int | None = None  # a pidfd of the leader, once wait() needs it
 
     @classmethod
     def spawn(
@@ -290,13 +349,29 @@ class Worker:
         return self._status
 
     def wait(self, timeout: float) -> int | None:
-        """Wait up to ``timeout`` s for the leader to exit; its status (see poll) or None."""
+        """Wait up to ``timeout`` s for the leader to exit; its status (see poll) or None.
+        Where the kernel offers a pidfd (Linux) this sleeps until the exit itself, so a
+        caller neither spins nor adds a polling delay; elsewhere it polls."""
         deadline = time.monotonic() + timeout
         delay = 0.005
-        while (status := self.poll()) is None and time.monotonic() < deadline:
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, _POLL)
+        while (status := self.poll()) is None and (left := deadline - time.monotonic()) > 0:
+            exit_fd = self._pidfd()
+            if exit_fd is not None:
+                waiter = select.poll()
+                waiter.register(exit_fd, select.POLLIN)
+                waiter.poll(max(1, round(left * 1000)))
+            else:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, _POLL)
         return status
+
+    def _pidfd(self) -> int | None:
+        """A pidfd of the leader (readable once it exits), or None where unsupported. The
+        pid cannot name another process meanwhile: only :meth:`stop` reaps the leader."""
+        if self._exit_fd is None and self._proc.returncode is None:
+            with contextlib.suppress(AttributeError, OSError):
+                self._exit_fd = os.pidfd_open(self._proc.pid)
+        return self._exit_fd
 
     def stop(self, grace: float = 2.0) -> StopReport:
         """Stop the group, every descendant and every token holder: SIGTERM, ``grace`` s,
@@ -304,7 +379,7 @@ class Worker:
         after the first signal. Reaps the leader. Safe to call after the leader exited."""
         targets: dict[int, psutil.Process] = {}
         pinned = self._proc.returncode is None  # unreaped leader keeps the group id reserved
-        if pinned:
+        if pinned and self.poll() is None:  # an exited leader has no descendants left
             with contextlib.suppress(psutil.Error):
                 leader = psutil.Process(self._proc.pid)
                 targets = {leader.pid: leader, **_descendants(leader)}
@@ -318,6 +393,9 @@ class Worker:
     def close(self) -> None:
         """Release the pipes (call after stop; unread output is discarded)."""
         self._selector.close()
+        if self._exit_fd is not None:
+            os.close(self._exit_fd)
+            self._exit_fd = None
         for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):

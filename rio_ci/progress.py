@@ -43,7 +43,7 @@ def render(proj: Projection, *, status: str, run_url: str | None, generation: in
     lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True)} -->",
              f"### rio-ci: {status}", ""]
     if note:
-        lines += [f"> {note}", ""]
+        lines += [f"> {_one_line(note)}", ""]
     lines += ["| cell | kind | phase | result |", "| --- | --- | --- | --- |"]
     shown = [c["id"] for c in proj.cells]
     for key in proj.executions:
@@ -74,6 +74,18 @@ def render(proj: Projection, *, status: str, run_url: str | None, generation: in
     return "\n".join(lines) + "\n"
 
 
+def render_problem(problem: str, *, run_url: str | None) -> str:
+    """The comment when no Session could be opened at all (every saved generation refused).
+    Its metadata has no wake-up, so the sweep leaves the issue alone until someone acts."""
+    meta = {"status": "error", "generation": None, "operation": None, "next_wake": None,
+            "ended": False}
+    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True)} -->",
+             "### rio-ci: error", "", f"> {_one_line(problem)}", ""]
+    if run_url:
+        lines.append(f"[This run]({run_url})")
+    return "\n".join(lines) + "\n"
+
+
 def read_meta(body: str) -> dict[str, Any] | None:
     match = _META.search(body or "")
     if not match:
@@ -87,6 +99,10 @@ def read_meta(body: str) -> dict[str, Any] | None:
 
 def _role(cell: dict[str, Any]) -> str:
     return f" ({cell['role']})" if cell.get("role") else ""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:2000]
 
 
 def _cell_text(text: str) -> str:

@@ -17,6 +17,7 @@ from rio_ci.core.state import (
     EXECUTABLE,
     encoded_size,
     is_int,
+    is_text_safe,
     is_unresolved,
     json_equal,
     resolve_pointer,
@@ -63,7 +64,9 @@ class Rejection:
 def digest(patch: Any) -> str:
     """A stable fingerprint of a patch, for idempotent re-submission."""
     text = json.dumps(patch, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: a patch holding a lone surrogate still gets a fingerprint (and is then
+    # rejected); valid text encodes exactly as UTF-8.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) -> Accepted | Rejection:
@@ -167,6 +170,8 @@ def _well_formed(patch: Any) -> list[dict[str, Any]]:
         raise _Reject("a patch must be a list of operations (or {\"patch\": [...]})")
     if not patch:
         raise _Reject("a patch needs at least the /revision test")
+    if not is_text_safe(patch):
+        raise _Reject("the patch holds a lone surrogate (\\ud800-\\udfff), which is not text")
     for number, op in enumerate(patch):
         if not isinstance(op, dict) or not isinstance(op.get("op"), str):
             raise _Reject(f"operation {number} must be an object with an 'op'")

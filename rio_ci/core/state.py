@@ -40,7 +40,7 @@ def validate_cell(cell: Any) -> str | None:
     if not isinstance(cell, dict):
         return "a Cell must be a JSON object"
     kind = cell.get("kind")
-    if kind not in _FIELDS:
+    if not isinstance(kind, str) or kind not in _FIELDS:  # a list here is unhashable
         return f"Cell kind must be note, code or cmd, got {kind!r}"
     allowed = {"id", "previous_id", "kind"} | _FIELDS[kind] | _OPTIONAL.get(kind, set())
     unknown = sorted(set(cell) - allowed)
@@ -164,6 +164,16 @@ def json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and bool(a == b)
+
+
+def is_text_safe(value: Any) -> bool:
+    """False when a string in ``value`` holds a lone surrogate: JSON can spell one
+    (``"\\ud800"``) but UTF-8, SQLite and the model cannot carry it."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encoded_size(value: Any) -> int:

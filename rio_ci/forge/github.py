@@ -28,6 +28,7 @@ from github.GithubException import (
     UnknownObjectException,
 )
 from github.IssueComment import IssueComment
+from github.Repository import Repository
 from urllib3.util.retry import Retry
 
 from rio_ci.errors import ForgeError, StorageError
@@ -41,6 +42,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_HOPS = 5
 _CHUNK = 1024 * 1024
 _USER_AGENT = "rio-ci"
+_WRITERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 
 
 @contextmanager
@@ -83,9 +85,10 @@ class GitHubForge:
     Construction reads the repository once, so a wrong name or token fails here. ``retries``
     bounds retries of idempotent GETs on connection errors and 5xx answers. ``throttle`` keeps
     PyGithub's spacing between requests (GitHub's advice against secondary rate limits); tests
-    against a local fake turn it off. ``comment_author``, when given, restricts
-    ``upsert_comment`` to comments written by that login (e.g. ``github-actions[bot]``), so a
-    comment from someone else that quotes the marker is never taken over.
+    against a local fake turn it off. A comment carrying a marker is taken as ours only when
+    ``comment_author`` (if given) wrote it, or else when a bot or a user with write access
+    (OWNER, MEMBER, COLLABORATOR) wrote it: someone without write access who quotes the
+    marker can neither have their comment taken over nor plant metadata the sweep would read.
     """
 
     def __init__(
@@ -170,14 +173,64 @@ class GitHubForge:
         with _failing(f"writing the comment {marker} on #{number}"):
             issue = self._repo.get_issue(number)
             for existing in issue.get_comments():
-                if marker not in (existing.body or ""):
-                    continue
-                if self._comment_author and self._login(existing) != self._comment_author:
+                if marker not in (existing.body or "") or not self._may_own(existing):
                     continue
                 if existing.body != body:
                     existing.edit(body)
                 return existing.id
             return issue.create_comment(body).id
+
+    def find_comment(self, number: int, marker: str) -> Comment | None:
+        """The oldest comment on ``number`` containing ``marker`` (and, with
+        ``comment_author``, written by that login), or None. A read only: the sweep uses it to
+        learn a Session's next wake without downloading its journal."""
+        with _failing(f"looking for the comment {marker} on #{number}"):
+            for existing in self._repo.get_issue(number).get_comments():
+                if marker in (existing.body or "") and self._may_own(existing):
+                    return self._comment(number, existing)
+        return None
+
+    def issues_with_label(self, label: str) -> list[Issue]:
+        """Open issues carrying ``label``, lowest number first; pull requests (which the
+        issues API lists too) are left out."""
+        with _failing(f"listing open issues labelled {label}"):
+            found = [
+                Issue(
+                    number=item.number,
+                    title=item.title,
+                    body=item.body or "",
+                    author=item.user.login if item.user else "",
+                    labels=tuple(each.name for each in item.labels),
+                )
+                for item in self._repo.get_issues(state="open", labels=[label])
+                # ``item.pull_request`` would cost a request per issue (PyGithub completes an
+                # absent attribute); a pull request's page is /pull/N.
+                if "/pull/" not in item.html_url
+            ]
+        return sorted((i for i in found if label in i.labels), key=lambda i: i.number)
+
+    def pull_head(self, number: int) -> str | None:
+        """The head branch of pull request ``number``; None when ``number`` is no pull request
+        or its head lives in another repository (a fork's ``rio/issue-7`` is not ours)."""
+        with _failing(f"reading pull request #{number}"):
+            try:
+                pull = self._repo.get_pull(number)
+            except UnknownObjectException:
+                return None
+            if not self._is_ours(pull.head.repo):
+                return None
+            ref: str = pull.head.ref
+            return ref
+
+    def _may_own(self, comment: IssueComment) -> bool:
+        login = self._login(comment)
+        if self._comment_author:
+            return login == self._comment_author
+        # "[bot]" cannot appear in a user's login; only installed apps carry it.
+        return login.endswith("[bot]") or comment.author_association in _WRITERS
+
+    def _is_ours(self, repo: Repository | None) -> bool:
+        return repo is not None and repo.full_name == self._full_name
 
     @staticmethod
     def _login(comment: IssueComment) -> str:
@@ -210,7 +263,9 @@ class GitHubForge:
         found: list[Check] = []
         with _failing(f"listing workflow runs of {branch}"):
             for run in self._repo.get_workflow_runs(branch=head, status="completed"):
-                if run.id > after_id and run.head_branch == branch:
+                # A fork may name its branch rio/issue-7 too; only our own branch counts.
+                if (run.id > after_id and run.head_branch == branch
+                        and self._is_ours(run.head_repository)):
                     found.append(Check(
                         id=run.id, kind="workflow_run", name=run.name or "",
                         conclusion=run.conclusion or "", url=run.html_url, head_branch=branch,

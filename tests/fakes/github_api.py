@@ -102,17 +102,22 @@ class FakeGitHub:
         self.collaborators[user] = permission
 
     def add_issue(self, title: str, body: str = "", user: str = "alice",
-                  labels: tuple[str, ...] = ()) -> int:
+                  labels: tuple[str, ...] = (), state: str = "open") -> int:
         number = next(self._numbers)
         self.issues[number] = {
             "id": number + 500_000, "number": number, "title": title, "body": body,
-            "user": self._user(user), "state": "open",
+            "user": self._user(user), "state": state,
             "labels": [{"name": n, "url": f"{self._base}/labels/{n}"} for n in labels],
             "url": f"{self._base}/issues/{number}",
             "html_url": f"https://github.test/{self.repo}/issues/{number}",
             "comments_url": f"{self._base}/issues/{number}/comments",
         }
         return number
+
+    def add_label(self, number: int, name: str) -> None:
+        labels = self.issues[number]["labels"]
+        if all(label["name"] != name for label in labels):
+            labels.append({"name": name, "url": f"{self._base}/labels/{name}"})
 
     def add_comment(self, number: int, body: str, user: str = "alice",
                     association: str = "COLLABORATOR") -> int:
@@ -131,10 +136,13 @@ class FakeGitHub:
         self.branches[branch] = sha
 
     def add_workflow_run(self, branch: str, name: str = "CI", conclusion: str | None = "success",
-                         status: str = "completed") -> int:
+                         status: str = "completed", head_repo: str | None = None) -> int:
+        """A workflow run on ``branch``; ``head_repo`` names a fork it came from (default:
+        this repository)."""
         run_id = next(self._ids)
         self.runs[run_id] = {
             "id": run_id, "name": name, "head_branch": branch,
+            "head_repository": self._repo_ref(head_repo or self.repo),
             "head_sha": self.branches.get(branch, "0" * 40), "status": status,
             "conclusion": conclusion, "event": "push", "run_number": run_id,
             "url": f"{self._base}/actions/runs/{run_id}",
@@ -185,6 +193,11 @@ class FakeGitHub:
         return [c for c in self.comments.values() if c["issue_number"] == number]
 
     # -- endpoints -----------------------------------------------------------------------------
+
+    def _repo_ref(self, full_name: str) -> Json:
+        owner, name = full_name.split("/")
+        return {"id": 1 if full_name == self.repo else 2, "name": name, "full_name": full_name,
+                "owner": self._user(owner), "url": f"{self.api_url}/repos/{full_name}"}
 
     def _repo_json(self, _: Recorded, __: re.Match[str]) -> Reply:
         return 200, {
@@ -256,16 +269,49 @@ class FakeGitHub:
         if any(p["head"]["label"] == label and p["state"] == "open" for p in self.pulls.values()):
             return 422, {"message": "Validation Failed", "errors": [
                 {"message": f"A pull request already exists for {label}."}]}, {}
+        return 201, self.pulls[self.add_pull(data["head"], data["title"], data.get("body"),
+                                             base=data["base"], user=self.bot)], {}
+
+    def add_pull(self, head: str, title: str, body: str | None = None, *, base: str = "main",
+                 user: str = "alice", head_repo: str | None = None) -> int:
+        """An open pull request from ``head`` (of ``head_repo``, default this repository).
+        Like GitHub, it is an issue too: its number is shared and comments go to the issue."""
         number = next(self._numbers)
+        owner = (head_repo or self.repo).split("/")[0]
         self.pulls[number] = {
-            "id": number + 700_000, "number": number, "state": "open", "title": data["title"],
-            "body": data.get("body"), "user": self._user(self.bot),
-            "head": {"ref": data["head"], "label": label, "sha": self.branches.get(data["head"])},
-            "base": {"ref": data["base"], "label": f"{self.owner}:{data['base']}"},
+            "id": number + 700_000, "number": number, "state": "open", "title": title,
+            "body": body, "user": self._user(user),
+            "head": {"ref": head, "label": f"{owner}:{head}", "sha": self.branches.get(head),
+                     "repo": self._repo_ref(head_repo or self.repo)},
+            "base": {"ref": base, "label": f"{self.owner}:{base}",
+                     "repo": self._repo_ref(self.repo)},
             "url": f"{self._base}/pulls/{number}",
             "html_url": f"https://github.test/{self.repo}/pull/{number}",
         }
-        return 201, self.pulls[number], {}
+        self.issues[number] = {
+            "id": number + 500_000, "number": number, "title": title, "body": body or "",
+            "user": self._user(user), "state": "open", "labels": [],
+            "url": f"{self._base}/issues/{number}",
+            "html_url": f"https://github.test/{self.repo}/pull/{number}",
+            "comments_url": f"{self._base}/issues/{number}/comments",
+            "pull_request": {"url": f"{self._base}/pulls/{number}",
+                             "html_url": f"https://github.test/{self.repo}/pull/{number}"},
+        }
+        return number
+
+    def _pull(self, _: Recorded, m: re.Match[str]) -> Reply:
+        pull = self.pulls.get(int(m[1]))
+        return (200, pull, {}) if pull else _not_found()
+
+    def _list_issues(self, req: Recorded, _: re.Match[str]) -> Reply:
+        """Issues *and pull requests*, as GitHub lists them; ``labels`` is a comma-separated
+        list that must all be present."""
+        wanted = [n for n in req.query.get("labels", "").split(",") if n]
+        state = req.query.get("state", "open")
+        found = [i for i in self.issues.values()
+                 if state in (i["state"], "all")
+                 and all(n in {label["name"] for label in i["labels"]} for n in wanted)]
+        return 200, sorted(found, key=lambda i: -i["number"]), {}
 
     def _workflow(self, _: Recorded, m: re.Match[str]) -> Reply:
         if m[1] not in self.workflows:
@@ -302,6 +348,7 @@ class FakeGitHub:
         r = "/repos/" + re.escape(self.repo)
         return [
             ("GET", rf"{r}", self._repo_json),
+            ("GET", rf"{r}/issues", self._list_issues),
             ("GET", rf"{r}/issues/(\d+)", self._issue),
             ("GET", rf"{r}/issues/(\d+)/comments", self._list_comments),
             ("POST", rf"{r}/issues/(\d+)/comments", self._create_comment),
@@ -312,6 +359,7 @@ class FakeGitHub:
             ("GET", rf"{r}/commits/([0-9a-f]+)/check-runs", self._check_runs),
             ("GET", rf"{r}/pulls", self._list_pulls),
             ("POST", rf"{r}/pulls", self._create_pull),
+            ("GET", rf"{r}/pulls/(\d+)", self._pull),
             ("GET", rf"{r}/actions/workflows/([^/]+)", self._workflow),
             ("POST", rf"{r}/actions/workflows/([^/]+)/dispatches", self._dispatch),
             ("GET", rf"{r}/actions/artifacts", self._list_artifacts),
@@ -335,8 +383,8 @@ class FakeGitHub:
                 if method == req.method and pattern.fullmatch(req.path):
                     del self._failures[index]
                     return _encode(status, {"message": f"injected failure {status}"}, {})
-            for method, pattern, handler in self._routes():
-                match = re.fullmatch(pattern, req.path)
+            for method, route, handler in self._routes():
+                match = re.fullmatch(route, req.path)
                 if match and method == req.method:
                     return _encode(*handler(req, match))
             return _encode(*_not_found())
