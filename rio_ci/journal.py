@@ -14,7 +14,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -230,10 +230,8 @@ class Journal:
         crash_point("journal_after_commit")
 
     def _rollback(self) -> None:
-        try:
+        with suppress(sqlite3.Error):
             self._conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
         proj, self._snapshot_seq = _load(self._conn)
         self.proj = proj
         self.catch_up()

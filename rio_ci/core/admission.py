@@ -69,7 +69,9 @@ def digest(patch: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) -> Accepted | Rejection:
+def decide(
+    proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts
+) -> Accepted | Rejection:
     try:
         return _decide(proj, turn, patch, facts)
     except _Reject as exc:
@@ -126,7 +128,8 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
             if target["id"] not in original:
                 raise _Reject(f"{where}: a Cell created in this patch cannot be touched again")
             if target["id"] in touched:
-                raise _Reject(f"{where}: Cell {target['id']} already has an operation in this patch")
+                raise _Reject(
+                    f"{where}: Cell {target['id']} already has an operation in this patch")
             if kind == "remove":
                 if last_removed_index is not None and index >= last_removed_index:
                     raise _Reject(f"{where}: removals must go in strictly descending index order")
@@ -233,7 +236,8 @@ def _controls(
             target = cell["target_cell_id"]
             if (str(target) not in proj.executions and target not in new_executions
                     and target not in facts.recorded_executions):
-                raise _Reject(f"Cell {cell['id']}: cancel target {target} has no recorded Execution")
+                raise _Reject(
+                    f"Cell {cell['id']}: cancel target {target} has no recorded Execution")
             control["target_cell_id"] = target
         elif role == "resolution":
             target = cell["target_cell_id"]

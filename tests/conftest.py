@@ -1,0 +1,267 @@
+"""Shared test tools: the CLI as a real subprocess, Sessions on real files in ``tmp_path``,
+a patch builder, and Owner-free ways to move an Execution through its phases.
+
+``--long`` enables the stress tests marked ``long``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rio_ci.session import Receipt, Session
+
+PY = sys.executable
+ROOT = Path(__file__).resolve().parents[1]
+PEP723 = "# /// script\n# dependencies = []\n# ///\n"
+
+
+# --- the --long flag -----------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="also run the stress tests marked long")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "long: long stress runs (enable with --long)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="stress test: run with --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What one ``rio-ci`` run produced. Unpacks as ``code, out, err``.
+
+    ``out`` is the JSON printed: one value for one line, a list for several (use ``lines``
+    when the count varies, as with ``events``), None when stdout was empty or not JSON.
+    """
+
+    code: int
+    out: Any
+    err: str
+    stdout: str
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.code, self.out, self.err))
+
+    @property
+    def lines(self) -> list[Any]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIO_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def run_cli(*args: Any, input: Any = None, cwd: str | Path | None = None,
+            timeout: float = 60) -> CliResult:
+    """Run ``python -m rio_ci.cli ARGS`` as a subprocess. ``input`` that is not a string is
+    sent as JSON (handy for ``step DB TURN -``)."""
+    text = input if input is None or isinstance(input, str) else json.dumps(input)
+    done = subprocess.run([PY, "-m", "rio_ci.cli", *map(str, args)], input=text,
+                          capture_output=True, text=True, cwd=cwd, env=cli_env(),
+                          timeout=timeout, check=False)
+    try:
+        parsed = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        out: Any = parsed[0] if len(parsed) == 1 else (parsed or None)
+    except json.JSONDecodeError:
+        out = None
+    return CliResult(done.returncode, out, done.stderr, done.stdout)
+
+
+@pytest.fixture
+def rio(tmp_path: Path) -> Callable[..., CliResult]:
+    """``rio(*args, input=None)``: the CLI run in ``tmp_path``."""
+
+    def call(*args: Any, input: Any = None, timeout: float = 60) -> CliResult:
+        return run_cli(*args, input=input, cwd=tmp_path, timeout=timeout)
+
+    return call
+
+
+# --- Sessions ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "session.db"
+
+
+@pytest.fixture
+def make_session(tmp_path: Path) -> Iterator[Callable[..., Session]]:
+    """``make_session(name="session.db", goal=..., validators=None, **limits)``."""
+    from rio_ci.core.limits import Limits
+
+    opened: list[Session] = []
+
+    def make(name: str = "session.db", goal: str = "test goal",
+             validators: list[list[str]] | None = None, **limits: Any) -> Session:
+        session = Session.create(tmp_path / name, goal, cwd=str(tmp_path),
+                                 validators=validators, limits=Limits(**limits))
+        opened.append(session)
+        return session
+
+    yield make
+    for session in opened:
+        session.close()
+
+
+@pytest.fixture
+def session(make_session: Callable[..., Session]) -> Session:
+    return make_session()
+
+
+# --- Cells and patches ---------------------------------------------------------------------
+
+
+def note(text: str = "a note", **extra: Any) -> dict[str, Any]:
+    return {"kind": "note", "text": text, **extra}
+
+
+def cmd(*argv: str) -> dict[str, Any]:
+    return {"kind": "cmd", "argv": list(argv or ("true",))}
+
+
+def code(body: str = "print('hello')\n", header: str = PEP723) -> dict[str, Any]:
+    return {"kind": "code", "runtime": "python", "source": header + body}
+
+
+class Patch:
+    """A step patch against a State: the ``/revision`` test first, then operations applied
+    in order. New Cells get ``id`` (``runtime.next_cell_id``, +1 per version) and
+    ``previous_id`` (null on add, the replaced id on replace) unless the Cell sets them."""
+
+    def __init__(self, state: dict[str, Any]):
+        self.ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/revision", "value": state["revision"]}]
+        self.next_id: int = state["runtime"]["next_cell_id"]
+        self._ids = [c["id"] for c in state["cells"]]  # ids in array order, as ops apply
+
+    def test(self, path: str, value: Any) -> Patch:
+        self.ops.append({"op": "test", "path": path, "value": value})
+        return self
+
+    def add(self, cell: dict[str, Any]) -> Patch:
+        cell = {"id": self.next_id, "previous_id": None, **cell}
+        self.ops.append({"op": "add", "path": "/cells/-", "value": cell})
+        self._ids.append(cell["id"])
+        self.next_id += 1
+        return self
+
+    def replace(self, index: int, cell: dict[str, Any]) -> Patch:
+        cell = {"id": self.next_id, "previous_id": self._ids[index], **cell}
+        self.ops.append({"op": "replace", "path": f"/cells/{index}", "value": cell})
+        self._ids[index] = cell["id"]
+        self.next_id += 1
+        return self
+
+    def remove(self, index: int) -> Patch:
+        self.ops.append({"op": "remove", "path": f"/cells/{index}"})
+        del self._ids[index]
+        return self
+
+    def op(self, **raw: Any) -> Patch:
+        """Append any operation as written."""
+        self.ops.append(raw)
+        return self
+
+    def build(self) -> list[dict[str, Any]]:
+        return [dict(op) for op in self.ops]
+
+
+def accept(session: Session, build: Callable[[Patch], Any]) -> Receipt:
+    """Prepare a Turn, build a patch on its snapshot, and require it to be accepted."""
+    turn = session.prepare_turn()
+    patch = Patch(turn["state"])
+    build(patch)
+    result = session.step(turn["turn_id"], patch.build())
+    assert isinstance(result, Receipt), result
+    return result
+
+
+# --- reading a Session file from outside ---------------------------------------------------
+
+
+def journal_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every committed event, read through a fresh read-only SQLite connection."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT seq, kind, ref, data FROM events ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    return [{"seq": s, "kind": k, "ref": r, "data": json.loads(d)} for s, k, r, d in rows]
+
+
+def sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# --- moving Executions without an Owner (the event shapes rio_ci.supervision commits) ------
+
+
+def append_event(session: Session, kind: str, data: dict[str, Any],
+                 ref: str | int | None = None) -> int:
+    with session.journal.write() as w:
+        return w.append(kind, data, ref=ref)
+
+
+def start_execution(session: Session, cell_id: int) -> int:
+    return append_event(session, "execution_started",
+                        {"cell_id": cell_id, "token": f"test-token-{cell_id}"}, ref=cell_id)
+
+
+def finish_execution(session: Session, cell_id: int, result: dict[str, Any]) -> int:
+    """Commit a result with its Inbox notice, as one event (an UnknownExecution's
+    evidence_refs name that event)."""
+    with session.journal.write() as w:
+        seq = w.next_seq()
+        result = {"cell_id": cell_id, **result}
+        if result["type"] == "UnknownExecution":
+            result["evidence_refs"] = [f"session:event:{seq}"]
+        w.append("execution_finished", {"cell_id": cell_id, "result": result, "message": {
+            "id": f"execution:{cell_id}", "kind": "execution", "payload": result}},
+            ref=cell_id)
+    return int(seq)
+
+
+def succeed(session: Session, cell_id: int) -> int:
+    start_execution(session, cell_id)
+    return finish_execution(session, cell_id, {"type": "success", "exit_code": 0})
+
+
+def record_unknown(session: Session, cell_id: int,
+                   reason: str = "worker_lost_before_result_commit") -> int:
+    """What recovery commits for a ``started`` Execution: returns the record's seq."""
+    if session.refresh().executions[str(cell_id)]["phase"] == "queued":
+        start_execution(session, cell_id)
+    return finish_execution(session, cell_id, {"type": "UnknownExecution", "reason": reason,
+                                               "worker_stopped": True})
+
+
+def end_run(session: Session, result: str = "failure", reason: str = "test") -> int:
+    return append_event(session, "run_ended", {"result": result, "reason": reason,
+                                               "note_id": None, "unresolved": []})

@@ -1,0 +1,648 @@
+"""Step admission (SPEC §3 and the admission rows of §15), one test per rule.
+
+Most tests go through ``Session.step`` on a real file and check, for every rejection, that
+the only thing committed is one ``patch_rejected`` event and that the State is unchanged.
+The CLI tests check the exit codes and what ``rio-ci events`` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    PEP723,
+    PY,
+    Patch,
+    accept,
+    cli_env,
+    cmd,
+    code,
+    finish_execution,
+    journal_rows,
+    note,
+    record_unknown,
+    start_execution,
+    succeed,
+)
+
+from rio_ci.core.admission import Rejection
+from rio_ci.session import Receipt, Session
+
+Build = Callable[[Patch], Any]
+
+
+def ops_of(built: Any, patch: Patch) -> list[Any]:
+    if built is None or built is patch:
+        return patch.build()
+    return built.build() if isinstance(built, Patch) else built
+
+
+def reject(session: Session, build: Build, match: str) -> str:
+    """Submit a patch for the open Turn; require a rejection naming ``match`` that commits
+    one ``patch_rejected`` event and nothing else, and leaves the State and Turn as they were."""
+    turn = session.prepare_turn()
+    patch = Patch(turn["state"])
+    ops = ops_of(build(patch), patch)
+    path = session.journal.path
+    before_rows, before_state = journal_rows(path), session.state()
+    result = session.step(turn["turn_id"], ops)
+    assert isinstance(result, Rejection), f"accepted: {result}"
+    assert match in result.reason, result.reason
+    after_rows = journal_rows(path)
+    assert after_rows[:-1] == before_rows
+    assert after_rows[-1]["kind"] == "patch_rejected"
+    assert after_rows[-1]["data"] == {"turn_id": turn["turn_id"], "reason": result.reason,
+                                      "patch": ops}
+    assert session.state() == before_state
+    assert session.prepare_turn() == turn  # the Turn is not used up
+    return result.reason
+
+
+submit = accept
+
+
+@pytest.fixture
+def two_notes(session: Session) -> Session:
+    """A Session whose cells are [1, 2] (two notes) at revision 1."""
+    accept(session, lambda p: p.add(note("first")).add(note("second")))
+    return session
+
+
+@pytest.fixture
+def three_notes(session: Session) -> Session:
+    accept(session, lambda p: p.add(note("a")).add(note("b")).add(note("c")))
+    return session
+
+
+def head_ids(session: Session) -> list[int]:
+    return [c["id"] for c in session.state()["cells"]]
+
+
+# --- 1. the revision test comes first ------------------------------------------------------
+
+
+def test_a_patch_without_the_revision_test_is_rejected(session: Session) -> None:
+    reject(session, lambda p: [{"op": "add", "path": "/cells/-",
+                                "value": {"id": 1, "previous_id": None, **note()}}],
+           "first operation must be")
+
+
+@pytest.mark.parametrize("value", [1, -1, False, "0", None, 0.5])
+def test_a_revision_test_with_the_wrong_value_is_rejected(session: Session, value: Any) -> None:
+    # False == 0 in Python; JSON's false is not the revision 0.
+    reject(session, lambda p: [{"op": "test", "path": "/revision", "value": value}],
+           "revision test failed")
+
+
+def test_the_revision_test_must_be_the_first_operation(session: Session) -> None:
+    reject(session, lambda p: [
+        {"op": "test", "path": "/goal", "value": "test goal"},
+        {"op": "test", "path": "/revision", "value": 0}], "first operation must be")
+    reject(session, lambda p: [
+        {"op": "add", "path": "/cells/-", "value": {"id": 1, "previous_id": None, **note()}},
+        {"op": "test", "path": "/revision", "value": 0}], "first operation must be")
+
+
+def test_a_patch_that_only_tests_the_revision_is_accepted(session: Session) -> None:
+    receipt = submit(session, lambda p: p)
+    assert (receipt.revision, receipt.cell_ids) == (1, [])
+    assert session.state()["revision"] == 1
+
+
+def test_test_operations_are_evaluated_against_the_turn_snapshot(session: Session) -> None:
+    accept(session, lambda p: p.add(cmd("true")))
+    turn = session.prepare_turn()
+    assert turn["state"]["runtime"]["cells"]["1"]["phase"] == "queued"
+    start_execution(session, 1)  # the live State moves on; the snapshot does not
+    session.receive("m1", "comment", {"body": "hi"})
+    assert session.state()["runtime"]["cells"]["1"]["phase"] == "started"
+    reject(session, lambda p: p.test("/runtime/cells/1/phase", "started"), "test failed")
+    reject(session, lambda p: p.test("/runtime/nope", 1), "does not exist")
+    ops = (Patch(turn["state"]).test("/runtime/cells/1/phase", "queued")
+           .test("/runtime/inbox", []).test("/goal", "test goal").build())
+    assert isinstance(session.step(turn["turn_id"], ops), Receipt)
+
+
+# --- 2. only test, add at /cells/-, whole replace and remove -------------------------------
+
+
+# The valid add before each of these takes id 3, so a Cell here takes id 4: the path is
+# the only thing wrong with it.
+FORBIDDEN: dict[str, dict[str, Any]] = {
+    "move": {"op": "move", "from": "/cells/0", "path": "/cells/1"},
+    "copy": {"op": "copy", "from": "/cells/0", "path": "/cells/-"},
+    "add at an index": {"op": "add", "path": "/cells/0",
+                        "value": {"id": 4, "previous_id": None, **note()}},
+    "add at the end index": {"op": "add", "path": "/cells/2",
+                             "value": {"id": 4, "previous_id": None, **note()}},
+    "edit inside a Cell": {"op": "replace", "path": "/cells/0/text", "value": "changed"},
+    "add inside a Cell": {"op": "add", "path": "/cells/0/role", "value": "cancel"},
+    "remove inside a Cell": {"op": "remove", "path": "/cells/0/text"},
+    "replace the cells array": {"op": "replace", "path": "/cells", "value": []},
+    "remove the cells array": {"op": "remove", "path": "/cells"},
+    "replace /goal": {"op": "replace", "path": "/goal", "value": "another goal"},
+    "add /goal": {"op": "add", "path": "/goal", "value": "another goal"},
+    "remove /goal": {"op": "remove", "path": "/goal"},
+    "replace /revision": {"op": "replace", "path": "/revision", "value": 7},
+    "replace /runtime": {"op": "replace", "path": "/runtime", "value": {}},
+    "replace /runtime/pause": {"op": "replace", "path": "/runtime/pause", "value": None},
+    "add /runtime/next_cell_id": {"op": "add", "path": "/runtime/next_cell_id", "value": 9},
+    "replace /schema": {"op": "replace", "path": "/schema", "value": "rio.state/2"},
+    "replace /id": {"op": "replace", "path": "/id", "value": "x"},
+    "replace the root": {"op": "replace", "path": "", "value": {}},
+    "unknown op": {"op": "frobnicate", "path": "/cells/-"},
+    "op with an extra key": {"op": "add", "path": "/cells/-", "from": "/cells/0",
+                             "value": {"id": 4, "previous_id": None, **note()}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORBIDDEN))
+def test_forbidden_operations_reject_the_whole_patch(two_notes: Session, name: str) -> None:
+    # A valid add comes first, so the whole patch is what is refused, not just the op.
+    reject(two_notes, lambda p: p.add(note("valid")).op(**FORBIDDEN[name]), "operation 2")
+    assert head_ids(two_notes) == [1, 2]
+
+
+# --- 3. ids: consecutive from runtime.next_cell_id, in operation order ---------------------
+
+
+@pytest.mark.parametrize("cell_id, match", [
+    (4, "must take id 3"), (2, "must take id 3"), (1, "must take id 3"),
+    (0, "integer >= 1"), ("3", "integer >= 1"), (3.0, "integer >= 1"), (True, "integer >= 1"),
+])
+def test_the_first_new_version_takes_next_cell_id(
+        two_notes: Session, cell_id: Any, match: str) -> None:
+    reject(two_notes, lambda p: p.add(note(id=cell_id)), match)
+
+
+def test_later_versions_take_the_next_ids_in_operation_order(two_notes: Session) -> None:
+    reject(two_notes, lambda p: p.add(note()).add(note(id=3)), "take id 4")
+    reject(two_notes, lambda p: p.add(note()).add(note(id=5)), "take id 4")
+    reject(two_notes, lambda p: p.add(note(id=4)).add(note(id=3)), "take id 3")
+    # a replacement before an add takes the first id
+    receipt = submit(two_notes, lambda p: p.replace(0, note("one'")).add(note("three")))
+    assert receipt.cell_ids == [3, 4]
+    assert head_ids(two_notes) == [3, 2, 4]
+    assert two_notes.state()["runtime"]["next_cell_id"] == 5
+
+
+def test_ids_are_never_reused_and_old_versions_never_return(two_notes: Session) -> None:
+    submit(two_notes, lambda p: p.replace(0, note("one'")).remove(1))  # heads [3]
+    assert head_ids(two_notes) == [3]
+    reject(two_notes, lambda p: p.add(note(id=2)), "take id 4")
+    reject(two_notes, lambda p: p.replace(0, note(id=1, previous_id=3)), "take id 4")
+
+
+# --- 4. predecessors, one operation per existing Cell --------------------------------------
+
+
+def test_an_added_cell_starts_a_lineage(two_notes: Session) -> None:
+    reject(two_notes, lambda p: p.add(note(previous_id=1)), "previous_id must be null")
+
+
+@pytest.mark.parametrize("previous", [None, 2, 3, 99])
+def test_a_replacement_names_the_replaced_cell(two_notes: Session, previous: Any) -> None:
+    reject(two_notes, lambda p: p.replace(0, note(previous_id=previous)), "stale predecessor")
+
+
+def test_replacing_cell_1_of_1_2_gives_3_2_and_keeps_cell_1_in_history(rio: Any) -> None:
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    first = Patch(turn["state"]).add(note("one")).add(note("two")).build()
+    assert rio("step", "s.db", turn["turn_id"], "-", input=first).code == 0
+    turn = rio("turn", "s.db").out
+    code_, receipt, _ = rio("step", "s.db", turn["turn_id"], "-",
+                            input={"patch": Patch(turn["state"]).replace(0, note("1'")).build()})
+    assert code_ == 0
+    events = rio("events", "s.db").lines
+    accepted = [e for e in events if e["kind"] == "patch_accepted"]
+    assert receipt == {"turn_id": turn["turn_id"], "revision": 2, "cell_ids": [3],
+                       "event": accepted[-1]["seq"]}
+    cells = rio("state", "s.db").out["cells"]
+    assert [c["id"] for c in cells] == [3, 2]
+    assert cells[0] == {"id": 3, "previous_id": 1, "kind": "note", "text": "1'"}
+    versions_of_1 = [c for e in accepted for c in e["cells"] if c["id"] == 1]
+    assert versions_of_1 == [{"id": 1, "previous_id": None, "kind": "note", "text": "one"}]
+
+
+def test_a_cell_gets_at_most_one_successor(two_notes: Session) -> None:
+    # Two replacements of Cell 1 in one patch: the second would fork its lineage.
+    reject(two_notes, lambda p: p.replace(0, note("a")).op(
+        op="replace", path="/cells/0", value={"id": 4, "previous_id": 1, **note("b")}),
+        "operation 2")
+    reject(two_notes, lambda p: p.replace(0, note("a")).op(op="remove", path="/cells/0"),
+           "created in this patch")
+
+
+def test_a_cell_created_in_the_same_patch_cannot_be_touched(two_notes: Session) -> None:
+    reject(two_notes, lambda p: p.add(note()).op(op="remove", path="/cells/2"),
+           "created in this patch")
+    reject(two_notes, lambda p: p.add(note()).op(
+        op="replace", path="/cells/2", value={"id": 4, "previous_id": 3, **note("b")}),
+        "created in this patch")
+
+
+# --- 5. removals go in strictly descending order -------------------------------------------
+
+
+def test_removals_go_in_strictly_descending_index_order(three_notes: Session) -> None:
+    reject(three_notes, lambda p: p.remove(0).remove(1), "strictly descending")
+    reject(three_notes, lambda p: p.remove(1).remove(1), "strictly descending")
+    submit(three_notes, lambda p: p.remove(2).remove(0))
+    assert head_ids(three_notes) == [2]
+
+
+# --- 6. pending work: replace waits, remove keeps it visible -------------------------------
+
+
+@pytest.mark.parametrize("phase", ["queued", "started"])
+def test_replacing_a_pending_cell_is_rejected(session: Session, phase: str) -> None:
+    accept(session, lambda p: p.add(cmd("true")))
+    if phase == "started":
+        start_execution(session, 1)
+    reject(session, lambda p: p.replace(0, cmd("false")), "wait or cancel first")
+
+
+@pytest.mark.parametrize("phase", ["queued", "started", "unknown"])
+def test_removing_pending_or_uncertain_work_keeps_it_visible(
+        session: Session, phase: str) -> None:
+    accept(session, lambda p: p.add(cmd("true")).add(note("keep")))
+    if phase == "started":
+        start_execution(session, 1)
+    if phase == "unknown":
+        record_unknown(session, 1)
+    submit(session, lambda p: p.remove(0))
+    state = session.state()
+    assert [c["id"] for c in state["cells"]] == [2]
+    shown = state["runtime"]["cells"]["1"]
+    if phase == "unknown":
+        assert (shown["phase"], shown["result"]["type"]) == ("finished", "UnknownExecution")
+    else:
+        assert shown["phase"] == phase
+
+
+def test_a_finished_cell_that_leaves_the_context_leaves_runtime_cells(session: Session) -> None:
+    accept(session, lambda p: p.add(cmd("true")).add(note("keep")))
+    succeed(session, 1)
+    assert "1" in session.state()["runtime"]["cells"]  # a selected Cell with an Execution
+    submit(session, lambda p: p.remove(0))
+    assert session.state()["runtime"]["cells"] == {}
+
+
+def test_replacing_with_identical_source_is_a_new_version_and_a_new_run(
+        session: Session) -> None:
+    script = code("print('same')\n")
+    accept(session, lambda p: p.add(script))
+    succeed(session, 1)
+    receipt = submit(session, lambda p: p.replace(0, script))
+    assert receipt.cell_ids == [2]
+    runtime = session.state()["runtime"]["cells"]
+    assert runtime == {"2": {"phase": "queued", "result": None, "stdout": "", "stderr": "",
+                             "truncated": False, "resolved_by": None}}
+    runs = [e["data"]["executions"] for e in journal_rows(session.journal.path)
+            if e["kind"] == "patch_accepted"]
+    assert runs == [[1], [2]]
+
+
+# --- Cell validation -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source, match", [
+    ("print('no block')\n", "found 0"),
+    (PEP723 + "print(1)\n" + PEP723, "found 2"),
+    (PEP723 + PEP723, "PEP 723"),
+    ("# /// script\n# requires-python = '>=3.11'\n# ///\nprint(1)\n", "dependencies list"),
+    ("# /// script\n# dependencies = 'x'\n# ///\n", "dependencies list"),
+    ("# /// script\n# dependencies = [\n# ///\n", "not valid TOML"),
+    ("# /// pyproject\n# dependencies = []\n# ///\n", "found 0"),
+])
+def test_code_cells_need_exactly_one_pep723_block(
+        session: Session, source: str, match: str) -> None:
+    reject(session, lambda p: p.add({"kind": "code", "runtime": "python", "source": source}),
+           match)
+
+
+def test_a_code_cell_with_one_block_and_dependencies_is_accepted(session: Session) -> None:
+    header = "# /// script\n# requires-python = '>=3.11'\n# dependencies = [\"six\"]\n# ///\n"
+    assert submit(session, lambda p: p.add(code("import six\n", header))).cell_ids == [1]
+    reject(session, lambda p: p.add({"kind": "code", "runtime": "ruby",
+                                     "source": PEP723}), "runtime: 'python'")
+
+
+@pytest.mark.parametrize("argv", [[], [1], ["ls", 2], [""], "ls -l", None, ["a\x00b"]])
+def test_cmd_argv_must_be_a_non_empty_list_of_strings(session: Session, argv: Any) -> None:
+    reject(session, lambda p: p.add({"kind": "cmd", "argv": argv}), "argv")
+
+
+@pytest.mark.parametrize("cell, match", [
+    (note(color="red"), "unknown field(s) in note Cell: color"),
+    ({**cmd("ls"), "cwd": "/"}, "unknown field(s) in cmd Cell: cwd"),
+    ({**code(), "env": {}}, "unknown field(s) in code Cell: env"),
+    (note(role="cancel"), "needs target_cell_id"),
+    (note(role="conclusion"), "needs result"),
+    (note(role="conclusion", result="done"), "result must be"),
+    (note(role="approve"), "role must be one of"),
+    (note("   "), "non-blank text"),
+    ({"kind": "script", "text": "x"}, "kind must be note, code or cmd"),
+    ({"kind": "cmd"}, "missing field(s) in cmd Cell: argv"),
+    ({"kind": ["note"], "text": "x"}, "kind must be note, code or cmd"),
+    (note(role="resolution", target_cell_id=1, evidence_refs=5), "evidence_refs must be"),
+    (note(role="cancel", target_cell_id="1"), "target_cell_id must be an integer"),
+])
+def test_invalid_cells_are_rejected(session: Session, cell: dict[str, Any], match: str) -> None:
+    reject(session, lambda p: p.add(cell), match)
+
+
+def test_plain_text_controls_nothing(session: Session) -> None:
+    accept(session, lambda p: p.add(note("done")))
+    accepted = [e for e in journal_rows(session.journal.path) if e["kind"] == "patch_accepted"]
+    assert accepted[-1]["data"]["controls"] == []
+    assert session.proj.controls == []
+
+
+# --- 7. budgets ----------------------------------------------------------------------------
+
+
+def test_cells_may_use_at_most_half_the_context_budget(
+        make_session: Callable[..., Session]) -> None:
+    session = make_session(context_bytes=4000)
+    reject(session, lambda p: p.add(note("x" * 2100)), "context budget")
+    submit(session, lambda p: p.add(note("x" * 1500)))
+    reject(session, lambda p: p.add(note("y" * 600)), "context budget")
+
+
+def test_the_whole_state_must_fit_the_context_budget(
+        make_session: Callable[..., Session]) -> None:
+    session = make_session(context_bytes=3000)
+    accept(session, lambda p: p.add(cmd("true")))
+    # Fill runtime.cells (outside the Cells' half) with the Execution's output.
+    with session.journal.write() as w:
+        w.append("output", {"cell_id": 1, "stream": "stdout", "text": "o" * 2000,
+                            "dropped": False}, ref=1)
+    succeed(session, 1)
+    reject(session, lambda p: p.add(note("z" * 600)), "the State would take")
+    submit(session, lambda p: p.add(note("z" * 100)))
+
+
+def test_budgets_set_with_limit_flags_hold_at_the_cli(rio: Any) -> None:
+    assert rio("new", "s.db", "--goal", "g", "--limit", "context_bytes=3000",
+               "--limit", "pending_cells=1").code == 0
+    turn = rio("turn", "s.db").out
+    before = rio("events", "s.db").lines
+    for patch, match in ((Patch(turn["state"]).add(note("x" * 1600)), "context budget"),
+                         (Patch(turn["state"]).add(cmd("a")).add(cmd("b")), "pending_cells=1")):
+        code_, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=patch.build())
+        assert code_ == 3 and match in out["rejected"]
+    after = rio("events", "s.db").lines
+    assert after[:len(before)] == before
+    assert [e["kind"] for e in after[len(before):]] == ["patch_rejected"] * 2
+    patch = Patch(turn["state"]).add(note("x" * 1000)).add(cmd("a"))
+    assert rio("step", "s.db", turn["turn_id"], "-", input=patch.build()).code == 0
+
+
+def test_outstanding_work_must_fit_pending_cells(make_session: Callable[..., Session]) -> None:
+    session = make_session(pending_cells=2)
+    reject(session, lambda p: p.add(cmd("a")).add(cmd("b")).add(code()), "pending_cells=2")
+    submit(session, lambda p: p.add(cmd("a")).add(cmd("b")).add(note("notes are free")))
+    reject(session, lambda p: p.add(cmd("c")), "pending_cells=2")
+    submit(session, lambda p: p.remove(1))  # removed, still pending: still counted
+    reject(session, lambda p: p.add(cmd("c")), "pending_cells=2")
+    succeed(session, 2)
+    assert submit(session, lambda p: p.add(cmd("c"))).cell_ids == [4]
+    record_unknown(session, 1)  # finished, but unresolved uncertainty still counts
+    reject(session, lambda p: p.add(cmd("d")), "pending_cells=2")
+    assert submit(session, lambda p: p.add(note("n"))).cell_ids == [5]  # notes are free
+
+
+# --- 8. controls ---------------------------------------------------------------------------
+
+
+def test_a_cancel_must_target_a_recorded_execution(session: Session) -> None:
+    accept(session, lambda p: p.add(note("plain")).add(cmd("true")).add(cmd("false")))
+    succeed(session, 3)
+    accept(session, lambda p: p.remove(2))  # cell 3 finished and left the context
+    reject(session, lambda p: p.add(note("stop", role="cancel", target_cell_id=99)),
+           "cancel target 99 has no recorded Execution")
+    reject(session, lambda p: p.add(note("stop", role="cancel", target_cell_id=1)),
+           "cancel target 1 has no recorded Execution")
+    receipt = submit(session, lambda p: p
+                     .add(note("stop 2", role="cancel", target_cell_id=2))
+                     .add(note("stop 3", role="cancel", target_cell_id=3))
+                     .add(cmd("sleep", "1"))
+                     .add(note("stop 6", role="cancel", target_cell_id=6)))
+    assert receipt.cell_ids == [4, 5, 6, 7]
+    controls = [(c["note_id"], c["role"], c["target_cell_id"]) for c in session.proj.controls]
+    assert controls == [(4, "cancel", 2), (5, "cancel", 3), (7, "cancel", 6)]
+
+
+@pytest.fixture
+def uncertain(session: Session) -> tuple[Session, int, int]:
+    """Cell 1 ended in an UnknownExecution (record at seq U); a comment arrived (seq C)."""
+    accept(session, lambda p: p.add(cmd("deploy")).add(cmd("true")))
+    own = record_unknown(session, 1)
+    succeed(session, 2)
+    comment = session.receive("c1", "comment", {"body": "the deploy did not happen"})["seq"]
+    return session, own, comment
+
+
+def resolution(target: int, *refs: str, **extra: Any) -> dict[str, Any]:
+    return note("resolved", role="resolution", target_cell_id=target,
+                **({"evidence_refs": list(refs)} if refs else {}), **extra)
+
+
+def test_a_resolution_needs_evidence(uncertain: tuple[Session, int, int]) -> None:
+    session, _, _ = uncertain
+    reject(session, lambda p: p.add(resolution(1)), "non-empty evidence_refs")
+    reject(session, lambda p: p.add(resolution(1, evidence_refs=[])), "non-empty evidence_refs")
+    reject(session, lambda p: p.add(resolution(1, "event:3")), "session:event:N")
+
+
+def test_a_resolution_citing_only_its_own_record_is_rejected(
+        uncertain: tuple[Session, int, int]) -> None:
+    session, own, comment = uncertain
+    reject(session, lambda p: p.add(resolution(1, f"session:event:{own}")), "own record")
+    reject(session, lambda p: p.add(resolution(1, f"session:event:{comment}",
+                                               f"session:event:{own}")), "own record")
+
+
+@pytest.mark.parametrize("which", ["missing", "absurd", "session_created", "turn_prepared"])
+def test_a_resolution_must_cite_committed_observations(
+        uncertain: tuple[Session, int, int], which: str) -> None:
+    session, _, _ = uncertain
+    turn_seq = max(e["seq"] for e in journal_rows(session.journal.path)
+                   if e["kind"] == "turn_prepared")
+    seq = {"missing": session.proj.last_seq + 50, "absurd": 10**30, "session_created": 1,
+           "turn_prepared": turn_seq}[which]
+    reject(session, lambda p: p.add(resolution(1, f"session:event:{seq}")),
+           "not a committed observation")
+
+
+@pytest.mark.parametrize("target", [2, 99])  # a success; no such Cell
+def test_a_resolution_must_target_an_unresolved_unknown_execution(
+        uncertain: tuple[Session, int, int], target: int) -> None:
+    session, _, comment = uncertain
+    ref = f"session:event:{comment}"
+    reject(session, lambda p: p.add(resolution(target, ref)),
+           "not an unresolved UnknownExecution")
+    reject(session, lambda p: p.add(resolution(1, ref)).add(resolution(1, ref)),
+           "not an unresolved UnknownExecution")
+
+
+def test_a_resolution_with_evidence_keeps_the_original_record(
+        uncertain: tuple[Session, int, int]) -> None:
+    session, own, comment = uncertain
+    record = [e for e in journal_rows(session.journal.path) if e["seq"] == own]
+    receipt = submit(session, lambda p: p.add(resolution(1, f"session:event:{comment}")))
+    note_id = receipt.cell_ids[0]
+    shown = session.state()["runtime"]["cells"]["1"]
+    assert shown["resolved_by"] == note_id
+    assert shown["result"]["type"] == "UnknownExecution"
+    assert [e for e in journal_rows(session.journal.path) if e["seq"] == own] == record
+    reject(session, lambda p: p.add(resolution(1, f"session:event:{comment}")),
+           "not an unresolved UnknownExecution")
+
+
+def _wait_for(db: Path, kind: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(e["kind"] == kind for e in journal_rows(db)):
+        assert time.monotonic() < deadline, f"no {kind} event within {timeout}s"
+        time.sleep(0.05)
+
+
+def test_resolving_a_real_unknown_execution_after_a_killed_owner(
+        rio: Any, tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    assert rio("new", db, "--goal", "g").code == 0
+    turn = rio("turn", db).out
+    assert rio("step", db, turn["turn_id"], "-",
+               input=Patch(turn["state"]).add(cmd("sleep", "30")).build()).code == 0
+    owner = subprocess.Popen([PY, "-m", "rio_ci.cli", "work", str(db)], cwd=tmp_path,
+                             env=cli_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(db, "worker_registered")
+    finally:
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+    code_, status, _ = rio("work", db, "--timeout", "20")
+    assert code_ == 0, status
+    assert status["paused_by"] == "execution:1" and status["ran"] == []
+    state = rio("state", db).out
+    result = state["runtime"]["cells"]["1"]["result"]
+    assert result["type"] == "UnknownExecution"
+    own = result["evidence_refs"]
+    assert rio("receive", db, "ops-1", "comment", '{"body": "nothing was deployed"}').code == 0
+    comment_seq = rio("state", db).out["runtime"]["inbox"][-1]["seq"]
+    turn = rio("turn", db).out
+    bare = Patch(turn["state"]).add(resolution(1, *own)).build()
+    before = rio("events", db).lines
+    code_, out, _ = rio("step", db, turn["turn_id"], "-", input=bare)
+    assert code_ == 3 and "own record" in out["rejected"]
+    after = rio("events", db).lines
+    assert after[:-1] == before and after[-1]["kind"] == "patch_rejected"
+    good = Patch(turn["state"]).add(resolution(1, f"session:event:{comment_seq}")).build()
+    code_, receipt, _ = rio("step", db, turn["turn_id"], "-", input=good)
+    assert code_ == 0, receipt
+    assert rio("state", db).out["runtime"]["cells"]["1"]["resolved_by"] == receipt["cell_ids"][0]
+
+
+# --- 9. the transaction: consumption and the pause -----------------------------------------
+
+
+def test_an_unrelated_turn_in_flight_cannot_clear_a_newer_pause(session: Session) -> None:
+    accept(session, lambda p: p.add(cmd("false")).add(cmd("true")))
+    in_flight = session.prepare_turn()  # prepared before the error exists
+    start_execution(session, 1)
+    finish_execution(session, 1, {"type": "error", "exit_code": 1})
+    assert session.state()["runtime"]["pause"] == "execution:1"
+    ops = Patch(in_flight["state"]).add(note("unrelated")).build()
+    assert isinstance(session.step(in_flight["turn_id"], ops), Receipt)
+    assert session.state()["runtime"]["pause"] == "execution:1"
+    turn = session.prepare_turn()
+    assert turn["delivered"] == ["execution:1"]
+    submit_ops = Patch(turn["state"]).add(note("seen the error")).build()
+    assert isinstance(session.step(turn["turn_id"], submit_ops), Receipt)
+    assert session.state()["runtime"]["pause"] is None
+    assert session.state()["runtime"]["inbox"] == []
+
+
+# --- 10. one patch per Turn ----------------------------------------------------------------
+
+
+def test_a_rejected_patch_does_not_use_up_the_turn(two_notes: Session) -> None:
+    turn = two_notes.prepare_turn()
+    reason = reject(two_notes, lambda p: p.add(note(id=9)), "take id 3")
+    assert two_notes.proj.turn is not None
+    assert two_notes.proj.turn["last_rejection"] == reason
+    ops = Patch(turn["state"]).add(note("third")).build()
+    receipt = two_notes.step(turn["turn_id"], ops)
+    assert isinstance(receipt, Receipt) and receipt.turn_id == turn["turn_id"]
+
+
+def test_an_identical_resubmission_returns_the_original_receipt(rio: Any) -> None:
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    ops = Patch(turn["state"]).add(cmd("true")).add(note("n")).build()
+    code_, receipt, _ = rio("step", "s.db", turn["turn_id"], "-", input=ops)
+    assert code_ == 0
+    events = rio("events", "s.db").stdout
+    for again in (ops, {"patch": ops}):
+        assert rio("step", "s.db", turn["turn_id"], "-", input=again).out == receipt
+    assert rio("turn", "s.db").code == 0  # the Session moves on; the Receipt stays
+    events_now = rio("events", "s.db").stdout
+    assert events_now.startswith(events)
+    assert [json.loads(line)["kind"] for line in events_now[len(events):].splitlines()] == [
+        "turn_prepared"]
+    code_, again, _ = rio("step", "s.db", turn["turn_id"], "-", input=ops)
+    assert (code_, again) == (0, receipt)
+    executions = [e["executions"] for e in rio("events", "s.db").lines
+                  if e["kind"] == "patch_accepted"]
+    assert executions == [[1]]  # at most one Execution per executable Cell id
+
+
+def test_a_different_patch_for_an_accepted_turn_is_a_conflict(rio: Any) -> None:
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    assert rio("step", "s.db", turn["turn_id"], "-",
+               input=Patch(turn["state"]).add(note("a")).build()).code == 0
+    events = rio("events", "s.db").stdout
+    code_, out, _ = rio("step", "s.db", turn["turn_id"], "-",
+                        input=Patch(turn["state"]).add(note("b")).build())
+    assert code_ == 3
+    assert "conflict" in (out.get("rejected") or out.get("error"))
+    assert rio("events", "s.db").stdout == events
+
+
+def test_an_unknown_turn_is_rejected(rio: Any) -> None:
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    events = rio("events", "s.db").stdout
+    code_, out, _ = rio("step", "s.db", "turn-1-nosuchturn", "-",
+                        input=Patch(turn["state"]).build())
+    assert code_ == 3
+    assert "unknown Turn" in (out.get("rejected") or out.get("error"))
+    assert rio("events", "s.db").stdout == events
+
+
+def test_a_rejected_patch_via_the_cli_exits_3_and_records_only_the_reason(rio: Any) -> None:
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    before = rio("events", "s.db").lines
+    state = rio("state", "s.db").out
+    code_, out, _ = rio("step", "s.db", turn["turn_id"], "-",
+                        input=[{"op": "test", "path": "/revision", "value": 0},
+                               {"op": "replace", "path": "/goal", "value": "mine"}])
+    assert code_ == 3 and "belongs to the harness" in out["rejected"]
+    after = rio("events", "s.db").lines
+    assert after[:-1] == before
+    assert (after[-1]["kind"], after[-1]["reason"]) == ("patch_rejected", out["rejected"])
+    assert rio("state", "s.db").out == state
+    assert rio("turn", "s.db").out == turn

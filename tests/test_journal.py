@@ -1,0 +1,349 @@
+"""The Journal (SPEC §6.1, §10): WAL + synchronous=FULL, a pure rebuild, derived data that
+can be deleted, opening by the tail, the owner lock, concurrent writers, and a COMMIT whose
+outcome is uncertain."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    PY,
+    Patch,
+    accept,
+    append_event,
+    cli_env,
+    cmd,
+    code,
+    finish_execution,
+    journal_rows,
+    note,
+    record_unknown,
+    run_cli,
+    sha256,
+    start_execution,
+    succeed,
+)
+
+from rio_ci.errors import OwnershipError, StorageError
+from rio_ci.journal import SNAPSHOT_EVERY
+from rio_ci.session import Receipt, Session
+
+
+def sql(path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Run one statement through a fresh connection of our own."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(query, params).fetchall()
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def build_history(session: Session, rounds: int = 20) -> None:
+    """A Session that has seen every common event kind, well past one snapshot."""
+    accept(session, lambda p: p.add(note("plan")).add(cmd("deploy")).add(code()))
+    record_unknown(session, 2)
+    start_execution(session, 3)
+    append_event(session, "output", {"cell_id": 3, "stream": "stdout", "text": "hi\n",
+                                     "dropped": False}, ref=3)
+    finish_execution(session, 3, {"type": "error", "exit_code": 1})
+    comment = session.receive("c0", "comment", {"body": "nothing deployed"})["seq"]
+    session.set_timer("t0", time.time() - 1, {"wake": 0})
+    append_event(session, "timer_fired", {"id": "t0", "message": {
+        "id": "timer:t0", "kind": "timer", "payload": {"wake": 0}}}, ref="t0")
+    turn = session.prepare_turn()
+    session.step(turn["turn_id"], [{"op": "test", "path": "/revision", "value": 99}])
+    accept(session, lambda p: p.add(note("resolved", role="resolution", target_cell_id=2,
+                                         evidence_refs=[f"session:event:{comment}"])))
+    for i in range(rounds):
+        session.receive(f"m{i}", "comment", {"i": i})
+        receipt = accept(session, lambda p: p.add(cmd("true")).add(
+            note("cancel it", role="cancel", target_cell_id=p.next_id - 1)).remove(0))
+        target = receipt.cell_ids[0]
+        finish_execution(session, target, {"type": "cancelled",
+                                           "reason": "cancelled_before_launch"})
+        append_event(session, "control_applied", {"note_id": receipt.cell_ids[1],
+                                                  "role": "cancel", "target_cell_id": target})
+        session.set_timer(f"t{i + 1}", 4_000_000_000 + i, {"i": i})
+    accept(session, lambda p: p.add(cmd("true")))
+    succeed(session, session.proj.next_cell_id - 1)
+
+
+@pytest.fixture
+def history(session: Session) -> Session:
+    build_history(session)
+    assert session.proj.last_seq > 2 * SNAPSHOT_EVERY
+    return session
+
+
+# --- pragmas -------------------------------------------------------------------------------
+
+
+def test_sessions_use_wal_and_full_synchronous(session: Session, db: Path) -> None:
+    assert sql(db, "PRAGMA journal_mode") == [("wal",)]  # persistent: seen by anyone
+    # synchronous is per connection: ask the Journal's own connection.
+    assert session.journal._conn.execute("PRAGMA synchronous").fetchone() == (2,)
+    session.close()
+    sql(db, "PRAGMA journal_mode = DELETE")  # someone switched the file away from WAL
+    assert sql(db, "PRAGMA journal_mode") == [("delete",)]
+    reopened = Session.open(db)
+    assert sql(db, "PRAGMA journal_mode") == [("wal",)]
+    assert reopened.journal._conn.execute("PRAGMA synchronous").fetchone() == (2,)
+    reopened.close()
+
+
+# --- rebuilding ----------------------------------------------------------------------------
+
+
+def test_a_full_replay_equals_the_live_projection(history: Session) -> None:
+    assert history.journal.replay().to_dict() == history.refresh().to_dict()
+
+
+PURE_REBUILD = textwrap.dedent("""
+    import json, os, socket, subprocess, sys
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a rebuild tried to start a process or open a connection")
+
+    subprocess.Popen.__init__ = forbidden
+    os.fork = forbidden
+    os.posix_spawn = forbidden
+    os.posix_spawnp = forbidden
+    socket.socket.connect = forbidden
+    try:
+        subprocess.run(["true"])
+        guarded = False
+    except AssertionError:
+        guarded = True
+
+    from rio_ci.session import Session
+
+    session = Session.open(sys.argv[1])
+    print(json.dumps({"guarded": guarded, "open": session.proj.to_dict(),
+                      "replay": session.journal.replay().to_dict(),
+                      "state": session.state()}, sort_keys=True))
+""")
+
+
+def test_rebuilding_starts_no_process_and_opens_no_connection(history: Session, db: Path) -> None:
+    history.journal.drop_derived()  # so that opening is a full fold too
+    done = subprocess.run([PY, "-c", PURE_REBUILD, str(db)], capture_output=True, text=True,
+                          env=cli_env(), timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    child = json.loads(done.stdout)
+    assert child["guarded"] is True
+    mine = json.loads(json.dumps({"open": history.refresh().to_dict(),
+                                  "replay": history.journal.replay().to_dict(),
+                                  "state": history.state()}, sort_keys=True))
+    assert {k: child[k] for k in mine} == mine
+
+
+def test_deleting_derived_data_rebuilds_the_identical_state(history: Session, db: Path) -> None:
+    proj, state = history.refresh().to_dict(), history.state()
+    assert sql(db, "SELECT count(*) FROM snapshot") == [(1,)]
+    history.journal.drop_derived()
+    assert sql(db, "SELECT count(*) FROM snapshot") == [(0,)]
+    history.close()
+    reopened = Session.open(db)
+    assert reopened.proj.to_dict() == proj
+    assert reopened.state() == state
+    reopened.close()
+
+
+def test_a_long_session_opens_by_folding_only_the_tail(db: Path) -> None:
+    # Built at synchronous=NORMAL for speed: what is measured is opening, not durability.
+    session = Session.create(db, "long", cwd=str(db.parent), synchronous="NORMAL")
+    for i in range(2000):
+        session.receive(f"m{i}", "comment", {"i": i})
+        turn = session.prepare_turn()
+        assert isinstance(session.step(turn["turn_id"], Patch(turn["state"]).build()), Receipt)
+    state = session.state()
+    session.close()
+    (snapshot_seq, size), = sql(db, "SELECT seq, length(data) FROM snapshot")
+    last_seq = sql(db, "SELECT max(seq) FROM events")[0][0]
+    assert last_seq == 6001
+    assert last_seq - snapshot_seq <= SNAPSHOT_EVERY
+    assert size < 20_000  # the projection stays bounded however long the Journal grows
+    # Proof that opening does not fold the head: make an early event unreadable.
+    sql(db, "UPDATE events SET data = 'not json' WHERE seq = 2")
+    reopened = Session.open(db)
+    assert reopened.proj.last_seq == last_seq
+    assert reopened.state() == state
+    with pytest.raises(json.JSONDecodeError):
+        reopened.journal.replay()
+    reopened.close()
+
+
+# --- ownership and aliases -----------------------------------------------------------------
+
+
+def test_a_symlink_alias_cannot_get_a_second_owner(session: Session, db: Path) -> None:
+    from rio_ci.owner import Owner
+
+    alias = db.parent / "alias.db"
+    alias.symlink_to(db)
+    first = Owner(str(db))
+    try:
+        for path in (alias, db):
+            with pytest.raises(OwnershipError):
+                Owner(str(path))
+    finally:
+        first.close()
+    second = Owner(str(alias))  # the lock is free again
+    second.close()
+
+
+def test_a_hard_linked_session_is_refused(session: Session, db: Path) -> None:
+    alias = db.parent / "hardlink.db"
+    os.link(db, alias)
+    digest = sha256(db)
+    for path in (db, alias):
+        with pytest.raises(StorageError, match="hard link"):
+            Session.open(path)
+    code, out, _ = run_cli("state", alias, cwd=db.parent)
+    assert code == 4 and "hard link" in out["error"]
+    assert sha256(db) == digest
+
+
+# --- concurrent writers --------------------------------------------------------------------
+
+
+RECEIVER = textwrap.dedent("""
+    import contextlib, io, json, sys
+    from rio_ci.cli import main
+
+    db, who = sys.argv[1], sys.argv[2]
+    sends = [f"{who}-{i}" for i in range(30)]
+    sends += [f"{who}-{i}" for i in range(0, 30, 6)]  # duplicates of our own
+    sends += [f"shared-{i}" for i in range(4)]  # everyone sends these, identically
+    for message_id in sends:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["receive", db, message_id, "comment",
+                         json.dumps({"id": message_id})])
+        print(json.dumps({"id": message_id, "code": code, "out": json.loads(out.getvalue())}),
+              flush=True)
+""")
+
+STEPPER = textwrap.dedent("""
+    import contextlib, io, json, os, sys
+    from rio_ci.cli import main
+
+    db, stop, patch_file = sys.argv[1], sys.argv[2], sys.argv[3]
+    accepted = 0
+
+    def run(*args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(list(args))
+        return code, json.loads(out.getvalue())
+
+    while accepted < 5 or not os.path.exists(stop):
+        code, turn = run("turn", db)
+        assert code == 0, turn
+        state = turn["state"]
+        patch = [{"op": "test", "path": "/revision", "value": state["revision"]},
+                 {"op": "add", "path": "/cells/-",
+                  "value": {"id": state["runtime"]["next_cell_id"], "previous_id": None,
+                            "kind": "note", "text": f"saw {len(turn['delivered'])}"}}]
+        if len(state["cells"]) > 20:
+            patch.append({"op": "remove", "path": "/cells/0"})
+        with open(patch_file, "w") as f:
+            json.dump(patch, f)
+        code, receipt = run("step", db, turn["turn_id"], patch_file)
+        assert code == 0, receipt
+        accepted += 1
+    print(accepted)
+""")
+
+
+def test_concurrent_appends_lose_and_duplicate_nothing(session: Session, db: Path,
+                                                       tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    stepper = subprocess.Popen([PY, "-c", STEPPER, str(db), str(stop), str(tmp_path / "p.json")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=cli_env())
+    receivers = [subprocess.Popen([PY, "-c", RECEIVER, str(db), f"w{n}"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=cli_env()) for n in range(6)]
+    acks = []
+    for proc in receivers:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        acks += [json.loads(line) for line in out.splitlines()]
+    stop.touch()
+    out, err = stepper.communicate(timeout=120)
+    assert stepper.returncode == 0, err
+    steps = int(out)
+
+    assert len(acks) == 6 * (30 + 5 + 4)
+    assert all(a["code"] == 0 for a in acks), [a for a in acks if a["code"]]
+    rows = journal_rows(db)
+    assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+    received = {r["data"]["message"]["id"]: r["seq"] for r in rows
+                if r["kind"] == "message_received"}
+    assert len(received) == len([r for r in rows if r["kind"] == "message_received"])
+    assert len(received) == 6 * 30 + 4
+    for ack in acks:
+        assert ack["out"] == {"id": ack["id"], "seq": received[ack["id"]]}
+    consumed = [m for r in rows if r["kind"] == "patch_accepted" for m in r["data"]["consumed"]]
+    assert consumed, "the stepper ran alongside the receivers and consumed messages"
+    assert len(consumed) == len(set(consumed)) and set(consumed) <= set(received)
+    assert session.refresh().revision == steps
+
+
+# --- an uncertain COMMIT -------------------------------------------------------------------
+
+
+UNCERTAIN = textwrap.dedent("""
+    import json, resource, signal, sys
+    from rio_ci.errors import UncertainCommit
+    from rio_ci.session import Session
+
+    session = Session.open(sys.argv[1])
+    session.journal.checkpoint()  # an empty WAL: the next COMMIT must grow it
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit fails (EFBIG)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    report = {}
+    try:
+        session.receive("big", "comment", {"body": "x" * 12000})
+        report["first"] = "committed"
+    except UncertainCommit as exc:
+        report["first"] = "uncertain: " + str(exc)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # the disk has room again
+    for name, call in [("receive", lambda: session.receive("small", "comment", {})),
+                       ("turn", session.prepare_turn), ("state", session.state)]:
+        try:
+            call()
+            report[name] = "ran"
+        except UncertainCommit:
+            report[name] = "refused"
+    session.journal.reopen()
+    report["inbox after reopen"] = [m["id"] for m in session.state()["runtime"]["inbox"]]
+    report["retry"] = session.receive("big", "comment", {"body": "x" * 12000})
+    print(json.dumps(report))
+""")
+
+
+def test_an_uncertain_commit_stops_everything_until_a_reopen(session: Session, db: Path) -> None:
+    before = journal_rows(db)
+    done = subprocess.run([PY, "-c", UNCERTAIN, str(db)], capture_output=True, text=True,
+                          env=cli_env(), timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["first"].startswith("uncertain: COMMIT failed"), report
+    assert (report["receive"], report["turn"], report["state"]) == ("refused",) * 3
+    assert report["inbox after reopen"] == []  # it had not committed; nothing was guessed
+    after = journal_rows(db)
+    assert after[:-1] == before
+    assert after[-1]["kind"] == "message_received" and report["retry"]["seq"] == after[-1]["seq"]
