@@ -125,7 +125,8 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         info = forge.issue(issue)
         config = Config.load(env.workspace, env.config)
         Session.create(db, goal_for(issue, info.title, info.body), cwd=str(env.workspace),
-                       validators=config.validators, limits=config.limits).close()
+                       validators=config.validators, limits=config.limits,
+                       pass_env=list(config.pass_env)).close()
         restored["generation"] = 0
     remote = workspace.origin_url(env.workspace)  # read before any Cell can change it
     job = {"issue": issue, "db": str(db), "remote": remote, "started": time.time(), **restored}
@@ -138,7 +139,9 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     owner = Owner(str(db))
     restore_signals = handle_signals(owner.interrupted)
     try:
-        problem = pin_workspace(Path(owner.session.proj.session["cwd"]), env.workspace)
+        problem, note = workspace.pin(Path(owner.session.proj.session["cwd"]), env.workspace)
+        if note:
+            log(f"rio-ci: {note}")
         if problem is not None:
             log(f"::error::rio-ci: {problem}")
             publish_progress(env, forge, owner.session, issue, job["generation"], None,
@@ -170,28 +173,6 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         restore_signals()
         with contextlib.suppress(RioError):
             owner.close()
-
-
-def pin_workspace(recorded: Path, workspace: Path) -> str | None:
-    """Make the Session's working directory, fixed when the Session was created, lead to
-    this job's checkout. Hosted runners reuse one path, so usually nothing is done; a runner
-    whose work folder moved gets a symlink at the old path (replacing a link an earlier job
-    left). Returns why that is impossible, or None."""
-    real = workspace.resolve()
-    if recorded.exists() and recorded.resolve() == real:
-        return None
-    if recorded.is_symlink():
-        recorded.unlink()
-    elif recorded.exists():
-        return (f"the Session's working directory {recorded} is another directory on this "
-                f"runner, not this job's checkout {workspace}; nothing was run")
-    try:
-        recorded.parent.mkdir(parents=True, exist_ok=True)
-        recorded.symlink_to(real, target_is_directory=True)
-    except OSError as exc:
-        return f"cannot link the Session's working directory {recorded} to {workspace}: {exc}"
-    log(f"rio-ci: the Session's working directory {recorded} now leads to {workspace}")
-    return None
 
 
 def may_steer(forge: Forge, user: str | None, association: str | None) -> bool:

@@ -7,6 +7,7 @@ ever printed whole: the token and the API key stay inside this object.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -109,12 +110,19 @@ class ActionEnv:
         return self.runner_temp / "rio-artifact"
 
 
+# The harness's own credentials: a Session may never hand them to its Cells.
+HARNESS_SECRETS = frozenset({"GITHUB_TOKEN", "ANTHROPIC_API_KEY"})
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 @dataclass(frozen=True)
 class Config:
-    """``.github/rio.yml``: validators and limits, applied when a Session is created."""
+    """``.github/rio.yml``: validators, limits and the credentials Cells may see
+    (``pass_env``), applied when a Session is created."""
 
     validators: list[list[str]]
     limits: Limits
+    pass_env: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
@@ -127,7 +135,7 @@ class Config:
             raise UsageError(f"{relative}: cannot read the configuration: {exc}") from None
         if not isinstance(data, dict):
             raise UsageError(f"{relative}: the configuration must be a mapping")
-        unknown = sorted(set(data) - {"validators", "limits"})
+        unknown = sorted(set(data) - {"validators", "limits", "pass_env"})
         if unknown:
             raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
         validators = []
@@ -143,4 +151,15 @@ class Config:
             limits = Limits.from_dict(limits_data)
         except ValueError as exc:
             raise UsageError(f"{relative}: {exc}") from None
-        return cls(validators, limits)
+        return cls(validators, limits, _pass_env(relative, data.get("pass_env") or []))
+
+
+def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
+    if not isinstance(names, list) or not all(
+            isinstance(n, str) and _VARIABLE.fullmatch(n) for n in names):
+        raise UsageError(f"{relative}: pass_env is a list of environment variable names")
+    forbidden = sorted(HARNESS_SECRETS & set(names))
+    if forbidden:
+        raise UsageError(f"{relative}: pass_env may not name {', '.join(forbidden)}: the "
+                         "harness's own credentials never reach a Cell")
+    return tuple(sorted(set(names)))

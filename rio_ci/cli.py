@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from rio_ci.core.admission import Rejection
 from rio_ci.core.limits import Limits
 from rio_ci.credentials import scrub_own_environment
-from rio_ci.errors import RioError, UsageError
+from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.session import Session
 
 
@@ -101,7 +101,12 @@ def cmd_turn(args: argparse.Namespace) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.patch == "-" else _read_file(args.patch)
-    result = Session.open(args.db).step(args.turn_id, _read_json(text, "PATCH"))
+    patch = _read_json(text, "PATCH")
+    try:
+        result = Session.open(args.db).step(args.turn_id, patch)
+    except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
+        _emit({"rejected": str(exc), "error": str(exc)})
+        return 3
     if isinstance(result, Rejection):
         _emit({"rejected": result.reason})
         return 3

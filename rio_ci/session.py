@@ -24,6 +24,8 @@ from rio_ci.errors import Rejected, RunEnded
 from rio_ci.journal import Journal
 
 RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
+# Kinds only the harness writes: an outside message must not pass for one of its own.
+HARNESS_KINDS = frozenset({"execution", "timer", "control_rejected", "invalid_idle"})
 MAX_DELIVERED = 64  # messages folded into one Turn, at most
 _KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
@@ -89,15 +91,17 @@ class Session:
                            "for the harness")
         if not isinstance(kind, str) or not _KIND.match(kind):
             raise Rejected("a message kind must be a lowercase word (a-z, 0-9, _ . -)")
+        if kind in HARNESS_KINDS:
+            raise Rejected(f"message kind {kind} is reserved for the harness")
         if not is_text_safe([message_id, payload]):
             raise Rejected(_NOT_TEXT)
         size = encoded_size(payload)
         with self.journal.write(crash_before="inbox_before_commit") as w:
+            if w.proj.ended:
+                raise RunEnded("the run has ended; it accepts no new messages")
             limit = w.proj.limits["output_bytes"]
             if size > limit:
                 raise Rejected(f"payload is {size} bytes, over output_bytes={limit}")
-            if w.proj.ended:
-                raise RunEnded("the run has ended; it accepts no new messages")
             message = {"id": message_id, "kind": kind, "payload": payload}
             existing = self.journal.find(message_id, "message_received")
             if existing is not None:

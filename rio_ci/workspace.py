@@ -24,8 +24,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from rio_ci.errors import ForgeError
 from rio_ci.credentials import SECRET_NAME
+from rio_ci.errors import ForgeError
 
 AUTHOR = ["-c", "user.name=rio-ci", "-c", "user.email=rio-ci@users.noreply.github.com"]
 # Settings that would let the checkout's own configuration run a program or reroute the token.
@@ -95,6 +95,28 @@ def checkpoint(workspace: Path, branch: str, message: str, remote: str, token: s
     _git(workspace, "push", "--quiet", "--no-verify", remote, f"HEAD:refs/heads/{branch}",
          remote=remote, token=token)
     return sha
+
+
+def pin(recorded: Path, workspace: Path) -> tuple[str | None, str | None]:
+    """Make a Session's working directory, fixed when the Session was created, lead to this
+    job's checkout. Hosted runners reuse one path, so usually nothing is done; a runner whose
+    work folder moved gets a symlink at the old path (replacing a link an earlier job left).
+    Returns ``(problem, note)``: why that is impossible, and what was done."""
+    real = workspace.resolve()
+    if recorded.exists() and recorded.resolve() == real:
+        return None, None
+    if recorded.is_symlink():
+        recorded.unlink()
+    elif recorded.exists():
+        return (f"the Session's working directory {recorded} is another directory on this "
+                f"runner, not this job's checkout {workspace}; nothing was run"), None
+    try:
+        recorded.parent.mkdir(parents=True, exist_ok=True)
+        recorded.symlink_to(real, target_is_directory=True)
+    except OSError as exc:
+        return f"cannot link the Session's working directory {recorded} to {workspace}: " \
+            f"{exc}", None
+    return None, f"the Session's working directory {recorded} now leads to {workspace}"
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -105,6 +105,15 @@ def test_reserved_ids_are_rejected(rio: Any, new: Any, message_id: str) -> None:
     assert events(rio) == before
 
 
+@pytest.mark.parametrize("kind", ["execution", "timer", "control_rejected", "invalid_idle"])
+def test_harness_kinds_cannot_be_spoofed_from_outside(rio: Any, new: Any, kind: str) -> None:
+    new()
+    before = events(rio)
+    code, out, _ = rio("receive", "s.db", "m1", kind, '{"type": "success"}')
+    assert code == 3 and "reserved" in out["error"]
+    assert events(rio) == before
+
+
 @pytest.mark.parametrize("args", [
     ("m1", "Comment", "{}"), ("m1", "", "{}"), ("", "comment", "{}"),
     ("m1", "comment", '"\\ud800"'), ("m\udcff", "comment", "{}"),
