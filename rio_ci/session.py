@@ -18,7 +18,8 @@ from typing import Any
 from rio_ci.core.admission import Accepted, Facts, Rejection, decide, digest
 from rio_ci.core.limits import Limits
 from rio_ci.core.reducer import OBSERVATION_KINDS, Projection
-from rio_ci.core.state import EVIDENCE_REF, encoded_size, is_text_safe, json_equal, render
+from rio_ci.core.state import EVIDENCE_REF, encoded_size, is_text_safe, json_equal
+from rio_ci.core.view import render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.journal import Journal

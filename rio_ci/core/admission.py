@@ -21,9 +21,9 @@ from rio_ci.core.state import (
     is_unresolved,
     json_equal,
     resolve_pointer,
-    runtime_cells,
     validate_cell,
 )
+from rio_ci.core.view import runtime_cells
 
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
 _OP_KEYS = {"test": {"op", "path", "value"}, "add": {"op", "path", "value"},

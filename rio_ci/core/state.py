@@ -1,7 +1,7 @@
 """State (``rio.state/1``) and its Cells: validation and rendering.
 
 A Cell is a plain JSON object. ``validate_cell`` says what is wrong with one, or returns
-None; ``render`` builds the State a Turn shows from the fold's projection.
+None. ``rio_ci.core.view`` builds the State a Turn shows from the fold's projection.
 """
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rio_ci.core.reducer import Projection
+from typing import Any
 
 SCHEMA = "rio.state/1"
 ROLES = ("cancel", "resolution", "conclusion")
@@ -179,42 +176,6 @@ def is_text_safe(value: Any) -> bool:
 def encoded_size(value: Any) -> int:
     """Bytes of ``value`` as compact UTF-8 JSON: the unit of every context budget."""
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def render(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
-    """The State a Turn shows: heads, runtime facts, and the given Inbox messages."""
-    return {
-        "schema": SCHEMA,
-        "id": proj.session["id"],
-        "revision": proj.revision,
-        "goal": proj.session["goal"],
-        "cells": [dict(c) for c in proj.cells],
-        "runtime": {
-            "next_cell_id": proj.next_cell_id,
-            "cells": runtime_cells(proj, [c["id"] for c in proj.cells]),
-            "inbox": [dict(m) for m in inbox],
-            "usage": dict(proj.usage),
-            "pause": proj.pause,
-        },
-    }
-
-
-def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
-    """Execution facts the model may see: heads with an Execution, every unfinished
-    Execution, every unresolved UnknownExecution (SPEC §2)."""
-    heads = set(head_ids)
-    shown: dict[str, Any] = {}
-    for key, ex in sorted(proj.executions.items(), key=lambda kv: int(kv[0])):
-        if int(key) in heads or ex["phase"] != "finished" or is_unresolved(ex):
-            shown[key] = {
-                "phase": ex["phase"],
-                "result": ex["result"],
-                "stdout": ex["stdout"],
-                "stderr": ex["stderr"],
-                "truncated": bool(ex["stdout_truncated"] or ex["stderr_truncated"]),
-                "resolved_by": ex["resolved_by"],
-            }
-    return shown
 
 
 def is_unresolved(execution: dict[str, Any]) -> bool:
