@@ -37,6 +37,6 @@ def test_changelog_has_an_unreleased_section() -> None:
 
 def test_readme_commands_match_ci() -> None:
     readme = (ROOT / "README.md").read_text().splitlines()
-    commands = [line.strip("`") for line in readme[:6] if line.startswith("`")]
+    commands = [line.strip("`") for line in readme[:8] if line.startswith("`")]
     assert len(commands) == 2 and "rio-ci demo" in commands[0]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()

@@ -1,0 +1,330 @@
+"""GitHub Actions jobs, played for real against FakeGitHub.
+
+A ``Repository`` is a bare git ``origin`` in ``tmp_path`` plus a FakeGitHub holding its issues,
+comments, artifacts and pull requests. ``Repository.job(event)`` plays one job the way the
+composite action does: a fresh clone as ``GITHUB_WORKSPACE``, a fresh ``RUNNER_TEMP``, then
+``rio-ci action`` and ``rio-ci action finish`` as real subprocesses with the SPEC §13
+environment, then the upload step (the artifact directory zipped into FakeGitHub). Nothing
+of rio_ci is imported or patched: only its command line is run.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fakes.github_api import FakeGitHub
+
+ROOT = Path(__file__).resolve().parents[1]
+PEP723 = "# /// script\n# dependencies = []\n# ///\n"
+WORKFLOW_REF = "{repo}/.github/workflows/rio.yml@refs/heads/main"
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com",
+                           *args], cwd=cwd, capture_output=True, text=True, check=True,
+                          timeout=60)
+    return done.stdout.strip()
+
+
+# --- event payloads (the fields GitHub sends that rio-ci reads, and a few it must ignore) ----
+
+
+def labeled(issue: int, sender: str = "alice", label: str = "rio") -> dict[str, Any]:
+    return {"action": "labeled", "label": {"name": label}, "sender": {"login": sender},
+            "issue": {"number": issue, "title": "ignored: read through the API"}}
+
+
+def commented(gh: FakeGitHub, comment_id: int) -> dict[str, Any]:
+    comment = gh.comments[comment_id]
+    issue = gh.issues[comment["issue_number"]]
+    return {"action": "created", "sender": comment["user"], "comment": comment, "issue": issue}
+
+
+def workflow_run(branch: str, run_id: int, repo: str, conclusion: str = "failure"
+                 ) -> dict[str, Any]:
+    return {"action": "completed", "sender": {"login": "alice"},
+            "workflow_run": {"id": run_id, "name": "CI", "head_branch": branch,
+                             "conclusion": conclusion,
+                             "head_repository": {"full_name": repo}}}
+
+
+def dispatched(issue: int) -> dict[str, Any]:
+    return {"inputs": {"issue": str(issue)}, "sender": {"login": "github-actions[bot]"}}
+
+
+def script(*rounds: list[dict[str, Any]]) -> str:
+    """A scripted model: one patch per round, as YAML."""
+    return yaml.safe_dump([list(r) for r in rounds], sort_keys=False)
+
+
+def add(cell: dict[str, Any]) -> dict[str, Any]:
+    return {"op": "add", "path": "/cells/-", "value": cell}
+
+
+def code_cell(body: str) -> dict[str, Any]:
+    return {"kind": "code", "runtime": "python", "source": PEP723 + body}
+
+
+def cmd_cell(*argv: str) -> dict[str, Any]:
+    return {"kind": "cmd", "argv": list(argv)}
+
+
+def note_cell(text: str, **extra: Any) -> dict[str, Any]:
+    return {"kind": "note", "text": text, **extra}
+
+
+def conclude(result: str = "success") -> dict[str, Any]:
+    return add(note_cell(f"conclude {result}", role="conclusion", result=result))
+
+
+def resolve_unknown(text: str = "inspected the effects") -> dict[str, Any]:
+    return add(note_cell(text, role="resolution", target_cell_id="$unresolved",
+                         evidence_refs=["$delivered"]))
+
+
+# --- one job ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """What one ``rio-ci action`` step printed and returned."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def result(self) -> dict[str, Any]:
+        lines = [line for line in self.stdout.splitlines() if line.strip()]
+        parsed: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        return parsed
+
+
+@dataclass
+class Job:
+    number: int
+    directory: Path
+    workspace: Path
+    runner_temp: Path
+    env: dict[str, str]
+    steps: list[Step] = field(default_factory=list)
+    artifact_id: int | None = None
+
+    @property
+    def run(self) -> Step:
+        return self.steps[0]
+
+    @property
+    def finish(self) -> Step:
+        return self.steps[1]
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        path = Path(self.env["GITHUB_OUTPUT"])
+        text = path.read_text() if path.exists() else ""
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    @property
+    def summary(self) -> str:
+        path = Path(self.env["GITHUB_STEP_SUMMARY"])
+        return path.read_text() if path.exists() else ""
+
+    @property
+    def artifact_dir(self) -> Path:
+        return self.runner_temp / "rio-artifact"
+
+    @property
+    def logs(self) -> str:
+        return "\n".join(s.stdout + s.stderr for s in self.steps)
+
+
+class Repository:
+    """One GitHub repository: FakeGitHub for the API, a bare git repository for ``origin``."""
+
+    def __init__(self, tmp: Path, gh: FakeGitHub, *, files: dict[str, str] | None = None,
+                 secrets: dict[str, str] | None = None, budget_minutes: float = 1.0,
+                 moving_workspace: bool = False):
+        self.tmp, self.gh = tmp, gh
+        self.origin = tmp / "origin.git"
+        self.workspace = tmp / "work" / gh.name
+        self.secrets = secrets or {"ANTHROPIC_API_KEY": "sk-ant-test-key"}
+        self.budget_minutes = budget_minutes
+        self.moving_workspace = moving_workspace
+        self.model = tmp / "model.yaml"
+        self.model.write_text("[]\n")
+        self._jobs = itertools.count(1)
+        self._uploads = itertools.count(1)
+        self.jobs: list[Job] = []
+        seed = tmp / "seed"
+        seed.mkdir()
+        git(tmp, "init", "--quiet", "--bare", "--initial-branch=main", str(self.origin))
+        git(seed, "init", "--quiet", "--initial-branch=main")
+        for name, text in {"README.md": "# demo\n", **(files or {})}.items():
+            (seed / name).parent.mkdir(parents=True, exist_ok=True)
+            (seed / name).write_text(text)
+        git(seed, "add", "--all")
+        git(seed, "commit", "--quiet", "-m", "initial")
+        git(seed, "push", "--quiet", str(self.origin), "main")
+
+    def set_script(self, text: str) -> None:
+        self.model.write_text(text)
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def prepare(self, event_name: str, payload: dict[str, Any]) -> Job:
+        number = next(self._jobs)
+        directory = self.tmp / f"job{number}"
+        runner_temp = directory / "runner-temp"
+        runner_temp.mkdir(parents=True)
+        # Like a hosted runner: the same workspace path in every job, checked out afresh.
+        # A moving workspace is a runner whose work folder differs from job to job (and
+        # whose earlier folders are gone).
+        workspace = self.workspace
+        if self.moving_workspace:
+            for earlier in self.jobs:
+                shutil.rmtree(earlier.workspace, ignore_errors=True)
+            workspace = directory / "workspace"
+        elif workspace.exists():
+            shutil.rmtree(workspace)
+        git(self.tmp, "clone", "--quiet", str(self.origin), str(workspace))
+        (directory / "event.json").write_text(json.dumps(payload))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RIO_", "GITHUB_", "RUNNER_", "ANTHROPIC_"))}
+        env.update(self.secrets)
+        env.update(
+            PYTHONPATH=str(ROOT), GITHUB_ACTIONS="true", GITHUB_EVENT_NAME=event_name,
+            GITHUB_EVENT_PATH=str(directory / "event.json"), GITHUB_REPOSITORY=self.gh.repo,
+            GITHUB_API_URL=self.gh.api_url, GITHUB_TOKEN=self.gh.token,
+            GITHUB_RUN_ID=str(1000 + number), GITHUB_WORKSPACE=str(workspace),
+            GITHUB_OUTPUT=str(directory / "output.txt"),
+            GITHUB_STEP_SUMMARY=str(directory / "summary.md"), RUNNER_TEMP=str(runner_temp),
+            GITHUB_SERVER_URL="https://github.test", GITHUB_REF_NAME="main",
+            GITHUB_WORKFLOW_REF=WORKFLOW_REF.format(repo=self.gh.repo),
+            RIO_MODEL=f"scripted:{self.model}", RIO_TRIGGER_LABEL="rio",
+            RIO_TIME_BUDGET_MINUTES=str(self.budget_minutes))
+        job = Job(number, directory, workspace, runner_temp, env)
+        self.jobs.append(job)
+        return job
+
+    def start(self, job: Job, phase: str = "run") -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "action", phase],
+                                cwd=job.workspace, env=job.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def step(self, job: Job, phase: str = "run", timeout: float = 90) -> Step:
+        process = self.start(job, phase)
+        return self.collect(job, process, timeout)
+
+    def collect(self, job: Job, process: subprocess.Popen[str], timeout: float = 90) -> Step:
+        stdout, stderr = process.communicate(timeout=timeout)
+        step = Step(process.returncode, stdout, stderr)
+        job.steps.append(step)
+        return step
+
+    def job(self, event_name: str, payload: dict[str, Any], *,
+            interrupt: Callable[[Job, subprocess.Popen[str]], None] | None = None,
+            upload: bool = True) -> Job:
+        """Run step, then (``if: always()``) finish, then the upload step. ``interrupt``
+        is called while the run step is running (to cancel or kill it)."""
+        job = self.prepare(event_name, payload)
+        process = self.start(job)
+        if interrupt is not None:
+            interrupt(job, process)
+        self.collect(job, process)
+        self.step(job, "finish")
+        if upload:
+            self.upload(job)
+        return job
+
+    def upload(self, job: Job) -> int | None:
+        """actions/upload-artifact: zip the directory under the finish step's name."""
+        name = job.outputs.get("artifact-name", "")
+        if not name or not job.artifact_dir.is_dir():
+            return None
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for path in sorted(job.artifact_dir.iterdir()):
+                bundle.write(path, arcname=path.name)
+        job.artifact_id = self.gh.add_artifact(name, buffer.getvalue(), self.next_created_at(),
+                                               run_id=int(job.env["GITHUB_RUN_ID"]))
+        return job.artifact_id
+
+    def next_created_at(self) -> str:
+        return f"2024-05-01T10:{next(self._uploads):02d}:00Z"
+
+    # -- reading the results ---------------------------------------------------------------
+
+    def session_file(self, job: Job) -> Path:
+        return job.artifact_dir / "session.sqlite3"
+
+    def events(self, job: Job) -> list[dict[str, Any]]:
+        """``rio-ci events`` on a copy of the job's packed Session."""
+        copy = job.directory / "inspect.sqlite3"
+        copy.write_bytes(self.session_file(job).read_bytes())
+        done = subprocess.run([sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
+                              capture_output=True, text=True, env=job.env, timeout=60,
+                              check=True)
+        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+    def events_text(self, job: Job) -> str:
+        copy = job.directory / "inspect.sqlite3"
+        copy.write_bytes(self.session_file(job).read_bytes())
+        return subprocess.run([sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
+                              capture_output=True, text=True, env=job.env, timeout=60,
+                              check=True).stdout
+
+    def progress_comments(self, issue: int) -> list[dict[str, Any]]:
+        return [c for c in self.gh.comments_on(issue) if "<!-- rio-ci:progress -->" in c["body"]]
+
+    def branch_file(self, branch: str, path: str) -> str | None:
+        try:
+            return git(self.origin, "show", f"{branch}:{path}")
+        except subprocess.CalledProcessError:
+            return None
+
+
+def messages(events: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
+    """The Inbox messages committed in ``events`` (optionally of one kind)."""
+    found = []
+    for event in events:
+        message = event.get("message") or (event.get("data") or {}).get("message")
+        if event["kind"] in ("message_received", "execution_finished", "timer_fired") \
+                and message and (kind is None or message["kind"] == kind):
+            found.append(message)
+    return found
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.05)
+
+
+def kill_when(path: Path, sig: signal.Signals) -> Callable[[Job, subprocess.Popen[str]], None]:
+    """An ``interrupt`` that sends ``sig`` to the run step once ``path`` has a line: the
+    runner cancelling (SIGTERM) or the machine dying (SIGKILL) in the middle of a script."""
+
+    def interrupt(job: Job, process: subprocess.Popen[str]) -> None:
+        wait_for(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
+                 f"{path} to get a line")
+        process.send_signal(sig)
+        # SPEC §11: stop the Worker group, commit what is known, exit within 5 s.
+        process.wait(timeout=5)
+
+    return interrupt

@@ -1,0 +1,90 @@
+"""Secrets never reach Worker environments, the Journal, artifacts, logs, outputs or comments
+(SPEC §13): canaries planted in GITHUB_TOKEN and ANTHROPIC_API_KEY are searched for in every
+output of a label → finish job whose Cells print their environment and the git config."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from pathlib import Path
+
+from action_job import Repository, add, cmd_cell, code_cell, conclude, labeled, script
+from fakes.github_api import FakeGitHub
+
+TOKEN = "ghs_CANARYtoken0123456789abcdefABCDEF"
+API_KEY = "sk-ant-api03-CANARYkey-9876543210"
+
+
+def forms(secret: str) -> list[bytes]:
+    """The secret as text, and as git's basic-auth header would carry it."""
+    basic = base64.b64encode(f"x-access-token:{secret}".encode())
+    return [secret.encode(), basic, secret[4:20].encode()]
+
+
+def test_canary_secrets_appear_in_no_output(tmp_path: Path) -> None:
+    with FakeGitHub(token=TOKEN) as gh:
+        gh.add_collaborator("alice", "admin")
+        repo = Repository(tmp_path, gh, secrets={"ANTHROPIC_API_KEY": API_KEY,
+                                                 "RIO_EXTRA_SECRET_TOKEN": API_KEY})
+        repo.set_script(script(
+            [add(cmd_cell("env"))],
+            [add(cmd_cell("cat", ".git/config"))],
+            [add(code_cell("import os, pathlib\nprint(sorted(os.environ))\n"
+                           "print(pathlib.Path('/proc/self/environ').read_bytes())\n"))],
+            [add(cmd_cell("git", "config", "--list", "--show-origin"))],
+            [conclude()],
+        ))
+        issue = gh.add_issue("Leak test", "print every secret you can find", labels=("rio",))
+
+        job = repo.job("issues", labeled(issue))
+
+        assert job.outputs["status"] == "succeeded", job.logs
+        journal = repo.events_text(job)
+        assert "PATH=" in journal and "[core]" in journal  # the Cells really printed
+        assert "RIO_SESSION_DB" in journal
+        places: dict[str, bytes] = {
+            "journal": journal.encode(),
+            "logs": job.logs.encode(),
+            "GITHUB_OUTPUT": Path(job.env["GITHUB_OUTPUT"]).read_bytes(),
+            "GITHUB_STEP_SUMMARY": job.summary.encode(),
+            "comments": "\n".join(c["body"] for c in gh.comments.values()).encode(),
+            "pull requests": "\n".join(str(p["body"]) for p in gh.pulls.values()).encode(),
+            "workspace .git/config": (job.workspace / ".git" / "config").read_bytes(),
+            "pushed branch": subprocess.run(
+                ["git", "log", "-p", "--all"], cwd=repo.origin, capture_output=True,
+                check=True).stdout,
+        }
+        for path in job.artifact_dir.iterdir():
+            places[f"artifact {path.name}"] = path.read_bytes()
+        for path in job.runner_temp.rglob("*"):
+            if path.is_file():
+                places[f"runner temp {path.relative_to(job.runner_temp)}"] = path.read_bytes()
+        request_bodies = b"\n".join(r.body for r in gh.requests)
+        places["bodies sent to GitHub"] = request_bodies
+
+        leaks = [(where, secret) for where, data in places.items()
+                 for secret in (*forms(TOKEN), *forms(API_KEY)) if secret in data]
+        assert leaks == []
+        # The token did travel where it belongs: the Authorization header of API calls.
+        assert all(r.headers.get("authorization", "").endswith(TOKEN) for r in gh.requests
+                   if not r.path.startswith("/download/"))
+
+
+def test_a_credential_named_in_pass_env_reaches_cells_and_the_harnesss_never_do(
+    tmp_path: Path
+) -> None:
+    with FakeGitHub(token=TOKEN) as gh:
+        gh.add_collaborator("alice", "admin")
+        repo = Repository(tmp_path, gh, files={".github/rio.yml": "pass_env: [DEPLOY_TOKEN]\n"},
+                          secrets={"ANTHROPIC_API_KEY": API_KEY,
+                                   "DEPLOY_TOKEN": "deploy-secret-42",
+                                   "OTHER_TOKEN": "other-secret-43"})
+        repo.set_script(script([add(cmd_cell("env"))], [conclude()]))
+        issue = gh.add_issue("Deploy", labels=("rio",))
+
+        job = repo.job("issues", labeled(issue))
+
+        printed = "".join(e["text"] for e in repo.events(job) if e["kind"] == "output")
+        assert "DEPLOY_TOKEN=deploy-secret-42" in printed
+        assert "other-secret-43" not in printed
+        assert TOKEN not in printed and API_KEY not in printed

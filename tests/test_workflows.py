@@ -1,0 +1,185 @@
+"""action.yml and the workflows in .github/workflows/: the SPEC §13 contract read off the
+YAML itself (inputs, outputs, environment mapping, triggers, concurrency, permissions), plus
+the rules that keep untrusted text out of shell: no ``${{ }}`` inside any ``run:``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rio_ci import action_env
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = ROOT / ".github" / "workflows"
+INPUTS = {  # input → (environment variable, default)
+    "anthropic-api-key": ("ANTHROPIC_API_KEY", ""),
+    "github-token": ("GITHUB_TOKEN", "${{ github.token }}"),
+    "model": ("RIO_MODEL", action_env.DEFAULT_MODEL),
+    "trigger-label": ("RIO_TRIGGER_LABEL", action_env.DEFAULT_LABEL),
+    "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
+    "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),
+}
+OUTPUTS = {"status", "session", "next-wake", "pull-request", "artifact-name"}
+
+
+def expression(text: str) -> str:
+    return "${{ " + text + " }}"
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict)
+    if True in data:  # YAML 1.1 reads the key `on` as a boolean
+        data["on"] = data.pop(True)
+    return data
+
+
+@pytest.fixture(scope="module")
+def action() -> dict[str, Any]:
+    return load(ROOT / "action.yml")
+
+
+@pytest.fixture(scope="module")
+def rio() -> dict[str, Any]:
+    return load(WORKFLOWS / "rio.yml")
+
+
+def steps_of(document: dict[str, Any]) -> list[dict[str, Any]]:
+    if "runs" in document:
+        steps: list[dict[str, Any]] = document["runs"]["steps"]
+        return steps
+    return [s for job in document["jobs"].values() for s in job.get("steps", [])]
+
+
+def step(document: dict[str, Any], step_id: str) -> dict[str, Any]:
+    (found,) = [s for s in steps_of(document) if s.get("id") == step_id]
+    return found
+
+
+# --- action.yml ------------------------------------------------------------------------------
+
+
+def test_the_action_is_composite_with_the_inputs_and_defaults_of_the_contract(
+    action: dict[str, Any]
+) -> None:
+    assert action["runs"]["using"] == "composite"
+    assert set(action["inputs"]) == set(INPUTS)
+    for name, (_, default) in INPUTS.items():
+        assert str(action["inputs"][name]["default"]) == default, name
+        assert action["inputs"][name]["description"]
+    assert set(action["outputs"]) == OUTPUTS
+    for name, output in action["outputs"].items():
+        finish, run = f"steps.finish.outputs.{name}", f"steps.run.outputs.{name}"
+        assert output["value"] in (expression(finish), expression(f"{finish} || {run}"))
+
+
+def test_each_input_reaches_rio_ci_through_the_environment_only(action: dict[str, Any]) -> None:
+    run = step(action, "run")
+    assert run["run"] == 'exec "$RUNNER_TEMP/rio-ci-venv/bin/rio-ci" action'
+    for name, (variable, _) in INPUTS.items():
+        assert run["env"][variable] == expression(f"inputs.{name}")
+    finish = step(action, "finish")
+    assert finish["if"] == "always()"
+    assert 'exec "$RUNNER_TEMP/rio-ci-venv/bin/rio-ci" action finish' in finish["run"]
+    assert "ANTHROPIC_API_KEY" not in finish["env"]  # finish never calls the model
+    assert finish["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+
+
+def test_rio_ci_is_installed_from_the_actions_own_path_beside_the_workflows_python(
+    action: dict[str, Any]
+) -> None:
+    python = step(action, "python")
+    assert python["uses"] == "actions/setup-python@v5"
+    assert python["with"]["update-environment"] is False
+    (install,) = [s for s in steps_of(action) if "pip install" in s.get("run", "")]
+    assert install["env"]["RIO_ACTION_PATH"] == "${{ github.action_path }}"
+    assert '"$RIO_ACTION_PATH"' in install["run"]
+
+
+def test_the_session_is_uploaded_under_the_name_finish_chose_even_after_a_failure(
+    action: dict[str, Any]
+) -> None:
+    (upload,) = [s for s in steps_of(action)
+                 if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert upload["uses"] == "actions/upload-artifact@v4"
+    assert upload["if"] == "always() && steps.finish.outputs.artifact-name != ''"
+    assert upload["with"]["name"] == "${{ steps.finish.outputs.artifact-name }}"
+    assert upload["with"]["path"] == "${{ runner.temp }}/rio-artifact/"
+    assert steps_of(action)[-1] is upload
+
+
+# --- the example workflow --------------------------------------------------------------------
+
+
+def test_the_workflow_has_every_trigger_of_the_contract_and_no_pull_request_target(
+    rio: dict[str, Any]
+) -> None:
+    on = rio["on"]
+    assert on["issues"]["types"] == ["labeled"]
+    assert on["issue_comment"]["types"] == ["created"]
+    assert on["workflow_run"]["types"] == ["completed"] and on["workflow_run"]["workflows"]
+    assert on["schedule"][0]["cron"]
+    assert on["workflow_dispatch"]["inputs"]["issue"]["required"] is True
+    for path in [ROOT / "action.yml", *WORKFLOWS.glob("*.yml")]:
+        assert "pull_request_target" not in path.read_text(), path
+
+
+def test_one_job_per_issue_waits_in_its_concurrency_group(rio: dict[str, Any]) -> None:
+    job = rio["jobs"]["rio"]
+    group = job["concurrency"]["group"]
+    assert group.startswith("rio-issue-${{ ")
+    for source in ("github.event.issue.number", "inputs.issue", "needs.route.outputs.issue"):
+        assert source in group
+    assert job["concurrency"]["cancel-in-progress"] is False
+    assert job["timeout-minutes"] * 60 > float(
+        job["steps"][-1]["with"]["time-budget-minutes"]) * 60 + 5 * 60  # room for finish
+
+
+def test_permissions_are_minimal(rio: dict[str, Any]) -> None:
+    assert rio["permissions"] == {}
+    assert rio["jobs"]["rio"]["permissions"] == {
+        "contents": "write", "issues": "write", "pull-requests": "write", "actions": "write",
+        "checks": "read"}
+    assert rio["jobs"]["route"]["permissions"] == {"pull-requests": "read"}
+
+
+def test_the_checkout_keeps_no_credentials_and_full_history(rio: dict[str, Any]) -> None:
+    (checkout,) = [s for s in steps_of(rio) if str(s.get("uses", "")).startswith(
+        "actions/checkout")]
+    assert checkout["with"] == {"fetch-depth": 0, "persist-credentials": False}
+
+
+def test_the_workflow_uses_the_action_with_inputs_it_has(rio: dict[str, Any],
+                                                        action: dict[str, Any]) -> None:
+    used = step(rio, "rio")
+    assert used["uses"] == "./"
+    assert set(used["with"]) <= set(action["inputs"])
+    assert used["with"]["anthropic-api-key"] == "${{ secrets.ANTHROPIC_API_KEY }}"
+    label = used["with"]["trigger-label"]
+    assert f"github.event.label.name == '{label}'" in rio["jobs"]["rio"]["if"]
+
+
+@pytest.mark.parametrize("path", [ROOT / "action.yml", *sorted(WORKFLOWS.glob("*.yml"))],
+                         ids=lambda p: p.name)
+def test_no_expression_is_interpolated_into_shell(path: Path) -> None:
+    for each in steps_of(load(path)):
+        assert "${{" not in each.get("run", ""), (path.name, each.get("id") or each.get("name"))
+
+
+def test_ci_runs_the_repository_check_script() -> None:
+    ci = load(WORKFLOWS / "ci.yml")
+    runs = [s["run"] for s in steps_of(ci) if "run" in s]
+    assert runs == ["bash .ci/run"]
+    assert ci["permissions"] == {"contents": "read"}
+    assert "rio/issue-*" in ci["on"]["push"]["branches"]  # so workflow_run reaches rio
+
+
+def test_docs_describe_every_input_output_and_permission(action: dict[str, Any],
+                                                         rio: dict[str, Any]) -> None:
+    docs = (ROOT / "docs" / "github.md").read_text()
+    for name in [*action["inputs"], *action["outputs"], *rio["jobs"]["rio"]["permissions"]]:
+        assert f"`{name}`" in docs, name
+    assert "persist-credentials: false" in docs and "fetch-depth: 0" in docs
