@@ -236,7 +236,8 @@ def _check_session(snapshot: Path) -> None:
         raise ArtifactError("snapshot is in WAL mode, not a single-file snapshot")
     problem = single_file_problem(snapshot)
     if problem is not None:
-        raise ArtifactError(f"snapshot refused (not a rio Session, or damaged): {_one_line(problem)}")
+        raise ArtifactError(
+            f"snapshot refused (not a rio Session, or damaged): {_one_line(problem)}")
 
 
 def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:

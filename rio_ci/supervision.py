@@ -13,7 +13,6 @@ import codecs
 import contextlib
 import functools
 import os
-import re
 import shutil
 import sys
 import threading
@@ -24,8 +23,8 @@ from typing import Any
 
 import psutil
 
-from rio_ci.credentials import worker_environment
 from rio_ci.crashpoints import crash_point
+from rio_ci.credentials import worker_environment
 from rio_ci.errors import RecoveryError
 from rio_ci.process import TOKEN_VAR, Worker
 from rio_ci.session import Session
