@@ -13,12 +13,13 @@ import json
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.reducer import Projection, apply
+from rio_ci.core.reducer import PROJECTION_FORMAT, Projection, apply
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
 
@@ -63,11 +64,13 @@ class Journal:
         real = resolve(path)
         if real.exists() or Path(path).is_symlink():
             raise FileExistsError(f"{path} already exists; a Session is never overwritten")
+        # Built under a temporary name and linked into place whole: a crash leaves either no
+        # Session or a complete one, and two concurrent `new`s cannot both win.
+        partial = real.with_name(f".{real.name}.{uuid.uuid4().hex[:8]}.creating")
         try:
-            conn = _connect(real, synchronous, create=True)
+            conn = _connect(partial, synchronous, create=True)
         except sqlite3.Error as exc:
             raise StorageError(f"cannot create {path}: {exc}") from None
-        # One transaction: a crash leaves either no Session or a whole one.
         try:
             conn.execute("BEGIN IMMEDIATE")
             for statement in filter(str.strip, _SCHEMA.split(";")):
@@ -78,8 +81,19 @@ class Journal:
             conn.execute("INSERT INTO events VALUES (1, 'session_created', ?, NULL, ?)",
                          (time.time(), _dumps(first)))
             conn.execute("COMMIT")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
-            conn.close()  # left open, it kept the WAL alive after the Session was closed
+            conn.close()  # the last connection: SQLite folds the WAL into the file
+        try:
+            _fsync(partial)
+            os.link(partial, real)
+            _fsync(real.parent)
+        except FileExistsError:
+            raise FileExistsError(f"{path} already exists; a Session is never overwritten") \
+                from None
+        finally:
+            for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
+                leftover.unlink(missing_ok=True)
         return cls.open(real, synchronous=synchronous)
 
     @classmethod
@@ -212,7 +226,9 @@ class Journal:
             if writer.appended and self.proj.last_seq - self._snapshot_seq >= SNAPSHOT_EVERY:
                 # _dumps reads without keeping references: no deep copy (to_dict) needed
                 self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)",
-                                   (self.proj.last_seq, _dumps(vars(self.proj))))
+                                   (self.proj.last_seq, _dumps({
+                                       "format": PROJECTION_FORMAT,
+                                       "projection": vars(self.proj)})))
                 self._snapshot_seq = self.proj.last_seq
             if crash_before:
                 crash_point(crash_before)
@@ -309,9 +325,20 @@ def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:
     row = conn.execute("SELECT seq, data FROM snapshot WHERE id = 1").fetchone()
     if row is None:
         return Projection(), 0
+    data = json.loads(row[1])
+    if not isinstance(data, dict) or data.get("format") != PROJECTION_FORMAT:
+        return Projection(), 0  # written by another rio-ci: replay, don't trust its shape
     # json.loads builds fresh objects, so from_dict's deep copy would only cost time
     # (a third of an open).
-    return Projection(**json.loads(row[1])), int(row[0])
+    return Projection(**data["projection"]), int(row[0])
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _dumps(value: Any) -> str:

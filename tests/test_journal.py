@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -347,3 +348,34 @@ def test_an_uncertain_commit_stops_everything_until_a_reopen(session: Session, d
     after = journal_rows(db)
     assert after[:-1] == before
     assert after[-1]["kind"] == "message_received" and report["retry"]["seq"] == after[-1]["seq"]
+
+
+def test_a_snapshot_in_another_format_is_ignored_and_the_journal_replayed(tmp_path: Path) -> None:
+    from rio_ci.journal import SNAPSHOT_EVERY
+    from rio_ci.session import Session
+
+    path = tmp_path / "s.db"
+    session = Session.create(path, "formats")
+    for n in range(SNAPSHOT_EVERY + 5):
+        session.receive(f"m{n}", "note", {"n": n})
+    expected = session.state()
+    session.close()
+    raw = sqlite3.connect(path)
+    row = raw.execute("SELECT data FROM snapshot").fetchone()
+    data = json.loads(row[0])
+    data["format"] = -1
+    data["projection"]["inbox"] = []  # a shape this rio-ci must not trust
+    raw.execute("UPDATE snapshot SET data = ?", (json.dumps(data),))
+    raw.commit()
+    raw.close()
+    assert Session.open(path).state() == expected
+
+
+def test_concurrent_news_on_one_name_make_exactly_one_session(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    procs = [subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "new", str(path), "--goal",
+                               f"g{n}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for n in range(6)]
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes == [0, 1, 1, 1, 1, 1]
+    assert sorted(p.name for p in tmp_path.iterdir() if "creating" in p.name) == []

@@ -36,6 +36,10 @@ EVENT_KINDS = (
     "run_ended",  # {result, reason, note_id, unresolved, cleanup_error}
     "watermark",  # {name, value}
 )
+# The shape of a Projection. Raise it whenever the fold changes what it keeps: a snapshot
+# written in another format is ignored and the Journal replayed.
+PROJECTION_FORMAT = 2
+
 # Events that are observations a resolution may cite (SPEC §3.8).
 OBSERVATION_KINDS = frozenset(
     {"message_received", "execution_finished", "timer_fired", "control_rejected",
