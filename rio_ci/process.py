@@ -100,8 +100,10 @@ def _scan(token: str, pgid: int | None) -> dict[int, psutil.Process]:
         if pid <= 0 or pid == me:
             continue
         try:
-            in_group = pgid is not None and os.getpgid(pid) == pgid
-            if in_group or _carries(pid, token, entry):
+            group = os.getpgid(pid)
+            if group == 0:
+                continue  # kernel threads (and a container's init): never a Worker's
+            if group == pgid or _carries(pid, token, entry):
                 proc = psutil.Process(pid)
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found[pid] = proc
