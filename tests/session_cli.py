@@ -16,11 +16,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 RIO = [sys.executable, "-m", "rio_ci.cli"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,3 +238,21 @@ def log_prelude(log: Path) -> str:
 def logged(log: Path, body: str) -> dict[str, Any]:
     """A code Cell whose ``body`` may call ``log(...)``."""
     return code(log_prelude(log) + textwrap.dedent(body).lstrip("\n"))
+
+
+New = Callable[..., CliSession]
+
+
+@pytest.fixture
+def new(tmp_path: Path) -> Iterator[New]:
+    """Make CLI Sessions in ``tmp_path``; their leftover processes are killed afterwards."""
+    made: list[CliSession] = []
+
+    def make(**options: Any) -> CliSession:
+        sess = CliSession.create(tmp_path / f"s{len(made)}", **options)
+        made.append(sess)
+        return sess
+
+    yield make
+    for sess in made:
+        sess.cleanup()

@@ -10,15 +10,14 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from rio_ci.owner import Owner
+from tests import session_cli
 from tests.session_cli import (
     CliSession,
+    New,
     add_ops,
     base_env,
     cmd,
@@ -29,21 +28,7 @@ from tests.session_cli import (
     until,
 )
 
-New = Callable[..., CliSession]
-
-
-@pytest.fixture
-def new(tmp_path: Path) -> Iterator[New]:
-    made: list[CliSession] = []
-
-    def make(**options: Any) -> CliSession:
-        sess = CliSession.create(tmp_path / f"s{len(made)}", **options)
-        made.append(sess)
-        return sess
-
-    yield make
-    for sess in made:
-        sess.cleanup()
+new = session_cli.new  # the shared fixture
 
 
 def cancel(target: int) -> dict[str, Any]:

@@ -14,14 +14,14 @@ import signal
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import session_cli
 from tests.session_cli import (
     CliSession,
+    New,
     base_env,
     cmd,
     gone,
@@ -31,21 +31,7 @@ from tests.session_cli import (
     until,
 )
 
-New = Callable[..., CliSession]
-
-
-@pytest.fixture
-def new(tmp_path: Path) -> Iterator[New]:
-    made: list[CliSession] = []
-
-    def make(**options: Any) -> CliSession:
-        sess = CliSession.create(tmp_path / f"s{len(made)}", **options)
-        made.append(sess)
-        return sess
-
-    yield make
-    for sess in made:
-        sess.cleanup()
+new = session_cli.new  # the shared fixture
 
 
 def spans(sess: CliSession) -> dict[str, tuple[float, float, int]]:

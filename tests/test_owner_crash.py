@@ -9,31 +9,27 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from tests.session_cli import CliSession, add_ops, base_env, cmd, gone, logged, note, until
+from tests import session_cli
+from tests.session_cli import (
+    CliSession,
+    New,
+    add_ops,
+    base_env,
+    cmd,
+    gone,
+    logged,
+    note,
+    until,
+)
 
-New = Callable[..., CliSession]
+new = session_cli.new  # the shared fixture
+
 KILLED = -signal.SIGKILL
-
-
-@pytest.fixture
-def new(tmp_path: Path) -> Iterator[New]:
-    made: list[CliSession] = []
-
-    def make(**options: Any) -> CliSession:
-        sess = CliSession.create(tmp_path / f"s{len(made)}", **options)
-        made.append(sess)
-        return sess
-
-    yield make
-    for sess in made:
-        sess.cleanup()
 
 
 def crash(point: str) -> dict[str, str]:

@@ -8,30 +8,13 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.session_cli import CliSession, base_env, code
+from tests import session_cli
+from tests.session_cli import New, base_env, code
 
-New = Callable[..., CliSession]
-
-
-@pytest.fixture
-def new(tmp_path: Path) -> Iterator[New]:
-    made: list[CliSession] = []
-
-    def make(**options: Any) -> CliSession:
-        sess = CliSession.create(tmp_path / f"s{len(made)}", **options)
-        made.append(sess)
-        return sess
-
-    yield make
-    for sess in made:
-        sess.cleanup()
-
+new = session_cli.new  # the shared fixture
 
 API_CELL = """
     import json, time
