@@ -1,4 +1,4 @@
-"""The in-Cell API: ``from rio_ci.api import timer, records``.
+"""The in-Cell API: ``from rio_ci.api import timer, cancel_timer, records``.
 
 Standard library only: a Cell runs in uv's isolated environment with ``dependencies = []``,
 where only this module is importable. Every call goes through the harness's own
@@ -13,7 +13,7 @@ import os
 import subprocess
 from typing import Any
 
-__all__ = ["records", "timer"]
+__all__ = ["cancel_timer", "records", "timer"]
 
 
 def _harness(*args: str) -> str:
@@ -41,6 +41,14 @@ def timer(id: str, deadline_unix: float, payload: Any = None) -> dict[str, Any]:
     cell = os.environ.get("RIO_CELL_ID", "")
     out = _harness("timer", id, repr(float(deadline_unix)), json.dumps(payload), cell)
     result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def cancel_timer(id: str) -> dict[str, Any]:
+    """Withdraw a waiting Timer so it never fires (a waiting Timer blocks a success
+    conclusion). Returns ``{"id", "cancelled"}``; ``cancelled`` is False when the Timer had
+    already fired, was already cancelled, or never existed."""
+    result: dict[str, Any] = json.loads(_harness("cancel_timer", id))
     return result
 
 

@@ -1,4 +1,4 @@
-"""The harness side of ``rio_ci.api``: ``python -m rio_ci.cell_bridge DB timer|records ...``.
+"""The harness side of ``rio_ci.api``: ``python -m rio_ci.cell_bridge DB timer|cancel_timer|records ...``.
 Prints JSON; errors print ``{"error": reason}`` and exit non-zero."""
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ def main(argv: list[str]) -> int:
             ack = session.set_timer(timer_id, when, json.loads(payload, parse_constant=_no_nan),
                                     int(cell) if cell else None)
             print(json.dumps(ack))
+        elif verb == "cancel_timer":
+            print(json.dumps(session.cancel_timer(rest[0])))
         elif verb == "records":
             for event in session.journal.events(after=int(rest[0])):
                 print(json.dumps(event, ensure_ascii=False))

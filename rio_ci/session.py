@@ -253,3 +253,11 @@ class Session:
             seq = w.append("timer_set", {"id": timer_id, "deadline": float(deadline),
                                          "payload": payload, "cell_id": cell_id}, ref=timer_id)
         return {"id": timer_id, "seq": seq, "duplicate": False}
+
+    def cancel_timer(self, timer_id: str) -> dict[str, Any]:
+        """Withdraw a waiting Timer. Its id stays used: it can never be set again."""
+        with self.journal.write() as w:
+            if timer_id not in w.proj.timers:
+                return {"id": timer_id, "cancelled": False}
+            w.append("timer_cancelled", {"id": timer_id}, ref=timer_id)
+        return {"id": timer_id, "cancelled": True}

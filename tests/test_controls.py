@@ -7,6 +7,7 @@ while a real `rio-ci work` Owner runs in another.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -265,6 +266,27 @@ def test_success_is_rejected_while_a_timer_waits(new: New) -> None:
     sess.propose(conclude("success"))
     sess.work()
     assert_success_rejected(sess, "Timers are waiting")
+
+
+def test_a_cancelled_timer_no_longer_blocks_success(new: New) -> None:
+    sess = new()
+    sess.propose(code("""
+        import json, time
+        from rio_ci.api import cancel_timer, timer
+        timer("later", time.time() + 3600, {"why": "check back"})
+        print(json.dumps([cancel_timer("later"), cancel_timer("later")]))
+        """))
+    sess.work()
+    assert sess.result(1)["type"] == "success", sess.runtime(1)
+    first, again = json.loads(sess.runtime(1)["stdout"])
+    assert first == {"id": "later", "cancelled": True}
+    assert again == {"id": "later", "cancelled": False}
+    assert sess.state()["runtime"]["pause"] is None
+    assert [e["id"] for e in sess.events("timer_cancelled")] == ["later"]
+    sess.propose(conclude("success"))
+    sess.work()
+    assert [e["result"] for e in sess.events("run_ended")] == ["success"]
+    assert sess.events("timer_fired") == []
 
 
 def test_success_is_rejected_while_input_is_unconsumed(new: New) -> None:

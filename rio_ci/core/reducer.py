@@ -33,6 +33,7 @@ EVENT_KINDS = (
     "validator_result",  # {note_id, index, argv, result, stdout, stderr, truncated}
     "timer_set",  # {id, deadline, payload, cell_id}
     "timer_fired",  # {id, message}
+    "timer_cancelled",  # {id}
     "run_ended",  # {result, reason, note_id, unresolved, cleanup_error}
     "watermark",  # {name, value}
 )
@@ -246,6 +247,10 @@ def _timer_fired(proj: Projection, seq: int, d: dict[str, Any]) -> None:
     _add_message(proj, seq, d["message"])
 
 
+def _timer_cancelled(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+    proj.timers.pop(d["id"], None)
+
+
 def _run_ended(proj: Projection, seq: int, d: dict[str, Any]) -> None:
     proj.ended = {"result": d["result"], "reason": d["reason"], "seq": seq,
                   "unresolved": d.get("unresolved", []), "cleanup_error": d.get("cleanup_error")}
@@ -282,6 +287,7 @@ _HANDLERS = {
     "validator_result": _validator_result,
     "timer_set": _timer_set,
     "timer_fired": _timer_fired,
+    "timer_cancelled": _timer_cancelled,
     "run_ended": _run_ended,
     "watermark": _watermark,
 }
