@@ -1,4 +1,5 @@
-"""The harness side of ``rio_ci.api``: ``python -m rio_ci.cell_bridge DB timer|cancel_timer|records ...``.
+"""The harness side of ``rio_ci.api``:
+``python -m rio_ci.cell_bridge DB timer|cancel_timer|records ...``.
 Prints JSON; errors print ``{"error": reason}`` and exit non-zero."""
 
 from __future__ import annotations
