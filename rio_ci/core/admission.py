@@ -97,7 +97,6 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
 
     work: list[dict[str, Any]] = [dict(c) for c in proj.cells]
     original = {c["id"] for c in work}
-    touched: set[int] = set()
     new_cells: list[dict[str, Any]] = []
     removed: list[int] = []
     expected_id = proj.next_cell_id
@@ -125,16 +124,16 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
         else:
             index = _index(op["path"], kind, where, len(work))
             target = work[index]
+            # A replaced Cell's slot now holds its new version, and a removed Cell is gone
+            # from ``work``: so this one check also gives every existing Cell at most one
+            # operation per patch.
             if target["id"] not in original:
-                raise _Reject(f"{where}: a Cell created in this patch cannot be touched again")
-            if target["id"] in touched:
-                raise _Reject(
-                    f"{where}: Cell {target['id']} already has an operation in this patch")
+                raise _Reject(f"{where}: Cell {target['id']} was created in this patch; every "
+                              "Cell takes at most one operation per patch")
             if kind == "remove":
                 if last_removed_index is not None and index >= last_removed_index:
                     raise _Reject(f"{where}: removals must go in strictly descending index order")
                 last_removed_index = index
-                touched.add(target["id"])
                 removed.append(target["id"])
                 del work[index]
                 continue
@@ -149,7 +148,6 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
                     f"{where}: Cell {target['id']} has a queued or running Execution: "
                     "wait or cancel first"
                 )
-            touched.add(target["id"])
             work[index] = cell
         new_cells.append(cell)
         expected_id += 1
