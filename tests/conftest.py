@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.github_api import FakeGitHub
 
+from rio_ci.forge.github import GitHubForge
 from rio_ci.session import Receipt, Session
 
 PY = sys.executable
@@ -265,3 +267,18 @@ def record_unknown(session: Session, cell_id: int,
 def end_run(session: Session, result: str = "failure", reason: str = "test") -> int:
     return append_event(session, "run_ended", {"result": result, "reason": reason,
                                                "note_id": None, "unresolved": []})
+
+
+# --- GitHub: the real PyGithub client against the local fake --------------------------------
+
+
+@pytest.fixture
+def gh() -> Iterator[FakeGitHub]:
+    """A fresh fake GitHub REST API on 127.0.0.1 (test files may override it with a seeded one)."""
+    with FakeGitHub() as fake:
+        yield fake
+
+
+@pytest.fixture
+def forge(gh: FakeGitHub) -> GitHubForge:
+    return GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)

@@ -3,25 +3,11 @@ the real PyGithub client against FakeGitHub."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from fakes.github_api import FakeGitHub
 
 from rio_ci.forge.github import GitHubForge
 
 MARKER = "<!-- rio-ci:progress -->"
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        yield fake
-
-
-@pytest.fixture
-def forge(gh: FakeGitHub) -> GitHubForge:
-    return GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
 
 
 def test_issues_with_label_are_the_open_issues_without_pull_requests(

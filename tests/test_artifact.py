@@ -222,12 +222,6 @@ def test_manifest_fields_are_checked(field: str, value: object) -> None:
 # -- restore_newest: real PyGithub, fake GitHub ------------------------------------------------
 
 
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        yield fake
-
-
 def upload(gh: FakeGitHub, live_db: Path, tmp_path: Path, generation: int, created_at: str,
            *, tamper: bool = False) -> int:
     out = packed(live_db, tmp_path / f"gen{generation}", generation)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,17 +11,6 @@ from rio_ci.errors import ForgeError, StorageError
 from rio_ci.forge.github import GitHubForge
 
 MARKER = "<!-- rio:progress -->"
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        yield fake
-
-
-@pytest.fixture
-def forge(gh: FakeGitHub) -> GitHubForge:
-    return GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
 
 
 def test_a_wrong_token_fails_at_construction(gh: FakeGitHub) -> None:

@@ -4,7 +4,6 @@ with the Session's Turns across crashes and restarts (real ``rio-ci run`` subpro
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rio_ci.errors import ModelError, UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import ScriptedModel, complete, load_script
-from rio_ci.session import Session
+from tests.run_cli import clean_env, events, new_session, rio, status, write_script
 
 # --- pure: what the scripted model fills in ---------------------------------------------
 
@@ -135,52 +133,6 @@ def test_bad_scripts_are_usage_errors(tmp_path: Path, text: str, problem: str) -
 # --- rio-ci run with a script -------------------------------------------------------------
 
 
-def rio(*args: str, env: dict[str, str] | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env or clean_env())
-
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """No crash point unless asked; this checkout's rio_ci."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIO_")}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def new_session(tmp_path: Path, *limits: str) -> Path:
-    db = tmp_path / "s.db"
-    args = ["new", str(db), "--goal", "scripted test", "--cwd", str(tmp_path)]
-    for limit in limits:
-        args += ["--limit", limit]
-    done = rio(*args)
-    assert done.returncode == 0, done.stderr
-    return db
-
-
-def write_script(tmp_path: Path, rounds: list[list[dict[str, Any]]]) -> Path:
-    path = tmp_path / "model.yaml"
-    path.write_text(yaml.safe_dump(rounds))
-    return path
-
-
-def events(db: Path) -> list[dict[str, Any]]:
-    session = Session.open(db)
-    try:
-        return list(session.journal.events())
-    finally:
-        session.close()
-
-
-def status(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    line: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return line
-
-
 def echo(word: str) -> dict[str, Any]:
     return {"op": "add", "path": "/cells/-", "value": {"kind": "cmd", "argv": ["echo", word]}}
 
@@ -212,7 +164,7 @@ def test_exhausted_script_is_a_failed_attempt_and_the_run_fails(tmp_path: Path) 
     script = write_script(tmp_path, [[echo("only")]])
     done = rio("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
-    assert status(done)["status"] == "failed"
+    assert status(done.stdout)["status"] == "failed"
     evs = events(db)
     failed = [e for e in evs if e["kind"] == "model_response" and not e["ok"]]
     assert len(failed) == 1 and "past its end" in failed[0]["error"]
@@ -254,7 +206,7 @@ def test_rounds_line_up_with_turns_across_a_sigkill(
     assert accepted_words(events(db)) == accepted_before
     second = rio("run", str(db), "--model", f"scripted:{script}")
     assert second.returncode == 0, second.stdout + second.stderr
-    assert status(second)["status"] == "succeeded"
+    assert status(second.stdout)["status"] == "succeeded"
     evs = events(db)
     assert accepted_words(evs) == ["r1", "r2", "r3", "r4", "done"]
     rounds = [e["raw"]["round"] for e in evs if e["kind"] == "model_response" and e["ok"]]
@@ -290,7 +242,7 @@ def test_sigkill_during_a_cell_then_placeholders_resolve_it(tmp_path: Path) -> N
         first.send_signal(signal.SIGKILL)
         first.wait()
     second = rio("run", str(db), "--model", f"scripted:{script}")
-    assert status(second)["status"] == "succeeded", second.stdout + second.stderr
+    assert status(second.stdout)["status"] == "succeeded", second.stdout + second.stderr
     evs = events(db)
     assert [e["raw"]["round"] for e in evs if e["kind"] == "model_response"] == [1, 2, 3, 4, 5]
     unknown = [e for e in evs if e["kind"] == "execution_finished"
@@ -317,7 +269,7 @@ def test_filled_in_replace_after_remove_is_accepted_by_admission(tmp_path: Path)
          CONCLUDE],
     ])
     done = rio("run", str(db), "--model", f"scripted:{script}")
-    assert status(done)["status"] == "succeeded", done.stdout + done.stderr
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     evs = events(db)
     assert not [e for e in evs if e["kind"] == "patch_rejected"]
     last = [e for e in evs if e["kind"] == "patch_accepted"][-1]
