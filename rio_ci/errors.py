@@ -12,7 +12,7 @@ script, a timeout) are values, never exceptions.
     ├── RecoveryError         surviving Workers could not be proven stopped (exit 4)
     ├── RunEnded              the run is terminal; nothing new is accepted (exit 1)
     ├── ForgeError            a call to the code host failed (exit 1); ``status`` is its HTTP code
-    └── ModelError            a model attempt failed (retryable or not)
+    └── ModelError            a model attempt got no usable answer (transient or not)
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ class ForgeError(RioError):
 
 
 class ModelError(RioError):
-    """A model attempt failed. ``retryable`` says whether another attempt may help;
-    ``retry_after`` (seconds) is the provider's hint when it gave one."""
+    """A model attempt got no usable answer. ``transient`` says the provider may answer if
+    asked again (connection, timeout, 408, 409, 429, 5xx, 529); ``retry_after`` (seconds) is
+    the provider's hint when it gave one."""
 
-    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None):
+    def __init__(self, message: str, *, transient: bool, retry_after: float | None = None):
         super().__init__(message)
-        self.retryable = retryable
+        self.transient = transient
         self.retry_after = retry_after

@@ -149,11 +149,11 @@ class Harness:
         proj = self.session.proj
         request = ModelRequest(
             turn_id=turn["turn_id"], state=turn["state"], round_index=proj.accepted_turns + 1,
-            last_rejection=state["last_rejection"],
+            feedback=state["last_rejection"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]])
         attempt = state["attempts"] + 1
         fingerprint = hashlib.sha256(json.dumps(
-            [request.state, request.last_rejection], sort_keys=True).encode()).hexdigest()
+            [request.state, request.feedback], sort_keys=True).encode()).hexdigest()
         with self.session.journal.write() as w:
             w.append("model_attempt", {"turn_id": turn["turn_id"], "attempt": attempt,
                                        "fingerprint": fingerprint, "not_before": 0.0,
@@ -171,7 +171,7 @@ class Harness:
         if "reply" in box:
             reply: ModelReply = box["reply"]
             crash_point("model_reply_before_commit")
-            usage = {"input_tokens": reply.usage.input_tokens,
+            usage = {"input_tokens": reply.usage.all_input_tokens,
                      "output_tokens": reply.usage.output_tokens, "cost_usd": reply.usage.cost_usd}
             with self.session.journal.write() as w:
                 w.append("model_response", {"turn_id": turn["turn_id"], "attempt": attempt,
@@ -185,10 +185,10 @@ class Harness:
         with self.session.journal.write() as w:
             w.append("model_response", {"turn_id": turn["turn_id"], "attempt": attempt,
                                         "ok": False, "error": str(error),
-                                        "retryable": error.retryable, "usage": None,
+                                        "retryable": error.transient, "usage": None,
                                         "not_before": time.time() + backoff},
                      ref=turn["turn_id"])
-        if not error.retryable:
+        if not error.transient:
             self.owner.end_in_failure(f"model error: {error}")
         return None
 
@@ -198,7 +198,7 @@ class Harness:
         except ModelError as exc:
             box["error"] = exc
         except Exception as exc:  # a provider bug must not kill the Owner
-            box["error"] = ModelError(f"{type(exc).__name__}: {exc}", retryable=True)
+            box["error"] = ModelError(f"{type(exc).__name__}: {exc}", transient=True)
 
     def idle(self) -> Outcome | None:
         proj = self.session.proj

@@ -37,7 +37,7 @@ def fake() -> Iterator[FakeAnthropic]:
 
 
 def request(last_rejection: str | None = None) -> ModelRequest:
-    return ModelRequest(turn_id="t-9", state=STATE, round_index=5, last_rejection=last_rejection)
+    return ModelRequest(turn_id="t-9", state=STATE, round_index=5, feedback=last_rejection)
 
 
 def model_for(fake: FakeAnthropic, name: str = "claude-sonnet-4-5", **kw: Any) -> AnthropicModel:
@@ -78,7 +78,7 @@ def test_cache_tokens_count_as_input_and_are_priced(fake: FakeAnthropic) -> None
     fake.reply_patch(PATCH, input_tokens=10, output_tokens=0,
                      cache_creation_input_tokens=1000, cache_read_input_tokens=2000)
     reply = model_for(fake, "claude-haiku-4-5").ask(request())
-    assert reply.usage.input_tokens == 3010
+    assert reply.usage.all_input_tokens == 3010
     # Haiku 4.x: $1 per million input; writes cost 1.25x, reads 0.1x.
     assert reply.usage.cost_usd == pytest.approx((10 + 1250 + 200) / 1e6)
 
@@ -130,7 +130,7 @@ def test_overloaded_is_retryable_with_retry_after_and_no_hidden_retry(
     fake.overloaded(retry_after=7)
     fake.reply_patch(PATCH)  # would be consumed if the SDK retried by itself
     error = ask_error(model_for(fake))
-    assert error.retryable is True
+    assert error.transient is True
     assert error.retry_after == 7.0
     assert "529" in str(error)
     assert len(fake.requests) == 1
@@ -142,9 +142,9 @@ def test_overloaded_is_retryable_with_retry_after_and_no_hidden_retry(
 def test_rate_limit_and_server_error_are_retryable(fake: FakeAnthropic) -> None:
     fake.error(429, "rate_limit_error", headers={"retry-after": "3"})
     first = ask_error(model_for(fake))
-    assert (first.retryable, first.retry_after) == (True, 3.0)
+    assert (first.transient, first.retry_after) == (True, 3.0)
     second = ask_error(model_for(fake))  # empty queue: the fake answers 500
-    assert (second.retryable, second.retry_after) == (True, None)
+    assert (second.transient, second.retry_after) == (True, None)
     assert len(fake.requests) == 2
 
 
@@ -157,7 +157,7 @@ def test_rate_limit_and_server_error_are_retryable(fake: FakeAnthropic) -> None:
 def test_client_errors_are_not_retryable(fake: FakeAnthropic, status: int, kind: str) -> None:
     fake.error(status, kind, "nope", headers={"retry-after": "5"})
     error = ask_error(model_for(fake))
-    assert error.retryable is False
+    assert error.transient is False
     assert error.retry_after is None
     assert kind in str(error)
     assert KEY not in str(error)
@@ -168,7 +168,7 @@ def test_client_errors_are_not_retryable(fake: FakeAnthropic, status: int, kind:
 def test_malformed_tool_input_is_a_retryable_error(fake: FakeAnthropic, kind: str) -> None:
     fake.malformed(kind)
     error = ask_error(model_for(fake))
-    assert error.retryable is True
+    assert error.transient is True
     assert "malformed" in str(error)
 
 
@@ -176,7 +176,7 @@ def test_max_tokens_stop_with_partial_input_is_never_applied(fake: FakeAnthropic
     partial = {"type": "tool_use", "id": "toolu_1", "name": "step", "input": {"patch": PATCH[:1]}}
     fake.reply_raw([partial], stop_reason="max_tokens")
     error = ask_error(model_for(fake))
-    assert error.retryable is True
+    assert error.transient is True
     assert "max_tokens" in str(error)
 
 
@@ -192,7 +192,7 @@ def test_anything_but_one_step_call_is_malformed(
 ) -> None:
     fake.reply_raw(content, stop_reason="tool_use")
     error = ask_error(model_for(fake))
-    assert error.retryable is True
+    assert error.transient is True
     assert "malformed" in str(error)
 
 
@@ -206,7 +206,7 @@ def test_timeout_is_retryable_and_not_retried(fake: FakeAnthropic) -> None:
     fake.delay(5)
     fake.reply_patch(PATCH)
     error = ask_error(model_for(fake, timeout=0.3))
-    assert error.retryable is True
+    assert error.transient is True
     assert "timed out" in str(error)
     assert len(fake.requests) == 1
 
@@ -217,7 +217,7 @@ def test_refused_connection_is_retryable() -> None:
         port = probe.getsockname()[1]
     model = AnthropicModel("claude-sonnet-4-5", api_key=KEY, base_url=f"http://127.0.0.1:{port}")
     error = ask_error(model)
-    assert error.retryable is True
+    assert error.transient is True
 
 
 def test_environment_supplies_endpoint_and_key(
@@ -236,5 +236,5 @@ def test_missing_key_fails_before_any_request(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(ModelError) as info:
         AnthropicModel("claude-sonnet-4-5", base_url="http://127.0.0.1:9")
-    assert info.value.retryable is False
+    assert info.value.transient is False
     assert "ANTHROPIC_API_KEY" in str(info.value)

@@ -114,7 +114,7 @@ def test_scripted_model_answers_round_k_and_an_exhausted_script_fails(tmp_path: 
     assert second.usage.cost_usd == 0.0  # known and free: an offline script costs nothing
     with pytest.raises(ModelError) as info:
         model.ask(ModelRequest(turn_id="t", state=st, round_index=3))
-    assert info.value.retryable is False
+    assert info.value.transient is False
 
 
 @pytest.mark.parametrize(("text", "problem"), [

@@ -4,7 +4,7 @@ Contract of ``AnthropicModel.ask``: one HTTP request per call, never a hidden re
 built with ``max_retries=0`` because the harness commits every attempt and its backoff itself).
 It returns a ``ModelReply`` only for a complete response: ``stop_reason == "tool_use"`` and
 exactly one ``tool_use`` block named ``step`` whose input holds ``patch`` as a list of objects.
-Anything else raises ``ModelError(retryable=True)`` and nothing of it is applied. Transport
+Anything else raises ``ModelError(transient=True)`` and nothing of it is applied. Transport
 failures raise ``ModelError`` too: retryable for timeouts, lost connections, 408/409/429/5xx
 (``retry_after`` from the provider's header when given); not retryable for other 4xx.
 
@@ -32,7 +32,7 @@ from anthropic.types import (
 )
 
 from rio_ci.errors import ModelError
-from rio_ci.model.base import ModelReply, ModelRequest, Usage
+from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 
 __all__ = ["PRICES", "STEP_TOOL", "AnthropicModel", "price_for", "system_prompt"]
 
@@ -111,12 +111,19 @@ class AnthropicModel:
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise ModelError(
-                "no Anthropic API key: set ANTHROPIC_API_KEY or pass api_key", retryable=False
+                "no Anthropic API key: set ANTHROPIC_API_KEY or pass api_key", transient=False
             )
         endpoint = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         self._client = anthropic.Anthropic(
             api_key=key, base_url=endpoint, max_retries=0, timeout=timeout
         )
+
+    def price(self) -> Price | None:
+        found = price_for(self.model)
+        if found is None:
+            return None
+        per_in, per_out = found
+        return Price(per_in, per_out, per_in * _CACHE_WRITE_FACTOR, per_in * _CACHE_READ_FACTOR)
 
     def ask(self, request: ModelRequest) -> ModelReply:
         """Send one request for ``request``'s Turn; see the module docstring for the contract."""
@@ -134,15 +141,15 @@ class AnthropicModel:
             retryable = status in _RETRYABLE_STATUS or status >= 500
             raise ModelError(
                 f"anthropic HTTP {status}: {_error_message(exc)}",
-                retryable=retryable,
+                transient=retryable,
                 retry_after=_retry_after(exc.response.headers) if retryable else None,
             ) from exc
         except anthropic.APITimeoutError as exc:
-            raise ModelError("anthropic request timed out", retryable=True) from exc
+            raise ModelError("anthropic request timed out", transient=True) from exc
         except anthropic.APIConnectionError as exc:
-            raise ModelError(f"anthropic connection failed: {exc}", retryable=True) from exc
+            raise ModelError(f"anthropic connection failed: {exc}", transient=True) from exc
         except anthropic.APIResponseValidationError as exc:
-            raise ModelError(f"malformed anthropic response: {exc}", retryable=True) from exc
+            raise ModelError(f"malformed anthropic response: {exc}", transient=True) from exc
         return self._reply(message)
 
     def _reply(self, message: Message) -> ModelReply:
@@ -170,7 +177,8 @@ class AnthropicModel:
             per_in, per_out = price
             billed_in = fresh + written * _CACHE_WRITE_FACTOR + read * _CACHE_READ_FACTOR
             cost = (billed_in * per_in + output * per_out) / 1_000_000
-        usage = Usage(input_tokens=fresh + written + read, output_tokens=output, cost_usd=cost)
+        usage = Usage(input_tokens=fresh, output_tokens=output, cache_write_tokens=written,
+                      cache_read_tokens=read, cost_usd=cost)
         raw = {
             "input_tokens": fresh,
             "output_tokens": output,
@@ -193,8 +201,8 @@ def _user_message(request: ModelRequest) -> MessageParam:
     lines = [f"Turn {request.turn_id} (round {request.round_index})."]
     if request.delivered_refs:
         lines.append("Delivered observations: " + ", ".join(request.delivered_refs))
-    if request.last_rejection:
-        lines.append(f"Your previous patch for this Turn was rejected: {request.last_rejection}")
+    if request.feedback:
+        lines.append(f"Your previous patch for this Turn was rejected: {request.feedback}")
     state = json.dumps(request.state, ensure_ascii=False, separators=(",", ":"))
     lines.append(f"State:\n{state}")
     return {"role": "user", "content": "\n".join(lines)}
@@ -206,19 +214,19 @@ def _step_patch(message: Message) -> list[Any]:
     if message.stop_reason != "tool_use":
         raise ModelError(
             f"malformed reply: stop_reason {message.stop_reason!r}, expected 'tool_use'",
-            retryable=True,
+            transient=True,
         )
     calls = [block for block in message.content if block.type == "tool_use"]
     if len(calls) != 1:
-        raise ModelError(f"malformed reply: {len(calls)} tool calls, expected 1", retryable=True)
+        raise ModelError(f"malformed reply: {len(calls)} tool calls, expected 1", transient=True)
     call = calls[0]
     if call.name != "step":
-        raise ModelError(f"malformed reply: unknown tool {call.name!r}", retryable=True)
+        raise ModelError(f"malformed reply: unknown tool {call.name!r}", transient=True)
     tool_input: object = call.input
     patch = tool_input.get("patch") if isinstance(tool_input, dict) else None
     if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
         raise ModelError(
-            "malformed reply: step input must be {\"patch\": [operation objects]}", retryable=True
+            "malformed reply: step input must be {\"patch\": [operation objects]}", transient=True
         )
     return patch
 

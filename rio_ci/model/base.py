@@ -1,4 +1,16 @@
-"""The seam between the harness and a model provider."""
+"""The seam between the harness and a model provider.
+
+A provider answers one attempt of one Turn in one of three ways:
+
+- a ``ModelReply`` whose ``patch`` is set: exactly one ``step`` call, admissible;
+- a ``ModelReply`` whose ``invalid`` is set: the provider answered (and billed ``usage``) but
+  the reply cannot be admitted — no ``step`` call or more than one, malformed input, cut off
+  at ``max_tokens``, a refusal. It uses up one of the Turn's ``model_attempts``; the reason is
+  committed and shown to the model on its next attempt (``ModelRequest.feedback``);
+- ``ModelError``: no usable answer. ``transient`` errors (connection, timeout, 408, 409, 429,
+  5xx, 529) are retried by the harness with backoff for up to ``provider_retry_seconds`` per
+  Turn without using up ``model_attempts``; any other error ends the run with its message.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +19,47 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
+class Price:
+    """USD per million tokens. Cache writes are the 5-minute kind (the only one requested)."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+
+    @classmethod
+    def flat(cls, input: float, output: float) -> Price:
+        """A price given as ``--price IN/OUT``: cache writes and reads are charged as fresh
+        input, which never under-counts."""
+        return cls(input, output, input, input)
+
+    def cost(self, usage: Usage) -> float:
+        return (usage.input_tokens * self.input + usage.output_tokens * self.output
+                + usage.cache_write_tokens * self.cache_write
+                + usage.cache_read_tokens * self.cache_read) / 1_000_000
+
+
+@dataclass(frozen=True)
 class Usage:
+    """What one billed reply used. ``input_tokens`` counts fresh input only; cache writes and
+    reads are counted apart (the provider bills them at other prices). ``cost_usd`` None:
+    unknown, never counted as free."""
+
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float | None = None  # None: unknown, never counted as free
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def all_input_tokens(self) -> int:
+        """Every input token the provider processed (what the ``tokens`` budget counts)."""
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cache_write_tokens": self.cache_write_tokens,
+                "cache_read_tokens": self.cache_read_tokens, "cost_usd": self.cost_usd}
 
 
 @dataclass(frozen=True)
@@ -20,22 +69,35 @@ class ModelRequest:
     turn_id: str
     state: dict[str, Any]  # the Turn's fixed snapshot (rio.state/1)
     round_index: int  # k: this is the Session's k-th Turn (1-based), counted from accepted patches
-    last_rejection: str | None = None  # why the previous attempt's patch was rejected, if it was
+    # Why the previous attempt for this Turn was not admitted (a rejected patch or an invalid
+    # reply), told to the model so it can correct itself; None on a first attempt.
+    feedback: str | None = None
     delivered_refs: list[str] = field(default_factory=list)  # session:event:N of delivered messages
+    # The repository's own guidance for agents (AGENTS.md, CLAUDE.md or
+    # .github/copilot-instructions.md in the working directory), clipped; None when absent.
+    guidance: str | None = None
 
 
 @dataclass(frozen=True)
 class ModelReply:
-    """A complete response. ``patch`` is the ``step`` tool's ``patch`` (a list of operations);
-    ``raw`` is what gets committed to the Journal (JSON-serialisable, no secrets)."""
+    """A complete response. ``patch`` is the ``step`` tool's ``patch`` (a list of operations),
+    None when ``invalid`` says why the reply cannot be admitted. ``rationale`` is what the
+    model wrote before its call (its text, else its thinking summary). ``raw`` is what gets
+    committed to the Journal (JSON-serialisable, no secrets)."""
 
-    patch: list[Any]
+    patch: list[Any] | None
     usage: Usage
     raw: dict[str, Any]
+    rationale: str = ""
+    invalid: str | None = None
 
 
 class Model(Protocol):
     name: str
+
+    def price(self) -> Price | None:
+        """What this model costs, or None when unknown."""
+        ...
 
     def ask(self, request: ModelRequest) -> ModelReply:
         """Return a complete reply or raise ``rio_ci.errors.ModelError``. Must not retry by

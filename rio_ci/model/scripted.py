@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from rio_ci.errors import ModelError, UsageError
-from rio_ci.model.base import ModelReply, ModelRequest, Usage
+from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 
 _INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
 
@@ -46,13 +46,16 @@ class ScriptedModel:
         self.name = f"scripted:{path}"
         self.rounds = load_script(path)
 
+    def price(self) -> Price | None:
+        return Price(0.0, 0.0, 0.0, 0.0)  # a script costs nothing
+
     def ask(self, request: ModelRequest) -> ModelReply:
         k = request.round_index
         if k > len(self.rounds):
             raise ModelError(f"the script has {len(self.rounds)} rounds; round {k} is past its "
-                             "end", retryable=False)
+                             "end", transient=False)
         patch = complete(self.rounds[k - 1], request)
-        return ModelReply(patch=patch, usage=Usage(0, 0, 0.0),
+        return ModelReply(patch=patch, usage=Usage(cost_usd=0.0),
                           raw={"script": self.path, "round": k, "patch": patch})
 
 
