@@ -1,4 +1,4 @@
-"""The in-Cell API: ``from rio_ci.api import timer, cancel_timer, records``.
+"""The in-Cell API: ``from rio_ci.api import timer, cancel_timer, records, output``.
 
 Standard library only: a Cell runs in uv's isolated environment with ``dependencies = []``,
 where only this module is importable. Every call goes through the harness's own
@@ -13,7 +13,7 @@ import os
 import subprocess
 from typing import Any
 
-__all__ = ["cancel_timer", "records", "timer"]
+__all__ = ["cancel_timer", "output", "records", "timer"]
 
 
 def _harness(*args: str) -> str:
@@ -56,3 +56,10 @@ def records(after: int = 0) -> list[dict[str, Any]]:
     """Committed Journal events with seq > ``after`` (read-only)."""
     out = _harness("records", str(int(after)))
     return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def output(cell_id: int, stream: str = "stdout") -> str:
+    """The full retained output of one Cell's Execution (``stdout`` or ``stderr``), also when
+    the State shows only a marker in its place to stay within the context budget."""
+    result: dict[str, Any] = json.loads(_harness("output", str(int(cell_id)), stream))
+    return str(result["text"])

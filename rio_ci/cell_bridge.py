@@ -1,5 +1,5 @@
 """The harness side of ``rio_ci.api``:
-``python -m rio_ci.cell_bridge DB timer|cancel_timer|records ...``.
+``python -m rio_ci.cell_bridge DB timer|cancel_timer|records|output ...``.
 Prints JSON; errors print ``{"error": reason}`` and exit non-zero."""
 
 from __future__ import annotations
@@ -26,6 +26,14 @@ def main(argv: list[str]) -> int:
             print(json.dumps(ack))
         elif verb == "cancel_timer":
             print(json.dumps(session.cancel_timer(rest[0])))
+        elif verb == "output":
+            cell_id, which = int(rest[0]), rest[1]
+            if which not in ("stdout", "stderr"):
+                raise ValueError(f"stream must be stdout or stderr, got {which!r}")
+            text = session.output(cell_id, "stdout" if which == "stdout" else "stderr")
+            if text is None:
+                raise ValueError(f"cell {cell_id} has no Execution")
+            print(json.dumps({"text": text}, ensure_ascii=False))
         elif verb == "records":
             for event in session.journal.events(after=int(rest[0])):
                 print(json.dumps(event, ensure_ascii=False))

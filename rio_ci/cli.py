@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rio_ci.core.admission import Rejection
+from rio_ci.core.admission import Refused
 from rio_ci.core.limits import Limits
-from rio_ci.credentials import scrub_own_environment
 from rio_ci.errors import Rejected, RioError, UsageError
+from rio_ci.run.environment import scrub_own_environment
 from rio_ci.session import Session
 
 
@@ -107,7 +107,7 @@ def cmd_step(args: argparse.Namespace) -> int:
     except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
         _emit({"rejected": str(exc), "error": str(exc)})
         return 3
-    if isinstance(result, Rejection):
+    if isinstance(result, Refused):
         _emit({"rejected": result.reason})
         return 3
     _emit(result.to_dict())
@@ -141,8 +141,20 @@ def cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_output(args: argparse.Namespace) -> int:
+    text = Session.open(args.db).output(args.cell, args.stream)
+    if text is None:
+        raise RioError(f"cell {args.cell} has no Execution in {args.db}")
+    if args.human:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        _emit({"cell_id": args.cell, "stream": args.stream, "text": text})
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    from rio_ci.show import render_text, summary
+    from rio_ci.commands.show import render_text, summary
 
     session = Session.open(args.db)
     if args.json:
@@ -156,31 +168,32 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_work(args: argparse.Namespace) -> int:
-    from rio_ci.owner import work_command
+    from rio_ci.commands.run import work_command
 
     return work_command(args.db, timeout=args.timeout, emit=_emit)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from rio_ci.harness import run_command
+    from rio_ci.commands.run import run_command
 
-    return run_command(args.db, args.model, deadline=args.deadline, emit=_emit)
+    return run_command(args.db, args.model, deadline=args.deadline, price=args.price,
+                       effort=args.effort, emit=_emit)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rio_ci.demo import demo_command
+    from rio_ci.commands.demo import demo_command
 
     return demo_command(args.dir, human=args.human, emit=_emit)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rio_ci.bench import bench_command
+    from rio_ci.commands.bench import bench_command
 
     return bench_command(as_json=args.json, quick=args.quick, directory=args.dir, emit=_emit)
 
 
 def cmd_action(args: argparse.Namespace) -> int:
-    from rio_ci.action import action_command
+    from rio_ci.github.action import action_command
 
     return action_command(args.phase, emit=_emit)
 
@@ -195,6 +208,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "state": (cmd_state, "the State a new Turn would see now"),
     "events": (cmd_events, "committed events, one JSON object per line"),
     "show": (cmd_show, "a readable summary of a Session"),
+    "output": (cmd_output, "the full retained output of one Cell"),
     "demo": (cmd_demo, "the offline end-to-end demonstration"),
     "bench": (cmd_bench, "measure the performance figures"),
     "action": (cmd_action, "the GitHub Actions entry points"),
@@ -241,13 +255,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="stop after S seconds")
     p = specs["run"]
     p.add_argument("db")
-    p.add_argument("--model", required=True,
-                   help="anthropic:MODEL or scripted:FILE (a YAML list of patches)")
+    p.add_argument("--model", default="anthropic",
+                   help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
+                        "vertex:MODEL or scripted:FILE (a YAML list of patches)")
     p.add_argument("--deadline", type=float, help="stop after S seconds")
+    p.add_argument("--price", metavar="IN/OUT",
+                   help="USD per million input / output tokens, for a model without a known "
+                        "price (stored in the Session)")
+    p.add_argument("--effort", default="high",
+                   help="how hard the model thinks: low, medium, high (default) or max, "
+                        "where the model offers it")
     specs["state"].add_argument("db")
     p = specs["events"]
     p.add_argument("db")
     p.add_argument("--after", type=int, default=0, help="only events with seq > N")
+    p = specs["output"]
+    p.add_argument("db")
+    p.add_argument("cell", type=int, help="the Cell id")
+    p.add_argument("--stream", choices=["stdout", "stderr"], default="stdout",
+                   help="which stream (default stdout)")
+    p.add_argument("--human", action="store_true", help="print the text itself, not JSON")
     p = specs["show"]
     p.add_argument("db")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

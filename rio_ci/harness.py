@@ -1,31 +1,37 @@
 """The harness: model rounds against the durable core.
 
-    prepare a Turn → ask the model → admit its patch → supervise the work → repeat
+    supervise the work → prepare a Turn → ask the model → admit its patch → repeat
 
-Every attempt is committed before the request is sent; a complete reply is committed
-before it is admitted, so a restarted run admits a saved reply without asking again. The
-Owner keeps supervising while a request is in flight.
+Every attempt is committed before the request is sent and every complete reply before it is
+admitted, so a restarted run admits a saved reply without asking again. A reply that cannot be
+admitted, or a rejected patch, uses up one of the Turn's ``model_attempts`` and its reason is
+told to the model next time; a transient provider failure is retried with persisted backoff
+for up to ``provider_retry_seconds`` without using one up. The Owner keeps supervising while a
+request is in flight.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
+import random
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from rio_ci.core.admission import Rejection
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import ModelError, Rejected, RioError, RunEnded, UsageError
-from rio_ci.model.base import Model, ModelReply, ModelRequest
-from rio_ci.owner import Owner, handle_signals
+from rio_ci.errors import ModelError, Rejected, RunEnded
+from rio_ci.live import LiveLog
+from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage
+from rio_ci.run.owner import Owner
 
+# An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
+# at least two bytes of JSON; the system prompt and tool are far below PROMPT_TOKENS).
+PROMPT_TOKENS = 20_000
+MAX_REPLY_TOKENS = 32_000
+BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
+GUIDANCE_FILES = ("AGENTS.md", "CLAUDE.md", ".github/copilot-instructions.md")
+GUIDANCE_BYTES = 16_000
 IDLE_REASON = ("the last patch left no work, no Timer and no external wake-up source: "
                "add work, set a Timer, or conclude")
 
@@ -40,25 +46,15 @@ class Outcome:
         return {"status": self.status, "next_wake": self.next_wake, "reason": self.reason}
 
 
-def build_model(spec: str) -> Model:
-    kind, _, rest = spec.partition(":")
-    if kind == "scripted" and rest:
-        from rio_ci.model.scripted import ScriptedModel
-
-        return ScriptedModel(rest)
-    if kind == "anthropic" and rest:
-        from rio_ci.model.anthropic import AnthropicModel
-
-        return AnthropicModel(rest)
-    raise UsageError(f"--model must be anthropic:MODEL or scripted:FILE, got {spec!r}")
-
-
 class Harness:
-    def __init__(self, owner: Owner, model: Model, *, external_wakeups: bool = False):
+    def __init__(self, owner: Owner, model: Model, *, live: LiveLog | None = None,
+                 external_wakeups: bool = False):
         self.owner = owner
         self.session = owner.session
         self.model = model
+        self.live = live
         self.external_wakeups = external_wakeups
+        self.deadline: float | None = None
 
     def run(self, deadline: float | None = None) -> Outcome:
         """Rounds until the run ends, waits, is interrupted or passes ``deadline``
@@ -73,18 +69,11 @@ class Harness:
             if proj.ended:
                 return self.ended()
             if proj.turn is None and not proj.inbox and proj.accepted_turns > 0:
-                wait = self.idle()
-                if wait is not None:
-                    return wait
-                continue
-            # A reply committed before a crash is already paid for: admit it as the cut-off
-            # run would have; budgets apply to the next request.
-            saved = proj.turn is not None and (proj.turn["response"] or {}).get("ok")
-            problem = None if saved else self.over_budget()
-            if problem:
+                stop = self.idle()
+            elif (problem := self.over_budget()) is not None:
                 self.owner.end_in_failure(problem)
-                continue
-            stop = self.round()
+            else:
+                stop = self.round()
             if stop is not None:
                 return stop
 
@@ -95,101 +84,60 @@ class Harness:
         should see while work goes on (a comment, a check, a Timer: anything but execution
         results, which are batched until the queue drains)."""
         while not self.owner.idle():
-            stop = self.interrupted()
-            if stop is not None:
+            if (stop := self.interrupted()) is not None:
                 return stop
             self.owner.tick()
+            self.tell()
             if self.outside_input():
                 break
         return self.interrupted()
 
-    def outside_input(self) -> bool:
-        proj = self.session.proj
-        return proj.turn is not None or any(m["kind"] != "execution" for m in proj.inbox)
-
     def round(self) -> Outcome | None:
-        """One Turn: ask (or re-use a committed reply) and admit. Retries are bounded."""
+        """One Turn: ask (or re-use a committed reply) and admit."""
         turn = self.session.prepare_turn()
+        self.tell()
         state = self.session.proj.turn
         assert state is not None
         saved = state["response"]
         if saved is not None and saved["ok"]:
-            reply_patch = saved["patch"]  # committed before a crash: admit, don't re-ask
+            patch = saved["patch"]  # committed before a crash: admit, don't re-ask
         else:
-            if state["attempts"] >= self.session.limits["model_attempts"]:
-                last = state["last_rejection"] or (saved or {}).get("error")
-                self.owner.end_in_failure(f"model_attempts exhausted for {turn['turn_id']}: "
-                                          f"{last}")
+            if (problem := self.turn_spent(state)) is not None:
+                self.owner.end_in_failure(problem)
                 return None
-            stop = self.wait_until(state["not_before"])
-            if stop is not None:
+            if (stop := self.wait_until(state["not_before"])) is not None:
                 return stop
-            result = self.ask(turn, state)
-            if isinstance(result, Outcome):
-                return result
-            if result is None:
-                return None
-            reply_patch = result.patch
-        try:
-            decision = self.session.step(turn["turn_id"], reply_patch)
-        except (Rejected, RunEnded):
-            # Another process may step while we run (SPEC §11): if it closed this Turn or
-            # ended the run while the model thought, the reply is moot; go on from what is
-            # committed. Anything else is a real error.
-            proj = self.session.refresh()
-            still_open = proj.turn is not None and proj.turn["turn_id"] == turn["turn_id"]
-            if proj.ended is None and still_open:
-                raise
-            return None
-        if isinstance(decision, Rejection):
-            return None  # the reason is committed; the next attempt shows it
+            answer = self.ask(turn, state)
+            if not isinstance(answer, ModelReply) or answer.patch is None:
+                return answer if isinstance(answer, Outcome) else None
+            patch = answer.patch
+        self.admit(turn["turn_id"], patch)
+        self.tell()
         return None
 
     def ask(self, turn: dict[str, Any], state: dict[str, Any]) -> ModelReply | Outcome | None:
-        proj = self.session.proj
+        """One attempt: committed first, then the request, then its outcome."""
         request = ModelRequest(
-            turn_id=turn["turn_id"], state=turn["state"], round_index=proj.accepted_turns + 1,
-            feedback=state["last_rejection"],
-            delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]])
-        attempt = state["attempts"] + 1
-        fingerprint = hashlib.sha256(json.dumps(
-            [request.state, request.feedback], sort_keys=True).encode()).hexdigest()
-        with self.session.journal.write() as w:
-            w.append("model_attempt", {"turn_id": turn["turn_id"], "attempt": attempt,
-                                       "fingerprint": fingerprint, "not_before": 0.0,
-                                       "model": self.model.name}, ref=turn["turn_id"])
-        crash_point("attempt_after_commit")
+            turn_id=turn["turn_id"], state=turn["state"],
+            round_index=self.session.proj.accepted_turns + 1, feedback=state["feedback"],
+            delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
+            guidance=read_guidance(Path(self.session.proj.session["cwd"])))
+        attempt = self.session.begin_attempt(turn["turn_id"], self.model.name,
+                                             [request.state, request.feedback])
         box: dict[str, Any] = {}
         thread = threading.Thread(target=self._call, args=(request, box), daemon=True)
         thread.start()
         while thread.is_alive():  # the Owner keeps supervising while the model thinks
-            stop = self.interrupted()
-            if stop is not None:
+            if (stop := self.interrupted()) is not None:
                 return stop
             if not self.owner.tick(wait=0.02):
                 thread.join(0.05)
+            self.tell()
         if "reply" in box:
             reply: ModelReply = box["reply"]
-            crash_point("model_reply_before_commit")
-            usage = {"input_tokens": reply.usage.all_input_tokens,
-                     "output_tokens": reply.usage.output_tokens, "cost_usd": reply.usage.cost_usd}
-            with self.session.journal.write() as w:
-                w.append("model_response", {"turn_id": turn["turn_id"], "attempt": attempt,
-                                            "ok": True, "patch": reply.patch, "usage": usage,
-                                            "raw": reply.raw}, ref=turn["turn_id"])
-            crash_point("reply_before_admit")
+            self.session.record_reply(turn["turn_id"], attempt, reply)
             return reply
-        error: ModelError = box["error"]
-        backoff = error.retry_after if error.retry_after is not None else min(
-            BACKOFF_CAP, 2.0 ** (attempt - 1))
-        with self.session.journal.write() as w:
-            w.append("model_response", {"turn_id": turn["turn_id"], "attempt": attempt,
-                                        "ok": False, "error": str(error),
-                                        "retryable": error.transient, "usage": None,
-                                        "not_before": time.time() + backoff},
-                     ref=turn["turn_id"])
-        if not error.transient:
-            self.owner.end_in_failure(f"model error: {error}")
+        self.failed(turn["turn_id"], attempt, state, box["error"])
         return None
 
     def _call(self, request: ModelRequest, box: dict[str, Any]) -> None:
@@ -200,10 +148,54 @@ class Harness:
         except Exception as exc:  # a provider bug must not kill the Owner
             box["error"] = ModelError(f"{type(exc).__name__}: {exc}", transient=True)
 
+    def failed(self, turn_id: str, attempt: int, state: dict[str, Any],
+               error: ModelError) -> None:
+        """Commit a failed attempt; a transient one is retried after a persisted backoff
+        (exponential from about a second, capped, with jitter; longer if the provider asks)."""
+        now = time.time()
+        delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** state["transient"])
+        delay *= random.uniform(0.5, 1.0)
+        delay = max(delay, error.retry_after or 0.0)
+        # An HTTP answer (a status) is not billed; a lost connection may have been.
+        usage = None if error.status is None else {
+            "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+        self.session.record_failure(
+            turn_id, attempt, str(error), transient=error.transient,
+            not_before=now + delay if error.transient else 0.0,
+            retry_since=state["retry_since"] or now, usage=usage)
+        if not error.transient:
+            self.owner.end_in_failure(f"model error: {error}")
+
+    def admit(self, turn_id: str, patch: list[Any]) -> None:
+        try:
+            self.session.step(turn_id, patch)  # a refusal is committed: the next attempt sees it
+        except (Rejected, RunEnded):
+            # Another process may step while we run (SPEC §11): if it closed this Turn or
+            # ended the run while the model thought, the reply is moot; go on from what is
+            # committed. Anything else is a real error.
+            proj = self.session.refresh()
+            if proj.ended is None and proj.turn is not None and proj.turn["turn_id"] == turn_id:
+                raise
+
+    def turn_spent(self, state: dict[str, Any]) -> str | None:
+        """Why this Turn may not be attempted again, or None."""
+        limits = self.session.limits
+        if state["attempts"] >= limits["model_attempts"]:
+            return (f"model_attempts exhausted for {state['turn_id']}: "
+                    f"{state['feedback'] or (state['response'] or {}).get('error')}")
+        since = state["retry_since"]
+        if state["transient"] and since is not None and (
+                state["not_before"] - since > limits["provider_retry_seconds"]):
+            return (f"the model provider kept failing for over "
+                    f"{limits['provider_retry_seconds']:.0f} s: "
+                    f"{(state['response'] or {}).get('error')}")
+        return None
+
     def idle(self) -> Outcome | None:
         proj = self.session.proj
         if proj.timers:
-            wake = min(t["deadline"] for t in proj.timers.values())
+            wake = proj.next_wake()
+            assert wake is not None
             if self.deadline is not None and wake - time.time() < self.deadline - time.monotonic():
                 return self.wait_until(wake)
             return Outcome("waiting", next_wake=wake)
@@ -213,43 +205,56 @@ class Harness:
             self.owner.end_in_failure(f"invalid idle {proj.idle_streak} times in a row: "
                                       "no work, no Timer, no external wake-up source")
             return None
-        n = proj.idle_streak + 1
-        with self.session.journal.write() as w:
-            message_id = f"idle:{w.next_seq()}"
-            message = {"id": message_id, "kind": "invalid_idle",
-                       "payload": {"reason": IDLE_REASON, "count": n}}
-            w.append("message_received", {"message": message}, ref=message_id)
+        self.session.record_idle(IDLE_REASON)
         return None
 
     def over_budget(self) -> str | None:
-        usage, limits = self.session.proj.usage, self.session.limits
+        proj = self.session.proj
+        if proj.turn is not None and (proj.turn["response"] or {}).get("ok"):
+            return None  # a reply committed before a crash is paid for: admit it
+        usage, limits = proj.usage, self.session.limits
         if usage["rounds"] >= limits["rounds"]:
             return f"rounds budget exhausted ({usage['rounds']} of {limits['rounds']})"
         tokens = usage["input_tokens"] + usage["output_tokens"]
         if tokens >= limits["tokens"]:
             return f"token budget exhausted ({tokens} of {limits['tokens']})"
-        if usage["cost_usd"] >= limits["cost_usd"]:
-            return f"cost budget exhausted (${usage['cost_usd']:.4f} of ${limits['cost_usd']})"
+        unknown = usage["unknown_cost_attempts"]
+        cost = usage["cost_usd"] + (unknown * self.attempt_bound() if unknown else 0.0)
+        if cost >= limits["cost_usd"]:
+            return f"cost budget exhausted (${cost:.4f} of ${limits['cost_usd']})"
         size = self.session.journal.size_bytes()
         if size >= limits["storage_bytes"]:
             return f"storage budget exhausted ({size} bytes of {limits['storage_bytes']})"
         return None
 
+    def attempt_bound(self) -> float:
+        """The most one attempt can cost: a full context in, a full reply out. An attempt
+        whose outcome was lost is counted at this price, never as free."""
+        price = self.model.price()
+        if price is None:
+            return 0.0  # run refuses to start an unpriced model with a cost budget
+        context_tokens = self.session.limits["context_bytes"] // 2 + PROMPT_TOKENS
+        return price.cost(Usage(input_tokens=context_tokens, output_tokens=MAX_REPLY_TOKENS))
+
     def wait_until(self, when: float) -> Outcome | None:
         while time.time() < when:
-            stop = self.interrupted()
-            if stop is not None:
+            if (stop := self.interrupted()) is not None:
                 return stop
             if not self.owner.tick(wait=0.05):
                 time.sleep(min(0.05, max(0.0, when - time.time())))
+            self.tell()
         return None
 
     def interrupted(self) -> Outcome | None:
         if self.owner.interrupted.is_set():
             return Outcome("interrupted", reason="signal")
         if self.deadline is not None and time.monotonic() > self.deadline:
-            return Outcome("deadline", next_wake=self.next_wake())
+            return Outcome("deadline", next_wake=self.session.proj.next_wake())
         return None
+
+    def outside_input(self) -> bool:
+        proj = self.session.proj
+        return proj.turn is not None or any(m["kind"] != "execution" for m in proj.inbox)
 
     def ended(self) -> Outcome:
         ended = self.session.proj.ended
@@ -257,28 +262,20 @@ class Harness:
         status = "succeeded" if ended["result"] == "success" else "failed"
         return Outcome(status, reason=ended["reason"])
 
-    def next_wake(self) -> float | None:
-        timers = self.session.proj.timers
-        return min((t["deadline"] for t in timers.values()), default=None)
+    def tell(self) -> None:
+        if self.live is not None:
+            self.live.update()
 
 
-def run_command(db: str, spec: str, *, deadline: float | None,
-                emit: Callable[[Any], None]) -> int:
-    model = build_model(spec)
-    owner = Owner(db)
-    restore = handle_signals(owner.interrupted)
-    limit = None if deadline is None else time.monotonic() + deadline
-    try:
-        outcome = Harness(owner, model).run(limit)
-        if owner.running is not None:
-            owner.stop_running("owner_interrupted" if outcome.status == "interrupted"
-                               else "owner_deadline")
-    finally:
-        restore()
-        with contextlib.suppress(RioError):
-            owner.close()
-    result = outcome.to_dict()
-    if os.environ.get("RIO_RUN_VERBOSE"):
-        result["ran"] = owner.ran
-    emit(result)
-    return 1 if outcome.status in ("failed", "interrupted") else 0
+def read_guidance(cwd: Path) -> str | None:
+    """The repository's guidance for agents (the first of ``GUIDANCE_FILES`` found), clipped
+    at ``GUIDANCE_BYTES``, or None."""
+    for name in GUIDANCE_FILES:
+        try:
+            raw = (cwd / name).read_bytes()
+        except OSError:  # absent, a directory, unreadable: not guidance
+            continue
+        text = raw[:GUIDANCE_BYTES].decode("utf-8", "ignore")
+        more = len(raw) - GUIDANCE_BYTES
+        return f"{name}:\n{text}" + (f"\n[… {more} more bytes not shown]" if more > 0 else "")
+    return None

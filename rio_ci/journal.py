@@ -19,7 +19,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.reducer import PROJECTION_FORMAT, Projection, apply
+from rio_ci.core.events import Event
+from rio_ci.core.projection import PROJECTION_FORMAT, Projection
+from rio_ci.core.reducer import apply
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
 
@@ -59,7 +61,7 @@ class Journal:
     # --- opening -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], session_id: str, first: dict[str, Any],
+    def create(cls, path: str | os.PathLike[str], session_id: str, first: Event,
                *, synchronous: str = "FULL") -> Journal:
         real = resolve(path)
         if real.exists() or Path(path).is_symlink():
@@ -78,8 +80,8 @@ class Journal:
             conn.executemany("INSERT INTO meta VALUES (?, ?)",
                              [("schema_version", str(SCHEMA_VERSION)),
                               ("session_id", session_id)])
-            conn.execute("INSERT INTO events VALUES (1, 'session_created', ?, NULL, ?)",
-                         (time.time(), _dumps(first)))
+            conn.execute("INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
+                         (first.kind, time.time(), _dumps(first.data)))
             conn.execute("COMMIT")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -152,11 +154,11 @@ class Journal:
         """Fold events committed by any process since the projection's last seq."""
         self._check()
         try:
-            for seq, kind, at, data in self._conn.execute(
-                "SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY seq",
+            for seq, kind, data in self._conn.execute(
+                "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq",
                 (self.proj.last_seq,),
             ):
-                apply(self.proj, seq, kind, at, json.loads(data))
+                apply(self.proj, seq, kind, json.loads(data))
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"cannot read {self.path}: {exc}") from None
 
@@ -178,6 +180,13 @@ class Journal:
             return None
         return {"seq": row[0], "kind": row[1], "at": row[2], **json.loads(row[3])}
 
+    def find_all(self, ref: str, kind: str) -> Iterator[dict[str, Any]]:
+        """Every event of ``kind`` whose ref is ``ref``, in order."""
+        for seq, found, at, data in self._conn.execute(
+                "SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ? ORDER BY seq",
+                (ref, kind)):
+            yield {"seq": seq, "kind": found, "at": at, **json.loads(data)}
+
     def kinds_of(self, seqs: set[int]) -> dict[int, str]:
         if not seqs:
             return {}
@@ -194,9 +203,9 @@ class Journal:
     def replay(self) -> Projection:
         """Fold the whole Journal from scratch: the verifier of every derived table."""
         proj = Projection()
-        for seq, kind, at, data in self._conn.execute(
-                "SELECT seq, kind, at, data FROM events ORDER BY seq"):
-            apply(proj, seq, kind, at, json.loads(data))
+        for seq, kind, data in self._conn.execute(
+                "SELECT seq, kind, data FROM events ORDER BY seq"):
+            apply(proj, seq, kind, json.loads(data))
         return proj
 
     def drop_derived(self) -> None:
@@ -208,7 +217,7 @@ class Journal:
     # --- writing -------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, crash_before: str | None = None) -> Iterator[_Writer]:
+    def write(self, crash_before: str | None = None) -> Iterator[Writer]:
         """One ``BEGIN IMMEDIATE`` transaction, caught up with the Journal first.
 
         An exception inside rolls back and re-reads the projection. An error at COMMIT
@@ -219,7 +228,7 @@ class Journal:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise StorageError(f"cannot start a transaction on {self.path}: {exc}") from None
-        writer = _Writer(self)
+        writer = Writer(self)
         try:
             self.catch_up()
             yield writer
@@ -261,7 +270,10 @@ class Journal:
             raise UncertainCommit(f"{self.poisoned}; reopen the Session before going on")
 
 
-class _Writer:
+class Writer:
+    """Appends events inside one ``Journal.write()`` transaction. Only the Session holds
+    one: every event is built by a constructor of ``rio_ci.core.events``."""
+
     def __init__(self, journal: Journal):
         self._journal = journal
         self.appended = 0
@@ -270,20 +282,18 @@ class _Writer:
     def proj(self) -> Projection:
         return self._journal.proj
 
-    def append(self, kind: str, data: dict[str, Any], ref: str | int | None = None) -> int:
+    def append(self, event: Event) -> int:
         """Insert one event and fold it; returns its seq."""
         seq = self.proj.last_seq + 1
-        text = _dumps(data)
-        at = time.time()
-        apply(self.proj, seq, kind, at, json.loads(text))
+        text = _dumps(event.data)
+        # The fold gets its own copy (decoded from the stored text), so nothing the caller
+        # still holds can change the projection later.
+        apply(self.proj, seq, event.kind, json.loads(text))
         self._journal._conn.execute(
             "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-            (seq, kind, at, None if ref is None else str(ref), text))
+            (seq, event.kind, time.time(), event.ref, text))
         self.appended += 1
         return seq
-
-    def next_seq(self) -> int:
-        return self.proj.last_seq + 1
 
 
 def _connect(path: Path, synchronous: str, *, create: bool,

@@ -1,47 +1,42 @@
-"""The Session façade: create/open, receive, prepare a Turn, step, read State.
+"""The Session: the one module that writes events. Every outcome is a method here.
 
-Any process may call these while one Owner runs: each write is one transaction of the
-Journal that first catches up with what others committed and validates against it.
+Any process may receive, prepare a Turn, step or set a Timer while one Owner runs: each write
+is one transaction of the Journal that first catches up with what others committed and is
+judged against it. The Owner and the harness ask the Session to record what happened (a launch
+authorised, output, a result, a model reply); events are built only by the constructors of
+``rio_ci.core.events``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import os
-import re
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from rio_ci.core.admission import Accepted, Facts, Rejection, decide, digest
+from rio_ci.core import events as ev
+from rio_ci.core.admission import Facts, Receipt, Refused, decide, digest, unwrap
 from rio_ci.core.limits import Limits
-from rio_ci.core.reducer import OBSERVATION_KINDS, Projection
-from rio_ci.core.state import EVIDENCE_REF, encoded_size, is_text_safe, json_equal
-from rio_ci.core.view import render
+from rio_ci.core.projection import Projection
+from rio_ci.core.state import (
+    EVIDENCE_REF,
+    encoded_size,
+    is_text_safe,
+    json_equal,
+    message_problem,
+    timer_problem,
+)
+from rio_ci.core.view import elided_marker, render, select_inbox
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
-from rio_ci.journal import Journal
+from rio_ci.journal import Journal, Writer
+from rio_ci.model.base import ModelReply
 
-RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
-# Kinds only the harness writes: an outside message must not pass for one of its own.
-HARNESS_KINDS = frozenset({"execution", "timer", "control_rejected", "invalid_idle"})
-MAX_DELIVERED = 64  # messages folded into one Turn, at most
-_KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+__all__ = ["Receipt", "Session"]
 _NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
-
-
-@dataclass(frozen=True)
-class Receipt:
-    turn_id: str
-    revision: int
-    cell_ids: list[int]
-    event: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"turn_id": self.turn_id, "revision": self.revision, "cell_ids": self.cell_ids,
-                "event": self.event}
 
 
 class Session:
@@ -55,10 +50,10 @@ class Session:
         if not goal.strip():
             raise ValueError("the goal must not be blank")
         session_id = uuid.uuid4().hex
-        workdir = str(Path(cwd or os.getcwd()).resolve())
-        first = {"session_id": session_id, "goal": goal, "cwd": workdir,
-                 "validators": validators or [], "limits": (limits or Limits()).to_dict(),
-                 "pass_env": sorted(set(pass_env or []))}
+        first = ev.session_created({
+            "session_id": session_id, "goal": goal, "cwd": str(Path(cwd or os.getcwd()).resolve()),
+            "validators": validators or [], "limits": (limits or Limits()).to_dict(),
+            "pass_env": sorted(set(pass_env or []))})
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
 
     @classmethod
@@ -85,110 +80,82 @@ class Session:
 
     def receive(self, message_id: str, kind: str, payload: Any) -> dict[str, Any]:
         """Commit an external Inbox message; returns ``{"id", "seq", "duplicate"}``."""
-        if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > 200:
-            raise Rejected("a message id must be a non-empty string of at most 200 characters")
-        if message_id.startswith(RESERVED_PREFIXES):
-            raise Rejected(f"message ids starting {message_id.split(':')[0]}: are reserved "
-                           "for the harness")
-        if not isinstance(kind, str) or not _KIND.match(kind):
-            raise Rejected("a message kind must be a lowercase word (a-z, 0-9, _ . -)")
-        if kind in HARNESS_KINDS:
-            raise Rejected(f"message kind {kind} is reserved for the harness")
-        if not is_text_safe([message_id, payload]):
-            raise Rejected(_NOT_TEXT)
+        problem = message_problem(message_id, kind, payload)
+        if problem:
+            raise Rejected(problem)
         size = encoded_size(payload)
         with self.journal.write(crash_before="inbox_before_commit") as w:
-            if w.proj.ended:
-                raise RunEnded("the run has ended; it accepts no new messages")
+            _not_ended(w, "it accepts no new messages")
             limit = w.proj.limits["output_bytes"]
             if size > limit:
                 raise Rejected(f"payload is {size} bytes, over output_bytes={limit}")
-            message = {"id": message_id, "kind": kind, "payload": payload}
             existing = self.journal.find(message_id, "message_received")
             if existing is not None:
-                if not json_equal(existing["message"], message):
+                if not json_equal(existing["message"],
+                                  {"id": message_id, "kind": kind, "payload": payload}):
                     raise Rejected(f"message {message_id} was already received with "
                                    "different content")
                 return {"id": message_id, "seq": existing["seq"], "duplicate": True}
             if len(w.proj.inbox) >= w.proj.limits["inbox_messages"]:
                 raise Rejected(f"the Inbox is full ({len(w.proj.inbox)} unconsumed messages); "
                                "retry later")
-            seq = w.append("message_received", {"message": message}, ref=message_id)
+            seq = w.append(ev.message_received(message_id, kind, payload))
         crash_point("inbox_after_commit")
         return {"id": message_id, "seq": seq, "duplicate": False}
+
+    def record_idle(self, reason: str) -> None:
+        """An accepted patch left nothing to wake the run: tell the model (SPEC §8)."""
+        with self.journal.write() as w:
+            message_id = f"idle:{w.proj.last_seq + 1}"
+            w.append(ev.message_received(message_id, "invalid_idle",
+                                         {"reason": reason, "count": w.proj.idle_streak + 1}))
+
+    def set_watermark(self, name: str, value: Any) -> None:
+        with self.journal.write() as w:
+            if w.proj.watermarks.get(name) != value:
+                w.append(ev.watermark(name, value))
 
     # --- Turns ---------------------------------------------------------------------------
 
     def prepare_turn(self) -> dict[str, Any]:
         """Open a Turn with a fixed snapshot, or return the one already open."""
         with self.journal.write() as w:
-            proj = w.proj
-            if proj.ended:
-                raise RunEnded(f"the run has ended ({proj.ended['result']}); no new Turns")
+            proj = _not_ended(w, "no new Turns")
             if proj.turn is None:
-                delivered = self._select_inbox(proj)
-                state = render(proj, delivered)
+                delivered = [m["id"] for m in select_inbox(proj)]
                 turn_id = f"turn-{proj.accepted_turns + 1}-{uuid.uuid4().hex[:12]}"
-                w.append("turn_prepared", {"turn_id": turn_id, "revision": proj.revision,
-                                           "delivered": [m["id"] for m in delivered],
-                                           "state": state}, ref=turn_id)
+                w.append(ev.turn_prepared(turn_id, proj.revision, delivered))
             turn = proj.turn
             assert turn is not None
         crash_point("turn_after_commit")
         return {"turn_id": turn["turn_id"], "state": turn["state"],
                 "delivered": list(turn["delivered"])}
 
-    @staticmethod
-    def _select_inbox(proj: Projection) -> list[dict[str, Any]]:
-        """A bounded set of unconsumed messages, in receipt order, that fits the context."""
-        chosen: list[dict[str, Any]] = []
-        budget = proj.limits["context_bytes"] - encoded_size(render(proj, []))
-        for message in proj.inbox[:MAX_DELIVERED]:
-            budget -= encoded_size(message) + 1
-            if budget < 0 and chosen:
-                break
-            chosen.append(message)
-        return chosen
-
-    def step(self, turn_id: str, patch: Any) -> Receipt | Rejection:
+    def step(self, turn_id: str, patch: Any) -> Receipt | Refused:
         """Admit one patch for a Turn. Identical re-submission returns the original Receipt."""
-        ops = patch["patch"] if isinstance(patch, dict) and set(patch) == {"patch"} else patch
+        ops = unwrap(patch)
         if not is_text_safe(turn_id):
             raise Rejected(f"unknown Turn: {_NOT_TEXT}")
+        fingerprint = digest(ops)
         with self.journal.write(crash_before="accept_before_commit") as w:
-            proj = w.proj
             accepted = self.journal.find(turn_id, "patch_accepted")
             if accepted is not None:
-                if accepted["digest"] == digest(ops):  # only a re-submission needs it
-                    return Receipt(**accepted["receipt"])
+                if accepted["digest"] == fingerprint:
+                    return Receipt.of(accepted)
                 raise Rejected(f"conflict: Turn {turn_id} already accepted a different patch")
-            if proj.ended:
-                raise RunEnded(f"the run has ended ({proj.ended['result']}); no new patches")
+            proj = _not_ended(w, "no new patches")
             if proj.turn is None or proj.turn["turn_id"] != turn_id:
                 if self.journal.find(turn_id, "turn_prepared") is None:
                     raise Rejected(f"unknown Turn {turn_id}")
                 raise Rejected(f"Turn {turn_id} is closed")
             decision = decide(proj, proj.turn, ops, self._facts(proj, ops))
-            if isinstance(decision, Rejection):
-                # A lone surrogate cannot be stored as text: keep such a patch JSON-escaped.
-                stored = ops if is_text_safe(ops) else json.dumps(ops)
-                w.append("patch_rejected", {"turn_id": turn_id, "reason": decision.reason,
-                                            "patch": stored}, ref=turn_id)
+            if isinstance(decision, Refused):
+                size = len(json.dumps(ops, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+                w.append(ev.patch_rejected(turn_id, decision.reason, fingerprint, size))
                 return decision
-            receipt = self._accept(w, turn_id, ops, decision)
+            seq = w.append(ev.patch_accepted(decision.event_data(turn_id, ops)))
+            receipt = Receipt(turn_id, decision.revision, [c["id"] for c in decision.cells], seq)
         crash_point("accept_after_commit")
-        return receipt
-
-    def _accept(self, w: Any, turn_id: str, ops: list[Any], d: Accepted) -> Receipt:
-        seq = w.next_seq()
-        receipt = Receipt(turn_id=turn_id, revision=d.revision,
-                          cell_ids=[c["id"] for c in d.cells], event=seq)
-        w.append("patch_accepted", {
-            "turn_id": turn_id, "patch": ops, "digest": d.digest, "revision": d.revision,
-            "next_cell_id": d.next_cell_id, "cells": d.cells, "heads": d.heads,
-            "removed": d.removed, "executions": d.executions, "controls": d.controls,
-            "consumed": d.consumed, "pause_cleared": d.pause_cleared,
-            "receipt": receipt.to_dict()}, ref=turn_id)
         return receipt
 
     def _facts(self, proj: Projection, ops: Any) -> Facts:
@@ -209,7 +176,7 @@ class Session:
             if value.get("role") == "cancel" and isinstance(target, int):
                 targets.add(target)
         observations = {seq: kind for seq, kind in self.journal.kinds_of(cited).items()
-                        if kind in OBSERVATION_KINDS}
+                        if kind in ev.OBSERVATION_KINDS}
         recorded = {t for t in targets
                     if self.journal.find(str(t), "execution_finished") is not None}
         return Facts(observations=observations, recorded_executions=frozenset(recorded))
@@ -221,23 +188,68 @@ class Session:
         proj = self.refresh()
         return render(proj, proj.inbox)
 
+    def output(self, cell_id: int, stream: Literal["stdout", "stderr"] = "stdout") -> str | None:
+        """The full retained output of one Execution's stream, read from the Journal (None
+        when the Cell never had an Execution)."""
+        if self.journal.find(str(cell_id), "execution_started") is None:
+            return None
+        head, tail, elided = "", "", 0
+        for event in self.journal.find_all(str(cell_id), "output"):
+            if event["stream"] == stream:
+                head += event.get("text", "")
+                tail, elided = event.get("tail", tail), event.get("elided", elided)
+        return head + (elided_marker(elided) if elided else "") + tail
+
+    # --- the model -----------------------------------------------------------------------
+
+    def set_price(self, model: str, price: dict[str, float]) -> None:
+        """Store a model's price (``run --price``) so later jobs count cost the same way."""
+        with self.journal.write() as w:
+            if w.proj.prices.get(model) != price:
+                w.append(ev.price_set(model, price))
+
+    def begin_attempt(self, turn_id: str, model: str, request: Any) -> int:
+        """Commit a model attempt before its request is sent; returns its number."""
+        fingerprint = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        with self.journal.write() as w:
+            turn = w.proj.turn
+            attempt = (turn["attempts"] + turn["transient"] + 1) if turn else 1
+            w.append(ev.model_attempt(turn_id, attempt, fingerprint, model))
+        crash_point("attempt_after_commit")
+        return attempt
+
+    def record_reply(self, turn_id: str, attempt: int, reply: ModelReply) -> None:
+        """Commit a complete reply (admissible or not) before anything acts on it."""
+        crash_point("model_reply_before_commit")
+        with self.journal.write() as w:
+            w.append(ev.model_response({
+                "turn_id": turn_id, "attempt": attempt, "ok": reply.invalid is None,
+                "patch": reply.patch if reply.invalid is None else None,
+                "invalid": reply.invalid, "usage": reply.usage.to_dict(),
+                "rationale": reply.rationale, "raw": reply.raw}))
+        crash_point("reply_before_admit")
+
+    def record_failure(self, turn_id: str, attempt: int, error: str, *, transient: bool,
+                       not_before: float, retry_since: float | None,
+                       usage: dict[str, Any] | None) -> None:
+        with self.journal.write() as w:
+            w.append(ev.model_response({
+                "turn_id": turn_id, "attempt": attempt, "ok": False, "error": error,
+                "transient": transient, "not_before": not_before, "retry_since": retry_since,
+                "usage": usage}))
+
     # --- Timers (any process; usually a Cell through rio_ci.api) --------------------------
 
     def set_timer(self, timer_id: str, deadline: float, payload: Any,
                   cell_id: int | None = None) -> dict[str, Any]:
         """Commit a Timer. Identical re-registration is harmless; a conflicting one (or one
         whose id already fired with other content) is rejected."""
-        if not isinstance(timer_id, str) or not timer_id.strip() or len(timer_id) > 200:
-            raise Rejected("a Timer id must be a non-empty string of at most 200 characters")
-        if (isinstance(deadline, bool) or not isinstance(deadline, int | float)
-                or not math.isfinite(deadline)):
-            raise Rejected("a Timer deadline must be a finite Unix time in seconds")
-        if not is_text_safe([timer_id, payload]):
-            raise Rejected(_NOT_TEXT)
+        problem = timer_problem(timer_id, deadline, payload)
+        if problem:
+            raise Rejected(problem)
         size = encoded_size(payload)
         with self.journal.write() as w:
-            if w.proj.ended:
-                raise RunEnded("the run has ended; it accepts no Timers")
+            _not_ended(w, "it accepts no Timers")
             if size > w.proj.limits["output_bytes"]:
                 raise Rejected(f"Timer payload is {size} bytes, over output_bytes")
             existing = self.journal.find(timer_id, "timer_set")
@@ -250,8 +262,7 @@ class Session:
             if len(w.proj.timers) >= w.proj.limits["pending_cells"]:
                 raise Rejected(f"too many waiting Timers (pending_cells="
                                f"{w.proj.limits['pending_cells']})")
-            seq = w.append("timer_set", {"id": timer_id, "deadline": float(deadline),
-                                         "payload": payload, "cell_id": cell_id}, ref=timer_id)
+            seq = w.append(ev.timer_set(timer_id, float(deadline), payload, cell_id))
         return {"id": timer_id, "seq": seq, "duplicate": False}
 
     def cancel_timer(self, timer_id: str) -> dict[str, Any]:
@@ -259,5 +270,120 @@ class Session:
         with self.journal.write() as w:
             if timer_id not in w.proj.timers:
                 return {"id": timer_id, "cancelled": False}
-            w.append("timer_cancelled", {"id": timer_id}, ref=timer_id)
+            w.append(ev.timer_cancelled(timer_id))
         return {"id": timer_id, "cancelled": True}
+
+    def fire_timer(self, timer_id: str) -> None:
+        """A due Timer's one Inbox message (a second call commits nothing)."""
+        crash_point("timer_due_before_commit")
+        with self.journal.write() as w:
+            if timer_id in w.proj.timers:
+                w.append(ev.timer_fired(timer_id))
+        crash_point("timer_after_commit")
+
+    # --- Executions (the Owner) ----------------------------------------------------------
+
+    def authorize_launch(self, cell_id: int, token: str) -> bool:
+        """Commit ``started`` before any process exists. False, committing nothing, when a
+        Control arrived meanwhile: it goes first (SPEC §5) and the Execution stays queued."""
+        with self.journal.write() as w:
+            if w.proj.controls:
+                return False
+            w.append(ev.execution_started(cell_id, token))
+        crash_point("launch_before_spawn")
+        return True
+
+    def register_worker(self, cell_id: int, identity: dict[str, Any]) -> None:
+        with self.journal.write() as w:
+            w.append(ev.worker_registered(cell_id, identity))
+
+    def record_output(self, cell_id: int, pieces: Sequence[ev.OutputPiece]) -> None:
+        """Commit retained output; nothing is shown to anyone before this returns."""
+        if pieces:
+            with self.journal.write() as w:
+                _append_output(w, cell_id, pieces)
+
+    def finish(self, cell_id: int, result: ev.Result, *,
+               output: Sequence[ev.OutputPiece] = (), cancel_note: int | None = None) -> int:
+        """Commit the last output, the result and its Inbox notice in one transaction (with
+        the cancel Control that stopped it, if any); returns the result's seq."""
+        with self.journal.write() as w:
+            _append_output(w, cell_id, output)
+            seq = _finish(w, cell_id, result)
+            if cancel_note is not None:
+                w.append(ev.control_applied(cancel_note, "cancel", target_cell_id=cell_id))
+        return seq
+
+    def mark_lost(self, lost: Sequence[tuple[int, str]]) -> None:
+        """Recovery: every ``started`` Execution among ``lost`` (cell id, reason) becomes an
+        UnknownExecution, once."""
+        with self.journal.write() as w:
+            for cell_id, reason in lost:
+                if w.proj.executions[str(cell_id)]["phase"] == "started":
+                    _finish(w, cell_id, ev.unknown(cell_id, reason, worker_stopped=True))
+
+    def cancel_queued(self, note_id: int, target: int) -> None:
+        """Apply a cancel Control whose target is not running: a queued target is cancelled
+        before launch; anything else only marks the Control applied."""
+        with self.journal.write() as w:
+            ex = w.proj.executions.get(str(target))
+            if ex is not None and ex["phase"] == "queued":
+                _finish(w, target, ev.cancelled(target, "cancelled_before_launch"))
+            w.append(ev.control_applied(note_id, "cancel", target_cell_id=target))
+        crash_point("control_after_commit")
+
+    def record_validator(self, data: ev.ValidatorResult) -> None:
+        with self.journal.write() as w:
+            w.append(ev.validator_result(data))
+
+    def conclude_success(self, note_id: int, problems: list[str]) -> bool:
+        """End the run in success unless ``problems`` (or what others committed meanwhile)
+        stand against it; then the Control is rejected with an observation saying why."""
+        crash_point("conclusion_before_commit")
+        with self.journal.write() as w:
+            problems = problems or w.proj.success_problems()
+            if problems:
+                w.append(ev.control_rejected(note_id, "success rejected: " + "; ".join(problems)))
+                return False
+            w.append(ev.control_applied(note_id, "conclusion", result="success"))
+            w.append(ev.run_ended("success", "conclusion accepted", note_id=note_id,
+                                  unresolved=[]))
+        return True
+
+    def end_in_failure(self, reason: str, *, note_id: int | None = None,
+                       cleanup_error: str | None = None) -> None:
+        """End the run in failure: queued work is cancelled and the unresolved uncertainty is
+        kept in the ending. A run that has already ended is left as it is."""
+        with self.journal.write() as w:
+            if w.proj.ended:
+                return
+            for ex in w.proj.queued():
+                _finish(w, ex["cell_id"], ev.cancelled(ex["cell_id"], "cancelled_by_failure"))
+            if note_id is not None:
+                w.append(ev.control_applied(note_id, "conclusion", result="failure"))
+            unresolved = [{"cell_id": e["cell_id"], "reason": e["result"].get("reason"),
+                           "evidence_refs": e["result"].get("evidence_refs", [])}
+                          for e in w.proj.unresolved()]
+            w.append(ev.run_ended("failure", reason, note_id=note_id, unresolved=unresolved,
+                                  cleanup_error=cleanup_error))
+
+
+def _not_ended(w: Writer, what: str) -> Projection:
+    if w.proj.ended:
+        raise RunEnded(f"the run has ended ({w.proj.ended['result']}); {what}")
+    return w.proj
+
+
+def _append_output(w: Writer, cell_id: int, pieces: Sequence[ev.OutputPiece]) -> None:
+    for piece in pieces:
+        w.append(ev.output(cell_id, piece.stream, text=piece.text, tail=piece.tail,
+                           elided=piece.elided))
+
+
+def _finish(w: Writer, cell_id: int, result: ev.Result) -> int:
+    """A result and its Inbox notice as one event. An UnknownExecution's evidence_refs name
+    that very event."""
+    seq = w.proj.last_seq + 1
+    if result["type"] == "UnknownExecution":
+        result = {**result, "evidence_refs": [f"session:event:{seq}"]}
+    return w.append(ev.execution_finished(cell_id, result))

@@ -28,6 +28,8 @@ from typing import Any
 import yaml
 from fakes.github_api import FakeGitHub
 
+from rio_ci.core.events import message_of
+
 ROOT = Path(__file__).resolve().parents[1]
 PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 WORKFLOW_REF = "{repo}/.github/workflows/rio.yml@refs/heads/main"
@@ -300,10 +302,16 @@ class Repository:
 def messages(events: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
     """The Inbox messages committed in ``events`` (optionally of one kind)."""
     found = []
+    payloads = {}  # a fired Timer's message carries the payload it was set with
     for event in events:
-        message = event.get("message") or (event.get("data") or {}).get("message")
-        if event["kind"] in ("message_received", "execution_finished", "timer_fired") \
-                and message and (kind is None or message["kind"] == kind):
+        data = event.get("data") or event
+        if event["kind"] == "timer_set":
+            payloads[data["id"]] = data["payload"]
+        message = message_of(event["kind"], data)
+        if event["kind"] == "timer_fired" and message is not None:
+            message = {**message, "payload": payloads.get(data["id"])}
+        if message and event["kind"] != "control_rejected" and (
+                kind is None or message["kind"] == kind):
             found.append(message)
     return found
 

@@ -15,12 +15,14 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+import sqlite_utils
 from fakes.github_api import FakeGitHub
 
-from rio_ci.forge.github import GitHubForge
+from rio_ci.core.events import OutputPiece, Result
+from rio_ci.github.forge.github import GitHubForge
 from rio_ci.session import Receipt, Session
 
 PY = sys.executable
@@ -209,50 +211,38 @@ def accept(session: Session, build: Callable[[Patch], Any]) -> Receipt:
 
 
 def journal_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Every committed event, read through a fresh read-only SQLite connection."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    """Every committed event, read with sqlite-utils through a fresh read-only connection
+    (independent of rio_ci's own reading code)."""
+    db = sqlite_utils.Database(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
     try:
-        rows = conn.execute("SELECT seq, kind, ref, data FROM events ORDER BY seq").fetchall()
+        rows = db["events"].rows_where(order_by="seq", select="seq, kind, ref, data")
+        return [{**row, "data": json.loads(row["data"])} for row in rows]
     finally:
-        conn.close()
-    return [{"seq": s, "kind": k, "ref": r, "data": json.loads(d)} for s, k, r, d in rows]
+        db.close()
 
 
 def sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-# --- moving Executions without an Owner (the event shapes rio_ci.supervision commits) ------
+# --- moving Executions without an Owner (through the Session, as the Owner does) -----------
 
 
-def append_event(session: Session, kind: str, data: dict[str, Any],
-                 ref: str | int | None = None) -> int:
-    with session.journal.write() as w:
-        return w.append(kind, data, ref=ref)
+def start_execution(session: Session, cell_id: int) -> None:
+    assert session.authorize_launch(cell_id, f"test-token-{cell_id}")
 
 
-def start_execution(session: Session, cell_id: int) -> int:
-    return append_event(session, "execution_started",
-                        {"cell_id": cell_id, "token": f"test-token-{cell_id}"}, ref=cell_id)
-
-
-def finish_execution(session: Session, cell_id: int, result: dict[str, Any]) -> int:
+def finish_execution(session: Session, cell_id: int, result: dict[str, Any],
+                     output: str | None = None) -> int:
     """Commit a result with its Inbox notice, as one event (an UnknownExecution's
     evidence_refs name that event)."""
-    with session.journal.write() as w:
-        seq = w.next_seq()
-        result = {"cell_id": cell_id, **result}
-        if result["type"] == "UnknownExecution":
-            result["evidence_refs"] = [f"session:event:{seq}"]
-        w.append("execution_finished", {"cell_id": cell_id, "result": result, "message": {
-            "id": f"execution:{cell_id}", "kind": "execution", "payload": result}},
-            ref=cell_id)
-    return int(seq)
+    pieces = [OutputPiece("stdout", text=output)] if output else []
+    return session.finish(cell_id, cast(Result, {"cell_id": cell_id, **result}), output=pieces)
 
 
-def succeed(session: Session, cell_id: int) -> int:
+def succeed(session: Session, cell_id: int, output: str | None = None) -> int:
     start_execution(session, cell_id)
-    return finish_execution(session, cell_id, {"type": "success", "exit_code": 0})
+    return finish_execution(session, cell_id, {"type": "success", "exit_code": 0}, output)
 
 
 def record_unknown(session: Session, cell_id: int,
@@ -260,13 +250,12 @@ def record_unknown(session: Session, cell_id: int,
     """What recovery commits for a ``started`` Execution: returns the record's seq."""
     if session.refresh().executions[str(cell_id)]["phase"] == "queued":
         start_execution(session, cell_id)
-    return finish_execution(session, cell_id, {"type": "UnknownExecution", "reason": reason,
-                                               "worker_stopped": True})
+    session.mark_lost([(cell_id, reason)])
+    return int(session.refresh().executions[str(cell_id)]["result_seq"])
 
 
-def end_run(session: Session, result: str = "failure", reason: str = "test") -> int:
-    return append_event(session, "run_ended", {"result": result, "reason": reason,
-                                               "note_id": None, "unresolved": []})
+def end_run(session: Session, reason: str = "test") -> None:
+    session.end_in_failure(reason)
 
 
 # --- GitHub: the real PyGithub client against the local fake --------------------------------

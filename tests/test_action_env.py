@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.action_env import ActionEnv, Config
 from rio_ci.core.limits import Limits
 from rio_ci.errors import UsageError
+from rio_ci.github.env import ActionEnv, Config
 
 REQUIRED = {"GITHUB_EVENT_NAME": "issues", "GITHUB_EVENT_PATH": "/tmp/event.json",
             "GITHUB_REPOSITORY": "octo/demo", "GITHUB_TOKEN": "t0ken-value",
@@ -19,7 +19,7 @@ REQUIRED = {"GITHUB_EVENT_NAME": "issues", "GITHUB_EVENT_PATH": "/tmp/event.json
 def test_unset_inputs_take_their_defaults() -> None:
     env = ActionEnv.from_environ(REQUIRED)
     assert (env.model, env.trigger_label, env.config, env.budget_minutes) == (
-        "anthropic:claude-sonnet-4-5", "rio", ".github/rio.yml", 50.0)
+        "anthropic:claude-sonnet-5-5", "rio", ".github/rio.yml", 50.0)
     assert env.api_url == "https://api.github.com" and env.output is None
     assert env.state_dir == Path("/rt/rio") and env.artifact_dir == Path("/rt/rio-artifact")
     assert env.workflow_file == "rio.yml"

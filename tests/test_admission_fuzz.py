@@ -3,7 +3,7 @@
 
 Patches are built from the Turn's snapshot, so many are accepted; others mix in wrong ids,
 stale predecessors, bad Cells, forbidden paths and plain garbage. Whatever comes in,
-admission answers with an acceptance or a ``Rejection``, a rejection changes nothing, and an
+admission answers with an acceptance or a ``Refused``, a rejection changes nothing, and an
 acceptance keeps the invariants of SPEC §3.
 """
 
@@ -34,9 +34,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from rio_ci.core.admission import Accepted, Facts, Rejection, decide
+from rio_ci.core.admission import Accepted, Facts, Refused, decide
+from rio_ci.core.events import OBSERVATION_KINDS
 from rio_ci.core.limits import Limits
-from rio_ci.core.reducer import OBSERVATION_KINDS, Projection, apply
+from rio_ci.core.projection import Projection
+from rio_ci.core.reducer import apply
 from rio_ci.core.state import EXECUTABLE, encoded_size, validate_cell
 from rio_ci.errors import Rejected
 from rio_ci.session import Receipt, Session
@@ -239,7 +241,7 @@ def check_accepted(proj: Projection, turn: dict[str, Any], d: Accepted) -> None:
     assert d.consumed == turn["delivered"]
     # The fold agrees with the decision.
     folded = Projection.from_dict(json.loads(json.dumps(proj.__dict__)))
-    apply(folded, folded.last_seq + 1, "patch_accepted", 0.0, {
+    apply(folded, folded.last_seq + 1, "patch_accepted", {
         "turn_id": turn["turn_id"], "patch": [], "digest": d.digest, "revision": d.revision,
         "next_cell_id": d.next_cell_id, "cells": d.cells, "heads": d.heads,
         "removed": d.removed, "executions": d.executions, "controls": d.controls,
@@ -329,7 +331,7 @@ def check_one(base: Base, patch: Any, outcomes: Counter[str]) -> None:
     before = fingerprint(base)
     result = decide(base.proj, base.turn, patch, base.facts)
     assert fingerprint(base) == before, "decide() changed its inputs"
-    if isinstance(result, Rejection):
+    if isinstance(result, Refused):
         assert isinstance(result.reason, str) and result.reason
         outcomes["rejected"] += 1
     else:
@@ -384,7 +386,7 @@ class StepMachine(RuleBasedStateMachine):
         rows, state = journal_rows(session.journal.path), session.state()
         result = session.step(turn["turn_id"], patch)
         after_rows, after = journal_rows(session.journal.path), session.state()
-        if isinstance(result, Rejection):
+        if isinstance(result, Refused):
             StepMachine.outcomes["rejected"] += 1
             assert after_rows[:-1] == rows
             assert after_rows[-1]["kind"] == "patch_rejected"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from fakes.github_api import FakeGitHub
 
-from rio_ci.artifact import (
+from rio_ci.errors import ArtifactError, ForgeError, StorageError
+from rio_ci.github.artifact import (
     MANIFEST,
     SCHEMA,
     SNAPSHOT,
@@ -25,8 +26,7 @@ from rio_ci.artifact import (
     restore_newest,
     unpack,
 )
-from rio_ci.errors import ArtifactError, ForgeError, StorageError
-from rio_ci.forge.github import GitHubForge
+from rio_ci.github.forge.github import GitHubForge
 from rio_ci.session import Session
 
 EVENTS = 200

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from conftest import ROOT, run_cli
 
-from rio_ci.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system
+from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system
 
 # Durations, sizes and ratios: a zero or negative value could only be a figure not measured.
 POSITIVE = [

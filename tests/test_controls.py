@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rio_ci.owner import Owner
+from rio_ci.run.owner import Owner
 from tests import session_cli
 from tests.session_cli import (
     CliSession,

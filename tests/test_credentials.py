@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rio_ci.credentials import worker_environment
+from rio_ci.run.environment import worker_environment
 
 RIO = [sys.executable, "-m", "rio_ci.cli"]
 CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canary-github-9c2d"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from rio_ci.cli import COMMANDS, build_parser
-from rio_ci.core.reducer import EVENT_KINDS
+from rio_ci.core.events import KINDS as EVENT_KINDS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 ROOT = DOCS.parent

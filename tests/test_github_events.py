@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rio_ci.github_events import (
+from rio_ci.github.events import (
     branch_for,
     classify,
     goal_for,

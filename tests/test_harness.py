@@ -372,7 +372,7 @@ def test_overloaded_then_good_reply_waits_out_retry_after(
     evs = events(session_db)
     assert [a["attempt"] for a in kinds(evs, "model_attempt")] == [1, 2]
     failed, good = kinds(evs, "model_response")
-    assert not failed["ok"] and "529" in failed["error"] and failed["retryable"]
+    assert not failed["ok"] and "529" in failed["error"] and failed["transient"]
     assert good["ok"]
 
 

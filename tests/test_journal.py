@@ -19,7 +19,6 @@ from conftest import (
     PY,
     Patch,
     accept,
-    append_event,
     cli_env,
     cmd,
     code,
@@ -54,13 +53,10 @@ def build_history(session: Session, rounds: int = 20) -> None:
     accept(session, lambda p: p.add(note("plan")).add(cmd("deploy")).add(code()))
     record_unknown(session, 2)
     start_execution(session, 3)
-    append_event(session, "output", {"cell_id": 3, "stream": "stdout", "text": "hi\n",
-                                     "dropped": False}, ref=3)
-    finish_execution(session, 3, {"type": "error", "exit_code": 1})
+    finish_execution(session, 3, {"type": "error", "exit_code": 1}, output="hi\n")
     comment = session.receive("c0", "comment", {"body": "nothing deployed"})["seq"]
     session.set_timer("t0", time.time() - 1, {"wake": 0})
-    append_event(session, "timer_fired", {"id": "t0", "message": {
-        "id": "timer:t0", "kind": "timer", "payload": {"wake": 0}}}, ref="t0")
+    session.fire_timer("t0")
     turn = session.prepare_turn()
     session.step(turn["turn_id"], [{"op": "test", "path": "/revision", "value": 99}])
     accept(session, lambda p: p.add(note("resolved", role="resolution", target_cell_id=2,
@@ -69,11 +65,7 @@ def build_history(session: Session, rounds: int = 20) -> None:
         session.receive(f"m{i}", "comment", {"i": i})
         receipt = accept(session, lambda p: p.add(cmd("true")).add(
             note("cancel it", role="cancel", target_cell_id=p.next_id - 1)).remove(0))
-        target = receipt.cell_ids[0]
-        finish_execution(session, target, {"type": "cancelled",
-                                           "reason": "cancelled_before_launch"})
-        append_event(session, "control_applied", {"note_id": receipt.cell_ids[1],
-                                                  "role": "cancel", "target_cell_id": target})
+        session.cancel_queued(receipt.cell_ids[1], receipt.cell_ids[0])
         session.set_timer(f"t{i + 1}", 4_000_000_000 + i, {"i": i})
     accept(session, lambda p: p.add(cmd("true")))
     succeed(session, session.proj.next_cell_id - 1)
@@ -188,7 +180,7 @@ def test_a_long_session_opens_by_folding_only_the_tail(db: Path) -> None:
 
 
 def test_a_symlink_alias_cannot_get_a_second_owner(session: Session, db: Path) -> None:
-    from rio_ci.owner import Owner
+    from rio_ci.run.owner import Owner
 
     alias = db.parent / "alias.db"
     alias.symlink_to(db)

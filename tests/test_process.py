@@ -19,14 +19,8 @@ import psutil
 import pytest
 
 from rio_ci.errors import RecoveryError
-from rio_ci.process import (
-    GATE_REFUSED,
-    StopReport,
-    Worker,
-    WorkerIdentity,
-    find_token_holders,
-    stop_survivors,
-)
+from rio_ci.run.survivors import StopReport, WorkerIdentity, find_token_holders, stop_survivors
+from rio_ci.run.worker import GATE_REFUSED, Worker
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,7 +257,7 @@ ORPHAN_LEADER = (
 )
 SPAWNER = textwrap.dedent(f"""
     import json, os, sys
-    from rio_ci.process import Worker
+    from rio_ci.run.worker import Worker
     env = {{"PATH": os.environ["PATH"]}}
     worker = Worker.spawn([sys.executable, "-c", {ORPHAN_LEADER!r}], sys.argv[1], env, sys.argv[2])
     worker.release()

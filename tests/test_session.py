@@ -162,7 +162,7 @@ def test_an_ended_run_accepts_no_messages_turns_or_patches(rio: Any, new: Any) -
     db = new()
     open_turn = rio("turn", "s.db").out
     session = Session.open(db)
-    end_run(session, "failure", "test ended it")
+    end_run(session, "test ended it")
     session.close()
     before = events(rio)
     code, out, _ = rio("receive", "s.db", "m1", "comment", "{}")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rio_ci import action_env
+from rio_ci.github import env as action_env
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"

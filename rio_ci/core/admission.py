@@ -8,10 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rio_ci.core.reducer import Projection
+from jsonpointer import EndOfList, JsonPointer, JsonPointerException
+
+from rio_ci.core.events import PatchAccepted
+from rio_ci.core.projection import Projection
 from rio_ci.core.state import (
     EVIDENCE_REF,
     EXECUTABLE,
@@ -20,10 +23,9 @@ from rio_ci.core.state import (
     is_text_safe,
     is_unresolved,
     json_equal,
-    resolve_pointer,
     validate_cell,
 )
-from rio_ci.core.view import runtime_cells
+from rio_ci.core.view import render
 
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
 _OP_KEYS = {"test": {"op", "path", "value"}, "add": {"op", "path", "value"},
@@ -44,6 +46,9 @@ class Facts:
 
 @dataclass(frozen=True)
 class Accepted:
+    """Everything the commit stores: exactly the fields of a ``patch_accepted`` event
+    besides the Turn id and the patch itself."""
+
     cells: list[dict[str, Any]]  # new Cell versions, in operation order
     heads: list[int]  # the candidate's cell ids, in array order
     removed: list[int]
@@ -55,9 +60,36 @@ class Accepted:
     next_cell_id: int
     digest: str
 
+    def event_data(self, turn_id: str, patch: list[Any]) -> PatchAccepted:
+        return {"turn_id": turn_id, "patch": patch, "digest": self.digest,
+                "revision": self.revision, "next_cell_id": self.next_cell_id,
+                "cells": self.cells, "heads": self.heads, "removed": self.removed,
+                "executions": self.executions, "controls": self.controls,
+                "consumed": self.consumed, "pause_cleared": self.pause_cleared}
+
 
 @dataclass(frozen=True)
-class Rejection:
+class Receipt:
+    turn_id: str
+    revision: int
+    cell_ids: list[int]
+    event: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn_id": self.turn_id, "revision": self.revision, "cell_ids": self.cell_ids,
+                "event": self.event}
+
+    @classmethod
+    def of(cls, accepted: dict[str, Any]) -> Receipt:
+        """The Receipt of a committed ``patch_accepted`` event."""
+        return cls(accepted["turn_id"], accepted["revision"],
+                   [c["id"] for c in accepted["cells"]], accepted["seq"])
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Admission's answer to a patch it will not accept: the first rule it breaks."""
+
     reason: str
 
 
@@ -71,11 +103,11 @@ def digest(patch: Any) -> str:
 
 def decide(
     proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts
-) -> Accepted | Rejection:
+) -> Accepted | Refused:
     try:
         return _decide(proj, turn, patch, facts)
     except _Reject as exc:
-        return Rejection(str(exc))
+        return Refused(str(exc))
 
 
 class _Reject(Exception):
@@ -108,8 +140,10 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
         kind = op["op"]
         if kind == "test":
             try:
-                actual = resolve_pointer(snapshot, op["path"])
-            except KeyError:
+                actual = JsonPointer(op["path"]).resolve(snapshot)
+                if isinstance(actual, EndOfList):  # "-" names no element, only a position
+                    raise JsonPointerException(op["path"])
+            except JsonPointerException:
                 raise _Reject(f"{where}: test path {op['path']} does not exist") from None
             if not json_equal(actual, op["value"]):
                 raise _Reject(f"{where}: test failed at {op['path']}")
@@ -164,9 +198,15 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
     )
 
 
-def _well_formed(patch: Any) -> list[dict[str, Any]]:
+def unwrap(patch: Any) -> Any:
+    """The operations of ``{"patch": [...]}`` or of a bare list (anything else as it is)."""
     if isinstance(patch, dict) and set(patch) == {"patch"}:
-        patch = patch["patch"]
+        return patch["patch"]
+    return patch
+
+
+def _well_formed(patch: Any) -> list[dict[str, Any]]:
+    patch = unwrap(patch)
     if not isinstance(patch, list):
         raise _Reject("a patch must be a list of operations (or {\"patch\": [...]})")
     if not patch:
@@ -282,11 +322,8 @@ def _check_budgets(
             f"context budget: cells take {cells_size} bytes, more than half of "
             f"context_bytes={limits['context_bytes']}; remove or summarise Cells"
         )
-    candidate = dict(turn["state"])
-    candidate["cells"] = work
-    candidate["runtime"] = dict(candidate["runtime"], inbox=[],
-                                cells=runtime_cells(proj, [c["id"] for c in work]))
-    total = encoded_size(candidate)
+    # The candidate as the next Turn would render it (outputs masked as far as they may be).
+    total = encoded_size(render(replace(proj, cells=work), []))
     if total > limits["context_bytes"]:
         raise _Reject(
             f"context budget: the State would take {total} bytes, over "

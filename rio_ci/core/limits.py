@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
+
+MAX_LIMIT = 10**15  # far beyond any useful limit; keeps every value an exact JSON number
 
 
 @dataclass(frozen=True)
@@ -19,12 +22,15 @@ class Limits:
     inbox_messages: int = 256
     storage_bytes: int = 256_000_000
     flush_seconds: float = 0.1
+    provider_retry_seconds: float = 900.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Limits:
+        """Limits from a mapping; names it does not give keep their defaults (so a Session
+        created before a limit existed gets that limit's default)."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -44,11 +50,13 @@ class Limits:
             number: float = int(value) if want_int else float(value)
             if want_int and isinstance(value, float) and value != int(value):
                 raise ValueError
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             kind = "an integer" if want_int else "a number"
             raise ValueError(f"limit {name} must be {kind}, got {value!r}") from None
-        if isinstance(value, bool) or not number > 0:
-            raise ValueError(f"limit {name} must be positive, got {value!r}")
+        if isinstance(value, bool) or not math.isfinite(number) or not number > 0:
+            raise ValueError(f"limit {name} must be a positive finite number, got {value!r}")
+        if number > MAX_LIMIT:
+            raise ValueError(f"limit {name} must be at most {MAX_LIMIT}, got {value!r}")
         changes: dict[str, Any] = {name: number}
         return replace(self, **changes)
 

@@ -1,100 +1,29 @@
-"""The fold: ``apply(projection, event)``. The one place that knows every event kind.
-
-A Projection is everything the harness needs to act, derived from the Journal alone. It
-stays bounded however long the Journal grows: finished, settled Executions of Cells that
-left the context and consumed Inbox messages are dropped (their events stay in the
-Journal, where history is read).
+"""The fold: ``apply(projection, seq, kind, data)``. It reads every event kind through the
+types of ``rio_ci.core.events``; events written by an older rio-ci (with fields that are now
+derived, such as a Turn's stored snapshot or a result's Inbox message) fold the same way.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
+from rio_ci.core import events as ev
+from rio_ci.core.limits import Limits
+from rio_ci.core.projection import Projection
 from rio_ci.core.state import EXECUTABLE, is_unresolved
+from rio_ci.core.view import render
 
-# Every event kind, with what its data holds. docs/journal.md documents each one and a test
-# checks that the two agree.
-EVENT_KINDS = (
-    "session_created",  # {session_id, goal, cwd, validators, limits}
-    "message_received",  # {message: {id, kind, payload}}   (Inbox)
-    "turn_prepared",  # {turn_id, revision, delivered, state}
-    "patch_rejected",  # {turn_id, reason, patch}
-    "patch_accepted",  # {turn_id, patch, digest, revision, cells, heads, executions, controls, ...}
-    "model_attempt",  # {turn_id, attempt, fingerprint, not_before}
-    "model_response",  # {turn_id, attempt, ok, patch | error, retryable, usage, raw}
-    "execution_started",  # {cell_id, token, host}                (launch authorised)
-    "worker_registered",  # {cell_id, identity}
-    "output",  # {cell_id, stream, text, dropped}
-    "execution_finished",  # {cell_id, result, message}
-    "control_applied",  # {note_id, role, target_cell_id}
-    "control_rejected",  # {note_id, reason, message}
-    "validator_result",  # {note_id, index, argv, result, stdout, stderr, truncated}
-    "timer_set",  # {id, deadline, payload, cell_id}
-    "timer_fired",  # {id, message}
-    "timer_cancelled",  # {id}
-    "run_ended",  # {result, reason, note_id, unresolved, cleanup_error}
-    "watermark",  # {name, value}
-)
-# The shape of a Projection. Raise it whenever the fold changes what it keeps: a snapshot
-# written in another format is ignored and the Journal replayed.
-PROJECTION_FORMAT = 2
-
-# Events that are observations a resolution may cite (SPEC §3.8).
-OBSERVATION_KINDS = frozenset(
-    {"message_received", "execution_finished", "timer_fired", "control_rejected",
-     "validator_result"}
-)
-
-
-@dataclass
-class Projection:
-    session: dict[str, Any] = field(default_factory=dict)
-    last_seq: int = 0
-    revision: int = 0
-    next_cell_id: int = 1
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    executions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    inbox: list[dict[str, Any]] = field(default_factory=list)
-    turn: dict[str, Any] | None = None  # the open Turn
-    accepted_turns: int = 0
-    pause: str | None = None
-    controls: list[dict[str, Any]] = field(default_factory=list)  # awaiting the Owner
-    timers: dict[str, dict[str, Any]] = field(default_factory=dict)  # waiting
-    usage: dict[str, Any] = field(default_factory=dict)
-    idle_streak: int = 0
-    ended: dict[str, Any] | None = None
-    watermarks: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Projection:
-        return cls(**copy.deepcopy(data))
-
-    @property
-    def limits(self) -> dict[str, Any]:
-        limits: dict[str, Any] = self.session["limits"]
-        return limits
-
-    def pending(self) -> list[dict[str, Any]]:
-        """Executions not yet finished, in acceptance order (ids rise with acceptance)."""
-        rows = [e for e in self.executions.values() if e["phase"] != "finished"]
-        return sorted(rows, key=lambda e: e["cell_id"])
-
-    def unresolved(self) -> list[dict[str, Any]]:
-        rows = [e for e in self.executions.values() if is_unresolved(e)]
-        return sorted(rows, key=lambda e: e["cell_id"])
+RATIONALE_KEPT = 4000  # characters of the last rationale the projection keeps for reports
 
 
 def new_usage() -> dict[str, Any]:
     return {"rounds": 0, "attempts": 0, "input_tokens": 0, "output_tokens": 0,
-            "cost_usd": 0.0, "unknown_cost_attempts": 0}
+            "cache_write_tokens": 0, "cache_read_tokens": 0, "cost_usd": 0.0,
+            "unknown_cost_attempts": 0}
 
 
-def apply(proj: Projection, seq: int, kind: str, at: float, data: dict[str, Any]) -> None:
+def apply(proj: Projection, seq: int, kind: str, data: dict[str, Any]) -> None:
     """Fold one committed event into ``proj`` (in place)."""
     if seq != proj.last_seq + 1:
         raise ValueError(f"event {seq} folded after {proj.last_seq}: the Journal has a gap")
@@ -105,9 +34,12 @@ def apply(proj: Projection, seq: int, kind: str, at: float, data: dict[str, Any]
     proj.last_seq = seq
 
 
-def _session_created(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.SessionCreated, data)
     proj.session = {"id": d["session_id"], "goal": d["goal"], "cwd": d["cwd"],
-                    "validators": d["validators"], "limits": d["limits"], "created_seq": seq,
+                    "validators": d["validators"], "created_seq": seq,
+                    # a limit added after this Session was created takes its default
+                    "limits": {**Limits().to_dict(), **d["limits"]},
                     "pass_env": d.get("pass_env", [])}
     proj.usage = new_usage()
 
@@ -117,25 +49,32 @@ def _add_message(proj: Projection, seq: int, message: dict[str, Any]) -> None:
                        "payload": message["payload"], "seq": seq})
 
 
-def _message_received(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _message_received(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.MessageReceived, data)
     _add_message(proj, seq, d["message"])
     if d["message"]["kind"] == "invalid_idle":
         proj.idle_streak += 1
 
 
-def _turn_prepared(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _turn_prepared(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.TurnPrepared, data)
+    delivered = set(d["delivered"])
+    state = data.get("state") or render(proj, [m for m in proj.inbox if m["id"] in delivered])
     proj.turn = {"turn_id": d["turn_id"], "revision": d["revision"],
-                 "delivered": d["delivered"], "state": d["state"], "seq": seq,
-                 "attempts": 0, "not_before": 0.0, "last_rejection": None, "response": None}
+                 "delivered": d["delivered"], "state": state, "seq": seq, "attempts": 0,
+                 "transient": 0, "retry_since": None, "not_before": 0.0, "feedback": None,
+                 "response": None}
 
 
-def _patch_rejected(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _patch_rejected(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.PatchRejected, data)
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
-        proj.turn["last_rejection"] = d["reason"]
+        proj.turn["feedback"] = f"your patch was rejected: {d['reason']}"
         proj.turn["response"] = None
 
 
-def _patch_accepted(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _patch_accepted(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.PatchAccepted, data)
     by_id = {c["id"]: c for c in proj.cells}
     for cell in d["cells"]:
         by_id[cell["id"]] = cell
@@ -143,8 +82,8 @@ def _patch_accepted(proj: Projection, seq: int, d: dict[str, Any]) -> None:
             proj.executions[str(cell["id"])] = {
                 "cell_id": cell["id"], "kind": cell["kind"], "cell": cell, "phase": "queued",
                 "result": None, "result_seq": None, "stdout": "", "stderr": "",
-                "stdout_truncated": False, "stderr_truncated": False, "resolved_by": None,
-                "token": None, "identity": None, "accepted_seq": seq,
+                "stdout_tail": "", "stderr_tail": "", "stdout_elided": 0, "stderr_elided": 0,
+                "resolved_by": None, "token": None, "identity": None, "accepted_seq": seq,
             }
     proj.cells = [by_id[i] for i in d["heads"]]
     proj.revision = d["revision"]
@@ -167,98 +106,134 @@ def _patch_accepted(proj: Projection, seq: int, d: dict[str, Any]) -> None:
     _prune(proj)
 
 
-def _model_attempt(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _price_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.PriceSet, data)
+    proj.prices[d["model"]] = dict(d["price"])
+
+
+def _model_attempt(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.ModelAttempt, data)
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
-        proj.turn["attempts"] = d["attempt"]
-        proj.turn["not_before"] = d["not_before"]
+        # Counted as used until its outcome says otherwise: a lost attempt is never free.
+        proj.turn["attempts"] += 1
         proj.turn["response"] = None
     proj.usage["attempts"] += 1
-    # Unknown until a response says otherwise: a lost attempt is never counted as free.
     proj.usage["unknown_cost_attempts"] += 1
 
 
-def _model_response(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.ModelResponse, data)
     usage = d.get("usage")
     if usage is not None:
-        proj.usage["input_tokens"] += usage["input_tokens"]
+        fresh = usage["input_tokens"]
+        cached = usage.get("cache_write_tokens", 0) + usage.get("cache_read_tokens", 0)
+        proj.usage["input_tokens"] += fresh + cached
         proj.usage["output_tokens"] += usage["output_tokens"]
+        proj.usage["cache_write_tokens"] += usage.get("cache_write_tokens", 0)
+        proj.usage["cache_read_tokens"] += usage.get("cache_read_tokens", 0)
         if usage["cost_usd"] is not None:
             proj.usage["cost_usd"] = round(proj.usage["cost_usd"] + usage["cost_usd"], 9)
             proj.usage["unknown_cost_attempts"] -= 1
     if d["ok"]:
         proj.usage["rounds"] += 1
-    if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
-        proj.turn["response"] = {"attempt": d["attempt"], "ok": d["ok"], "seq": seq,
-                                 "patch": d.get("patch"), "error": d.get("error")}
-        proj.turn["not_before"] = d.get("not_before", 0.0)
+    if d.get("rationale"):
+        proj.rationale = d["rationale"][:RATIONALE_KEPT]
+    turn = proj.turn
+    if turn is None or turn["turn_id"] != d["turn_id"]:
+        return
+    turn["not_before"] = d.get("not_before", 0.0)
+    if d.get("transient"):
+        turn["attempts"] -= 1  # a transient failure does not use up an attempt
+        turn["transient"] += 1
+        turn["retry_since"] = turn["retry_since"] or data.get("retry_since")
+    if d.get("invalid"):
+        turn["feedback"] = f"your previous reply was not admitted: {d['invalid']}"
+    turn["response"] = {"attempt": d["attempt"], "ok": d["ok"], "seq": seq,
+                        "patch": d.get("patch"), "error": d.get("error") or d.get("invalid"),
+                        "transient": bool(d.get("transient"))}
 
 
-def _execution_started(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _execution_started(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.ExecutionStarted, data)
     ex = proj.executions[str(d["cell_id"])]
     ex["phase"] = "started"
     ex["token"] = d["token"]
     ex["started_seq"] = seq
 
 
-def _worker_registered(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _worker_registered(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.WorkerRegistered, data)
     proj.executions[str(d["cell_id"])]["identity"] = d["identity"]
 
 
-def _output(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _output(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.Output, data)
     ex = proj.executions[str(d["cell_id"])]
     stream = d["stream"]
-    ex[stream] += d["text"]
-    if d["dropped"]:
+    ex[stream] += d.get("text", "")
+    if "tail" in d:
+        ex[f"{stream}_tail"] = d["tail"]
+        ex[f"{stream}_elided"] = d.get("elided", 0)
+    if data.get("dropped"):  # written by rio-ci 0.1: a prefix with the rest dropped
         ex[f"{stream}_truncated"] = True
 
 
-def _execution_finished(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _execution_finished(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.ExecutionFinished, data)
     ex = proj.executions[str(d["cell_id"])]
     ex["phase"] = "finished"
     ex["result"] = d["result"]
     ex["result_seq"] = seq
-    _add_message(proj, seq, d["message"])
+    message = ev.execution_message(d["cell_id"], d["result"])
+    _add_message(proj, seq, message)
     if d["result"]["type"] in ("error", "UnknownExecution"):
-        proj.pause = d["message"]["id"]
+        proj.pause = message["id"]
     _prune(proj)
 
 
-def _control_applied(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _control_applied(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.ControlApplied, data)
     proj.controls = [c for c in proj.controls if c["note_id"] != d["note_id"]]
 
 
-def _control_rejected(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _control_rejected(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.ControlRejected, data)
     proj.controls = [c for c in proj.controls if c["note_id"] != d["note_id"]]
-    _add_message(proj, seq, d["message"])
+    _add_message(proj, seq, ev.control_message(d["note_id"], d["reason"]))
 
 
-def _validator_result(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _validator_result(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     """Validator results are observations in the Journal, not Inbox messages."""
 
 
-def _timer_set(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _timer_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.TimerSet, data)
     proj.timers[d["id"]] = {"id": d["id"], "deadline": d["deadline"], "payload": d["payload"],
                             "seq": seq}
     proj.idle_streak = 0
 
 
-def _timer_fired(proj: Projection, seq: int, d: dict[str, Any]) -> None:
-    proj.timers.pop(d["id"], None)
-    _add_message(proj, seq, d["message"])
+def _timer_fired(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.TimerFired, data)
+    timer = proj.timers.pop(d["id"], None)
+    message = data.get("message") or ev.timer_message(d["id"], (timer or {}).get("payload"))
+    _add_message(proj, seq, message)
 
 
-def _timer_cancelled(proj: Projection, seq: int, d: dict[str, Any]) -> None:
-    proj.timers.pop(d["id"], None)
+def _timer_cancelled(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    proj.timers.pop(cast(ev.TimerCancelled, data)["id"], None)
 
 
-def _run_ended(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _run_ended(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.RunEnded, data)
     proj.ended = {"result": d["result"], "reason": d["reason"], "seq": seq,
                   "unresolved": d.get("unresolved", []), "cleanup_error": d.get("cleanup_error")}
     proj.controls = []
     proj.turn = None
 
 
-def _watermark(proj: Projection, seq: int, d: dict[str, Any]) -> None:
+def _watermark(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.Watermark, data)
     proj.watermarks[d["name"]] = d["value"]
 
 
@@ -270,12 +245,13 @@ def _prune(proj: Projection) -> None:
         del proj.executions[key]
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "session_created": _session_created,
     "message_received": _message_received,
     "turn_prepared": _turn_prepared,
     "patch_rejected": _patch_rejected,
     "patch_accepted": _patch_accepted,
+    "price_set": _price_set,
     "model_attempt": _model_attempt,
     "model_response": _model_response,
     "execution_started": _execution_started,
@@ -291,4 +267,4 @@ _HANDLERS = {
     "run_ended": _run_ended,
     "watermark": _watermark,
 }
-assert tuple(_HANDLERS) == EVENT_KINDS
+assert tuple(_HANDLERS) == ev.KINDS

@@ -7,6 +7,7 @@ None. ``rio_ci.core.view`` builds the State a Turn shows from the fold's project
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from typing import Any
@@ -26,6 +27,39 @@ _OPTIONAL = {"note": {"role", "target_cell_id", "evidence_refs", "result"}}
 _PEP723 = re.compile(
     r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$"
 )
+
+
+RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
+# Kinds only the harness writes: an outside message must not pass for one of its own.
+HARNESS_KINDS = frozenset({"execution", "timer", "control_rejected", "invalid_idle"})
+_KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+
+
+def message_problem(message_id: Any, kind: Any, payload: Any) -> str | None:
+    """Why an outside message may not enter the Inbox (its size aside), or None."""
+    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > 200:
+        return "a message id must be a non-empty string of at most 200 characters"
+    if message_id.startswith(RESERVED_PREFIXES):
+        return f"message ids starting {message_id.split(':')[0]}: are reserved for the harness"
+    if not isinstance(kind, str) or not _KIND.match(kind):
+        return "a message kind must be a lowercase word (a-z, 0-9, _ . -)"
+    if kind in HARNESS_KINDS:
+        return f"message kind {kind} is reserved for the harness"
+    if not is_text_safe([message_id, payload]):
+        return "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    return None
+
+
+def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
+    """Why a Timer may not be set (its payload's size aside), or None."""
+    if not isinstance(timer_id, str) or not timer_id.strip() or len(timer_id) > 200:
+        return "a Timer id must be a non-empty string of at most 200 characters"
+    if (isinstance(deadline, bool) or not isinstance(deadline, int | float)
+            or not math.isfinite(deadline)):
+        return "a Timer deadline must be a finite Unix time in seconds"
+    if not is_text_safe([timer_id, payload]):
+        return "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    return None
 
 
 def is_int(value: Any) -> bool:
@@ -123,31 +157,6 @@ def _validate_cmd(cell: dict[str, Any]) -> str | None:
     if any("\x00" in a for a in argv):
         return "argv must not contain NUL characters"
     return None
-
-
-_MISSING = object()
-
-
-def resolve_pointer(document: Any, pointer: str) -> Any:
-    """RFC 6901: the value at ``pointer``, or ``_MISSING``-like sentinel via ``KeyError``."""
-    if pointer == "":
-        return document
-    if not pointer.startswith("/"):
-        raise KeyError(pointer)
-    node = document
-    for raw in pointer[1:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict):
-            if token not in node:
-                raise KeyError(pointer)
-            node = node[token]
-        elif isinstance(node, list):
-            if not re.fullmatch(r"0|[1-9][0-9]*", token) or int(token) >= len(node):
-                raise KeyError(pointer)
-            node = node[int(token)]
-        else:
-            raise KeyError(pointer)
-    return node
 
 
 def json_equal(a: Any, b: Any) -> bool:

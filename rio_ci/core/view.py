@@ -1,29 +1,79 @@
-"""The State a Turn shows (``rio.state/1``), rendered from the fold's projection."""
+"""What the model sees: the State of a Turn (``rio.state/1``), rendered from the projection.
+
+The State never exceeds ``context_bytes``. Each stream's retained output is already bounded
+(the first and the last half of ``output_bytes``, with a marker of what was elided); when the
+whole State would still be too big, the outputs of the oldest finished Executions are replaced
+by a marker that says how to read them in full. Nothing is dropped silently, and the Journal
+keeps everything it retained.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rio_ci.core.reducer import Projection
-from rio_ci.core.state import SCHEMA, is_unresolved
+from rio_ci.core.projection import Projection
+from rio_ci.core.state import SCHEMA, encoded_size, is_unresolved
+
+MAX_DELIVERED = 64  # messages folded into one Turn, at most
 
 
 def render(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
-    """The State a Turn shows: heads, runtime facts, and the given Inbox messages."""
-    return {
-        "schema": SCHEMA,
-        "id": proj.session["id"],
-        "revision": proj.revision,
-        "goal": proj.session["goal"],
-        "cells": [dict(c) for c in proj.cells],
-        "runtime": {
-            "next_cell_id": proj.next_cell_id,
-            "cells": runtime_cells(proj, [c["id"] for c in proj.cells]),
-            "inbox": [dict(m) for m in inbox],
-            "usage": dict(proj.usage),
-            "pause": proj.pause,
-        },
-    }
+    """The State a Turn shows: heads, runtime facts, and the given Inbox messages, with the
+    oldest finished outputs masked as far as needed to fit ``context_bytes``."""
+    state = _unbounded(proj, inbox)
+    limit = proj.limits["context_bytes"]
+    size = encoded_size(state)
+    if size <= limit:
+        return state
+    facts = state["runtime"]["cells"]
+    for key in _mask_order(proj, facts):
+        for stream in ("stdout", "stderr"):
+            text = facts[key][stream]
+            if not text:
+                continue
+            marker = masked_marker(int(key), stream, len(text.encode()))
+            size -= encoded_size(text) - encoded_size(marker)
+            facts[key][stream] = marker
+        if size <= limit:
+            break
+    return state
+
+
+def masked_marker(cell_id: int, stream: str, size: int) -> str:
+    return (f"[{size} bytes of {stream} hidden to keep the State within context_bytes; read "
+            f"them with rio_ci.api.output({cell_id}, {stream!r}) in a Cell or "
+            f"`rio-ci output DB {cell_id} --stream {stream}`]")
+
+
+def elided_marker(size: int) -> str:
+    return f"\n[… {size} bytes elided …]\n"
+
+
+def retained(execution: dict[str, Any], stream: str) -> str:
+    """A stream's retained text: its head, then a marker and the tail when bytes between
+    them were elided."""
+    head: str = execution[stream]
+    tail: str = execution.get(f"{stream}_tail", "")
+    elided = execution.get(f"{stream}_elided", 0)
+    return head + elided_marker(elided) + tail if elided else head + tail
+
+
+def select_inbox(proj: Projection) -> list[dict[str, Any]]:
+    """A bounded set of unconsumed messages, in receipt order, that fits the context once
+    every output is masked (at least one message, so the Inbox always drains)."""
+    everything_masked = _unbounded(proj, [])
+    for key, fact in everything_masked["runtime"]["cells"].items():
+        for stream in ("stdout", "stderr"):
+            if fact[stream]:
+                fact[stream] = masked_marker(int(key), stream, len(fact[stream].encode()))
+    budget = proj.limits["context_bytes"] - encoded_size(everything_masked)
+    chosen: list[dict[str, Any]] = []
+    for message in proj.inbox[:MAX_DELIVERED]:
+        budget -= encoded_size(message) + 1
+        if budget < 0 and chosen:
+            break
+        chosen.append(message)
+    return chosen
 
 
 def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
@@ -36,9 +86,37 @@ def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
             shown[key] = {
                 "phase": ex["phase"],
                 "result": ex["result"],
-                "stdout": ex["stdout"],
-                "stderr": ex["stderr"],
-                "truncated": bool(ex["stdout_truncated"] or ex["stderr_truncated"]),
+                "stdout": retained(ex, "stdout"),
+                "stderr": retained(ex, "stderr"),
+                "truncated": bool(ex.get("stdout_elided") or ex.get("stderr_elided")
+                                  or ex.get("stdout_truncated") or ex.get("stderr_truncated")),
                 "resolved_by": ex["resolved_by"],
             }
     return shown
+
+
+def _unbounded(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "id": proj.session["id"],
+        "revision": proj.revision,
+        "goal": proj.session["goal"],
+        "cells": [dict(c) for c in proj.cells],
+        "runtime": {
+            "next_cell_id": proj.next_cell_id,
+            "cells": runtime_cells(proj, [c["id"] for c in proj.cells]),
+            "inbox": [dict(m) for m in inbox],
+            "usage": dict(proj.usage),
+            "pause": proj.pause,
+            "limits": dict(proj.limits),
+            "validators": [list(argv) for argv in proj.session["validators"]],
+        },
+    }
+
+
+def _mask_order(proj: Projection, facts: dict[str, Any]) -> list[str]:
+    """Oldest finished results first; unfinished Executions last."""
+    def age(key: str) -> tuple[int, int]:
+        seq = proj.executions[key].get("result_seq")
+        return (0, seq) if seq is not None else (1, int(key))
+    return sorted(facts, key=age)

@@ -25,7 +25,10 @@ from typing import Any
 
 import psutil
 
-from rio_ci.process import TOKEN_VAR
+from rio_ci.core import events as ev
+from rio_ci.core.projection import Projection
+from rio_ci.core.reducer import apply
+from rio_ci.run.survivors import TOKEN_VAR
 from rio_ci.session import Session
 from tests.faults.workload import DB, EXTERNAL, state_digest
 
@@ -81,8 +84,20 @@ def started_cells(directory: Path) -> set[int]:
 
 
 def message_of(event: dict[str, Any]) -> dict[str, Any] | None:
-    message = event.get("message")
-    return message if isinstance(message, dict) else None
+    """The Inbox message an event commits, if any (its id is all these checks need)."""
+    return ev.message_of(event["kind"], event)
+
+
+def turn_snapshots(events: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each Turn's committed snapshot, as a fold of the Journal up to its event renders it
+    (the event stores what identifies the snapshot, not a copy)."""
+    proj, found = Projection(), []
+    for event in events:
+        data = {k: v for k, v in event.items() if k not in ("seq", "kind", "at")}
+        apply(proj, event["seq"], event["kind"], data)
+        if event["kind"] == "turn_prepared" and proj.turn is not None:
+            found.append((event["turn_id"], proj.turn["state"]))
+    return found
 
 
 def violations(directory: Path, *, final: bool) -> list[str]:
@@ -103,8 +118,7 @@ def violations(directory: Path, *, final: bool) -> list[str]:
     by_seq = {e["seq"]: e for e in events}
 
     # --- acknowledged commits ------------------------------------------------------------
-    turns = {e["turn_id"]: state_digest(e["state"]) for e in events
-             if e["kind"] == "turn_prepared"}
+    turns = {turn_id: state_digest(state) for turn_id, state in turn_snapshots(events)}
     timers_set = collections.Counter(e["id"] for e in events if e["kind"] == "timer_set")
     for ack in acks(directory):
         if ack["kind"] == "receive":

@@ -27,7 +27,7 @@ from typing import Any
 
 import apsw
 
-from rio_ci.core.reducer import Projection
+from rio_ci.core.projection import Projection
 from rio_ci.journal import Journal, _configure
 from rio_ci.session import Session
 

@@ -214,6 +214,11 @@ class AdaptiveModel:
         self.name = "fault-workload"
         self.acks = directory / "acks.log"
 
+    def price(self) -> Any:
+        from rio_ci.model.base import Price
+
+        return Price(0.0, 0.0, 0.0, 0.0)
+
     def ask(self, request: Any) -> Any:
         from rio_ci.model.base import ModelReply, Usage
 
@@ -221,7 +226,7 @@ class AdaptiveModel:
         append_line(self.acks, json.dumps({"kind": "seen", "turn_id": request.turn_id,
                                            "state": state_digest(state)}))
         patch = decide(state)
-        return ModelReply(patch=patch, usage=Usage(10, 10, 0.0), raw={"patch": patch})
+        return ModelReply(patch=patch, usage=Usage(10, 10, cost_usd=0.0), raw={"patch": patch})
 
 
 # --- the driver ----------------------------------------------------------------------------
@@ -273,7 +278,7 @@ def _count_crash_points(out: Path) -> None:
 def run(directory: Path) -> int:
     import rio_ci.crashpoints  # noqa: F401  (reads RIO_CRASH_AT now)
     from rio_ci.harness import Harness
-    from rio_ci.owner import Owner
+    from rio_ci.run.owner import Owner
 
     os.environ.pop("RIO_CRASH_AT", None)  # Workers and validators never crash on purpose
     count = os.environ.pop("RIO_FAULT_COUNT", None)
@@ -307,7 +312,7 @@ def recover_twice(directory: Path) -> int:
     Exit 3 with ``{"failed_closed": reason}`` when recovery refuses to go on (SPEC §5: a lost
     leader with a surviving group, a recycled pid, processes that will not die)."""
     from rio_ci.errors import RecoveryError
-    from rio_ci.owner import Owner
+    from rio_ci.run.owner import Owner
 
     counts = []
     for _ in range(2):

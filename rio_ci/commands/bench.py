@@ -26,12 +26,13 @@ from typing import Any
 
 import psutil
 
-from rio_ci import supervision
-from rio_ci.core.admission import Rejection
+from rio_ci.core import events as ev
+from rio_ci.core.admission import Refused
 from rio_ci.core.state import encoded_size
 from rio_ci.errors import UsageError
-from rio_ci.owner import Owner
-from rio_ci.process import TOKEN_VAR
+from rio_ci.run.environment import uv_binary
+from rio_ci.run.owner import Owner
+from rio_ci.run.survivors import TOKEN_VAR
 from rio_ci.session import Session
 
 MEMORY_FILE_SYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
@@ -100,7 +101,7 @@ def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
         started = time.perf_counter()
         receipt = session.step(turn["turn_id"], ops)
         step = time.perf_counter() - started
-        if isinstance(receipt, Rejection):
+        if isinstance(receipt, Refused):
             raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
         row, started = json.dumps(ops), time.perf_counter()
         bare.execute("BEGIN IMMEDIATE")
@@ -161,15 +162,12 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
             session.receive(f"comment-{n}", "comment", {"body": f"comment {n}: {NOTE}"})
             head = accept(session, [{"kind": "cmd", "argv": ["echo", str(n)]}],
                           replace=head is not None)[0]
-            with session.journal.write() as w:  # what the Owner commits for one Execution
-                who = {"pid": 1, "pgid": 1, "create_time": 0.0, "boot_time": 0.0,
-                       "token": f"rio-bench-{head}"}
-                w.append("execution_started", {"cell_id": head, "token": who["token"]}, ref=head)
-                w.append("worker_registered", {"cell_id": head, "identity": who}, ref=head)
-                w.append("output", {"cell_id": head, "stream": "stdout", "text": f"{n}\n",
-                                    "dropped": False}, ref=head)
-                supervision.finish(w, head, {"type": "success", "cell_id": head,
-                                             "exit_code": 0})
+            # what the Owner commits for one Execution (no process: building is not measured)
+            token = f"rio-bench-{head}"
+            who = {"pid": 1, "pgid": 1, "create_time": 0.0, "boot_time": 0.0, "token": token}
+            session.authorize_launch(head, token)
+            session.register_worker(head, who)
+            session.finish(head, ev.exited(head, 0), output=[ev.OutputPiece("stdout", f"{n}\n")])
         session.journal.checkpoint()  # everything in the main file: a plain copy is whole
         copies[name] = root / f"open-{name}.sqlite3"
         shutil.copyfile(path, copies[name])
@@ -184,7 +182,7 @@ def measure_cells(root: Path, quick: bool) -> dict[str, Any]:
     db = root / "cells.sqlite3"
     Session.create(db, "bench: per-Execution overhead", cwd=str(work)).close()
     (script := root / "script.py").write_text(SCRIPT)
-    uv_argv = [supervision.uv_binary(), "run", "--quiet", "--script", str(script)]
+    uv_argv = [uv_binary(), "run", "--quiet", "--script", str(script)]
     owner = Owner(str(db))
     owner.recover()
     head: list[int] = []
@@ -343,7 +341,7 @@ def accept(session: Session, cells: list[dict[str, Any]], *, replace: bool = Fal
     ``replace``); returns their ids."""
     turn = session.prepare_turn()
     receipt = session.step(turn["turn_id"], patch_for(turn["state"], cells, replace=replace))
-    if isinstance(receipt, Rejection):
+    if isinstance(receipt, Refused):
         raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
     return receipt.cell_ids
 

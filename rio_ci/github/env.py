@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import yaml
 from rio_ci.core.limits import Limits
 from rio_ci.errors import UsageError
 
-DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
@@ -163,3 +164,8 @@ def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
         raise UsageError(f"{relative}: pass_env may not name {', '.join(forbidden)}: the "
                          "harness's own credentials never reach a Cell")
     return tuple(sorted(set(names)))
+
+
+def log(message: str) -> None:
+    """One line of the job's log (workflow commands such as ``::group::`` pass through)."""
+    print(message, file=sys.stderr, flush=True)

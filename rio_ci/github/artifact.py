@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict
 
 from rio_ci.errors import ArtifactError, StorageError
-from rio_ci.forge.base import Artifact, Forge
+from rio_ci.github.forge.base import Artifact, Forge
 from rio_ci.journal import copy_single_file, single_file_problem
 
 SCHEMA = "rio.artifact/1"
@@ -282,7 +282,7 @@ def _remove(paths: list[Path]) -> None:
 
 
 @dataclass(frozen=True)
-class Rejection:
+class RefusedGeneration:
     """One generation ``restore_newest`` refused; ``generation`` is None when its manifest
     could not be read."""
 
@@ -310,7 +310,7 @@ class RestoreResult:
     must then fail rather than start over, or it would publish over the lost history."""
 
     restored: Restored | None
-    rejected: tuple[Rejection, ...]
+    rejected: tuple[RefusedGeneration, ...]
 
 
 def restore_newest(
@@ -319,18 +319,18 @@ def restore_newest(
     """Restore the newest valid generation of artifact ``name`` into ``work_dir/<artifact id>/``.
 
     Candidates are tried newest first; expired ones and ones that fail ``unpack`` (or exceed
-    the download limit) are recorded as ``Rejection``s and the next older one is tried. A
+    the download limit) are recorded as ``RefusedGeneration``s and the next older one is tried. A
     ForgeError (network, permissions) propagates: falling back to an older generation because
     the newest could not be *fetched* would silently drop history.
     """
-    rejected: list[Rejection] = []
+    rejected: list[RefusedGeneration] = []
     work_dir.mkdir(parents=True, exist_ok=True)
     for candidate in forge.artifacts(name):
         outcome, generation = _try(forge, candidate, work_dir, max_bytes)
         if isinstance(outcome, Manifest):
             restored = Restored(work_dir / str(candidate.id) / SNAPSHOT, outcome, candidate)
             return RestoreResult(restored, tuple(rejected))
-        rejected.append(Rejection(candidate.id, candidate.created_at, generation, outcome))
+        rejected.append(RefusedGeneration(candidate.id, candidate.created_at, generation, outcome))
     return RestoreResult(None, tuple(rejected))
 
 

@@ -32,7 +32,7 @@ from github.Repository import Repository
 from urllib3.util.retry import Retry
 
 from rio_ci.errors import ForgeError, StorageError
-from rio_ci.forge.base import Artifact, Check, Comment, Forge, Issue
+from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue
 
 DEFAULT_API_URL = "https://api.github.com"
 DOWNLOAD_LIMIT_BYTES = 512 * 1024 * 1024

@@ -22,38 +22,32 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci import artifact, progress, workspace
-from rio_ci.action_env import ActionEnv, Config
-from rio_ci.errors import OwnershipError, Rejected, RioError, RunEnded
-from rio_ci.forge.base import Forge
-from rio_ci.github_events import (
-    WRITE_ASSOCIATIONS,
+from rio_ci.errors import RioError
+from rio_ci.github import artifact, progress, workspace
+from rio_ci.github.env import ActionEnv, Config, log
+from rio_ci.github.events import (
     branch_for,
     classify,
     goal_for,
     issue_of_branch,
-    quote_untrusted,
-    steer_command,
 )
-from rio_ci.harness import Harness, build_model
-from rio_ci.owner import Owner, handle_signals
+from rio_ci.github.forge.base import Forge
+from rio_ci.github.generations import newer_generations, rejections_note, restore, take_over
+from rio_ci.github.intake import may_steer, take_in
+from rio_ci.github.progress import publish_progress
+from rio_ci.harness import Harness
+from rio_ci.model import build_model
+from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
-WRITERS = frozenset({"admin", "maintain", "write"})
 JOB_FILE = "job.json"
-COMMENT_QUOTE_BYTES = 6000
 FAILING = frozenset({"failed", "error", "interrupted"})
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def action_command(phase: str, *, emit: Callable[[Any], None],
@@ -77,7 +71,7 @@ def action_command(phase: str, *, emit: Callable[[Any], None],
 
 
 def github_forge(env: ActionEnv) -> Forge:
-    from rio_ci.forge.github import GitHubForge
+    from rio_ci.github.forge.github import GitHubForge
 
     # PyGithub's spacing between requests is GitHub's advice against its secondary rate
     # limits; an API on this machine (a test fake, a local proxy) does not need it.
@@ -150,10 +144,10 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
                     "session": owner.session.proj.session["id"]}
         owner.recover()
         if pull_request is not None:
-            _watermark(owner.session, "pull_request", pull_request)
+            owner.session.set_watermark("pull_request", pull_request)
         take_in(owner, forge, issue)
         publish_progress(env, forge, owner.session, issue, job["generation"], None,
-                         note=_rejections_note(job))
+                         note=rejections_note(job))
         proj = owner.session.refresh()
         if proj.ended:
             log(f"rio-ci: the run of #{issue} has ended ({proj.ended['result']}); "
@@ -175,115 +169,6 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
             owner.close()
 
 
-def may_steer(forge: Forge, user: str | None, association: str | None) -> bool:
-    """Write access: a trusted author_association, else the collaborator-permission API."""
-    if not user or user.endswith("[bot]"):
-        return False
-    if association in WRITE_ASSOCIATIONS:
-        return True
-    return forge.permission(user) in WRITERS
-
-
-def restore(env: ActionEnv, forge: Forge, issue: int, db: Path) -> dict[str, Any]:
-    """Put the newest valid generation at ``db``. Returns ``{"generation", "artifact_id",
-    "seen", "rejected"}`` (``generation`` None: never saved) or ``{"problem"}`` when every
-    saved generation was refused — starting over would publish over the lost history."""
-    name = f"rio-session-{issue}"
-    # Every generation that exists now; finish treats any other one as a newer job's.
-    seen = [a.id for a in forge.artifacts(name)]
-    result = artifact.restore_newest(forge, name, env.state_dir / "restore")
-    rejected = [str(r) for r in result.rejected]
-    for rejection in rejected:
-        log(f"::error::rio-ci: {name}: {rejection}")
-    if result.restored is None:
-        if rejected:
-            return {"problem": f"every saved generation of {name} was refused; the newest: "
-                               f"{rejected[0]}. Nothing was run."}
-        return {"generation": None, "artifact_id": None, "seen": seen, "rejected": []}
-    db.unlink(missing_ok=True)
-    shutil.copyfile(result.restored.snapshot, db)
-    generation = result.restored.manifest.generation
-    log(f"rio-ci: restored generation {generation} of {name}")
-    return {"generation": generation, "artifact_id": result.restored.artifact.id,
-            "seen": sorted({*seen, result.restored.artifact.id}), "rejected": rejected}
-
-
-def _rejections_note(job: dict[str, Any]) -> str | None:
-    rejected = job.get("rejected") or []
-    if not rejected:
-        return None
-    return (f"Refused {len(rejected)} saved generation(s) and continued from generation "
-            f"{job['generation']}: " + "; ".join(rejected))
-
-
-def take_in(owner: Owner, forge: Forge, issue: int) -> None:
-    """Re-scan comments (issue and pull request) and checks; each observation enters the
-    Inbox once, under a stable id. Comments advance a watermark (their ids rise in the order
-    they are written); checks do not — runs finish out of id order — and rely on the
-    message id alone. A full Inbox stops the scan without advancing past what it refused."""
-    session = owner.session
-    marks = session.proj.watermarks
-    numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
-    try:
-        for number in numbers:
-            _take_comments(owner, forge, number)
-        for check in forge.checks(branch_for(issue)):
-            if session.refresh().ended:
-                return
-            session.receive(f"check:{check.kind}:{check.id}", "check", {
-                "name": check.name, "conclusion": check.conclusion, "url": check.url,
-                "kind": check.kind})
-    except (Rejected, RunEnded) as exc:
-        log(f"::warning::rio-ci: an observation was not taken in: {exc}")
-
-
-def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
-    session = owner.session
-    key = f"comments:{number}"
-    last = int(session.proj.watermarks.get(key, 0))
-    for comment in forge.comments(number, after_id=last):
-        if session.refresh().ended:
-            return
-        command = steer_command(comment.body)
-        if progress.MARKER in comment.body or comment.author.endswith("[bot]"):
-            pass
-        elif not may_steer(forge, comment.author, comment.association):
-            log(f"rio-ci: comment {comment.id} by @{comment.author} ignored (no write access)")
-        elif command == "stop":
-            owner.end_in_failure(f"stopped by @{comment.author} ({comment.url})")
-        elif command is None:
-            session.receive(f"comment:{comment.id}", "comment", {
-                "author": comment.author, "url": comment.url, "untrusted": True,
-                "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES)})
-        # "/rio status" needs nothing here: this job rewrites the progress comment anyway.
-        _watermark(session, key, comment.id)
-
-
-def _watermark(session: Session, name: str, value: Any) -> None:
-    with session.journal.write() as w:
-        if w.proj.watermarks.get(name) != value:
-            w.append("watermark", {"name": name, "value": value})
-
-
-def publish_progress(env: ActionEnv, forge: Forge, session: Session, issue: int,
-                     generation: int, outcome: str | None, *, note: str | None = None,
-                     pull_request: str | None = None, final: bool = False) -> None:
-    """Rewrite the progress comment from committed facts. A failed write is logged, never
-    fatal: the work and the Session matter more than the report."""
-    proj = session.refresh()
-    status = progress.status_of(proj, outcome)
-    body = progress.render(proj, status=status, run_url=env.run_url, generation=generation,
-                           operation=f"{proj.session['id']}:{proj.last_seq}", note=note,
-                           pull_request=pull_request)
-    try:
-        forge.upsert_comment(issue, progress.MARKER, body)
-    except RioError as exc:
-        log(f"::warning::rio-ci: the progress comment was not written: {exc}")
-    if final and env.summary is not None:
-        with env.summary.open("a") as stream:
-            stream.write(body.replace(progress.MARKER, "") + "\n")
-
-
 # --- finish ---------------------------------------------------------------------------------
 
 
@@ -291,9 +176,9 @@ def finish(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     job = json.loads((env.state_dir / JOB_FILE).read_text())
     issue, db, generation = int(job["issue"]), Path(job["db"]), int(job["generation"])
     name = f"rio-session-{issue}"
-    newer = _newer_generations(forge, name, set(job.get("seen") or []))
-    notes = [n for n in [_rejections_note(job)] if n]
-    owner = _take_over(db)
+    newer = newer_generations(forge, name, set(job.get("seen") or []))
+    notes = [n for n in [rejections_note(job)] if n]
+    owner = take_over(db)
     try:
         owner.recover()  # a cut-off run's started Execution becomes UnknownExecution now
         sha = None
@@ -340,29 +225,6 @@ def finish(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     return result
 
 
-def _take_over(db: Path, patience: float = 10.0) -> Owner:
-    """Become the Owner. The run step's process may take a moment to die after a cancel;
-    its lock goes with it."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            return Owner(str(db))
-        except OwnershipError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def _newer_generations(forge: Forge, name: str, seen: set[int]) -> list[int]:
-    """Artifact ids of ``name`` that this job did not see when it restored: another job
-    published after us. A listing that fails counts as unknown, and unknown is not safe."""
-    try:
-        return [a.id for a in forge.artifacts(name) if a.id not in seen]
-    except RioError as exc:
-        log(f"::error::rio-ci: cannot list {name} to check for newer generations: {exc}")
-        return [-1]
-
-
 def _pull_request(env: ActionEnv, forge: Forge, session: Session, issue: int,
                   notes: list[str]) -> str | None:
     session_id = session.proj.session["id"]
@@ -378,7 +240,7 @@ def _pull_request(env: ActionEnv, forge: Forge, session: Session, issue: int,
         return None
     number = re.search(r"/pull/([0-9]+)$", url)
     if number:  # comments on the pull request steer the Session too
-        _watermark(session, "pull_request", int(number.group(1)))
+        session.set_watermark("pull_request", int(number.group(1)))
     return url
 
 

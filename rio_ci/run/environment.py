@@ -1,4 +1,5 @@
-"""Keeping the harness's secrets (model API key, forge token) away from Workers.
+"""What a Worker starts with: its environment, its scratch folder, the in-Cell modules, uv —
+and what it must never get, the harness's secrets (model API key, forge token).
 
 Two ways a Cell could read them: its own environment, and the Owner's — Linux shows every
 process's *initial* environment to processes of the same user in ``/proc/<pid>/environ``.
@@ -9,11 +10,15 @@ Values set after exec live on the heap, where ``/proc/<pid>/environ`` does not l
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from rio_ci.session import Session
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 # Harness plumbing that must not reach a Worker either.
@@ -62,3 +67,52 @@ def scrub_own_environment(argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "rio_ci.cli", *argv], env)
+
+
+def secret_values(environ: Mapping[str, str], keep: Iterable[str] = ()) -> list[str]:
+    """The values captured output must never show (replaced by ``***`` before commit):
+    those of credential-named variables, longest first, shorter ones than ``_MIN_SECRET``
+    left out (they would match innocent text)."""
+    values = {environ[k] for k in secret_names(environ, keep) if len(environ[k]) >= _MIN_SECRET}
+    return sorted(values, key=len, reverse=True)
+
+
+def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
+    env = worker_environment(os.environ, session.proj.session.get("pass_env", []))
+    shim = str(api_shim(session))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim, env.get("PYTHONPATH")]))
+    env.update(RIO_SESSION_DB=str(session.journal.path), RIO_PYTHON=sys.executable)
+    if cell_id is not None:
+        env["RIO_CELL_ID"] = str(cell_id)
+    return env
+
+
+def scratch_dir(session: Session) -> Path:
+    path = session.journal.path.parent / f"{session.journal.path.name}.d"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+# What a Cell may import from rio_ci (standard library only, each on its own).
+CELL_MODULES = ("api.py",)
+
+
+def api_shim(session: Session) -> Path:
+    """A folder holding only the in-Cell modules of rio_ci, so a Cell can import them and
+    nothing else of the harness."""
+    shim = scratch_dir(session) / "pylib"
+    package = shim / "rio_ci"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    for name in CELL_MODULES:
+        source = (Path(__file__).parents[1] / name).read_text()
+        if not (package / name).exists() or (package / name).read_text() != source:
+            (package / name).write_text(source)
+    return shim
+
+
+@functools.cache  # finding it searches several install locations (~0.3 ms a launch)
+def uv_binary() -> str:
+    from uv import find_uv_bin
+
+    return str(find_uv_bin())

@@ -24,8 +24,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from rio_ci.credentials import SECRET_NAME
 from rio_ci.errors import ForgeError
+from rio_ci.run.environment import SECRET_NAME
 
 AUTHOR = ["-c", "user.name=rio-ci", "-c", "user.email=rio-ci@users.noreply.github.com"]
 # Settings that would let the checkout's own configuration run a program or reroute the token.

@@ -12,7 +12,12 @@ import re
 import time
 from typing import Any
 
-from rio_ci.core.reducer import Projection
+from rio_ci.core.projection import Projection
+from rio_ci.core.text import clip, escape_control
+from rio_ci.errors import RioError
+from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.forge.base import Forge
+from rio_ci.session import Session
 
 MARKER = "<!-- rio-ci:progress -->"
 _META = re.compile(r"<!-- rio-ci:meta (\{.*?\}) -->")
@@ -65,6 +70,9 @@ def render(proj: Projection, *, status: str, run_url: str | None, generation: in
     if recent:
         lines += ["", "<details><summary>recent output</summary>", "", "```text", recent, "```",
                   "", "</details>"]
+    if proj.rationale:
+        lines += ["", "<details><summary>the model's last rationale</summary>", "",
+                  _quoted(proj.rationale), "", "</details>"]
     lines += ["", f"Rounds {usage.get('rounds', 0)} · tokens {usage.get('input_tokens', 0)} in / "
                   f"{usage.get('output_tokens', 0)} out · cost {cost}"]
     if pull_request:
@@ -97,6 +105,12 @@ def read_meta(body: str) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
+def _quoted(text: str) -> str:
+    """Model text as a Markdown quote: clipped, control characters escaped, no mentions."""
+    clipped = escape_control(clip(text.strip(), 1500)).replace("@", "@\u200b")
+    return "\n".join(f"> {line}" for line in clipped.splitlines())
+
+
 def _role(cell: dict[str, Any]) -> str:
     return f" ({cell['role']})" if cell.get("role") else ""
 
@@ -116,3 +130,22 @@ def _recent_output(proj: Projection) -> str:
     last = max(finished, key=lambda e: e["cell_id"])
     text = (last["stdout"] + last["stderr"]).strip().replace("```", "`\u200b``")
     return "\n".join(text.splitlines()[-15:])[-1500:]
+
+
+def publish_progress(env: ActionEnv, forge: Forge, session: Session, issue: int,
+                     generation: int, outcome: str | None, *, note: str | None = None,
+                     pull_request: str | None = None, final: bool = False) -> None:
+    """Rewrite the progress comment from committed facts. A failed write is logged, never
+    fatal: the work and the Session matter more than the report."""
+    proj = session.refresh()
+    status = status_of(proj, outcome)
+    body = render(proj, status=status, run_url=env.run_url, generation=generation,
+                  operation=f"{proj.session['id']}:{proj.last_seq}", note=note,
+                  pull_request=pull_request)
+    try:
+        forge.upsert_comment(issue, MARKER, body)
+    except RioError as exc:
+        log(f"::warning::rio-ci: the progress comment was not written: {exc}")
+    if final and env.summary is not None:
+        with env.summary.open("a") as stream:
+            stream.write(body.replace(MARKER, "") + "\n")

@@ -1,0 +1,99 @@
+"""``rio-ci work`` and ``rio-ci run``: become the Owner, recover, and (run) drive model rounds.
+
+Both print one JSON line on stdout at the end; ``run`` tells each round on stderr as it
+happens (the live log). SIGINT/SIGTERM stop the running Worker group, commit what is known and
+end within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from rio_ci.errors import RioError, UsageError
+from rio_ci.harness import Harness
+from rio_ci.live import LiveLog
+from rio_ci.model import build_model
+from rio_ci.model.base import Model, Price
+from rio_ci.run.owner import Owner, handle_signals
+from rio_ci.session import Session
+
+_PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)$")
+
+
+def work_command(db: str, *, timeout: float | None, emit: Callable[[Any], None]) -> int:
+    owner = Owner(db)
+    restore = handle_signals(owner.interrupted)
+    try:
+        status = owner.work(timeout)
+    finally:
+        restore()
+        with contextlib.suppress(RioError):
+            owner.close()
+    if owner.interrupted.is_set():
+        status["interrupted"] = True
+    emit(status)
+    ended = status["ended"]
+    return 1 if owner.interrupted.is_set() or (ended and ended["result"] == "failure") else 0
+
+
+def parse_price(text: str) -> Price:
+    """``IN/OUT`` in USD per million input / output tokens."""
+    match = _PRICE.match(text.strip())
+    if not match:
+        raise UsageError(f"--price expects IN/OUT in USD per million tokens (e.g. 3/15), "
+                         f"got {text!r}")
+    return Price.flat(float(match.group(1)), float(match.group(2)))
+
+
+def priced_model(db: str, spec: str, *, effort: str, price: Price | None) -> Model:
+    """The model of ``spec`` with a known price: its own, ``price``, or one an earlier run
+    stored in the Session. Refuses (exit 2) a model whose cost cannot be counted."""
+    model = build_model(spec, effort=effort, price=price)
+    if model.price() is not None:
+        return model
+    session = Session.open(db)
+    try:
+        stored = session.proj.prices.get(model.name)
+    finally:
+        session.close()
+    if stored is not None:
+        model = build_model(spec, effort=effort, price=Price(**stored))
+    if model.price() is None:
+        raise UsageError(
+            f"{model.name} has no known price, so its cost cannot be counted against the "
+            f"cost_usd budget; give --price IN/OUT (USD per million input / output tokens)")
+    return model
+
+
+def run_command(db: str, spec: str, *, deadline: float | None, price: str | None,
+                effort: str, emit: Callable[[Any], None]) -> int:
+    given = parse_price(price) if price is not None else None
+    model = priced_model(db, spec, effort=effort, price=given)
+    owner = Owner(db)
+    restore = handle_signals(owner.interrupted)
+    live = LiveLog(owner.session, sys.stderr)
+    limit = None if deadline is None else time.monotonic() + deadline
+    try:
+        if given is not None:
+            owner.session.set_price(model.name, asdict(given))
+        outcome = Harness(owner, model, live=live).run(limit)
+        if owner.running is not None:
+            owner.stop_running("owner_interrupted" if outcome.status == "interrupted"
+                               else "owner_deadline")
+        live.close()
+    finally:
+        restore()
+        with contextlib.suppress(RioError):
+            owner.close()
+    result = outcome.to_dict()
+    if os.environ.get("RIO_RUN_VERBOSE"):  # tests and debugging: which Cells this run ran
+        result["ran"] = owner.ran
+    emit(result)
+    return 1 if outcome.status in ("failed", "interrupted") else 0

@@ -1,0 +1,136 @@
+"""The live log of a run: committed events told as they happen, on stderr.
+
+It is a tail of the Journal, so nothing is shown before it is committed: each round (its
+number, the model's rationale, the Cells it added or removed, usage and cost so far), each
+Execution's output as it is committed, and its result. In GitHub Actions each round is a
+``::group::`` so the job log folds. Terminal control characters in anything a Cell printed
+are escaped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rio_ci.core.text import clip, escape_control
+from rio_ci.session import Session
+
+
+class LiveLog:
+    def __init__(self, session: Session, stream: TextIO, *, groups: bool = False):
+        self.session = session
+        self.stream = stream
+        self.groups = groups
+        self.after = session.proj.last_seq  # only what happens from now on
+        self.grouped = False
+
+    def update(self) -> None:
+        """Tell every event committed since the last call."""
+        lines: list[str] = []
+        last = self.after
+        for event in self.session.journal.events(after=self.after):
+            lines.extend(self._lines(event))
+            last = event["seq"]
+        self.after = last
+        if lines:
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.update()
+        if self.grouped:
+            self.stream.write("::endgroup::\n")
+            self.stream.flush()
+            self.grouped = False
+
+    def _lines(self, event: dict[str, Any]) -> list[str]:
+        kind = event["kind"]
+        told = getattr(self, f"_{kind}", None)
+        return told(event) if told else []
+
+    def _turn_prepared(self, event: dict[str, Any]) -> list[str]:
+        round_number = event["turn_id"].split("-")[1]  # turn-<k>-<random>
+        title = f"rio-ci: round {round_number} (revision {event['revision']})"
+        lines = []
+        if self.groups:
+            if self.grouped:
+                lines.append("::endgroup::")
+            lines.append(f"::group::{title}")
+            self.grouped = True
+        else:
+            lines.append(f"── {title}")
+        if event["delivered"]:
+            lines.append(f"   delivered: {', '.join(event['delivered'][:8])}"
+                         + (" …" if len(event["delivered"]) > 8 else ""))
+        return lines
+
+    def _model_response(self, event: dict[str, Any]) -> list[str]:
+        lines = []
+        rationale = (event.get("rationale") or "").strip()
+        if rationale:
+            lines += ["   model: " + escape_control(clip(rationale, 2000)).replace("\n", "\n   ")]
+        if event.get("invalid"):
+            lines.append(f"   reply not admitted: {escape_control(event['invalid'])}")
+        if event.get("error"):
+            again = " (will retry)" if event.get("transient") else ""
+            lines.append(f"   model error{again}: {escape_control(clip(event['error'], 500))}")
+        usage = self.session.proj.usage
+        if event.get("usage"):
+            lines.append(f"   usage so far: {usage['rounds']} rounds, "
+                         f"{usage['input_tokens']} in / {usage['output_tokens']} out tokens, "
+                         f"${usage['cost_usd']:.4f}")
+        return lines
+
+    def _patch_rejected(self, event: dict[str, Any]) -> list[str]:
+        return [f"   patch rejected: {escape_control(event['reason'])}"]
+
+    def _patch_accepted(self, event: dict[str, Any]) -> list[str]:
+        lines = [f"   accepted → revision {event['revision']}"]
+        lines += [f"   + [{cell['id']}] {describe(cell)}" for cell in event["cells"]]
+        lines += [f"   - [{cell_id}] removed" for cell_id in event["removed"]]
+        return lines
+
+    def _execution_started(self, event: dict[str, Any]) -> list[str]:
+        return [f"   [{event['cell_id']}] started"]
+
+    def _output(self, event: dict[str, Any]) -> list[str]:
+        text = event.get("text") or ""
+        if "tail" in event:
+            text += f"[… {event.get('elided', 0)} bytes elided so far …]\n" + event["tail"]
+        if not text:
+            return []
+        prefix = f"   [{event['cell_id']}{' stderr' if event['stream'] == 'stderr' else ''}] "
+        return [prefix + escape_control(line) for line in text.rstrip("\n").split("\n")]
+
+    def _execution_finished(self, event: dict[str, Any]) -> list[str]:
+        result = event["result"]
+        detail = f" exit {result['exit_code']}" if result.get("exit_code") is not None else ""
+        reason = f" ({result['reason']})" if result.get("reason") else ""
+        return [f"   [{event['cell_id']}] → {result['type']}{detail}{reason}"]
+
+    def _control_rejected(self, event: dict[str, Any]) -> list[str]:
+        return [f"   control {event['note_id']} rejected: {escape_control(event['reason'])}"]
+
+    def _validator_result(self, event: dict[str, Any]) -> list[str]:
+        return [f"   validator {' '.join(event['argv'])} → {event['result']['type']}"]
+
+    def _timer_fired(self, event: dict[str, Any]) -> list[str]:
+        return [f"   timer {event['id']} fired"]
+
+    def _message_received(self, event: dict[str, Any]) -> list[str]:
+        message = event["message"]
+        return [f"   inbox: {message['kind']} {escape_control(message['id'])}"]
+
+    def _run_ended(self, event: dict[str, Any]) -> list[str]:
+        return [f"── run ended: {event['result']} — {escape_control(event['reason'])}"]
+
+
+def describe(cell: dict[str, Any]) -> str:
+    """One line for a Cell: its kind and the start of what it holds."""
+    if cell["kind"] == "note":
+        role = f"{cell['role']} " if cell.get("role") else ""
+        return escape_control(f"note {role}{clip(cell['text'], 120)}")
+    if cell["kind"] == "cmd":
+        return escape_control(clip("cmd " + " ".join(cell["argv"]), 160))
+    first = next((ln for ln in cell["source"].splitlines()
+                  if ln.strip() and not ln.startswith("#")), "")
+    return escape_control(f"code {clip(first, 100)}")

@@ -1,0 +1,114 @@
+"""Launching one Execution (SPEC §5) and running validators under the same supervision.
+
+``Launch.start`` asks the Session to commit ``started`` before any process exists, spawns the
+gated Worker, has its identity committed, and only then releases it. A crash anywhere in
+between leaves a ``started`` Execution that recovery turns into an UnknownExecution.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rio_ci.core import events as ev
+from rio_ci.crashpoints import crash_point
+from rio_ci.run.capture import Capture, Watch, run_to_end
+from rio_ci.run.environment import scratch_dir, secret_values, uv_binary, worker_env
+from rio_ci.run.worker import Worker
+from rio_ci.session import Session
+
+# Called with (cell id, token) after ``started`` is committed and before the Worker is
+# spawned: a place to make the launch durable elsewhere too (GitHub: a write-ahead record
+# pushed to the repository). If it raises, nothing is spawned and the Execution stays
+# ``started``, to be recovered as an UnknownExecution.
+BeforeSpawn = Callable[[int, str], None]
+
+
+class Launch:
+    def __init__(self, session: Session, before_spawn: BeforeSpawn | None = None):
+        self.session = session
+        self.before_spawn = before_spawn
+        self.secrets = secret_values(os.environ)
+
+    def token(self, what: str) -> str:
+        return f"rio-{self.session.proj.session['id']}-{what}-{uuid.uuid4().hex[:12]}"
+
+    def start(self, ex: dict[str, Any]) -> Capture | None:
+        """Launch one queued Execution. Returns its Capture, or None when nothing runs: it
+        finished at once (a launch that failed before the gate opened: known not to have
+        run), or it stayed queued because a Control was committed meanwhile."""
+        session, cell, cell_id = self.session, ex["cell"], ex["cell_id"]
+        token = self.token(str(cell_id))
+        if not session.authorize_launch(cell_id, token):
+            return None
+        if self.before_spawn is not None:
+            self.before_spawn(cell_id, token)
+        cwd = session.proj.session["cwd"]
+        env = worker_env(session, cell_id)
+        argv, problem = self._argv(cell, cwd, env)
+        worker = None
+        if problem is None:
+            try:
+                worker = Worker.spawn(argv, cwd, env, token)
+            except OSError as exc:
+                problem = f"could not start the Worker: {exc}"
+        if worker is None:
+            session.finish(cell_id, ev.launch_failed(cell_id, problem or "unknown"))
+            return None
+        crash_point("worker_spawned")
+        session.register_worker(cell_id, worker.identity.to_dict())
+        crash_point("worker_before_release")
+        worker.release()
+        crash_point("script_running")
+        return Capture(session, cell_id, Watch(worker, session.limits["output_bytes"],
+                                               self.secrets))
+
+    def _argv(self, cell: dict[str, Any], cwd: str,
+              env: dict[str, str]) -> tuple[list[str], str | None]:
+        """The command to run, or why it cannot run (known before anything starts)."""
+        if not Path(cwd).is_dir():
+            return [], f"working directory {cwd} does not exist"
+        if cell["kind"] == "code":
+            # One path for every code Cell of this Session: uv keys its cached script
+            # environment by path, so a new path per Cell would build a new one each time.
+            script = scratch_dir(self.session) / "cells" / "cell.py"
+            script.parent.mkdir(exist_ok=True)
+            script.write_text(cell["source"])
+            return [uv_binary(), "run", "--quiet", "--script", str(script)], None
+        argv = list(cell["argv"])
+        if shutil.which(argv[0], path=env.get("PATH")) is None and not (
+                "/" in argv[0] and os.access(Path(cwd, argv[0]), os.X_OK)):
+            return argv, f"program not found: {argv[0]}"
+        return argv, None
+
+    def validator(self, note_id: int, index: int, argv: list[str],
+                  interrupted: threading.Event) -> dict[str, Any]:
+        """Run one validator under the same supervision; commit and return its result."""
+        session = self.session
+        watch = None
+        result: dict[str, Any]
+        try:
+            worker = Worker.spawn(argv, session.proj.session["cwd"], worker_env(session, None),
+                                  self.token("validator"))
+        except OSError as exc:
+            result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}
+        else:
+            worker.release()
+            watch = Watch(worker, session.limits["output_bytes"], self.secrets)
+            end = run_to_end(watch, session.limits["execution_seconds"], interrupted)
+            if isinstance(end, str):
+                result = {"type": "error", "exit_code": None, "reason": end}
+            else:
+                result = {"type": "success" if end == 0 else "error", "exit_code": end}
+        streams = watch.streams if watch else {}
+        session.record_validator({
+            "note_id": note_id, "index": index, "argv": argv, "result": result,
+            "stdout": streams["stdout"].text() if streams else "",
+            "stderr": streams["stderr"].text() if streams else "",
+            "truncated": any(r.elided for r in streams.values())})
+        return result

@@ -1,0 +1,79 @@
+"""The architecture, checked: one write path, SQL in one module, small modules, no cycles.
+
+- only ``rio_ci/session.py`` writes events (opens ``journal.write()`` or holds a ``Writer``);
+- only ``rio_ci/journal.py`` imports ``sqlite3`` (bench's bare baseline commit is the one
+  documented exception: it measures SQLite itself);
+- every module stays at or under 400 lines;
+- events are built only by ``rio_ci.core.events`` constructors (no module but the Session
+  appends, and the Session appends only what those constructors return).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rio_ci"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+MAX_LINES = 400
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(PACKAGE.parent).as_posix()
+
+
+def writes_events(source: str) -> list[str]:
+    """Places in ``source`` that open a Journal transaction or append an event."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "write":
+            owner = ast.unparse(node.value)
+            if owner == "journal" or owner.endswith(".journal"):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "rio_ci.journal":
+            found += [f"line {node.lineno}: imports Writer"
+                      for alias in node.names if alias.name == "Writer"]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "append" and isinstance(node.args[0] if node.args else None,
+                                                          ast.Call):
+            inner = node.args[0]
+            assert isinstance(inner, ast.Call)
+            if ast.unparse(inner.func).startswith("ev."):
+                found.append(f"line {node.lineno}: appends {ast.unparse(inner.func)}")
+    return found
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_only_the_session_writes_events(module: Path) -> None:
+    if relative(module) in ("rio_ci/session.py", "rio_ci/journal.py"):
+        return
+    assert writes_events(module.read_text()) == []
+
+
+def test_the_write_check_catches_writers() -> None:
+    assert writes_events("with self.session.journal.write() as w:\n    pass\n")
+    assert writes_events("from rio_ci.journal import Journal, Writer\n")
+    assert writes_events("w.append(ev.output(1, 'stdout', text='x'))\n")
+    assert writes_events("journal.write()\n")
+    assert not writes_events("self.session.finish(1, result)\nparts.append(piece)\n")
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_only_the_journal_runs_sql(module: Path) -> None:
+    if relative(module) in ("rio_ci/journal.py", "rio_ci/commands/bench.py"):
+        return
+    imported = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    assert not {"sqlite3", "apsw", "sqlite_utils"} & imported, relative(module)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_modules_stay_small(module: Path) -> None:
+    lines = len(module.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{relative(module)} has {lines} lines (at most {MAX_LINES})"
