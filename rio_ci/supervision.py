@@ -49,14 +49,17 @@ def scratch_dir(session: Session) -> Path:
 
 
 def api_shim(session: Session) -> Path:
-    """A folder holding only ``rio_ci/api.py``, so a Cell can import it and nothing else."""
+    """A folder holding only ``rio_ci/api.py`` and ``rio_ci/tools/``, so a Cell can import
+    them and nothing else."""
     shim = scratch_dir(session) / "pylib"
     package = shim / "rio_ci"
-    package.mkdir(parents=True, exist_ok=True)
+    (package / "tools").mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
-    source = (Path(__file__).parent / "api.py").read_text()
-    if not (package / "api.py").exists() or (package / "api.py").read_text() != source:
-        (package / "api.py").write_text(source)
+    here = Path(__file__).parent
+    for path in [here / "api.py", *sorted((here / "tools").glob("*.py"))]:
+        source, copy = path.read_text(), package / path.relative_to(here)
+        if not copy.exists() or copy.read_text() != source:
+            copy.write_text(source)
     return shim
 
 
