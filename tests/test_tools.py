@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rio_ci.tools import ToolError, create, find, grep, insert, replace, view
+from rio_ci.tools.__main__ import build_parser
 from rio_ci.tools.files import VIEW_CHARS
 from rio_ci.tools.search import MAX_FILE_BYTES, MAX_MATCHES, MAX_PATHS
 from tests import session_cli
@@ -145,14 +146,14 @@ def test_insert_adds_lines_after_a_line_and_shows_them(here: Path) -> None:
     Path("a.txt").write_text("a\nb\nc\n")
     out = insert("a.txt", 2, "b1\nb2")
     assert Path("a.txt").read_text() == "a\nb\nb1\nb2\nc\n"
-    assert out.splitlines()[0] == "inserted 2 line(s) after line 2 of a.txt"
+    assert out.splitlines()[0] == "inserted 2 lines after line 2 of a.txt"
     assert numbered(3, "b1") in out and numbered(4, "b2") in out
     with pytest.raises(ToolError, match=r"use 0 \(the top\) to 5"):
         insert("a.txt", 6, "x")
 
 
 def test_create_makes_folders_and_refuses_to_overwrite(here: Path) -> None:
-    assert create("pkg/sub/new.py", "print(1)\n") == "created pkg/sub/new.py (1 lines)"
+    assert create("pkg/sub/new.py", "print(1)\n") == "created pkg/sub/new.py (1 line)"
     assert Path("pkg/sub/new.py").read_text() == "print(1)\n"
     with pytest.raises(ToolError, match="already exists"):
         create("pkg/sub/new.py", "print(2)\n")
@@ -262,6 +263,18 @@ def test_command_errors_are_one_line_on_stderr_with_exit_status_1(tmp_path: Path
     assert (tmp_path / "a.py").read_text() == "x\nx\n"
 
 
+def test_every_command_and_option_is_documented() -> None:
+    text = (session_cli.ROOT / "docs" / "tools.md").read_text()
+    commands = next(a for a in build_parser()._actions if a.dest == "command")
+    missing = []
+    for name, parser in commands.choices.items():  # type: ignore[attr-defined]
+        missing += [] if f"\n## {name}\n" in text else [name]
+        missing += [f"{name} {option}" for action in parser._actions
+                    for option in action.option_strings
+                    if option.startswith("--") and option != "--help" and option not in text]
+    assert missing == []
+
+
 # --- inside a Session ----------------------------------------------------------------------
 
 
@@ -287,7 +300,7 @@ def test_cells_use_the_tools_through_the_owner(new: New) -> None:
     assert viewed["stdout"].splitlines() == [
         "hello.py (2 lines):", numbered(1, "def greet():"), numbered(2, "    return 'hi'")]
     edited = sess.runtime(2)["stdout"].splitlines()
-    assert edited[0] == "replaced lines 2-2 of hello.py (1 → 1 lines)", edited
+    assert edited[0] == "replaced line 2 of hello.py (1 → 1 lines)", edited
     assert numbered(2, "    return 'hello'") in edited
     assert any(line.startswith("refused: old text not found in hello.py") for line in edited)
     assert (sess.cwd / "hello.py").read_text() == "def greet():\n    return 'hello'\n"

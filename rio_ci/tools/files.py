@@ -99,6 +99,10 @@ def adapt(text: str, newline: str) -> str:
     return text.replace("\n", newline) if newline != "\n" else text
 
 
+def count(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
 def line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
@@ -200,7 +204,8 @@ def replace(path: str, old: str, new: str) -> str:
     write_text(path, edited)
     first = line_of(text, at)
     before, after = len(split_lines(old)), len(split_lines(new))
-    summary = f"replaced lines {first}-{first + before - 1} of {path} ({before} → {after} lines)"
+    span = f"line {first}" if before == 1 else f"lines {first}-{first + before - 1}"
+    summary = f"replaced {span} of {path} ({before} → {after} lines)"
     return f"{summary}\n{region(path, split_lines(edited), first, first + after - 1)}"
 
 
@@ -223,7 +228,7 @@ def insert(path: str, line: int, text: str) -> str:
         added[-1] = body(added[-1])
     lines[line:line] = added
     write_text(path, "".join(lines))
-    return (f"inserted {len(added)} line(s) after line {line} of {path}\n"
+    return (f"inserted {count(len(added))} after line {line} of {path}\n"
             f"{region(path, lines, line + 1, line + len(added))}")
 
 
@@ -241,4 +246,4 @@ def create(path: str, text: str, overwrite: bool = False) -> str:
     else:
         verb = "created"
     write_text(path, text)
-    return f"{verb} {path} ({len(split_lines(text))} lines)"
+    return f"{verb} {path} ({count(len(split_lines(text)))})"
