@@ -5,6 +5,8 @@ drifted and fuzzy hunks, and all-or-nothing failures.
 
 from __future__ import annotations
 
+import difflib
+import os
 import shutil
 import stat
 import subprocess
@@ -12,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rio_ci.tools import ToolError, apply_diff
 from tests.session_cli import base_env
@@ -218,3 +222,26 @@ def test_a_failing_apply_diff_command_exits_1_and_writes_nothing(tmp_path: Path)
     assert done.stderr.startswith("error: hunk 1 of b.txt (@@ -1 +1 @@) does not match")
     assert "  | zwei" in done.stderr and done.stdout == ""
     assert (tmp_path / "a.txt").read_text() == "one\n"
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=st.lists(st.sampled_from("abcde"), max_size=30),
+       after=st.lists(st.sampled_from("abcdef"), max_size=30),
+       context=st.integers(min_value=0, max_value=3))
+def test_any_difflib_diff_round_trips(tmp_path: Path, before: list[str], after: list[str],
+                                      context: int) -> None:
+    """Repeated lines make placement ambiguous; the header's line must win. Context 0
+    makes "-N,0" insertion hunks, which go after line N."""
+    path = tmp_path / "f.txt"
+    path.write_text("".join(f"{line}\n" for line in before))
+    diff = "".join(difflib.unified_diff([f"{x}\n" for x in before], [f"{x}\n" for x in after],
+                                        "a/f.txt", "b/f.txt", n=context))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        if diff:
+            apply_diff(diff)
+    finally:
+        os.chdir(cwd)
+    assert path.read_text() == "".join(f"{line}\n" for line in after)
