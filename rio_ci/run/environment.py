@@ -93,21 +93,18 @@ def scratch_dir(session: Session) -> Path:
     return path
 
 
-# What a Cell may import from rio_ci (standard library only, each on its own).
-CELL_MODULES = ("api.py",)
-
-
 def api_shim(session: Session) -> Path:
-    """A folder holding only the in-Cell modules of rio_ci, so a Cell can import them and
-    nothing else of the harness."""
+    """A folder holding only the in-Cell modules of rio_ci (``api.py`` and ``tools/``, both
+    standard library only), so a Cell can import them and nothing else of the harness."""
     shim = scratch_dir(session) / "pylib"
     package = shim / "rio_ci"
-    package.mkdir(parents=True, exist_ok=True)
+    (package / "tools").mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
-    for name in CELL_MODULES:
-        source = (Path(__file__).parents[1] / name).read_text()
-        if not (package / name).exists() or (package / name).read_text() != source:
-            (package / name).write_text(source)
+    root = Path(__file__).parents[1]
+    for path in [root / "api.py", *sorted((root / "tools").glob("*.py"))]:
+        source, copy = path.read_text(), package / path.relative_to(root)
+        if not copy.exists() or copy.read_text() != source:
+            copy.write_text(source)
     return shim
 
 
