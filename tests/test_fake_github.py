@@ -22,7 +22,8 @@ MiB = 1024 * 1024
 @pytest.fixture
 def client(gh: FakeGitHub) -> Iterator[github.Github]:
     with github.Github(auth=github.Auth.Token(gh.token), base_url=gh.api_url, retry=None,
-                       per_page=100) as made:
+                       per_page=100, seconds_between_requests=0,
+                       seconds_between_writes=0) as made:
         yield made
 
 
@@ -33,7 +34,8 @@ def repo(gh: FakeGitHub, client: github.Github) -> Repository:
 
 def as_token(gh: FakeGitHub, token: str) -> Repository:
     return github.Github(auth=github.Auth.Token(token), base_url=gh.api_url, retry=None,
-                         lazy=True).get_repo(gh.repo)
+                         lazy=True, seconds_between_requests=0,
+                         seconds_between_writes=0).get_repo(gh.repo)
 
 
 def git(cwd: Path, *args: str) -> str:
