@@ -211,7 +211,7 @@ def test_artifacts_expire_after_their_retention_days_cut_to_the_maximum(
     created = "2024-05-01T10:00:00Z"
     ids = {days: gh.upload_artifact("rio-session-1", tmp_path, retention_days=days,
                                     created_at=created) for days in (7, None, 400)}
-    start = datetime.datetime(2024, 5, 1, 10, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2024, 5, 1, 10, tzinfo=datetime.UTC)
     expiry = {a.id: a.expires_at for a in repo.get_artifacts(name="rio-session-1")}
     assert expiry == {ids[7]: start + datetime.timedelta(days=7),
                       ids[None]: start + datetime.timedelta(days=90),

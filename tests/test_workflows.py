@@ -245,7 +245,8 @@ def test_the_app_example_is_the_full_example_with_an_app_token() -> None:
                 if str(s.get("uses", "")).startswith("actions/create-github-app-token@")]
     assert "permission-workflows" not in token["with"]
     assert token["with"]["private-key"] == "${{ secrets.RIO_APP_PRIVATE_KEY }}"
-    assert step(app, "rio")["with"]["github-token"] == f"${{{{ steps.{token['id']}.outputs.token }}}}"
+    wanted = expression(f"steps.{token['id']}.outputs.token")
+    assert step(app, "rio")["with"]["github-token"] == wanted
     # an installation token lives an hour: the job ends before it does
     assert job["timeout-minutes"] < 60
 

@@ -66,7 +66,8 @@ for line in sys.stdin.read().splitlines():
                 large[path] = int(git("cat-file", "-s", blob))
 errors = []
 if large:
-    errors += ["Trace: 5f1e0d5a2b7c4e9f8a6b3c2d1e0f9a8b", "See https://gh.io/lfs for more information."]
+    errors += ["Trace: 5f1e0d5a2b7c4e9f8a6b3c2d1e0f9a8b",
+               "See https://gh.io/lfs for more information."]
     errors += [f"File {path} is {size / 2**20:.2f} MB; this exceeds GitHub's file size limit "
                f"of {limit / 2**20:.2f} MB" for path, size in large.items()]
     errors.append("GH001: Large files detected. You may want to try Git Large File Storage - "
