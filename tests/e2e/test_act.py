@@ -313,7 +313,6 @@ ROUTES = [  # (event, payload, the group of the job that runs or None)
     ("issue_comment", {"action": "created",
                        "comment": {**PERSON, "body": "please look at /rio"},
                        "issue": {"number": 9, "labels": []}}, None),
-    ("schedule", {"schedule": "7,22,37,52 * * * *"}, None),  # the sweep is rio-sweep.yml
     ("repository_dispatch", {"action": "rio-timer"}, None),  # only sweep-wake runs
     ("workflow_dispatch", {"inputs": {"issue": "7"}}, "rio-issue-7"),
 ]
