@@ -1,9 +1,16 @@
 """action.yml and the workflows in .github/workflows/: the SPEC §13 contract read off the
 YAML itself (inputs, outputs, environment mapping, triggers, concurrency, permissions), plus
-the rules that keep untrusted text out of shell: no ``${{ }}`` inside any ``run:``."""
+the rules that keep untrusted text out of shell: no ``${{ }}`` inside any ``run:``; and the
+§13.1 hygiene: every ``uses:`` pinned to a commit, only the sweep jobs may change workflows,
+the README's workflow filters as the full example's, zizmor clean."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +30,9 @@ INPUTS = {  # input → (environment variable, default)
     "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),
 }
 OUTPUTS = {"status", "session", "next-wake", "pull-request", "artifact-name"}
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+ZIZMOR = shutil.which("zizmor", path=f"{Path(sys.executable).parent}{os.pathsep}"
+                                     f"{os.environ['PATH']}")
 
 
 def expression(text: str) -> str:
@@ -92,7 +102,7 @@ def test_rio_ci_is_installed_from_the_actions_own_path_beside_the_workflows_pyth
     action: dict[str, Any]
 ) -> None:
     python = step(action, "python")
-    assert python["uses"] == "actions/setup-python@v5"
+    assert python["uses"].startswith("actions/setup-python@")
     assert python["with"]["update-environment"] is False
     (install,) = [s for s in steps_of(action) if "pip install" in s.get("run", "")]
     assert install["env"]["RIO_ACTION_PATH"] == "${{ github.action_path }}"
@@ -104,9 +114,10 @@ def test_the_session_is_uploaded_under_the_name_finish_chose_even_after_a_failur
 ) -> None:
     (upload,) = [s for s in steps_of(action)
                  if str(s.get("uses", "")).startswith("actions/upload-artifact")]
-    assert upload["uses"] == "actions/upload-artifact@v4"
     assert upload["if"] == "always() && steps.finish.outputs.artifact-name != ''"
     assert upload["with"]["name"] == "${{ steps.finish.outputs.artifact-name }}"
+    # finish chooses the retention that outlives the latest Timer (empty: the default)
+    assert upload["with"]["retention-days"] == "${{ steps.finish.outputs.retention-days }}"
     assert upload["with"]["path"] == "${{ runner.temp }}/rio-artifact/"
     assert steps_of(action)[-1] is upload
 
@@ -121,8 +132,10 @@ def test_the_workflow_has_every_trigger_of_the_contract_and_no_pull_request_targ
     assert on["issues"]["types"] == ["labeled"]
     assert on["issue_comment"]["types"] == ["created"]
     assert on["workflow_run"]["types"] == ["completed"] and on["workflow_run"]["workflows"]
-    assert on["schedule"][0]["cron"]
+    assert "schedule" not in on  # the sweep is its own workflow, off while nothing waits
+    assert load(WORKFLOWS / "rio-sweep.yml")["on"]["schedule"][0]["cron"]
     assert on["workflow_dispatch"]["inputs"]["issue"]["required"] is True
+    assert on["repository_dispatch"]["types"] == ["rio-timer"]
     for path in [ROOT / "action.yml", *WORKFLOWS.glob("*.yml")]:
         assert "pull_request_target" not in path.read_text(), path
 
@@ -141,9 +154,13 @@ def test_one_job_per_issue_waits_in_its_concurrency_group(rio: dict[str, Any]) -
 def test_permissions_are_minimal(rio: dict[str, Any]) -> None:
     assert rio["permissions"] == {}
     assert rio["jobs"]["rio"]["permissions"] == {
-        "contents": "write", "issues": "write", "pull-requests": "write", "actions": "write",
+        "contents": "write", "issues": "write", "pull-requests": "write", "actions": "read",
         "checks": "read"}
     assert rio["jobs"]["route"]["permissions"] == {"pull-requests": "read"}
+    assert rio["jobs"]["sweep-wake"]["permissions"] == {"actions": "write"}
+    sweep = load(WORKFLOWS / "rio-sweep.yml")
+    assert sweep["permissions"] == {}
+    assert sweep["jobs"]["sweep"]["permissions"] == {"actions": "write", "issues": "read"}
 
 
 def test_the_checkout_keeps_no_credentials_and_full_history(rio: dict[str, Any]) -> None:
@@ -175,6 +192,111 @@ def test_ci_runs_the_repository_check_script() -> None:
     assert runs == ["bash .ci/run"]
     assert ci["permissions"] == {"contents": "read"}
     assert "rio/issue-*" in ci["on"]["push"]["branches"]  # so workflow_run reaches rio
+
+
+# --- §13.1 hygiene ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [ROOT / "action.yml", *sorted(WORKFLOWS.glob("*.yml"))],
+                         ids=lambda p: p.name)
+def test_every_uses_is_pinned_to_a_commit_with_its_version_named(path: Path) -> None:
+    lines = [line for line in path.read_text().splitlines()
+             if re.match(r"\s*(- )?uses:", line)]
+    for line in lines:
+        ref = line.split("uses:", 1)[1].split("#", 1)[0].strip()
+        if ref == "./":  # this action itself, in the example users copy (they pin it)
+            continue
+        assert PINNED.match(ref), line
+        assert re.search(r"# v\d+\.\d+\.\d+$", line), f"name the version: {line}"
+    assert len(lines) == len([s for s in steps_of(load(path)) if "uses" in s])
+
+
+def all_jobs() -> list[tuple[str, str, dict[str, Any]]]:
+    """Every job with its effective ``permissions`` (the workflow's where it names none)."""
+    found = []
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        workflow = load(path)
+        for name, job in workflow["jobs"].items():
+            found.append((path.name, name, {
+                "permissions": workflow.get("permissions"), **job}))
+    return found
+
+
+def test_only_the_sweep_jobs_may_change_workflows_and_they_run_nothing_fetched() -> None:
+    for file, name, job in all_jobs():
+        assert isinstance(job["permissions"], dict), (file, name)  # never the defaults
+    writers = {(f, n) for f, n, job in all_jobs() if job["permissions"].get("actions") == "write"}
+    assert writers == {("rio-sweep.yml", "sweep"), ("rio.yml", "sweep-wake"),
+                       ("rio-app.yml", "sweep-wake")}
+    for file, name, job in all_jobs():
+        if (file, name) in writers:
+            assert all(set(s) <= {"name", "shell", "env", "run"} for s in job["steps"])
+            assert job["timeout-minutes"] <= 5
+
+
+def test_the_app_example_is_the_full_example_with_an_app_token() -> None:
+    rio, app = load(WORKFLOWS / "rio.yml"), load(WORKFLOWS / "rio-app.yml")
+    assert app["on"] == rio["on"] and set(app["jobs"]) == set(rio["jobs"])
+    for name in app["jobs"]:
+        assert "vars.RIO_APP_CLIENT_ID != ''" in app["jobs"][name]["if"]
+    job = app["jobs"]["rio"]
+    assert job["permissions"] == {"contents": "read"}
+    (token,) = [s for s in job["steps"]
+                if str(s.get("uses", "")).startswith("actions/create-github-app-token@")]
+    assert "permission-workflows" not in token["with"]
+    assert token["with"]["private-key"] == "${{ secrets.RIO_APP_PRIVATE_KEY }}"
+    wanted = expression(f"steps.{token['id']}.outputs.token")
+    assert step(app, "rio")["with"]["github-token"] == wanted
+    # an installation token lives an hour: the job ends before it does
+    assert job["timeout-minutes"] < 60
+
+
+def clauses(condition: str) -> list[str]:
+    """The top-level ``||`` alternatives of ``!cancelled() && ( ... )``, whitespace folded."""
+    text = " ".join(condition.split())
+    text = text.removeprefix("!cancelled() && (").removesuffix(")")
+    found, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith("||", index):
+            found.append(text[start:index].strip())
+            start = index + 2
+    return [*found, text[start:].strip()]
+
+
+def readme_workflow() -> dict[str, Any]:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```yaml\nname: rio\n", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load("name: rio\n" + block)
+    data["on"] = data.pop(True)
+    assert isinstance(data, dict)
+    return data
+
+
+def test_the_readme_workflow_filters_and_limits_as_the_full_example(
+    rio: dict[str, Any]
+) -> None:
+    readme, full = readme_workflow()["jobs"]["rio"], rio["jobs"]["rio"]
+    issue_events = [c for c in clauses(full["if"])
+                    if "needs.route" not in c and "workflow_dispatch" not in c]
+    assert clauses(readme["if"]) == issue_events and len(issue_events) == 2
+    assert readme["timeout-minutes"] == full["timeout-minutes"]
+    assert readme["permissions"] == full["permissions"]
+    assert readme["concurrency"]["cancel-in-progress"] is False
+    assert readme["concurrency"]["group"] == "rio-issue-${{ github.event.issue.number }}"
+    (checkout, action) = readme["steps"]
+    assert checkout == full["steps"][0]  # the same pinned checkout, the same settings
+    assert action["with"]["time-budget-minutes"] == step(rio, "rio")["with"][
+        "time-budget-minutes"]
+
+
+@pytest.mark.skipif(ZIZMOR is None, reason="zizmor is not installed (the test extra has it)")
+def test_zizmor_finds_nothing_offline() -> None:
+    done = subprocess.run([ZIZMOR or "zizmor", "--offline", "--format", "plain",
+                           "action.yml", ".github/workflows/"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No findings to report" in done.stdout + done.stderr
 
 
 def test_docs_describe_every_input_output_and_permission(action: dict[str, Any],

@@ -15,7 +15,6 @@ artifact, sees the UnknownExecution, resolves it and succeeds with a pull reques
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -25,7 +24,6 @@ import stat
 import subprocess
 import sys
 import threading
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,24 +50,34 @@ pytestmark = pytest.mark.skipif(ACT is None, reason="act is not installed (pip i
 REPOSITORY = {"full_name": "octo/demo", "name": "demo", "owner": {"login": "octo"},
               "default_branch": "main"}
 
+def pinned(action: str) -> str:
+    """``action@<commit>`` as action.yml and rio.yml pin it (act matches the whole string)."""
+    text = (ROOT / "action.yml").read_text() + (ROOT / ".github/workflows/rio.yml").read_text()
+    (ref,) = set(re.findall(rf"uses: ({re.escape(action)}@[0-9a-f]{{40}})", text))
+    return ref
+
+
 STUBS: dict[str, dict[str, Any]] = {
-    "actions/checkout@v4": {
+    "actions/checkout": {
         "inputs": {"fetch-depth": {"required": False},
                    "persist-credentials": {"required": False}},
         "run": 'find "$GITHUB_WORKSPACE" -mindepth 1 -delete\n'
                'git clone --quiet "$TEST_ORIGIN" "$GITHUB_WORKSPACE"\n',
     },
-    "actions/setup-python@v5": {
+    "actions/setup-python": {
         "inputs": {"python-version": {"required": False},
                    "update-environment": {"required": False}},
         "outputs": {"python-path": {"value": "${{ steps.main.outputs.python-path }}"}},
         "run": 'echo "python-path=$TEST_PYTHON" >> "$GITHUB_OUTPUT"\n',
     },
-    "actions/upload-artifact@v4": {
+    "actions/upload-artifact": {
         "inputs": {k: {"required": False} for k in
-                   ("name", "path", "if-no-files-found", "overwrite")},
-        "env": {"NAME": "${{ inputs.name }}", "FROM": "${{ inputs.path }}"},
-        "run": 'mkdir -p "$TEST_UPLOADS/$NAME"\ncp -R "$FROM"/. "$TEST_UPLOADS/$NAME/"\n',
+                   ("name", "path", "if-no-files-found", "overwrite", "retention-days")},
+        "env": {"NAME": "${{ inputs.name }}", "FROM": "${{ inputs.path }}",
+                "DAYS": "${{ inputs.retention-days }}"},
+        # the retention the action asked for travels beside the files, for FakeGitHub
+        "run": 'mkdir -p "$TEST_UPLOADS/$NAME"\ncp -R "$FROM"/. "$TEST_UPLOADS/$NAME/"\n'
+               'printf %s "$DAYS" > "$TEST_UPLOADS/$NAME.retention-days"\n',
     },
 }
 
@@ -111,11 +119,12 @@ class ActRepository:
         for name in ("action.yml", "pyproject.toml", "README.md"):
             shutil.copy(ROOT / name, self.action / name)
         for name, spec in STUBS.items():
-            write_stub(self.stubs / name.split("@")[0].replace("/", "-"), spec)
+            write_stub(self.stubs / name.replace("/", "-"), spec)
         # The repository's workflow, edited as text (a YAML round trip would turn `on:` into
         # `true:`): the action comes from the copy, the model from the script.
         workflow = (ROOT / ".github/workflows/rio.yml").read_text()
-        for old, new in (("uses: ./\n", "uses: rio-ci/rio-ci@e2e\n"),
+        for old, new in (("uses: ./  # zizmor: ignore[self-repository]\n",
+                          "uses: rio-ci/rio-ci@e2e\n"),
                          ("time-budget-minutes: '50'\n",
                           f"time-budget-minutes: '1'\n          model: scripted:{model}\n")):
             assert workflow.count(old) == 1, old
@@ -139,8 +148,7 @@ class ActRepository:
             shutil.rmtree(old)
         event = self.tmp / f"event{self.runs}.json"
         event.write_text(json.dumps({**payload, "repository": REPOSITORY}))
-        local = [f"{name}={self.stubs / name.split('@')[0].replace('/', '-')}"
-                 for name in STUBS]
+        local = [f"{pinned(name)}={self.stubs / name.replace('/', '-')}" for name in STUBS]
         argv = act_argv(
                 event_name, event, self.cache,
                 "--local-repository", f"rio-ci/rio-ci@e2e={self.action}",
@@ -157,15 +165,16 @@ class ActRepository:
         """Put what the upload step copied out into FakeGitHub, as the artifact service
         would, and clear the hand-over directory."""
         names = []
-        for folder in sorted(self.uploads.iterdir()) if self.uploads.exists() else []:
-            buffer = io.BytesIO()
-            with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
-                for path in sorted(folder.iterdir()):
-                    bundle.write(path, arcname=path.name)
-            self.gh.add_artifact(folder.name, buffer.getvalue(),
-                                 f"2024-05-01T10:{self.runs:02d}:00Z")
+        folders = [f for f in self.uploads.iterdir() if f.is_dir()] if self.uploads.exists() \
+            else []
+        for folder in sorted(folders):
+            days_file = folder.with_name(folder.name + ".retention-days")
+            days = days_file.read_text().strip()
+            self.gh.upload_artifact(folder.name, folder, retention_days=int(days or 0),
+                                    created_at=f"2024-05-01T10:{self.runs:02d}:00Z")
             names.append(folder.name)
             shutil.rmtree(folder)
+            days_file.unlink()
         return names
 
 
@@ -298,7 +307,13 @@ ROUTES = [  # (event, payload, the group of the job that runs or None)
         "head_branch": "main", "head_repository": {"full_name": "octo/demo"}}}, None),
     ("workflow_run", {"action": "completed", "workflow_run": {
         "head_branch": "rio/issue-7", "head_repository": {"full_name": "eve/demo"}}}, None),
-    ("schedule", {"schedule": "*/15 * * * *"}, "rio-issue-sweep"),
+    ("issue_comment", {"action": "created",  # a request on an issue without a Session
+                       "comment": {**PERSON, "body": "/rio add a CHANGELOG entry"},
+                       "issue": {"number": 9, "labels": []}}, "rio-issue-9"),
+    ("issue_comment", {"action": "created",
+                       "comment": {**PERSON, "body": "please look at /rio"},
+                       "issue": {"number": 9, "labels": []}}, None),
+    ("repository_dispatch", {"action": "rio-timer"}, None),  # only sweep-wake runs
     ("workflow_dispatch", {"inputs": {"issue": "7"}}, "rio-issue-7"),
 ]
 STUB_GH = """#!/bin/sh
@@ -317,8 +332,8 @@ def routing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     local = tmp_path_factory.mktemp("routing")
     workflow = (ROOT / ".github/workflows/rio.yml").read_text()
     (group,) = [line.split("group: ", 1)[1] for line in workflow.splitlines()
-                if line.strip().startswith("group: ")]
-    steps = workflow.index("      - uses: actions/checkout@v4")
+                if line.strip().startswith("group: rio-issue-")]
+    steps = workflow.index("      - uses: actions/checkout@")
     workflow = (workflow[:steps] + "      - env:\n          GROUP: " + group + "\n"
                 "        run: echo \"RAN group=$GROUP\"\n")
     (local / ".github" / "workflows").mkdir(parents=True)

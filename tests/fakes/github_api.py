@@ -6,23 +6,46 @@ second request). State lives in plain dicts that tests fill through ``add_*`` he
 back directly. Every request is recorded in ``requests`` (method, path, query, lower-cased
 headers, body) so a test can check where the token went.
 
-API paths require ``Authorization: token <token>`` or ``Bearer <token>`` (401 otherwise);
-``/download/<id>`` stands for GitHub's pre-signed blob URL and requires nothing.
-Lists come back as one page without a Link header.
+API paths require ``Authorization: token <token>``, ``Bearer <token>`` or HTTP basic with the
+token as password (401 ``Bad credentials`` otherwise, or once the token is expired);
+``/download/<id>`` stands for GitHub's pre-signed blob URL and requires nothing. A token made
+with ``add_token(permissions=...)`` is held to them as a job token is (403 ``Resource not
+accessible by integration``). Lists come back as one page without a Link header unless the
+request names ``per_page`` or ``page``; then they are paged with GitHub's Link header.
+
+What real GitHub does that tests can switch on (see tests/test_fake_github.py):
+- ``fail(pattern, status, method=, times=, after=)``: answer matching requests with an error
+  (a 403 for check runs, a 5xx outage, a 401 from some moment on); ``expire_token()``;
+- ``add_user(login, role, member=)``: the collaborator-permission table, where the legacy
+  ``permission`` maps ``maintain`` to ``write`` and ``triage`` to ``read`` and ``role_name``
+  keeps the role, and comments carry the ``author_association`` GitHub would give;
+- workflows with a state: ``PUT .../enable|disable``, and a dispatch to a disabled workflow is
+  refused (422); ``POST /repos/{o}/{r}/dispatches`` records a ``repository_dispatch``;
+- artifacts with ``retention_days`` and ``expires_at`` (``upload_artifact`` zips a directory
+  as actions/upload-artifact does);
+- ``serve_git(origin)``: the bare repository over smart HTTP at ``git_url``, with GitHub's
+  push refusals (tests/fakes/git_origin.py).
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import io
 import itertools
 import json
 import re
 import threading
 import urllib.parse
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from fakes import git_origin
 
 Json = Any
 Reply = tuple[int, Json, dict[str, str]]
@@ -35,6 +58,54 @@ class Recorded:
     query: dict[str, str]
     headers: dict[str, str]  # lower-cased names
     body: bytes
+
+
+@dataclass
+class Token:
+    """What a token may do. ``permissions`` None means everything (the fake's default token);
+    otherwise a GITHUB_TOKEN-style map such as ``{"contents": "write", "checks": "read"}``.
+    ``workflows`` lets its pushes change ``.github/workflows/``; ``kind`` is ``app`` (the job
+    token or an installation token) or ``pat`` and picks GitHub's wording of refusals."""
+
+    permissions: dict[str, str] | None = None
+    workflows: bool = False
+    kind: str = "app"
+    expired: bool = False
+
+
+@dataclass
+class Failure:
+    """Injected answers: every request matching ``method`` (``*`` = any) and ``pattern``,
+    after the first ``after`` of them, gets ``status`` — ``times`` times, or forever."""
+
+    method: str
+    pattern: re.Pattern[str]
+    status: int
+    times: int | None = None
+    after: int = 0
+    message: str = ""
+    seen: int = 0
+    hits: int = 0
+
+    def take(self, method: str, path: str) -> bool:
+        if self.method not in ("*", method) or not self.pattern.fullmatch(path):
+            return False
+        self.seen += 1
+        if self.seen <= self.after or (self.times is not None and self.hits >= self.times):
+            return False
+        self.hits += 1
+        return True
+
+
+# The permission a job token needs for a REST path (after /repos/{owner}/{repo}); reads need
+# `read`, anything else `write`. Paths not listed need only metadata, which every token has.
+SCOPES = [(re.compile(p), scope) for p, scope in (
+    (r"/issues.*", "issues"), (r"/pulls.*", "pull-requests"), (r"/actions/.*", "actions"),
+    (r"/commits/[^/]+/check-(runs|suites)|/check-(runs|suites).*", "checks"),
+    (r"/dispatches", "contents"), (r"/git/.*|/contents/.*", "contents"))]
+REFUSALS = {"app": "Resource not accessible by integration",
+            "pat": "Resource not accessible by personal access token"}
+WORKFLOW_STATES = ("active", "disabled_manually", "disabled_inactivity")
 
 
 class FakeGitHub:
@@ -51,17 +122,25 @@ class FakeGitHub:
         self.api_url = ""
         self.requests: list[Recorded] = []
         self.collaborators: dict[str, str] = {}
+        self.associations: dict[str, str] = {}  # login → author_association of new comments
+        self.tokens: dict[str, Token] = {token: Token()}
         self.issues: dict[int, dict[str, Json]] = {}
         self.comments: dict[int, dict[str, Json]] = {}
         self.pulls: dict[int, dict[str, Json]] = {}
         self.runs: dict[int, dict[str, Json]] = {}
         self.branches: dict[str, str] = {}
         self.check_runs: dict[int, dict[str, Json]] = {}
-        self.workflows: set[str] = set()
+        self.check_suites: dict[int, dict[str, Json]] = {}
+        self.workflows: dict[str, str] = {}  # file name → state
+        self.workflow_changes: list[tuple[str, str]] = []  # (file name, enable | disable)
         self.dispatches: list[dict[str, Json]] = []
+        self.repository_dispatches: list[dict[str, Json]] = []
         self.artifacts: dict[int, dict[str, Json]] = {}
         self.blobs: dict[int, bytes] = {}
-        self._failures: list[tuple[str, re.Pattern[str], int]] = []
+        self.default_retention_days = 90
+        self.max_retention_days = 90  # public repositories: 1 to 90 days
+        self.git_origin: Path | None = None
+        self.failures: list[Failure] = []
         self._numbers = itertools.count(1)
         self._ids = itertools.count(1001)
         self._lock = threading.Lock()
@@ -101,6 +180,29 @@ class FakeGitHub:
     def add_collaborator(self, user: str, permission: str) -> None:
         self.collaborators[user] = permission
 
+    def add_user(self, login: str, role: str | None, *, member: bool = False,
+                 association: str | None = None) -> None:
+        """A person as GitHub sees them: ``role`` on this repository (``admin``, ``maintain``,
+        ``write``, ``triage``, ``read`` or a custom role; None: no access), and whether they
+        are a member of the owning organization. Their comments carry ``association`` or
+        what GitHub derives (MEMBER for members, COLLABORATOR for collaborators, else NONE);
+        neither says whether they may write."""
+        if role is not None:
+            self.collaborators[login] = role
+        self.associations[login] = association or (
+            "MEMBER" if member else "COLLABORATOR" if role is not None else "NONE")
+
+    def add_token(self, token: str, *, permissions: dict[str, str] | None = None,
+                  workflows: bool = False, kind: str = "app") -> Token:
+        """Another accepted token (an app installation token, a fine-grained PAT, a job
+        token with limited ``permissions``)."""
+        self.tokens[token] = Token(permissions, workflows, kind)
+        return self.tokens[token]
+
+    def expire_token(self, token: str | None = None) -> None:
+        """From now on ``token`` (default: the main one) gets 401, on the API and over git."""
+        self.tokens[token or self.token].expired = True
+
     def add_issue(self, title: str, body: str = "", user: str = "alice",
                   labels: tuple[str, ...] = (), state: str = "open") -> int:
         number = next(self._numbers)
@@ -120,7 +222,10 @@ class FakeGitHub:
             labels.append({"name": name, "url": f"{self._base}/labels/{name}"})
 
     def add_comment(self, number: int, body: str, user: str = "alice",
-                    association: str = "COLLABORATOR") -> int:
+                    association: str | None = None) -> int:
+        """A comment by ``user``; its association defaults to the one ``add_user`` gave
+        them, else COLLABORATOR."""
+        association = association or self.associations.get(user, "COLLABORATOR")
         comment_id = next(self._ids)
         self.comments[comment_id] = {
             "id": comment_id, "body": body, "user": self._user(user),
@@ -162,28 +267,76 @@ class FakeGitHub:
         }
         return check_id
 
-    def add_workflow(self, file_name: str) -> None:
-        self.workflows.add(file_name)
+    def add_check_suite(self, sha: str, conclusion: str | None = "success",
+                        status: str = "completed", app: str = "ci-app") -> int:
+        suite_id = next(self._ids)
+        self.check_suites[suite_id] = {
+            "id": suite_id, "head_sha": sha, "status": status, "conclusion": conclusion,
+            "app": {"id": 1, "slug": app, "name": app},
+            "url": f"{self._base}/check-suites/{suite_id}"}
+        return suite_id
+
+    def add_workflow(self, file_name: str, state: str = "active") -> None:
+        assert state in WORKFLOW_STATES, state
+        self.workflows[file_name] = state
 
     def add_artifact(self, name: str, zip_bytes: bytes, created_at: str = "2024-01-01T00:00:00Z",
-                     *, expired: bool = False, run_id: int = 42) -> int:
+                     *, expired: bool = False, run_id: int = 42,
+                     retention_days: int | None = None) -> int:
+        """An artifact as the upload left it. ``retention_days`` as the ``retention-days``
+        input: empty or 0 means the repository default, more than the maximum is cut to it
+        (as actions/upload-artifact documents); ``expires_at`` follows from it."""
+        days = retention_days or self.default_retention_days
+        days = max(1, min(days, self.max_retention_days))
+        created = datetime.datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+        expires_at = (created + datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
         artifact_id = next(self._ids)
         self.blobs[artifact_id] = zip_bytes
         self.artifacts[artifact_id] = {
             "id": artifact_id, "node_id": f"A_{artifact_id}", "name": name,
-            "size_in_bytes": len(zip_bytes), "expired": expired,
+            "size_in_bytes": len(zip_bytes), "expired": expired, "retention_days": days,
             "url": f"{self._base}/actions/artifacts/{artifact_id}",
             "archive_download_url": f"{self._base}/actions/artifacts/{artifact_id}/zip",
-            "created_at": created_at, "updated_at": created_at, "expires_at": created_at,
+            "created_at": created_at, "updated_at": created_at, "expires_at": expires_at,
             "workflow_run": {"id": run_id, "repository_id": 1, "head_repository_id": 1,
                              "head_branch": self.default_branch, "head_sha": "0" * 40},
         }
         return artifact_id
 
+    def upload_artifact(self, name: str, directory: Path, *, retention_days: int | None = None,
+                        run_id: int = 42, created_at: str = "2024-01-01T00:00:00Z") -> int:
+        """What actions/upload-artifact does with a directory: its files, zipped."""
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for path in sorted(directory.iterdir()):
+                bundle.write(path, arcname=path.name)
+        return self.add_artifact(name, buffer.getvalue(), created_at, run_id=run_id,
+                                 retention_days=retention_days)
+
+    def serve_git(self, origin: Path) -> str:
+        """Serve the bare repository ``origin`` over smart HTTP; returns its URL. Pushes need
+        a token with ``contents: write`` and meet GitHub's refusals (git_origin)."""
+        git_origin.install_push_rules(origin)
+        self.git_origin = origin
+        return self.git_url
+
+    @property
+    def git_url(self) -> str:
+        return f"{self.api_url}/{self.repo}.git"
+
+    def fail(self, path_pattern: str, status: int, *, method: str = "*",
+             times: int | None = None, after: int = 0, message: str = "") -> Failure:
+        """Answer requests whose path fully matches the regex ``path_pattern`` with
+        ``status``: ``times`` of them (None: all), after letting ``after`` through."""
+        failure = Failure(method, re.compile(path_pattern), status, times, after,
+                          message or f"injected failure {status}")
+        self.failures.append(failure)
+        return failure
+
     def fail_next(self, method: str, path_pattern: str, status: int) -> None:
         """Answer the next request matching ``method`` and the regex ``path_pattern`` with
         ``status`` (a JSON error body)."""
-        self._failures.append((method, re.compile(path_pattern), status))
+        self.fail(path_pattern, status, method=method, times=1)
 
     def to(self, path_prefix: str) -> list[Recorded]:
         """The recorded requests whose path starts with ``path_prefix``."""
@@ -210,10 +363,31 @@ class FakeGitHub:
         issue = self.issues.get(int(m[1]))
         return (200, issue, {}) if issue else _not_found()
 
-    def _list_comments(self, _: Recorded, m: re.Match[str]) -> Reply:
+    def _list_comments(self, req: Recorded, m: re.Match[str]) -> Reply:
         if int(m[1]) not in self.issues:
             return _not_found()
-        return 200, sorted(self.comments_on(int(m[1])), key=lambda c: c["id"]), {}
+        return self._paged(req, sorted(self.comments_on(int(m[1])), key=lambda c: c["id"]))
+
+    def _paged(self, req: Recorded, items: list[Json], key: str | None = None) -> Reply:
+        """One page of ``items`` when the request names ``per_page`` or ``page`` (with the
+        Link header GitHub sends), else all of them; ``key`` wraps them as
+        ``{"total_count", key: [...]}``."""
+        headers: dict[str, str] = {}
+        page_items = items
+        if "per_page" in req.query or "page" in req.query:
+            size = max(1, min(int(req.query.get("per_page", 30)), 100))
+            page = max(1, int(req.query.get("page", 1)))
+            page_items = items[(page - 1) * size:page * size]
+            last = max(1, -(-len(items) // size))
+            links = []
+            for rel, number in (("next", page + 1), ("last", last)):
+                if page < last:
+                    query = urllib.parse.urlencode({**req.query, "page": number})
+                    links.append(f'<{self.api_url}{req.path}?{query}>; rel="{rel}"')
+            if links:
+                headers["Link"] = ", ".join(links)
+        body: Json = {"total_count": len(items), key: page_items} if key else page_items
+        return 200, body, headers
 
     def _create_comment(self, req: Recorded, m: re.Match[str]) -> Reply:
         number = int(m[1])
@@ -234,15 +408,18 @@ class FakeGitHub:
         user = urllib.parse.unquote(m[1])
         if user not in self.collaborators:
             return _not_found()
-        level = self.collaborators[user]
-        return 200, {"permission": level, "role_name": level, "user": self._user(user)}, {}
+        role = self.collaborators[user]
+        # `permission` is the legacy base role (maintain → write, triage → read);
+        # `role_name` the role itself, custom roles included.
+        legacy = {"maintain": "write", "triage": "read"}.get(role, role)
+        return 200, {"permission": legacy, "role_name": role, "user": self._user(user)}, {}
 
     def _list_runs(self, req: Recorded, _: re.Match[str]) -> Reply:
         runs = [r for r in self.runs.values()
                 if req.query.get("branch", r["head_branch"]) == r["head_branch"]
                 and req.query.get("status", r["status"]) == r["status"]]
         runs.sort(key=lambda r: -r["id"])  # GitHub lists the newest run first
-        return 200, {"total_count": len(runs), "workflow_runs": runs}, {}
+        return self._paged(req, runs, "workflow_runs")
 
     def _branch(self, _: Recorded, m: re.Match[str]) -> Reply:
         branch = urllib.parse.unquote(m[1])
@@ -252,16 +429,24 @@ class FakeGitHub:
         commit = {"sha": sha, "url": f"{self._base}/commits/{sha}"}
         return 200, {"name": branch, "commit": commit, "protected": False}, {}
 
+    def _sha(self, ref: str) -> str:
+        """A ref as GitHub takes it in /commits/{ref}/...: a branch name or a SHA."""
+        return self.branches.get(urllib.parse.unquote(ref), ref)
+
     def _check_runs(self, req: Recorded, m: re.Match[str]) -> Reply:
-        runs = [c for c in self.check_runs.values() if c["head_sha"] == m[1]
+        runs = [c for c in self.check_runs.values() if c["head_sha"] == self._sha(m[1])
                 and req.query.get("status", c["status"]) == c["status"]]
-        return 200, {"total_count": len(runs), "check_runs": runs}, {}
+        return self._paged(req, runs, "check_runs")
+
+    def _check_suites(self, req: Recorded, m: re.Match[str]) -> Reply:
+        suites = [s for s in self.check_suites.values() if s["head_sha"] == self._sha(m[1])]
+        return self._paged(req, suites, "check_suites")
 
     def _list_pulls(self, req: Recorded, _: re.Match[str]) -> Reply:
         pulls = [p for p in self.pulls.values()
                  if req.query.get("state", "open") in (p["state"], "all")
                  and req.query.get("head", p["head"]["label"]) == p["head"]["label"]]
-        return 200, pulls, {}
+        return self._paged(req, pulls)
 
     def _create_pull(self, req: Recorded, _: re.Match[str]) -> Reply:
         data = json.loads(req.body)
@@ -311,30 +496,62 @@ class FakeGitHub:
         found = [i for i in self.issues.values()
                  if state in (i["state"], "all")
                  and all(n in {label["name"] for label in i["labels"]} for n in wanted)]
-        return 200, sorted(found, key=lambda i: -i["number"]), {}
+        return self._paged(req, sorted(found, key=lambda i: -i["number"]))
+
+    def _workflow_name(self, key: str) -> str | None:
+        """A workflow by file name or by id, as the API takes either."""
+        for name in self.workflows:
+            if key in (name, str(self._workflow_id(name))):
+                return name
+        return None
+
+    @staticmethod
+    def _workflow_id(name: str) -> int:
+        return sum(ord(c) * 31**i for i, c in enumerate(name)) % 10**6
 
     def _workflow(self, _: Recorded, m: re.Match[str]) -> Reply:
-        if m[1] not in self.workflows:
+        name = self._workflow_name(m[1])
+        if name is None:
             return _not_found()
         return 200, {
-            "id": abs(hash(m[1])) % 10**6, "name": m[1], "path": f".github/workflows/{m[1]}",
-            "state": "active", "url": f"{self._base}/actions/workflows/{m[1]}",
-            "html_url": f"https://github.test/{self.repo}/actions/workflows/{m[1]}",
+            "id": self._workflow_id(name), "name": name, "path": f".github/workflows/{name}",
+            "state": self.workflows[name], "url": f"{self._base}/actions/workflows/{name}",
+            "html_url": f"https://github.test/{self.repo}/actions/workflows/{name}",
         }, {}
 
-    def _dispatch(self, req: Recorded, m: re.Match[str]) -> Reply:
-        if m[1] not in self.workflows:
+    def _switch_workflow(self, _: Recorded, m: re.Match[str]) -> Reply:
+        name = self._workflow_name(m[1])
+        if name is None:
             return _not_found()
+        self.workflows[name] = "active" if m[2] == "enable" else "disabled_manually"
+        self.workflow_changes.append((name, m[2]))
+        return 204, None, {}
+
+    def _dispatch(self, req: Recorded, m: re.Match[str]) -> Reply:
+        name = self._workflow_name(m[1])
+        if name is None:
+            return _not_found()
+        if self.workflows[name] != "active":
+            return 422, {"message": "Cannot trigger a 'workflow_dispatch' on a disabled "
+                                    "workflow"}, {}
         data = json.loads(req.body)
-        self.dispatches.append({"workflow": m[1], "ref": data["ref"],
+        self.dispatches.append({"workflow": name, "ref": data["ref"],
                                 "inputs": data.get("inputs", {})})
+        return 204, None, {}
+
+    def _repository_dispatch(self, req: Recorded, _: re.Match[str]) -> Reply:
+        data = json.loads(req.body or b"{}")
+        if not isinstance(data.get("event_type"), str) or not data["event_type"]:
+            return 422, {"message": "Invalid request.\n\nNo event_type provided."}, {}
+        self.repository_dispatches.append({"event_type": data["event_type"],
+                                           "client_payload": data.get("client_payload", {})})
         return 204, None, {}
 
     def _list_artifacts(self, req: Recorded, _: re.Match[str]) -> Reply:
         # Insertion order, not newest first: the client must not rely on the server's order.
         found = [a for a in self.artifacts.values()
                  if req.query.get("name", a["name"]) == a["name"]]
-        return 200, {"total_count": len(found), "artifacts": found}, {}
+        return self._paged(req, found, "artifacts")
 
     def _artifact_zip(self, _: Recorded, m: re.Match[str]) -> Reply:
         artifact = self.artifacts.get(int(m[1]))
@@ -356,18 +573,50 @@ class FakeGitHub:
             ("GET", rf"{r}/collaborators/([^/]+)/permission", self._permission),
             ("GET", rf"{r}/actions/runs", self._list_runs),
             ("GET", rf"{r}/branches/(.+)", self._branch),
-            ("GET", rf"{r}/commits/([0-9a-f]+)/check-runs", self._check_runs),
+            ("GET", rf"{r}/commits/([^/]+)/check-runs", self._check_runs),
+            ("GET", rf"{r}/commits/([^/]+)/check-suites", self._check_suites),
             ("GET", rf"{r}/pulls", self._list_pulls),
             ("POST", rf"{r}/pulls", self._create_pull),
             ("GET", rf"{r}/pulls/(\d+)", self._pull),
             ("GET", rf"{r}/actions/workflows/([^/]+)", self._workflow),
             ("POST", rf"{r}/actions/workflows/([^/]+)/dispatches", self._dispatch),
+            ("PUT", rf"{r}/actions/workflows/([^/]+)/(enable|disable)", self._switch_workflow),
+            ("POST", rf"{r}/dispatches", self._repository_dispatch),
             ("GET", rf"{r}/actions/artifacts", self._list_artifacts),
             ("GET", rf"{r}/actions/artifacts/(\d+)/zip", self._artifact_zip),
         ]
 
+    def token_of(self, req: Recorded) -> Token | None:
+        """The valid token a request carries, or None."""
+        kind, _, value = req.headers.get("authorization", "").partition(" ")
+        if kind.lower() == "basic":
+            try:
+                value = base64.b64decode(value).decode().partition(":")[2]
+            except (ValueError, UnicodeDecodeError):
+                return None
+        elif kind.lower() not in ("token", "bearer"):
+            return None
+        token = self.tokens.get(value)
+        return token if token is not None and not token.expired else None
+
+    def _refused(self, token: Token, req: Recorded) -> bool:
+        """Whether a token with limited permissions lacks the one this request needs."""
+        if token.permissions is None:
+            return False
+        rest = req.path.removeprefix(f"/repos/{self.repo}")
+        for pattern, scope in SCOPES:
+            if pattern.fullmatch(rest):
+                have = token.permissions.get(scope, "none")
+                return have == "none" or (req.method != "GET" and have != "write")
+        return False
+
     def answer(self, req: Recorded) -> tuple[int, bytes, dict[str, str]]:
         """Route one recorded request; returns (status, body, extra headers)."""
+        if self.git_origin is not None and req.path.startswith(f"/{self.repo}.git/"):
+            with self._lock:
+                self.requests.append(req)
+                token = self.token_of(req)
+            return git_origin.serve(self.git_origin, req, token, f"/{self.repo}.git")
         with self._lock:
             self.requests.append(req)
             download = re.fullmatch(r"/download/(\d+)", req.path)
@@ -376,13 +625,14 @@ class FakeGitHub:
                 if blob is None:
                     return 404, b"", {}
                 return 200, blob, {"Content-Type": "application/zip"}
-            auth = req.headers.get("authorization", "")
-            if auth not in (f"token {self.token}", f"Bearer {self.token}"):
+            token = self.token_of(req)
+            if token is None:
                 return _encode(401, {"message": "Bad credentials"}, {})
-            for index, (method, pattern, status) in enumerate(self._failures):
-                if method == req.method and pattern.fullmatch(req.path):
-                    del self._failures[index]
-                    return _encode(status, {"message": f"injected failure {status}"}, {})
+            for failure in self.failures:
+                if failure.take(req.method, req.path):
+                    return _encode(failure.status, {"message": failure.message}, {})
+            if self._refused(token, req):
+                return _encode(403, {"message": REFUSALS[token.kind]}, {})
             for method, route, handler in self._routes():
                 match = re.fullmatch(route, req.path)
                 if match and method == req.method:
@@ -407,8 +657,11 @@ def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             split = urllib.parse.urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                body = self._chunked()  # git sends large pushes this way
+            else:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
             query = {k: v[0] for k, v in urllib.parse.parse_qs(split.query).items()}
             headers = {k.lower(): v for k, v in self.headers.items()}
             status, payload, extra = fake.answer(
@@ -419,6 +672,17 @@ def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
+
+        def _chunked(self) -> bytes:
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()  # the CRLF after each chunk
 
         do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
