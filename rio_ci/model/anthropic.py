@@ -361,7 +361,14 @@ def _vertex(access_token: str | None, base_url: str | None, region: str | None,
 
 
 def _require_extra(provider: str, purpose: str) -> None:
-    missing = [m for m in _EXTRAS[provider] if importlib.util.find_spec(m.split(".")[0]) is None]
+    missing = [m for m in _EXTRAS[provider] if not _installed(m)]
     if missing:
         raise ModelError(f"{provider}: {purpose} needs {', '.join(missing)}: install "
                          f"'rio-ci[{provider}]'", transient=False)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a missing parent package of a dotted name
+        return False
