@@ -356,9 +356,12 @@ def test_a_model_the_api_does_not_know_is_a_final_404(fake: FakeAnthropic) -> No
 
 def test_a_stream_that_breaks_or_reports_overload_is_transient(fake: FakeAnthropic) -> None:
     fake.break_stream(PATCH, after_events=5)
+    fake.break_stream(PATCH, after_events=7, clean=True)
     fake.stream_error("overloaded_error")
-    broken, overloaded = ask_error(model_for(fake)), ask_error(model_for(fake))
+    broken, short = ask_error(model_for(fake)), ask_error(model_for(fake))
+    overloaded = ask_error(model_for(fake))
     assert broken.transient is True and "stream broke" in str(broken)
+    assert short.transient is True and "before message_stop" in str(short)
     assert overloaded.transient is True and "overloaded_error" in str(overloaded)
 
 

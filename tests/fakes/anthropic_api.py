@@ -84,6 +84,7 @@ class _Outcome:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     break_after: int | None = None  # stream only: send this many events, then drop the line
+    clean_end: bool = False  # ... or end the body properly there
     error_event: dict[str, Any] | None = None  # stream only: an ``error`` event after ping
 
 
@@ -200,11 +201,13 @@ class FakeAnthropic:
         self.error(429, "rate_limit_error", "Number of request tokens has exceeded your "
                    "per-minute rate limit", headers)
 
-    def break_stream(self, patch: Any, after_events: int = 4) -> None:
-        """A streamed reply whose connection drops after ``after_events`` events."""
+    def break_stream(self, patch: Any, after_events: int = 4, *, clean: bool = False) -> None:
+        """A streamed reply whose connection drops after ``after_events`` events (``clean``:
+        the body ends properly there, without ``message_stop``)."""
         self.reply_patch(patch)
         with self._lock:
             self._queue[-1].break_after = after_events
+            self._queue[-1].clean_end = clean
 
     def stream_error(self, error_type: str = "overloaded_error") -> None:
         """HTTP 200 whose stream carries an ``error`` event (the API's mid-stream overload)."""
@@ -244,6 +247,7 @@ class FakeAnthropic:
                 **_shown(outcome.message, request.body, rules)}
         if outcome.break_after is not None:
             body["_break_after"] = outcome.break_after
+            body["_clean_end"] = outcome.clean_end
         if outcome.error_event is not None:
             body["_error_event"] = outcome.error_event
         return 200, outcome.headers, body, outcome.delay
@@ -367,8 +371,10 @@ def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             limit = body.get("_break_after")
             for number, (name, data) in enumerate(events):
                 if limit is not None and number >= limit:
+                    if body.get("_clean_end"):
+                        self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
-                    return  # no terminating chunk: the client sees the line drop
+                    return  # unless clean, no terminating chunk: the client sees the line drop
                 chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             self.wfile.write(b"0\r\n\r\n")
