@@ -1,4 +1,5 @@
-"""AnthropicModel with the real anthropic SDK against a local fake of the Messages API."""
+"""AnthropicModel with the real anthropic SDK against the strict local fake of the Messages API:
+the request every model gets, what a reply becomes, and which failures are transient."""
 
 from __future__ import annotations
 
@@ -9,25 +10,44 @@ from typing import Any
 
 import pytest
 
-from rio_ci.errors import ModelError
-from rio_ci.model.anthropic import AnthropicModel, price_for, system_prompt
-from rio_ci.model.base import Model, ModelRequest
+from rio_ci.errors import ModelError, UsageError
+from rio_ci.model import table
+from rio_ci.model.anthropic import STEP_TOOL, AnthropicModel, system_prompt
+from rio_ci.model.base import Model, ModelRequest, Price, Usage
 from tests.fakes.anthropic_api import FakeAnthropic
 
 KEY = "sk-ant-test-canary-7f3e9"
-STATE: dict[str, Any] = {
-    "schema": "rio.state/1",
-    "id": "s1",
-    "revision": 4,
-    "goal": "Fix the route",
-    "cells": [{"id": 1, "previous_id": None, "kind": "note", "text": "look"}],
-    "runtime": {"next_cell_id": 2, "cells": {}, "inbox": [], "usage": {}, "pause": None},
-}
 PATCH: list[Any] = [
     {"op": "test", "path": "/revision", "value": 4},
-    {"op": "add", "path": "/cells/-", "value": {"id": 2, "previous_id": None, "kind": "cmd",
+    {"op": "add", "path": "/cells/-", "value": {"id": 3, "previous_id": None, "kind": "cmd",
                                                 "argv": ["git", "status"]}},
 ]
+
+
+def finished(stdout: str = "ok\n", kind: str = "success") -> dict[str, Any]:
+    return {"phase": "finished", "result": {"type": kind, "exit_code": 0}, "stdout": stdout,
+            "stderr": "", "truncated": False, "resolved_by": None}
+
+
+def make_state(cells: int = 2, *, last_queued: bool = True,
+               stdout: str = "2 passed\n") -> dict[str, Any]:
+    """A State with ``cells`` cmd Cells (ids 1..n): all finished but the last, which is queued."""
+    listed = [{"id": i, "previous_id": None, "kind": "cmd", "argv": ["echo", str(i)]}
+              for i in range(1, cells + 1)]
+    facts = {str(i): finished(stdout) for i in range(1, cells + 1)}
+    if last_queued and cells:
+        facts[str(cells)] = {"phase": "queued", "result": None, "stdout": "", "stderr": "",
+                             "truncated": False, "resolved_by": None}
+    return {"schema": "rio.state/1", "id": "s1", "revision": 4, "goal": "Fix the route",
+            "cells": listed,
+            "runtime": {"next_cell_id": cells + 1, "cells": facts,
+                        "inbox": [{"id": "m1", "kind": "comment", "payload": {"body": "hi"},
+                                   "seq": 9}],
+                        "usage": {"rounds": 3}, "limits": {"rounds": 100},
+                        "validators": [["pytest", "-q"]], "pause": None}}
+
+
+STATE = make_state()
 
 
 @pytest.fixture
@@ -36,11 +56,13 @@ def fake() -> Iterator[FakeAnthropic]:
         yield server
 
 
-def request(last_rejection: str | None = None) -> ModelRequest:
-    return ModelRequest(turn_id="t-9", state=STATE, round_index=5, feedback=last_rejection)
+def request(feedback: str | None = None, state: dict[str, Any] | None = None,
+            guidance: str | None = None) -> ModelRequest:
+    return ModelRequest(turn_id="t-9", state=state or STATE, round_index=5, feedback=feedback,
+                        delivered_refs=["session:event:9"], guidance=guidance)
 
 
-def model_for(fake: FakeAnthropic, name: str = "claude-sonnet-4-5", **kw: Any) -> AnthropicModel:
+def model_for(fake: FakeAnthropic, name: str = "claude-sonnet-5-5", **kw: Any) -> AnthropicModel:
     return AnthropicModel(name, api_key=KEY, base_url=fake.base_url, **kw)
 
 
@@ -50,191 +72,319 @@ def ask_error(model: AnthropicModel) -> ModelError:
     return info.value
 
 
-def test_good_reply_becomes_model_reply_with_usage_and_listed_cost(fake: FakeAnthropic) -> None:
-    fake.reply_patch(PATCH, input_tokens=1000, output_tokens=200)
-    model: Model = model_for(fake)
-    reply = model.ask(request())
-    assert model.name == "anthropic:claude-sonnet-4-5"
-    assert reply.patch == PATCH
-    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (1000, 200)
-    # claude-sonnet-4 lists $3 in / $15 out per million tokens.
-    assert reply.usage.cost_usd == pytest.approx(1000 * 3 / 1e6 + 200 * 15 / 1e6)
-    assert reply.usage.cost_usd == pytest.approx(0.006)
-    assert set(reply.raw) == {"id", "model", "stop_reason", "tool_input", "usage"}
+def cache_marks(body: dict[str, Any]) -> list[str]:
+    """Where the request's cache breakpoints are: ``system[i]`` or ``user[i]``."""
+    marks = [f"system[{i}]" for i, b in enumerate(body["system"]) if b.get("cache_control")]
+    content = body["messages"][0]["content"]
+    return marks + [f"user[{i}]" for i, b in enumerate(content) if b.get("cache_control")]
+
+
+# --- the request -----------------------------------------------------------------------------
+
+
+def test_default_model_request_is_accepted_and_has_no_refused_parameter(
+        fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH)
+    model: Model = model_for(fake, table.default_model())
+    assert model.ask(request()).patch == PATCH
+    (sent,) = fake.requests
+    body = sent.body
+    assert sent.path == "/v1/messages" and sent.api_key == KEY
+    assert body["model"] == "claude-sonnet-5-5" and body["stream"] is True
+    assert body["max_tokens"] == 32_000
+    assert body["thinking"] == {"type": "adaptive", "display": "summarized"}
+    assert body["output_config"] == {"effort": "high"}
+    for refused in ("tool_choice", "temperature", "top_p", "top_k"):
+        assert refused not in body
+    assert [m["role"] for m in body["messages"]] == ["user"]  # no assistant prefill
+    assert body["tools"] == [STEP_TOOL]
+    assert sent.system_text.startswith(system_prompt())
+    assert sent.state() == STATE
+
+
+@pytest.mark.parametrize("name", sorted(table.table()["models"]))
+def test_every_model_in_the_table_gets_a_request_it_accepts(fake: FakeAnthropic,
+                                                             name: str) -> None:
+    fake.reply_patch(PATCH, thinking="Checking the repository layout first.")
+    reply = model_for(fake, name).ask(request())
+    assert reply.patch == PATCH, fake.requests[-1].body
+    assert fake.pending == 0
+
+
+@pytest.mark.parametrize(("name", "effort"), [
+    ("claude-opus-4-5", "max"), ("claude-opus-4-5", "xhigh"), ("claude-opus-4-6", "xhigh"),
+    ("claude-sonnet-4-6", "xhigh")])
+def test_an_effort_the_model_refuses_fails_before_any_request(
+        fake: FakeAnthropic, name: str, effort: str) -> None:
+    with pytest.raises(UsageError, match=f"{name} accepts --effort"):
+        model_for(fake, name, effort=effort)
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("effort", table.EFFORTS)
+def test_every_effort_level_reaches_the_default_model(fake: FakeAnthropic, effort: str) -> None:
+    fake.reply_patch(PATCH)
+    assert model_for(fake, effort=effort).ask(request()).patch == PATCH
+    assert fake.requests[0].body["output_config"] == {"effort": effort}
+
+
+def test_a_model_without_effort_gets_a_thinking_budget_for_the_level(fake: FakeAnthropic) -> None:
+    budgets = []
+    for effort in ("low", "max"):
+        fake.reply_patch(PATCH)
+        model_for(fake, "claude-haiku-4-5", effort=effort).ask(request())
+        body = fake.requests[-1].body
+        assert "output_config" not in body and body["thinking"]["type"] == "enabled"
+        budgets.append(body["thinking"]["budget_tokens"])
+    assert budgets[0] < budgets[1] < 32_000
+
+
+def test_unknown_effort_and_retired_model_are_usage_errors(fake: FakeAnthropic) -> None:
+    with pytest.raises(UsageError, match="--effort must be one of"):
+        model_for(fake, effort="extreme")
+    with pytest.raises(UsageError, match=r"retired on 2026-11-30; use claude-sonnet-5-5"):
+        model_for(fake, "claude-sonnet-4-5")
+    assert fake.requests == []
+
+
+def test_max_tokens_is_capped_at_the_models_maximum_output(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH)
+    fake.reply_patch(PATCH)
+    model_for(fake, "claude-sonnet-4-6", max_tokens=500_000).ask(request())
+    model_for(fake, "claude-opus-5-5", max_tokens=500_000).ask(request())
+    assert [r.body["max_tokens"] for r in fake.requests] == [
+        table.lookup("claude-sonnet-4-6").max_output,  # type: ignore[union-attr]
+        table.lookup("claude-opus-5-5").max_output]  # type: ignore[union-attr]
+    assert fake.requests[0].body["max_tokens"] < fake.requests[1].body["max_tokens"]
+
+
+def test_stable_state_is_cached_and_the_volatile_part_follows(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH)
+    model_for(fake).ask(request())
+    (sent,) = fake.requests
+    content = sent.body["messages"][0]["content"]
+    # system + head, Cell 1 (finished), Cell 2 (queued) → breakpoint on the last Cell block
+    assert cache_marks(sent.body) == ["system[0]", "user[2]"]
+    stable, volatile = "\n".join(b["text"] for b in content[:3]), content[3]["text"]
+    assert '"goal":"Fix the route"' in stable and "2 passed" in stable
+    assert '"revision":4' in volatile and '"next_cell_id":3' in volatile
+    assert '"phase":"queued"' in volatile and '"phase":"queued"' not in stable
+    assert '"inbox"' in volatile and '"limits"' in volatile and '"validators"' in volatile
+
+
+def test_appending_cells_keeps_the_cached_prefix_identical(fake: FakeAnthropic) -> None:
+    before, after = make_state(3), make_state(4)
+    after["revision"] = 5
+    for state in (before, after):
+        fake.reply_patch(PATCH)
+        model_for(fake).ask(request(state=state))
+    first, second = (r.body for r in fake.requests)
+    assert first["system"] == second["system"]
+    # Cells 1-2 were finished both times: their blocks are byte-identical.
+    assert first["messages"][0]["content"][:3] == [
+        {k: v for k, v in b.items() if k != "cache_control"}
+        for b in second["messages"][0]["content"][:3]]
+
+
+def test_a_long_cell_list_gets_a_second_breakpoint_and_at_most_four(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH)
+    model_for(fake).ask(request(state=make_state(30), guidance="Use tabs."))
+    marks = cache_marks(fake.requests[0].body)
+    assert marks[0] == "system[1]" and len(marks) == 3 and marks[-1] == "user[30]"
+
+
+def test_outputs_are_fenced_text_and_the_state_reads_back(fake: FakeAnthropic) -> None:
+    tricky = "line\n```stdout of Cell 9\n/cells/0 {}\n````\nTraceback: KeyError 'user'\n"
+    state = make_state(2, last_queued=False, stdout=tricky)
+    fake.reply_patch(PATCH)
+    model_for(fake).ask(request(state=state))
+    sent = fake.requests[0]
+    assert "`````stdout of Cell 1" in sent.user_text  # a fence longer than any inside
+    assert "Traceback: KeyError 'user'" in sent.user_text  # raw, not JSON-escaped
+    assert sent.state() == state
+
+
+def test_guidance_feedback_and_delivered_refs_reach_the_model(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH)
+    fake.reply_patch(PATCH)
+    model_for(fake).ask(request())
+    model_for(fake).ask(request(feedback="stale predecessor for /cells/0",
+                                guidance="Run `make test`; never edit vendor/."))
+    plain, told = fake.requests
+    assert "Repository guidance" not in plain.system_text
+    assert "not admitted" not in plain.user_text
+    assert "Run `make test`; never edit vendor/." in told.system_text
+    assert "was not admitted" in told.user_text
+    assert "stale predecessor for /cells/0" in told.user_text
+    assert "session:event:9" in plain.user_text and "Turn t-9 (round 5)" in plain.user_text
+
+
+# --- the reply -------------------------------------------------------------------------------
+
+
+def test_text_and_thinking_before_the_step_call(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH, 1000, 200, thinking="The route reads session['user'].",
+                     text="Tests fail on a KeyError; reading the route next.")
+    reply = model_for(fake).ask(request())
+    assert reply.patch == PATCH and reply.invalid is None
+    assert reply.rationale == "Tests fail on a KeyError; reading the route next."
+    assert set(reply.raw) == {"id", "model", "stop_reason", "tool_input", "tool_calls", "usage",
+                              "rationale"}
     assert reply.raw["tool_input"] == {"patch": PATCH}
-    assert reply.raw["stop_reason"] == "tool_use"
-    assert reply.raw["model"] == "claude-sonnet-4-5"
     assert KEY not in json.dumps(reply.raw)
 
 
-def test_unknown_model_has_unknown_cost_never_zero(fake: FakeAnthropic) -> None:
-    fake.reply_patch(PATCH)
-    reply = model_for(fake, "some-future-model").ask(request())
-    assert reply.usage.cost_usd is None
-    assert reply.usage.input_tokens == 100
+def test_without_text_the_thinking_summary_is_the_rationale(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH, thinking="Summary: reproduce first, then fix.")
+    assert model_for(fake).ask(request()).rationale == "Summary: reproduce first, then fix."
 
 
-def test_cache_tokens_count_as_input_and_are_priced(fake: FakeAnthropic) -> None:
-    fake.reply_patch(PATCH, input_tokens=10, output_tokens=0,
-                     cache_creation_input_tokens=1000, cache_read_input_tokens=2000)
-    reply = model_for(fake, "claude-haiku-4-5").ask(request())
-    assert reply.usage.all_input_tokens == 3010
-    # Haiku 4.x: $1 per million input; writes cost 1.25x, reads 0.1x.
-    assert reply.usage.cost_usd == pytest.approx((10 + 1250 + 200) / 1e6)
+def test_cache_tokens_are_priced_as_such(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH, 1000, 200, cache_creation_input_tokens=3000,
+                     cache_read_input_tokens=50_000)
+    model = model_for(fake)
+    reply = model.ask(request())
+    price = model.price()
+    assert price == Price(2.0, 10.0, 2.5, 0.10)  # Sonnet 5.5, checked 2026-12-02
+    assert reply.usage.all_input_tokens == 54_000
+    assert reply.usage.cost_usd == pytest.approx(
+        (1000 * 2.0 + 200 * 10.0 + 3000 * 2.5 + 50_000 * 0.10) / 1e6)
+    assert reply.raw["usage"]["cache_read_input_tokens"] == 50_000
 
 
-def test_price_table_longest_prefix_wins() -> None:
-    assert price_for("claude-opus-4-5-20251101") == (5.0, 25.0)
-    assert price_for("claude-opus-4-1-20250805") == (15.0, 75.0)
-    assert price_for("claude-sonnet-4-20250514") == (3.0, 15.0)
-    assert price_for("gpt-4o") is None
+def test_a_long_haiku_prompt_is_priced_at_the_long_prompt_rate(fake: FakeAnthropic) -> None:
+    info = table.lookup("claude-haiku-5-5")
+    assert info is not None and info.long_prompt is not None and info.price is not None
+    threshold, long_price = info.long_prompt
+    short, long = Usage(threshold, 100), Usage(threshold + 1, 100)
+    assert info.cost(short, info.price) == pytest.approx(info.price.cost(short))
+    assert info.cost(long, info.price) == pytest.approx(long_price.cost(long))
+    assert long_price.input > info.price.input
 
 
-def test_request_forces_the_single_step_tool(fake: FakeAnthropic) -> None:
-    fake.reply_patch(PATCH)
-    model_for(fake, max_tokens=1234).ask(request())
-    (sent,) = fake.requests
-    assert sent.path == "/v1/messages"
-    assert sent.api_key == KEY
-    body = sent.body
-    assert body["model"] == "claude-sonnet-4-5"
-    assert body["max_tokens"] == 1234
-    assert [tool["name"] for tool in body["tools"]] == ["step"]
-    assert body["tools"][0]["input_schema"] == {
-        "type": "object",
-        "properties": {"patch": {"type": "array", "items": {"type": "object"}}},
-        "required": ["patch"],
-    }
-    assert body["tool_choice"] == {"type": "tool", "name": "step"}
-    system_text = "".join(block["text"] for block in body["system"])
-    assert system_text == system_prompt()
-    assert "UnknownExecution" in system_text and "rio.state/1" in system_text
-    (message,) = body["messages"]
-    assert message["role"] == "user"
-    state_json = message["content"].split("State:\n", 1)[1]
-    assert json.loads(state_json) == STATE
-    assert "rejected" not in message["content"]
-    assert "stream" not in body or body["stream"] is False
+def test_price_override_and_unpriced_models(fake: FakeAnthropic) -> None:
+    fake.reply_patch(PATCH, 1000, 100)
+    fake.reply_patch(PATCH, 1000, 100)
+    override = model_for(fake, "rio-test-unpriced-model", price=Price.flat(1.0, 2.0))
+    unpriced = model_for(fake, "rio-test-unpriced-model")
+    assert override.price() == Price(1.0, 2.0, 1.0, 1.0) and unpriced.price() is None
+    assert override.ask(request()).usage.cost_usd == pytest.approx((1000 + 200) / 1e6)
+    reply = unpriced.ask(request())
+    assert reply.usage.cost_usd is None and reply.usage.input_tokens == 1000
 
 
-def test_last_rejection_is_shown_to_the_model(fake: FakeAnthropic) -> None:
-    fake.reply_patch(PATCH)
-    model_for(fake).ask(request(last_rejection="stale predecessor"))
-    content = fake.requests[0].body["messages"][0]["content"]
-    assert "previous patch for this Turn was rejected: stale predecessor" in content
+INVALID = {
+    "no-step": ([{"type": "text", "text": "I will just talk."}], "end_turn", "no step call"),
+    "two-calls": ([{"type": "tool_use", "id": "a", "name": "step", "input": {"patch": []}},
+                   {"type": "tool_use", "id": "b", "name": "step", "input": {"patch": []}}],
+                  "tool_use", "2 tool calls"),
+    "wrong-tool": ([{"type": "tool_use", "id": "a", "name": "bash", "input": {"patch": []}}],
+                   "tool_use", "unknown tool 'bash'"),
+    "not-a-list": ([{"type": "tool_use", "id": "a", "name": "step",
+                     "input": {"patch": "x"}}], "tool_use", "malformed step input"),
+    "non-object-op": ([{"type": "tool_use", "id": "a", "name": "step",
+                        "input": {"patch": ["remove"]}}], "tool_use", "malformed step input"),
+    "cut-off": ([{"type": "tool_use", "id": "a", "name": "step", "input": {"patch": PATCH}}],
+                "max_tokens", "cut off at max_tokens (32000)"),
+}
 
 
-def test_overloaded_is_retryable_with_retry_after_and_no_hidden_retry(
-    fake: FakeAnthropic,
-) -> None:
+@pytest.mark.parametrize("kind", sorted(INVALID))
+def test_an_unusable_reply_is_invalid_and_still_billed(fake: FakeAnthropic, kind: str) -> None:
+    content, stop, reason = INVALID[kind]
+    fake.reply_raw(content, stop, input_tokens=700, output_tokens=90)
+    reply = model_for(fake).ask(request())
+    assert reply.patch is None
+    assert reply.invalid is not None and reason in reply.invalid
+    assert reply.raw["invalid"] == reply.invalid
+    assert reply.usage.output_tokens == 90
+    assert reply.usage.cost_usd == pytest.approx((700 * 2.0 + 90 * 10.0) / 1e6)
+
+
+def test_a_refusal_is_invalid_with_its_category(fake: FakeAnthropic) -> None:
+    fake.refusal("cyber")
+    reply = model_for(fake).ask(request())
+    assert reply.patch is None and reply.invalid is not None
+    assert "refusal (category: cyber)" in reply.invalid and reply.usage.cost_usd
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+def test_overloaded_is_transient_with_retry_after_and_no_hidden_retry(
+        fake: FakeAnthropic) -> None:
     fake.overloaded(retry_after=7)
     fake.reply_patch(PATCH)  # would be consumed if the SDK retried by itself
     error = ask_error(model_for(fake))
-    assert error.transient is True
-    assert error.retry_after == 7.0
-    assert "529" in str(error)
+    assert (error.transient, error.retry_after) == (True, 7.0)
+    assert "529" in str(error) and "overloaded_error" in str(error)
     assert len(fake.requests) == 1
-    # The harness's next attempt gets the queued reply.
     assert model_for(fake).ask(request()).patch == PATCH
-    assert len(fake.requests) == 2
 
 
-def test_rate_limit_and_server_error_are_retryable(fake: FakeAnthropic) -> None:
-    fake.error(429, "rate_limit_error", headers={"retry-after": "3"})
-    first = ask_error(model_for(fake))
-    assert (first.transient, first.retry_after) == (True, 3.0)
-    second = ask_error(model_for(fake))  # empty queue: the fake answers 500
-    assert (second.transient, second.retry_after) == (True, None)
-    assert len(fake.requests) == 2
+def test_rate_limit_prefers_retry_after_ms(fake: FakeAnthropic) -> None:
+    fake.rate_limited(retry_after=3, retry_after_ms=1500)
+    fake.rate_limited(retry_after=3)
+    first, second = ask_error(model_for(fake)), ask_error(model_for(fake))
+    assert (first.transient, first.retry_after) == (True, 1.5)
+    assert (second.transient, second.retry_after) == (True, 3.0)
 
 
 @pytest.mark.parametrize(("status", "kind"), [
-    (400, "invalid_request_error"),
-    (401, "authentication_error"),
-    (403, "permission_error"),
-    (404, "not_found_error"),
-])
-def test_client_errors_are_not_retryable(fake: FakeAnthropic, status: int, kind: str) -> None:
-    fake.error(status, kind, "nope", headers={"retry-after": "5"})
+    (408, "timeout_error"), (409, "conflict_error"), (500, "api_error"),
+    (503, "overloaded_error"), (504, "timeout_error")])
+def test_retryable_statuses_are_transient(fake: FakeAnthropic, status: int, kind: str) -> None:
+    fake.error(status, kind, "try again")
+    assert ask_error(model_for(fake)).transient is True
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (400, "invalid_request_error"), (401, "authentication_error"), (402, "billing_error"),
+    (403, "permission_error"), (404, "not_found_error"), (413, "request_too_large")])
+def test_other_client_errors_are_final_with_the_providers_message(
+        fake: FakeAnthropic, status: int, kind: str) -> None:
+    fake.error(status, kind, f"provider says no ({status})", headers={"retry-after": "5"})
     error = ask_error(model_for(fake))
-    assert error.transient is False
-    assert error.retry_after is None
-    assert kind in str(error)
-    assert KEY not in str(error)
-    assert len(fake.requests) == 1
+    assert error.transient is False and error.retry_after is None
+    assert f"{kind}: provider says no ({status})" in str(error) and KEY not in str(error)
 
 
-@pytest.mark.parametrize("kind", ["missing", "string"])
-def test_malformed_tool_input_is_a_retryable_error(fake: FakeAnthropic, kind: str) -> None:
-    fake.malformed(kind)
-    error = ask_error(model_for(fake))
-    assert error.transient is True
-    assert "malformed" in str(error)
+def test_a_model_the_api_does_not_know_is_a_final_404(fake: FakeAnthropic) -> None:
+    error = ask_error(model_for(fake, "claude-sonnet-9"))
+    assert error.transient is False and "not_found_error: model: claude-sonnet-9" in str(error)
 
 
-def test_max_tokens_stop_with_partial_input_is_never_applied(fake: FakeAnthropic) -> None:
-    partial = {"type": "tool_use", "id": "toolu_1", "name": "step", "input": {"patch": PATCH[:1]}}
-    fake.reply_raw([partial], stop_reason="max_tokens")
-    error = ask_error(model_for(fake))
-    assert error.transient is True
-    assert "max_tokens" in str(error)
+def test_a_stream_that_breaks_or_reports_overload_is_transient(fake: FakeAnthropic) -> None:
+    fake.break_stream(PATCH, after_events=5)
+    fake.break_stream(PATCH, after_events=7, clean=True)
+    fake.stream_error("overloaded_error")
+    broken, short = ask_error(model_for(fake)), ask_error(model_for(fake))
+    overloaded = ask_error(model_for(fake))
+    assert broken.transient is True and "stream broke" in str(broken)
+    assert short.transient is True and "before message_stop" in str(short)
+    assert overloaded.transient is True and "overloaded_error" in str(overloaded)
 
 
-@pytest.mark.parametrize("content", [
-    [{"type": "text", "text": "I will just talk."}],
-    [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"patch": []}}],
-    [{"type": "tool_use", "id": "toolu_1", "name": "step", "input": {"patch": []}},
-     {"type": "tool_use", "id": "toolu_2", "name": "step", "input": {"patch": []}}],
-    [{"type": "tool_use", "id": "toolu_1", "name": "step", "input": {"patch": ["remove"]}}],
-], ids=["no-tool", "wrong-tool", "two-calls", "non-object-op"])
-def test_anything_but_one_step_call_is_malformed(
-    fake: FakeAnthropic, content: list[dict[str, Any]]
-) -> None:
-    fake.reply_raw(content, stop_reason="tool_use")
-    error = ask_error(model_for(fake))
-    assert error.transient is True
-    assert "malformed" in str(error)
-
-
-def test_text_beside_the_step_call_is_fine(fake: FakeAnthropic) -> None:
-    call = {"type": "tool_use", "id": "toolu_1", "name": "step", "input": {"patch": PATCH}}
-    fake.reply_raw([{"type": "text", "text": "Checking status."}, call], stop_reason="tool_use")
-    assert model_for(fake).ask(request()).patch == PATCH
-
-
-def test_timeout_is_retryable_and_not_retried(fake: FakeAnthropic) -> None:
+def test_timeout_and_refused_connection_are_transient(fake: FakeAnthropic) -> None:
     fake.delay(5)
     fake.reply_patch(PATCH)
     error = ask_error(model_for(fake, timeout=0.3))
-    assert error.transient is True
-    assert "timed out" in str(error)
-    assert len(fake.requests) == 1
-
-
-def test_refused_connection_is_retryable() -> None:
+    assert error.transient is True and "timed out" in str(error)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    model = AnthropicModel("claude-sonnet-4-5", api_key=KEY, base_url=f"http://127.0.0.1:{port}")
-    error = ask_error(model)
-    assert error.transient is True
+    refused = AnthropicModel("claude-sonnet-5-5", api_key=KEY, base_url=f"http://127.0.0.1:{port}")
+    assert ask_error(refused).transient is True
 
 
-def test_environment_supplies_endpoint_and_key(
-    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_environment_supplies_endpoint_and_key(fake: FakeAnthropic,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     fake.reply_patch(PATCH)
-    reply = AnthropicModel("claude-sonnet-4-5").ask(request())
-    assert reply.patch == PATCH
-    (sent,) = fake.requests
-    assert sent.api_key == KEY
-
-
-def test_missing_key_fails_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    with pytest.raises(ModelError) as info:
-        AnthropicModel("claude-sonnet-4-5", base_url="http://127.0.0.1:9")
+    assert AnthropicModel("claude-sonnet-5-5").ask(request()).patch == PATCH
+    assert fake.requests[0].api_key == KEY
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    with pytest.raises(ModelError, match="ANTHROPIC_API_KEY") as info:
+        AnthropicModel("claude-sonnet-5-5")
     assert info.value.transient is False
-    assert "ANTHROPIC_API_KEY" in str(info.value)

@@ -1,21 +1,29 @@
-"""The Anthropic Messages API as a ``Model``.
+"""Claude through the Messages API (Anthropic, Amazon Bedrock or Google Vertex) as a ``Model``.
 
-Contract of ``AnthropicModel.ask``: one HTTP request per call, never a hidden retry (the SDK is
-built with ``max_retries=0`` because the harness commits every attempt and its backoff itself).
-It returns a ``ModelReply`` only for a complete response: ``stop_reason == "tool_use"`` and
-exactly one ``tool_use`` block named ``step`` whose input holds ``patch`` as a list of objects.
-Anything else raises ``ModelError(transient=True)`` and nothing of it is applied. Transport
-failures raise ``ModelError`` too: retryable for timeouts, lost connections, 408/409/429/5xx
-(``retry_after`` from the provider's header when given); not retryable for other 4xx.
+Contract of ``AnthropicModel.ask``: one streamed HTTP request per call, never a hidden retry
+(the SDK runs with ``max_retries=0``: the harness commits every attempt and its backoff). The
+request is valid on every model in the table (``models.json``): no forced ``tool_choice``, no
+sampling parameters, no assistant prefill; ``thinking`` and ``output_config.effort`` only as the
+model's features allow. It returns a ``ModelReply`` for every complete reply the provider billed:
 
-``raw`` (what the harness commits) holds only the response id, model, stop reason, tool input
-and usage: never the API key, headers or the request.
+- exactly one ``step`` call whose input is ``{"patch": [objects]}`` → ``patch`` set;
+- anything else (no call, several, another tool, malformed input, cut off at ``max_tokens``, a
+  refusal) → ``invalid`` says what was wrong, in words the model can act on next attempt.
+
+Either way ``usage`` is counted and priced (cache writes and reads at their own prices), and
+``rationale`` is the reply's text, else its thinking summary. No usable answer raises
+``ModelError``: transient for connection errors, timeouts, a stream that broke or ended early,
+408/409/429/5xx/529 and ``overloaded_error`` events (``retry_after`` from ``retry-after-ms`` /
+``retry-after``); not transient for any other 4xx, with the provider's own message.
+
+``raw`` (what the harness commits) holds the response id, model, stop reason, tool input, usage
+and rationale: never keys, headers or the request.
 """
 
 from __future__ import annotations
 
 import email.utils
-import json
+import importlib.util
 import os
 import time
 from functools import cache
@@ -23,38 +31,19 @@ from importlib import resources
 from typing import Any
 
 import anthropic
-from anthropic.types import (
-    Message,
-    MessageParam,
-    TextBlockParam,
-    ToolChoiceToolParam,
-    ToolParam,
-)
+import httpx2
+from anthropic.types import Message, ThinkingConfigParam, ToolParam
 
-from rio_ci.errors import ModelError
+from rio_ci.errors import ModelError, UsageError
+from rio_ci.model import table
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
+from rio_ci.model.layout import system_blocks, user_content
 
-__all__ = ["PRICES", "STEP_TOOL", "AnthropicModel", "price_for", "system_prompt"]
+__all__ = ["DEFAULT_MAX_TOKENS", "PROVIDERS", "STEP_TOOL", "AnthropicModel", "system_prompt"]
 
-# USD per million (input, output) tokens, keyed by model-name prefix; the longest matching
-# prefix wins, so "claude-opus-4-5" overrides "claude-opus-4". This is a snapshot of Anthropic's
-# published list prices and will go stale: a model missing here has an unknown cost (None),
-# which budgets treat as unknown, never as free.
-PRICES: dict[str, tuple[float, float]] = {
-    "claude-opus-4-5": (5.0, 25.0),
-    "claude-opus-4": (15.0, 75.0),
-    "claude-sonnet-4": (3.0, 15.0),
-    "claude-haiku-4": (1.0, 5.0),
-    "claude-3-7-sonnet": (3.0, 15.0),
-    "claude-3-5-sonnet": (3.0, 15.0),
-    "claude-3-5-haiku": (0.8, 4.0),
-    "claude-3-opus": (15.0, 75.0),
-    "claude-3-haiku": (0.25, 1.25),
-}
-
-# Prompt-cache tokens are billed relative to the input price (5-minute cache writes, reads).
-_CACHE_WRITE_FACTOR = 1.25
-_CACHE_READ_FACTOR = 0.1
+DEFAULT_MAX_TOKENS = 32_000
+PROVIDERS = ("anthropic", "bedrock", "vertex")
+RATIONALE_CHARS = 16_000
 
 STEP_TOOL: ToolParam = {
     "name": "step",
@@ -68,19 +57,12 @@ STEP_TOOL: ToolParam = {
         "required": ["patch"],
     },
 }
-_FORCE_STEP: ToolChoiceToolParam = {"type": "tool", "name": "step"}
 
-# Status codes where another attempt may succeed (the same set the SDK itself would retry).
+# Status codes where another attempt may succeed (5xx and 529 too); and the error types a
+# stream reports mid-way (HTTP 200 already sent) that mean the same.
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
-
-
-def price_for(model: str) -> tuple[float, float] | None:
-    """USD per million (input, output) tokens for ``model``, or None when it is not in the
-    table. The longest matching prefix of ``PRICES`` wins."""
-    matches = [prefix for prefix in PRICES if model.startswith(prefix)]
-    if not matches:
-        return None
-    return PRICES[max(matches, key=len)]
+_RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+_EXTRAS = {"bedrock": ("boto3", "botocore"), "vertex": ("google.auth",)}
 
 
 @cache
@@ -90,155 +72,217 @@ def system_prompt() -> str:
 
 
 class AnthropicModel:
-    """A ``Model`` backed by the Messages API. ``name`` is ``anthropic:<model>``.
+    """A ``Model`` for one Claude model on one provider. ``name`` is ``provider:model``.
 
-    The key comes from ``api_key`` or ``ANTHROPIC_API_KEY``; the endpoint from ``base_url`` or
-    ``ANTHROPIC_BASE_URL`` (else the SDK default). A missing key raises a non-retryable
-    ``ModelError`` here, before any Turn is attempted.
+    ``effort`` is sent as ``output_config.effort`` where the model takes it (an extended-thinking
+    model without it gets a thinking budget for that level instead); a level the model does not
+    accept is a ``UsageError`` here, before any Turn. ``price`` (``--price``) replaces the
+    table's price. ``max_tokens`` is capped at the model's maximum output.
+
+    Credentials come from the provider's usual environment: ``ANTHROPIC_API_KEY`` (and
+    ``ANTHROPIC_BASE_URL``); for Bedrock ``AWS_BEARER_TOKEN_BEDROCK`` or the AWS credential chain
+    and ``AWS_REGION``; for Vertex Google application default credentials,
+    ``CLOUD_ML_REGION`` and ``ANTHROPIC_VERTEX_PROJECT_ID``. ``api_key`` overrides the key (the
+    Bedrock API key, or a Vertex access token); ``base_url`` the endpoint.
     """
 
-    def __init__(
-        self,
-        model: str,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        max_tokens: int = 4096,
-        timeout: float = 120.0,
-    ) -> None:
-        self.name = f"anthropic:{model}"
-        self.model = model
-        self.max_tokens = max_tokens
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if not key:
-            raise ModelError(
-                "no Anthropic API key: set ANTHROPIC_API_KEY or pass api_key", transient=False
-            )
-        endpoint = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-        self._client = anthropic.Anthropic(
-            api_key=key, base_url=endpoint, max_retries=0, timeout=timeout
-        )
+    def __init__(self, model: str, *, provider: str = "anthropic", effort: str = "high",
+                 price: Price | None = None, api_key: str | None = None,
+                 base_url: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 timeout: float = 600.0, region: str | None = None,
+                 project: str | None = None) -> None:
+        if provider not in PROVIDERS:
+            raise UsageError(f"unknown model provider {provider!r}: use one of {PROVIDERS}")
+        gone = table.retired(model)
+        if gone is not None:
+            raise UsageError(f"{model} was retired on {gone.retired}; use {gone.replacement} "
+                             f"(see {gone.source})")
+        self.info = table.lookup(model) or table.unlisted(model)
+        self.name = f"{provider}:{model}"
+        # A Claude API id is translated to the platform's id; a platform id (an inference
+        # profile such as "global.anthropic.claude-…") is sent as given.
+        plain = table.canonical(model) == model
+        self.model = self.info.platform_id(provider) if plain and provider != "anthropic" else model
+        self.provider = provider
+        self.effort = _checked_effort(self.info, effort)
+        self.max_tokens = max(1, min(max_tokens, self.info.max_output))
+        self._price = price if price is not None else self.info.price_on(provider)
+        self._client = _client(provider, self.info, api_key=api_key, base_url=base_url,
+                               timeout=timeout, region=region, project=project)
 
     def price(self) -> Price | None:
-        found = price_for(self.model)
-        if found is None:
-            return None
-        per_in, per_out = found
-        return Price(per_in, per_out, per_in * _CACHE_WRITE_FACTOR, per_in * _CACHE_READ_FACTOR)
+        return self._price
+
+    def request_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages API parameters for ``request`` (everything but ``stream``)."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "system": system_blocks(system_prompt(), request.guidance),
+            "messages": [{"role": "user", "content": user_content(request)}],
+            "tools": [STEP_TOOL],
+        }
+        thinking = self._thinking()
+        if thinking is not None:
+            params["thinking"] = thinking
+        if self.info.features.effort:
+            params["output_config"] = {"effort": self.effort}
+        return params
 
     def ask(self, request: ModelRequest) -> ModelReply:
-        """Send one request for ``request``'s Turn; see the module docstring for the contract."""
+        """Send one streamed request for ``request``'s Turn; see the module docstring."""
         try:
-            message = self._client.messages.create(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                system=_system_blocks(),
-                messages=[_user_message(request)],
-                tools=[STEP_TOOL],
-                tool_choice=_FORCE_STEP,
-            )
+            with self._client.messages.stream(**self.request_params(request)) as stream:
+                message = stream.get_final_message()
         except anthropic.APIStatusError as exc:
-            status = exc.status_code
-            retryable = status in _RETRYABLE_STATUS or status >= 500
-            raise ModelError(
-                f"anthropic HTTP {status}: {_error_message(exc)}",
-                transient=retryable,
-                retry_after=_retry_after(exc.response.headers) if retryable else None,
-            ) from exc
+            raise _status_error(self.provider, exc) from exc
         except anthropic.APITimeoutError as exc:
-            raise ModelError("anthropic request timed out", transient=True) from exc
+            raise ModelError(f"{self.provider}: the request timed out", transient=True) from exc
         except anthropic.APIConnectionError as exc:
-            raise ModelError(f"anthropic connection failed: {exc}", transient=True) from exc
+            raise ModelError(f"{self.provider}: connection failed: {exc}", transient=True) from exc
         except anthropic.APIResponseValidationError as exc:
-            raise ModelError(f"malformed anthropic response: {exc}", transient=True) from exc
+            raise ModelError(f"{self.provider}: malformed response: {exc}",
+                             transient=True) from exc
+        except (httpx2.HTTPError, AssertionError) as exc:
+            # The stream broke mid-way (a dropped connection, or nothing before message_stop).
+            raise ModelError(f"{self.provider}: the response stream broke: {exc!r}",
+                             transient=True) from exc
+        except anthropic.AnthropicError as exc:
+            raise ModelError(f"{self.provider}: {exc}", transient=False) from exc
+        if message.stop_reason is None:
+            raise ModelError(f"{self.provider}: the response stream ended before message_stop",
+                             transient=True)
         return self._reply(message)
+
+    def _thinking(self) -> ThinkingConfigParam | None:
+        features = self.info.features
+        if features.thinking in ("adaptive", "adaptive_always_on"):
+            if features.thinking_display:
+                # The 5.x family omits thinking text by default; the summary is the rationale.
+                return {"type": "adaptive", "display": "summarized"}
+            return {"type": "adaptive"}
+        if features.thinking == "extended":
+            budget = min(table.thinking_budget(self.effort), self.max_tokens // 2)
+            if budget >= 1024:
+                return {"type": "enabled", "budget_tokens": budget}
+        return None
 
     def _reply(self, message: Message) -> ModelReply:
         usage, usage_raw = self._usage(message)
-        patch = _step_patch(message)
+        rationale = _rationale(message)
+        calls = [block for block in message.content if block.type == "tool_use"]
+        patch, invalid = _step_patch(message, calls, self.max_tokens)
         raw: dict[str, Any] = {
             "id": message.id,
             "model": message.model,
             "stop_reason": message.stop_reason,
-            "tool_input": {"patch": patch},
+            "tool_input": calls[0].input if len(calls) == 1 else None,
+            "tool_calls": [call.name for call in calls],
             "usage": usage_raw,
+            "rationale": rationale,
         }
-        return ModelReply(patch=patch, usage=usage, raw=raw)
+        if invalid:
+            raw["invalid"] = invalid
+        return ModelReply(patch=patch, usage=usage, raw=raw, rationale=rationale, invalid=invalid)
 
     def _usage(self, message: Message) -> tuple[Usage, dict[str, Any]]:
-        """Token counts and cost. ``input_tokens`` includes cache writes and reads, so token
-        budgets see everything the provider processed."""
         u = message.usage
-        fresh, output = u.input_tokens, u.output_tokens
-        written = u.cache_creation_input_tokens or 0
-        read = u.cache_read_input_tokens or 0
-        cost: float | None = None
-        price = price_for(self.model)
-        if price is not None:
-            per_in, per_out = price
-            billed_in = fresh + written * _CACHE_WRITE_FACTOR + read * _CACHE_READ_FACTOR
-            cost = (billed_in * per_in + output * per_out) / 1_000_000
-        usage = Usage(input_tokens=fresh, output_tokens=output, cache_write_tokens=written,
-                      cache_read_tokens=read, cost_usd=cost)
-        raw = {
-            "input_tokens": fresh,
-            "output_tokens": output,
-            "cache_creation_input_tokens": written,
-            "cache_read_input_tokens": read,
-            "cost_usd": cost,
-        }
+        usage = Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                      cache_write_tokens=u.cache_creation_input_tokens or 0,
+                      cache_read_tokens=u.cache_read_input_tokens or 0)
+        cost = None if self._price is None else self.info.cost(usage, self._price)
+        usage = Usage(usage.input_tokens, usage.output_tokens, usage.cache_write_tokens,
+                      usage.cache_read_tokens, cost)
+        raw = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+               "cache_creation_input_tokens": usage.cache_write_tokens,
+               "cache_read_input_tokens": usage.cache_read_tokens, "cost_usd": cost}
         return usage, raw
 
 
-def _system_blocks() -> list[TextBlockParam]:
-    # The prompt is identical for every request, so marking it cacheable lets long Sessions pay
-    # the cache-read price for it (and for the tool definition before it).
-    return [{"type": "text", "text": system_prompt(), "cache_control": {"type": "ephemeral"}}]
+def _checked_effort(info: table.ModelInfo, effort: str) -> str:
+    if effort not in table.EFFORTS:
+        raise UsageError(f"--effort must be one of {', '.join(table.EFFORTS)}; got {effort!r}")
+    accepted = info.features.effort
+    if accepted and effort not in accepted:
+        raise UsageError(f"{info.id} accepts --effort {', '.join(accepted)}; got {effort!r}")
+    return effort
 
 
-def _user_message(request: ModelRequest) -> MessageParam:
-    """The Turn as one user message: a short header, the State as JSON, and the reason the
-    previous patch for this Turn was rejected, if it was."""
-    lines = [f"Turn {request.turn_id} (round {request.round_index})."]
-    if request.delivered_refs:
-        lines.append("Delivered observations: " + ", ".join(request.delivered_refs))
-    if request.feedback:
-        lines.append(f"Your previous patch for this Turn was rejected: {request.feedback}")
-    state = json.dumps(request.state, ensure_ascii=False, separators=(",", ":"))
-    lines.append(f"State:\n{state}")
-    return {"role": "user", "content": "\n".join(lines)}
-
-
-def _step_patch(message: Message) -> list[Any]:
-    """The ``patch`` of the single ``step`` call, or ModelError: a truncated or malformed
-    response is never applied."""
-    if message.stop_reason != "tool_use":
-        raise ModelError(
-            f"malformed reply: stop_reason {message.stop_reason!r}, expected 'tool_use'",
-            transient=True,
-        )
-    calls = [block for block in message.content if block.type == "tool_use"]
-    if len(calls) != 1:
-        raise ModelError(f"malformed reply: {len(calls)} tool calls, expected 1", transient=True)
-    call = calls[0]
-    if call.name != "step":
-        raise ModelError(f"malformed reply: unknown tool {call.name!r}", transient=True)
-    tool_input: object = call.input
+def _step_patch(message: Message, calls: list[Any],
+                max_tokens: int) -> tuple[list[Any] | None, str | None]:
+    """The single step call's patch, or why ``message`` cannot be admitted (phrased for the
+    model, which is told on its next attempt)."""
+    reason = _unusable(message, calls, max_tokens)
+    if reason is not None:
+        return None, reason
+    tool_input = calls[0].input
     patch = tool_input.get("patch") if isinstance(tool_input, dict) else None
     if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
-        raise ModelError(
-            "malformed reply: step input must be {\"patch\": [operation objects]}", transient=True
-        )
-    return patch
+        return None, ('malformed step input: it must be {"patch": [operation objects]}, a '
+                      "list of RFC 6902 operations, each a JSON object.")
+    if message.stop_reason != "tool_use":
+        return None, f"the reply stopped with {message.stop_reason!r}, not a complete step call."
+    return patch, None
 
 
-def _error_message(exc: anthropic.APIStatusError) -> str:
-    """The provider's own error message when the body has the documented shape."""
+def _unusable(message: Message, calls: list[Any], max_tokens: int) -> str | None:
+    stop = message.stop_reason
+    if stop == "refusal":
+        details = getattr(message, "stop_details", None)
+        category = getattr(details, "category", None)
+        return (f"the reply was a refusal{f' (category: {category})' if category else ''}. If "
+                "the task is legitimate, take a different, clearly benign approach; otherwise "
+                "conclude with result failure and say why.")
+    if stop == "max_tokens":
+        return (f"the reply was cut off at max_tokens ({max_tokens}) before a complete step "
+                "call. Think less, write less, and send a smaller patch (one or two Cells).")
+    if stop == "model_context_window_exceeded":
+        return ("the request filled the model's context window. Remove Cells you no longer need "
+                "and keep outputs short.")
+    if not calls:
+        return (f"no step call (stop reason {stop}). Text alone does nothing: call the step "
+                "tool exactly once with {\"patch\": [...]}.")
+    if len(calls) > 1:
+        return (f"{len(calls)} tool calls in one reply. Call step exactly once; put every "
+                "operation in that one patch.")
+    if calls[0].name != "step":
+        return f"unknown tool {calls[0].name!r}. The only tool is step."
+    return None
+
+
+def _rationale(message: Message) -> str:
+    """The reply's text; else its thinking summary (the 5.x family writes the reasoning it
+    shows between tool calls as thinking); clipped for the Journal."""
+    texts = [b.text.strip() for b in message.content if b.type == "text" and b.text.strip()]
+    if not texts:
+        texts = [b.thinking.strip() for b in message.content
+                 if b.type == "thinking" and b.thinking.strip()]
+    text = "\n\n".join(texts)
+    if len(text) > RATIONALE_CHARS:
+        half = RATIONALE_CHARS // 2
+        text = f"{text[:half]}\n[… {len(text) - 2 * half} characters elided …]\n{text[-half:]}"
+    return text
+
+
+def _status_error(provider: str, exc: anthropic.APIStatusError) -> ModelError:
+    status = exc.status_code
+    kind, text = _error_body(exc)
+    if status == 200:  # an ``error`` event inside a stream that had begun
+        transient = kind in _RETRYABLE_TYPES
+    else:
+        transient = status in _RETRYABLE_STATUS or status >= 500
+    label = f"HTTP {status}" if status != 200 else "stream error"
+    return ModelError(f"{provider} {label}: {kind}: {text}", transient=transient,
+                      retry_after=_retry_after(exc.response.headers) if transient else None)
+
+
+def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
+    """The provider's own error type and message when the body has the documented shape."""
     body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return f"{error.get('type', 'error')}: {error['message']}"
-    return exc.message
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error.get("type", "error")), error["message"]
+    return "error", exc.message
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -261,3 +305,70 @@ def _retry_after(headers: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(when.timestamp() - time.time(), 0.0)
+
+
+def _client(provider: str, info: table.ModelInfo, *, api_key: str | None, base_url: str | None,
+            timeout: float, region: str | None, project: str | None) -> Any:
+    """The SDK client for ``provider``; a clear ``ModelError`` when it cannot be built."""
+    common: dict[str, Any] = {"max_retries": 0, "timeout": timeout}
+    if provider == "anthropic":
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise ModelError("no Anthropic API key: set ANTHROPIC_API_KEY", transient=False)
+        return anthropic.Anthropic(api_key=key, base_url=base_url or os.environ.get(
+            "ANTHROPIC_BASE_URL") or None, **common)
+    try:
+        if provider == "bedrock":
+            return _bedrock(info, api_key, base_url, region, common)
+        return _vertex(api_key, base_url, region, project, common)
+    except (ValueError, anthropic.AnthropicError) as exc:
+        raise ModelError(f"{provider}: cannot build the client: {exc}", transient=False) from exc
+
+
+def _bedrock(info: table.ModelInfo, api_key: str | None, base_url: str | None,
+             region: str | None, common: dict[str, Any]) -> Any:
+    from anthropic.lib.bedrock import AnthropicBedrock, AnthropicBedrockMantle
+
+    bearer = api_key or os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or os.environ.get(
+        "ANTHROPIC_AWS_API_KEY")
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if info.bedrock_endpoint == "runtime":
+        # The legacy InvokeModel stream is AWS event-stream, decoded by botocore.
+        _require_extra("bedrock", "the legacy Bedrock endpoint of " + info.id)
+        return AnthropicBedrock(api_key=bearer, aws_region=region, base_url=base_url, **common)
+    if bearer is None:
+        _require_extra("bedrock", "AWS SigV4 signing (or set AWS_BEARER_TOKEN_BEDROCK)")
+    if region is None and base_url is None:
+        raise ValueError("no AWS region: set AWS_REGION")
+    return AnthropicBedrockMantle(api_key=bearer, aws_region=region, base_url=base_url, **common)
+
+
+def _vertex(access_token: str | None, base_url: str | None, region: str | None,
+            project: str | None, common: dict[str, Any]) -> Any:
+    from anthropic.lib.vertex import AnthropicVertex
+
+    region = region or os.environ.get("CLOUD_ML_REGION")
+    if not region:
+        raise ValueError("no Vertex region: set CLOUD_ML_REGION (e.g. global or us-east5)")
+    project = project or os.environ.get("ANTHROPIC_VERTEX_PROJECT_ID")
+    if access_token is None:
+        _require_extra("vertex", "Google application default credentials")
+    elif not project:
+        raise ValueError("no Google Cloud project: set ANTHROPIC_VERTEX_PROJECT_ID")
+    kwargs: dict[str, Any] = {"project_id": project} if project else {}
+    return AnthropicVertex(region=region, access_token=access_token, base_url=base_url,
+                           **kwargs, **common)
+
+
+def _require_extra(provider: str, purpose: str) -> None:
+    missing = [m for m in _EXTRAS[provider] if not _installed(m)]
+    if missing:
+        raise ModelError(f"{provider}: {purpose} needs {', '.join(missing)}: install "
+                         f"'rio-ci[{provider}]'", transient=False)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a missing parent package of a dotted name
+        return False

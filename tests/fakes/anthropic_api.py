@@ -1,25 +1,39 @@
-"""A small stateful fake of the Anthropic Messages API for tests with the real SDK.
+"""A strict, stateful fake of the Anthropic Messages API for tests with the real SDK.
 
-``FakeAnthropic`` serves ``POST /v1/messages`` on 127.0.0.1 (a free port) from a thread. Each
-request takes the next scripted outcome from a FIFO queue (``reply_patch``, ``reply_raw``,
-``malformed``, ``error``, ``overloaded``); an empty queue answers HTTP 500 with an API error
-body, so an unexpected extra call (a hidden retry, say) is visible. Every request's headers and
-JSON body are recorded in ``requests``. Replies are complete Messages API JSON so the SDK parses
-them as it would real ones.
+``FakeAnthropic`` serves 127.0.0.1 (a free port) from a thread, on the paths the SDK uses for
+the Claude API and Bedrock's Messages endpoint (``POST /v1/messages``) and for Vertex
+(``…/publishers/anthropic/models/MODEL:streamRawPredict`` / ``:rawPredict``). Every request is
+recorded in ``requests`` (headers lower-cased, JSON body). It is first checked against the
+model's rules (``anthropic_rules``): a request the real API would refuse gets the same 400 /
+404 and uses up no scripted outcome. An acceptable request takes the next outcome from a FIFO
+queue — a reply, an HTTP error, a stream that breaks — and an empty queue answers 500, so an
+unexpected extra call (a hidden retry, say) is visible.
 
-Streaming is not implemented: rio_ci does not stream, since only complete replies are committed.
+Replies stream as the API streams them (``stream: true``): ``message_start``, ``ping``, per
+content block ``content_block_start`` / deltas (``thinking_delta`` + ``signature_delta``,
+``text_delta``, ``input_json_delta`` in pieces) / ``content_block_stop``, then
+``message_delta`` (stop reason, cumulative usage with cache fields) and ``message_stop``, in
+chunked encoding. Thinking text is returned only when the request asks for
+``display: summarized`` (or the model's default shows it), and only when thinking is on.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+
+from tests.fakes import anthropic_rules as rules_
+from tests.fakes.anthropic_rules import Refused
+
+_VERTEX = re.compile(r"/publishers/anthropic/models/(?P<model>[^/:]+):(?P<verb>streamRawPredict|"
+                     r"rawPredict)$")
 
 
 @dataclass(frozen=True)
@@ -33,24 +47,45 @@ class ReceivedRequest:
 
     @property
     def api_key(self) -> str | None:
-        """The credential sent: ``x-api-key``, or a bearer token (the SDK's newer releases send
-        an explicit ``api_key`` as ``Authorization: Bearer``)."""
+        """The credential sent: ``x-api-key``, or a bearer token."""
         if "x-api-key" in self.headers:
             return self.headers["x-api-key"]
         scheme, _, token = self.headers.get("authorization", "").partition(" ")
         return token if scheme.lower() == "bearer" and token else None
 
+    @property
+    def model(self) -> str:
+        """The model id: from the body, or from the path on Vertex."""
+        match = _VERTEX.search(self.path)
+        if match:
+            return match.group("model")
+        return str(self.body.get("model", "")) if isinstance(self.body, dict) else ""
+
+    @property
+    def system_text(self) -> str:
+        system = self.body.get("system", "")
+        return system if isinstance(system, str) else "".join(b["text"] for b in system)
+
+    @property
+    def user_text(self) -> str:
+        """Every text block of the (last) user message, joined."""
+        return "\n".join(rules_.user_blocks(self.body))
+
+    def state(self) -> dict[str, Any]:
+        """The State this request showed the model, rebuilt from its blocks."""
+        return rules_.state_from(self.body)
+
 
 @dataclass
 class _Outcome:
-    """What to answer one request with. ``message`` set: a 200 Messages reply built around it
-    (the model name is echoed from the request); otherwise ``status`` with ``error_body``."""
-
     status: int = 200
-    message: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None  # content, stop_reason, usage (+ stop_details)
     error_body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    break_after: int | None = None  # stream only: send this many events, then drop the line
+    clean_end: bool = False  # ... or end the body properly there
+    error_event: dict[str, Any] | None = None  # stream only: an ``error`` event after ping
 
 
 class FakeAnthropic:
@@ -64,10 +99,8 @@ class FakeAnthropic:
         self._ids = itertools.count(1)
         self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        # A short poll interval keeps ``close`` (which waits for one poll) fast in tests.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -80,21 +113,22 @@ class FakeAnthropic:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def pending(self) -> int:
+        """Scripted outcomes not yet used."""
+        with self._lock:
+            return len(self._queue)
+
     def __enter__(self) -> FakeAnthropic:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def close(self) -> None:
-        # Wake any handler sleeping in a scripted delay so shutdown is prompt.
-        self._closing.set()
+        self._closing.set()  # wakes any handler sleeping in a scripted delay
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -106,50 +140,51 @@ class FakeAnthropic:
         with self._lock:
             self._pending_delay = seconds
 
-    def reply_patch(
-        self,
-        patch: Any,
-        input_tokens: int = 100,
-        output_tokens: int = 20,
-        cache_creation_input_tokens: int | None = None,
-        cache_read_input_tokens: int | None = None,
-    ) -> None:
-        """A well-formed forced ``step`` call carrying ``patch``."""
-        block = {"type": "tool_use", "id": "toolu_fake", "name": "step", "input": {"patch": patch}}
-        usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
-        if cache_creation_input_tokens is not None:
-            usage["cache_creation_input_tokens"] = cache_creation_input_tokens
-        if cache_read_input_tokens is not None:
-            usage["cache_read_input_tokens"] = cache_read_input_tokens
-        self._push_message([block], "tool_use", usage)
+    def reply_patch(self, patch: Any, input_tokens: int = 100, output_tokens: int = 20,
+                    cache_creation_input_tokens: int | None = None,
+                    cache_read_input_tokens: int | None = None, *, text: str | None = None,
+                    thinking: str | None = None) -> None:
+        """A well-formed ``step`` call carrying ``patch``, after optional thinking and text."""
+        content: list[dict[str, Any]] = []
+        if thinking is not None:
+            content.append({"type": "thinking", "thinking": thinking})
+        if text is not None:
+            content.append({"type": "text", "text": text})
+        content.append({"type": "tool_use", "id": f"toolu_{next(self._ids)}", "name": "step",
+                        "input": {"patch": patch}})
+        self.reply_raw(content, "tool_use", input_tokens, output_tokens,
+                       cache_creation_input_tokens, cache_read_input_tokens)
 
-    def reply_raw(
-        self,
-        content: list[dict[str, Any]],
-        stop_reason: str = "end_turn",
-        input_tokens: int = 100,
-        output_tokens: int = 20,
-    ) -> None:
+    def reply_raw(self, content: list[dict[str, Any]], stop_reason: str = "end_turn",
+                  input_tokens: int = 100, output_tokens: int = 20,
+                  cache_creation_input_tokens: int | None = None,
+                  cache_read_input_tokens: int | None = None,
+                  stop_details: dict[str, Any] | None = None) -> None:
         """A 200 reply with exactly these content blocks and stop reason."""
-        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
-        self._push_message(content, stop_reason, usage)
+        usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                                 "cache_creation_input_tokens": cache_creation_input_tokens or 0,
+                                 "cache_read_input_tokens": cache_read_input_tokens or 0}
+        message = {"content": content, "stop_reason": stop_reason, "usage": usage,
+                   "stop_details": stop_details}
+        self._push(_Outcome(message=message))
 
     def malformed(self, kind: str = "missing") -> None:
-        """A ``step`` call whose input lacks ``patch`` (``kind="missing"``) or holds a string
-        (``kind="string"``)."""
+        """A ``step`` call whose input lacks ``patch`` (``missing``) or holds a string."""
         tool_input: dict[str, Any] = {} if kind == "missing" else {"patch": "not a list"}
-        block = {"type": "tool_use", "id": "toolu_fake", "name": "step", "input": tool_input}
-        self.reply_raw([block], stop_reason="tool_use")
+        self.reply_raw([{"type": "tool_use", "id": "toolu_bad", "name": "step",
+                         "input": tool_input}], stop_reason="tool_use")
 
-    def error(
-        self,
-        status: int,
-        error_type: str,
-        message: str = "scripted error",
-        headers: dict[str, str] | None = None,
-    ) -> None:
+    def refusal(self, category: str | None = "cyber") -> None:
+        """A billed refusal: HTTP 200, ``stop_reason: refusal``, with ``stop_details``."""
+        self.reply_raw([{"type": "text", "text": "I can't help with that."}], "refusal",
+                       stop_details={"type": "refusal", "category": category,
+                                     "explanation": None})
+
+    def error(self, status: int, error_type: str, message: str = "scripted error",
+              headers: dict[str, str] | None = None) -> None:
         """An HTTP error in the API's documented shape."""
-        body = {"type": "error", "error": {"type": error_type, "message": message}}
+        body = {"type": "error", "error": {"type": error_type, "message": message},
+                "request_id": "req_fake"}
         self._push(_Outcome(status=status, error_body=body, headers=dict(headers or {})))
 
     def overloaded(self, retry_after: float | None = None) -> None:
@@ -157,11 +192,29 @@ class FakeAnthropic:
         headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
         self.error(529, "overloaded_error", "Overloaded", headers)
 
-    def _push_message(
-        self, content: list[dict[str, Any]], stop_reason: str, usage: dict[str, Any]
-    ) -> None:
-        message = {"content": content, "stop_reason": stop_reason, "usage": usage}
-        self._push(_Outcome(message=message))
+    def rate_limited(self, retry_after: float | None = None,
+                     retry_after_ms: float | None = None) -> None:
+        """HTTP 429 ``rate_limit_error`` with ``retry-after`` / ``retry-after-ms`` headers."""
+        headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
+        if retry_after_ms is not None:
+            headers["retry-after-ms"] = f"{retry_after_ms:g}"
+        self.error(429, "rate_limit_error", "Number of request tokens has exceeded your "
+                   "per-minute rate limit", headers)
+
+    def break_stream(self, patch: Any, after_events: int = 4, *, clean: bool = False) -> None:
+        """A streamed reply whose connection drops after ``after_events`` events (``clean``:
+        the body ends properly there, without ``message_stop``)."""
+        self.reply_patch(patch)
+        with self._lock:
+            self._queue[-1].break_after = after_events
+            self._queue[-1].clean_end = clean
+
+    def stream_error(self, error_type: str = "overloaded_error") -> None:
+        """HTTP 200 whose stream carries an ``error`` event (the API's mid-stream overload)."""
+        self.reply_patch([])
+        with self._lock:
+            self._queue[-1].error_event = {"type": "error", "error": {
+                "type": error_type, "message": "Overloaded"}}
 
     def _push(self, outcome: _Outcome) -> None:
         with self._lock:
@@ -171,35 +224,108 @@ class FakeAnthropic:
     # -- serving -----------------------------------------------------------------------------
 
     def _take(self, request: ReceivedRequest) -> tuple[int, dict[str, str], Any, float]:
-        """Record ``request`` and decide (status, headers, body, delay) for it."""
+        """Record ``request`` and decide (status, headers, body, delay) for it. A 200 body is
+        a complete Message; the handler streams it when the request asked to stream."""
         with self._lock:
             self._requests.append(request)
-            if request.method != "POST" or request.path != "/v1/messages":
-                return 404, {}, _error_body("not_found_error", "unknown path"), 0.0
+        if request.method != "POST" or not (request.path == "/v1/messages"
+                                             or _VERTEX.search(request.path)):
+            return 404, {}, _error_body("not_found_error", "unknown path"), 0.0
+        try:
+            rules = rules_.check(request.body, request.model)
+        except Refused as refused:
+            return refused.status, {}, _error_body(refused.kind, refused.message), 0.0
+        with self._lock:
             if not self._queue:
                 return 500, {}, _error_body("api_error", "fake: no scripted outcome left"), 0.0
             outcome = self._queue.popleft()
             number = next(self._ids)
         if outcome.message is None:
             return outcome.status, outcome.headers, outcome.error_body, outcome.delay
-        model = request.body.get("model", "unknown") if isinstance(request.body, dict) else ""
-        body = {
-            "id": f"msg_fake_{number}",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "stop_sequence": None,
-            **outcome.message,
-        }
+        body = {"id": f"msg_fake_{number}", "type": "message", "role": "assistant",
+                "model": request.model, "stop_sequence": None,
+                **_shown(outcome.message, request.body, rules)}
+        if outcome.break_after is not None:
+            body["_break_after"] = outcome.break_after
+            body["_clean_end"] = outcome.clean_end
+        if outcome.error_event is not None:
+            body["_error_event"] = outcome.error_event
         return 200, outcome.headers, body, outcome.delay
 
 
+def _shown(message: dict[str, Any], request: dict[str, Any], rules: rules_.Rules) -> dict[str, Any]:
+    """``message`` as this request would see it: thinking blocks only when thinking is on,
+    their text only when the display shows it, each with a signature."""
+    active = rules_.thinking_active(request, rules)
+    visible = rules_.display(request, rules) == "summarized"
+    content = []
+    for block in message["content"]:
+        if block["type"] == "thinking":
+            if not active:
+                continue
+            block = {**block, "thinking": block["thinking"] if visible else "",
+                     "signature": "sig_fake"}
+        content.append(block)
+    return {**message, "content": content}
+
+
 def _error_body(error_type: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": error_type, "message": message}}
+    return {"type": "error", "error": {"type": error_type, "message": message},
+            "request_id": "req_fake"}
+
+
+def _events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The SSE events that stream the complete Message ``body``."""
+    usage = body["usage"]
+    start = {**{k: v for k, v in body.items() if not k.startswith("_")},
+             "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    start.pop("stop_details", None)
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}), ("ping", {"type": "ping"})]
+    if "_error_event" in body:
+        return [*events, ("error", body["_error_event"])]
+    for index, block in enumerate(body["content"]):
+        events += _block_events(index, block)
+    delta = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+    if body.get("stop_details"):
+        delta["stop_details"] = body["stop_details"]
+    events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    kind = block["type"]
+    deltas: list[dict[str, Any]]
+    if kind == "thinking":
+        first = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [{"type": "thinking_delta", "thinking": piece}
+                  for piece in _pieces(block["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    elif kind == "text":
+        first = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
+    elif kind == "tool_use":
+        first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        deltas = [{"type": "input_json_delta", "partial_json": piece}
+                  for piece in _pieces(json.dumps(block["input"]))]
+    else:
+        raise ValueError(f"the fake cannot stream a {kind!r} block")
+    return [("content_block_start", {"type": "content_block_start", "index": index,
+                                     "content_block": first}),
+            *[("content_block_delta", {"type": "content_block_delta", "index": index,
+                                       "delta": delta}) for delta in deltas],
+            ("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def _pieces(text: str, size: int = 7) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # chunked streams, so a dropped line is detectable
+
         def do_POST(self) -> None:
             self._serve()
 
@@ -207,6 +333,7 @@ def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             self._serve()
 
         def _serve(self) -> None:
+            self.close_connection = True
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
             try:
@@ -215,25 +342,51 @@ def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 body = raw.decode("utf-8", "replace")
             headers = {name.lower(): value for name, value in self.headers.items()}
             received = ReceivedRequest(self.command, self.path.split("?")[0], headers, body)
-            status, extra_headers, reply, delay = fake._take(received)
+            status, extra, reply, delay = fake._take(received)
             if delay and fake._closing.wait(delay):
                 return
-            data = json.dumps(reply).encode()
+            streaming = isinstance(body, dict) and (
+                body.get("stream") is True or received.path.endswith(":streamRawPredict"))
             try:
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.send_header("request-id", "req_fake")
-                for name, value in extra_headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+                if status == 200 and streaming:
+                    self._stream(reply, extra)
+                else:
+                    reply = {k: v for k, v in reply.items() if not k.startswith("_")}
+                    self._send_json(status, reply, extra)
             except (BrokenPipeError, ConnectionResetError):
-                # The client gave up (e.g. its timeout fired during a scripted delay).
-                pass
+                pass  # the client gave up (its timeout fired during a scripted delay)
+
+        def _send_json(self, status: int, reply: Any, extra: dict[str, str]) -> None:
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self._headers({"content-type": "application/json",
+                           "content-length": str(len(data)), **extra})
+            self.wfile.write(data)
+
+        def _stream(self, body: dict[str, Any], extra: dict[str, str]) -> None:
+            self.send_response(200)
+            self._headers({"content-type": "text/event-stream", "transfer-encoding": "chunked",
+                           **extra})
+            events = _events(body)
+            limit = body.get("_break_after")
+            for number, (name, data) in enumerate(events):
+                if limit is not None and number >= limit:
+                    if body.get("_clean_end"):
+                        self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    return  # unless clean, no terminating chunk: the client sees the line drop
+                chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _headers(self, headers: dict[str, str]) -> None:
+            self.send_header("request-id", "req_fake")
+            self.send_header("connection", "close")
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
 
         def log_message(self, format: str, *args: Any) -> None:
-            # Keep test output quiet; requests are recorded in ``fake.requests`` instead.
-            pass
+            pass  # requests are recorded in ``fake.requests`` instead
 
     return Handler
