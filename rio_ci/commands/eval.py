@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from rio_ci.commands.eval_cases import Case, find_cases
 from rio_ci.commands.eval_report import measure, write_reports
-from rio_ci.errors import UsageError
+from rio_ci.errors import RioError, UsageError
 from rio_ci.session import Session
 
 EXECUTABLE = ("code", "cmd")
@@ -152,7 +152,7 @@ def make_repository(repo: Path, env: dict[str, str]) -> None:
     for argv in steps:
         done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"{shlex.join(argv)} failed in {repo}: {done.stderr.strip()}")
+            raise RioError(f"{shlex.join(argv)} failed in {repo}: {done.stderr.strip()}")
 
 
 def new_session(db: Path, case: Case, repo: Path, env: dict[str, str]) -> None:
@@ -163,8 +163,8 @@ def new_session(db: Path, case: Case, repo: Path, env: dict[str, str]) -> None:
         argv += ["--limit", f"{name}={value}"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"rio-ci new failed for case {case.name}: {done.stdout.strip()} "
-                           f"{done.stderr.strip()}")
+        raise RioError(f"rio-ci new failed for case {case.name}: {done.stdout.strip()} "
+                       f"{done.stderr.strip()}")
 
 
 def rio_ci() -> list[str]:
@@ -236,7 +236,10 @@ def crash_owner(db: Path, proc: subprocess.Popen[str]) -> bool:
     """SIGKILL ``proc`` (the Owner) while the first executable Cell accepted in round 2 or
     later is running. Reads committed events only. A Cell that finishes before it could be
     caught running passes the turn to the next one. Returns whether the Owner was killed
-    (False when the run ended first)."""
+    (False when the run ended first).
+
+    ``proc`` is the Owner itself: an Owner command that re-executes itself to drop credentials
+    does so with execve, which keeps the pid."""
     session = Session.open(db)
     try:
         rounds, after = 0, 0
