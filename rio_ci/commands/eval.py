@@ -263,9 +263,8 @@ def crash_owner(db: Path, proc: subprocess.Popen[str]) -> bool:
                     del registered[cell]
             if any(cell in printed or time.monotonic() - since >= SETTLE
                    for cell, since in registered.items()):
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                return True
+                proc.send_signal(signal.SIGKILL)  # a no-op if it has just exited
+                return proc.wait() == -signal.SIGKILL
             time.sleep(POLL)
         return False
     finally:
