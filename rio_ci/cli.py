@@ -192,6 +192,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_command(as_json=args.json, quick=args.quick, directory=args.dir, emit=_emit)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rio_ci.commands.eval import eval_command
+
+    return eval_command(args.cases, spec=args.model, trials=args.trials, crash=args.crash,
+                        out=args.out, as_json=args.json, timeout=args.timeout, emit=_emit)
+
+
 def cmd_action(args: argparse.Namespace) -> int:
     from rio_ci.github.action import action_command
 
@@ -211,6 +218,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "output": (cmd_output, "the full retained output of one Cell"),
     "demo": (cmd_demo, "the offline end-to-end demonstration"),
     "bench": (cmd_bench, "measure the performance figures"),
+    "eval": (cmd_eval, "measure how well a model fixes the evaluation cases, and recovers"),
     "action": (cmd_action, "the GitHub Actions entry points"),
 }
 
@@ -286,6 +294,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
     p.add_argument("--dir", help="where to measure (default: a folder under the current one)")
+    p = specs["eval"]
+    p.add_argument("cases", nargs="+", metavar="CASE_DIR",
+                   help="a case directory (with case.yml), or a directory of them")
+    p.add_argument("--model", required=True,
+                   help="a model spec as for run; scripted:oracle runs each case's own oracle")
+    p.add_argument("--trials", type=int, default=1, help="trials per case (default 1)")
+    p.add_argument("--crash", action="store_true",
+                   help="SIGKILL the Owner once per trial while a round-2+ Cell runs, "
+                        "then resume")
+    p.add_argument("--out", default="rio-eval",
+                   help="where report.json, report.md, report.svg, Sessions and logs go "
+                        "(default: ./rio-eval)")
+    p.add_argument("--json", action="store_true",
+                   help="print the report as JSON (default: the Markdown table)")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds per trial, all runs included (default 1800)")
     p = specs["action"]
     p.add_argument("phase", nargs="?", choices=["run", "finish", "sweep"], default="run",
                    help="run (default): restore and run rounds; finish: persist and report; "

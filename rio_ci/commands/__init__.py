@@ -1,2 +1,2 @@
 """The rio-ci commands that do more than call the Session: run, work, show, output, demo,
-bench (and eval). ``rio_ci.cli`` parses arguments and hands over to these."""
+bench and eval. ``rio_ci.cli`` parses arguments and hands over to these."""

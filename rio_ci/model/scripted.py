@@ -4,6 +4,13 @@ Round *k* answers the Session's *k*-th Turn, counted from accepted patches, so a
 carries on correctly across restarts and jobs. The script fills in what its author cannot
 know: the leading ``/revision`` test, each new Cell's ``id`` and ``previous_id``, and two
 placeholders — ``target_cell_id: $unresolved`` and ``evidence_refs: [$delivered]``.
+
+One extension lets the same script work whether or not a run was interrupted (the oracles of
+``rio-ci eval``, which must solve their case with and without ``--crash``): an operation may
+carry ``when: unresolved`` (kept only when the Turn's State shows an unresolved
+UnknownExecution) or ``when: settled`` (kept only when it shows none). The key is removed
+before the patch is submitted, and filtering happens before ids are filled in, so a dropped
+operation takes no id.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from rio_ci.errors import ModelError, UsageError
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 
 _INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+WHEN = ("unresolved", "settled")
 
 
 def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
@@ -36,6 +44,10 @@ def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
         if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
             raise UsageError(f"script {path}: round {number} must be a list of operations "
                              "or {patch: [...]}")
+        for op in patch:
+            if "when" in op and op["when"] not in WHEN:
+                raise UsageError(f"script {path}: round {number}: when must be "
+                                 f"{' or '.join(WHEN)}, got {op['when']!r}")
         rounds.append(patch)
     return rounds
 
@@ -62,7 +74,7 @@ class ScriptedModel:
 def complete(ops: list[dict[str, Any]], request: ModelRequest) -> list[dict[str, Any]]:
     """Fill in the revision test, ids, predecessors and placeholders for one round."""
     state = request.state
-    ops = copy.deepcopy(ops)
+    ops = _applicable(copy.deepcopy(ops), state)
     if not (ops and ops[0].get("op") == "test" and ops[0].get("path") == "/revision"):
         ops.insert(0, {"op": "test", "path": "/revision", "value": state["revision"]})
     work = [c["id"] for c in state["cells"]]
@@ -88,12 +100,28 @@ def complete(ops: list[dict[str, Any]], request: ModelRequest) -> list[dict[str,
     return ops
 
 
+def unresolved_cells(state: dict[str, Any]) -> list[int]:
+    """Ids of the Cells whose UnknownExecution is unresolved in ``state``, oldest first."""
+    return sorted(int(k) for k, v in state["runtime"]["cells"].items()
+                  if (v.get("result") or {}).get("type") == "UnknownExecution"
+                  and v.get("resolved_by") is None)
+
+
+def _applicable(ops: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The operations whose ``when`` matches the Turn's State, without the ``when`` key."""
+    uncertain = "unresolved" if unresolved_cells(state) else "settled"
+    kept = []
+    for op in ops:
+        when = op.pop("when", None)
+        if when is None or when == uncertain:
+            kept.append(op)
+    return kept
+
+
 def _placeholders(cell: dict[str, Any], request: ModelRequest) -> None:
     runtime = request.state["runtime"]
     if cell.get("target_cell_id") == "$unresolved":
-        unresolved = sorted(int(k) for k, v in runtime["cells"].items()
-                            if (v.get("result") or {}).get("type") == "UnknownExecution"
-                            and v.get("resolved_by") is None)
+        unresolved = unresolved_cells(request.state)
         cell["target_cell_id"] = unresolved[0] if unresolved else None
     refs = cell.get("evidence_refs")
     if isinstance(refs, list) and "$delivered" in refs:
