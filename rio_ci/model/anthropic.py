@@ -272,8 +272,11 @@ def _status_error(provider: str, exc: anthropic.APIStatusError) -> ModelError:
     else:
         transient = status in _RETRYABLE_STATUS or status >= 500
     label = f"HTTP {status}" if status != 200 else "stream error"
+    # An error answered before any output (status != 200) is not billed; one inside a stream
+    # that had begun may have been, so its usage stays unknown.
     return ModelError(f"{provider} {label}: {kind}: {text}", transient=transient,
-                      retry_after=_retry_after(exc.response.headers) if transient else None)
+                      retry_after=_retry_after(exc.response.headers) if transient else None,
+                      status=status if status != 200 else None)
 
 
 def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
