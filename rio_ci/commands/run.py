@@ -53,18 +53,19 @@ def parse_price(text: str) -> Price:
 
 
 def priced_model(db: str, spec: str, *, effort: str, price: Price | None) -> Model:
-    """The model of ``spec`` with a known price: its own, ``price``, or one an earlier run
-    stored in the Session. Refuses (exit 2) a model whose cost cannot be counted."""
+    """The model of ``spec`` with a known price: ``price`` (``--price``), else the one an
+    earlier run stored in the Session for this model, else the model's own. A stored price
+    wins over the table's, so every job of a Session counts cost the same way. Refuses
+    (exit 2) a model whose cost cannot be counted."""
     model = build_model(spec, effort=effort, price=price)
-    if model.price() is not None:
-        return model
-    session = Session.open(db)
-    try:
-        stored = session.proj.prices.get(model.name)
-    finally:
-        session.close()
-    if stored is not None:
-        model = build_model(spec, effort=effort, price=Price(**stored))
+    if price is None:
+        session = Session.open(db)
+        try:
+            stored = session.proj.prices.get(model.name)
+        finally:
+            session.close()
+        if stored is not None:
+            model = build_model(spec, effort=effort, price=Price(**stored))
     if model.price() is None:
         raise UsageError(
             f"{model.name} has no known price, so its cost cannot be counted against the "
