@@ -86,8 +86,9 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
                    if int(k) <= rounds}
         masked = sorted(k for k, text in outputs.items() if text != printed(k, 1000))
         for k in masked:
+            size = len(printed(k, 1000).encode())
             # (the fake reads fenced text back with a final newline)
-            assert outputs[k].removesuffix("\n") == masked_marker(k, "stdout", len(printed(k, 1000)))
+            assert outputs[k].removesuffix("\n") == masked_marker(k, "stdout", size)
             assert f"rio_ci.api.output({k}, 'stdout')" in outputs[k]
             assert f"rio-ci output DB {k} --stream stdout" in outputs[k]
         assert masked == list(range(1, len(masked) + 1))  # the oldest first
