@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from rio_ci.commands.show import render_text
 from rio_ci.github import progress
 from rio_ci.live import LiveLog
 from rio_ci.session import Session
@@ -113,11 +114,14 @@ def test_ids_chosen_outside_are_escaped_too(make_session: type) -> None:
     session.receive("comment-\x1b[2J", "comment", {"body": "hello"})
     session.set_timer("timer-\x1b[5m", time.time() - 1, {"why": "now"})
     session.fire_timer("timer-\x1b[5m")
+    session.set_timer("later-\x1b[5m", time.time() + 3600, None)
     session.prepare_turn()
     live.close()
     log = stream.getvalue()
     assert "comment-\\x1b[2J" in log and "timer-\\x1b[5m" in log
     assert not RAW_CONTROL.search(log)
+    shown = render_text(session)  # rio-ci show
+    assert "later-\\x1b[5m" in shown and not RAW_CONTROL.search(shown)
 
 
 def test_a_long_output_is_told_once_with_its_elided_middle(tmp_path: Path) -> None:
