@@ -285,9 +285,11 @@ def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path,
     db = new_session(tmp_path)
     given = Price.flat(4.0, 20.0)
     assert model == UNPRICED or price_of(model) != given
+    assert given.cache_write > given.input  # a cache write is never counted below its price
     with WatchedFake(db) as fake:
         fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1")), input_tokens=1000,
-                         output_tokens=100, cache_read_input_tokens=500)
+                         output_tokens=100, cache_creation_input_tokens=400,
+                         cache_read_input_tokens=500)
         fake.reply_patch(patch(1, 2, note("waiting for the Timer")), input_tokens=1000,
                          output_tokens=100)
         first = fake.run("--price", "4/20", model=model)
@@ -300,7 +302,8 @@ def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path,
     assert stored["model"] == f"anthropic:{model}" and Price(**stored["price"]) == given
     costs = [r["usage"]["cost_usd"] for r in kinds(events(db), "model_response")]
     assert costs == pytest.approx([
-        given.cost(Usage(1000, 100, cache_read_tokens=500)), given.cost(Usage(1000, 100)),
+        given.cost(Usage(1000, 100, cache_write_tokens=400, cache_read_tokens=500)),
+        given.cost(Usage(1000, 100)),
         given.cost(Usage(2000, 300))])
     assert usage(db)["unknown_cost_attempts"] == 0
 
