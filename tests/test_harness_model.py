@@ -279,6 +279,7 @@ def test_an_unpriced_model_refuses_to_start_without_a_price(tmp_path: Path) -> N
     assert events(db) == before  # nothing committed, no Turn prepared
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [UNPRICED, MODEL])
 def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path,
                                                               model: str) -> None:
@@ -331,6 +332,7 @@ def test_an_effort_the_model_does_not_take_is_a_usage_error(
     assert message in status(done.stdout)["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("margin", [0.95, 1.05])
 def test_an_attempt_of_unknown_cost_counts_against_the_budget_at_its_bound(
         tmp_path: Path, margin: float) -> None:
