@@ -21,6 +21,10 @@ from rio_ci.core.view import masked_marker
 from tests.harness_kit import DONE, WatchedFake, cmd, kinds, patch
 from tests.run_cli import events, new_session, rio, status
 
+# Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
+# tests/conftest.py marks test_harness.py.
+pytestmark = pytest.mark.slow
+
 PY = sys.executable
 LINE = "r{k:02d} line {i:05d} " + "x" * 44  # 60 bytes with its newline
 
@@ -60,7 +64,6 @@ def test_a_200kb_output_shows_its_first_and_last_lines(tmp_path: Path) -> None:
     assert rio("output", str(db), "1", "--human").stdout == shown  # what is kept is shown
 
 
-@pytest.mark.slow
 def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path: Path) -> None:
     db = new_session(tmp_path, "output_bytes=64000")  # each 60 KB output is kept whole
     context = Limits().context_bytes

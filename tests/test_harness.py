@@ -270,7 +270,6 @@ def test_overloaded_then_good_reply_waits_out_retry_after(
     assert good["ok"]
 
 
-@pytest.mark.slow
 def test_backoff_is_persisted_across_a_restart(fake: WatchedFake, session_db: Path) -> None:
     fake.overloaded(retry_after=2)
     fake.reply_patch(patch(0, 1, DONE))
@@ -400,7 +399,6 @@ def test_cost_budget_counts_known_cost(tmp_path: Path) -> None:
     assert "cost budget" in kinds(events(db), "run_ended")[0]["reason"]
 
 
-@pytest.mark.slow
 def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(
         fake: WatchedFake, session_db: Path) -> None:
     fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1.5")), input_tokens=100,
@@ -537,7 +535,6 @@ def test_a_turn_taken_by_another_process_during_generation_is_not_fatal(
     assert len(fake.requests) == 2
 
 
-@pytest.mark.slow
 def test_a_signal_during_a_model_request_stops_within_5s(
         fake: WatchedFake, session_db: Path) -> None:
     fake.delay(30)

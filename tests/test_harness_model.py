@@ -48,6 +48,10 @@ from tests.harness_kit import (
 )
 from tests.run_cli import events, new_session, rio, status
 
+# Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
+# tests/conftest.py marks test_harness.py.
+pytestmark = pytest.mark.slow
+
 PY = sys.executable
 
 
@@ -160,7 +164,6 @@ def test_invalid_replies_of_every_kind_are_bounded_by_model_attempts(tmp_path: P
 # --- transient failures -------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_six_transient_errors_in_a_row_do_not_use_up_model_attempts(tmp_path: Path) -> None:
     db = new_session(tmp_path, "model_attempts=1")  # one counted attempt: no room for errors
     client_timeout = 2.0
@@ -279,7 +282,6 @@ def test_an_unpriced_model_refuses_to_start_without_a_price(tmp_path: Path) -> N
     assert events(db) == before  # nothing committed, no Turn prepared
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", [UNPRICED, MODEL])
 def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path,
                                                               model: str) -> None:
@@ -332,7 +334,6 @@ def test_an_effort_the_model_does_not_take_is_a_usage_error(
     assert message in status(done.stdout)["error"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("margin", [0.95, 1.05])
 def test_an_attempt_of_unknown_cost_counts_against_the_budget_at_its_bound(
         tmp_path: Path, margin: float) -> None:

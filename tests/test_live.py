@@ -25,6 +25,10 @@ from rio_ci.session import Session
 from tests.harness_kit import DONE, MODEL, WatchedFake, cmd, cost, kinds, patch, wait_for
 from tests.run_cli import events, new_session, rio, spawn, status
 
+# Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
+# tests/conftest.py marks test_harness.py.
+pytestmark = pytest.mark.slow
+
 PY = sys.executable
 RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
