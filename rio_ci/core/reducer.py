@@ -69,7 +69,7 @@ def _turn_prepared(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 def _patch_rejected(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.PatchRejected, data)
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
-        proj.turn["feedback"] = f"your patch was rejected: {d['reason']}"
+        proj.turn["feedback"] = f"the patch was rejected: {d['reason']}"
         proj.turn["response"] = None
 
 
@@ -147,7 +147,7 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         turn["transient"] += 1
         turn["retry_since"] = turn["retry_since"] or data.get("retry_since")
     if d.get("invalid"):
-        turn["feedback"] = f"your previous reply was not admitted: {d['invalid']}"
+        turn["feedback"] = f"the reply had no admissible step call: {d['invalid']}"
     turn["response"] = {"attempt": d["attempt"], "ok": d["ok"], "seq": seq,
                         "patch": d.get("patch"), "error": d.get("error") or d.get("invalid"),
                         "transient": bool(d.get("transient"))}
