@@ -24,7 +24,9 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
 - artifacts with ``retention_days`` and ``expires_at`` (``upload_artifact`` zips a directory
   as actions/upload-artifact does);
 - ``serve_git(origin)``: the bare repository over smart HTTP at ``git_url``, with GitHub's
-  push refusals (tests/fakes/git_origin.py).
+  push refusals (tests/fakes/git_origin.py);
+- ``POST .../issues/{n}/labels``; ``merge_pull(n)``; ``observers``: callables that see
+  every request before it is answered (what was on disk at a client's first call).
 """
 
 from __future__ import annotations

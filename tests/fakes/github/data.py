@@ -9,6 +9,7 @@ import itertools
 import re
 import threading
 import zipfile
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
@@ -48,6 +49,9 @@ class GitHubData:
         self.max_retention_days = 90  # public repositories: 1 to 90 days
         self.git_origin: Path | None = None
         self.failures: list[Failure] = []
+        # Called with every request before it is answered (API and git alike): a test's
+        # way to look at the world at the moment of a client's first call.
+        self.observers: list[Callable[[Recorded], None]] = []
         self._numbers = itertools.count(1)
         self._ids = itertools.count(1001)
         self._lock = threading.Lock()
@@ -237,6 +241,12 @@ class GitHubData:
         owner, name = full_name.split("/")
         return {"id": 1 if full_name == self.repo else 2, "name": name, "full_name": full_name,
                 "owner": self._user(owner), "url": f"{self.api_url}/repos/{full_name}"}
+
+    def merge_pull(self, number: int) -> None:
+        """The pull request is merged and closed (delete its branch in the origin with git,
+        as GitHub's "delete branch after merge" does)."""
+        self.pulls[number].update(state="closed", merged=True)
+        self.issues[number]["state"] = "closed"
 
     def add_pull(self, head: str, title: str, body: str | None = None, *, base: str = "main",
                  user: str = "alice", head_repo: str | None = None) -> int:

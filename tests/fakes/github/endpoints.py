@@ -12,6 +12,8 @@ from fakes.github.data import GitHubData
 
 
 class Endpoints(GitHubData):
+    """One handler per endpoint; ``_routes`` maps (method, path regex) to them."""
+
     def _repo_json(self, _: Recorded, __: re.Match[str]) -> Reply:
         return 200, {
             "id": 1, "name": self.name, "full_name": self.repo, "owner": self._user(self.owner),
@@ -55,6 +57,18 @@ class Endpoints(GitHubData):
             return not_found()
         body = json.loads(req.body)["body"]
         return 201, self.comments[self.add_comment(number, body, self.bot, "NONE")], {}
+
+    def _add_labels(self, req: Recorded, m: re.Match[str]) -> Reply:
+        """``POST .../issues/{n}/labels``: GitHub takes ``{"labels": [...]}`` or a bare list
+        (PyGithub sends the names URL-quoted) and answers with all the issue's labels."""
+        number = int(m[1])
+        if number not in self.issues:
+            return not_found()
+        data = json.loads(req.body or b"[]")
+        names = data.get("labels", []) if isinstance(data, dict) else data
+        for name in names:
+            self.add_label(number, urllib.parse.unquote(str(name)))
+        return 200, self.issues[number]["labels"], {}
 
     def _edit_comment(self, req: Recorded, m: re.Match[str]) -> Reply:
         comment = self.comments.get(int(m[1]))
@@ -202,6 +216,7 @@ class Endpoints(GitHubData):
             ("GET", rf"{r}/issues/(\d+)", self._issue),
             ("GET", rf"{r}/issues/(\d+)/comments", self._list_comments),
             ("POST", rf"{r}/issues/(\d+)/comments", self._create_comment),
+            ("POST", rf"{r}/issues/(\d+)/labels", self._add_labels),
             ("PATCH", rf"{r}/issues/comments/(\d+)", self._edit_comment),
             ("GET", rf"{r}/collaborators/([^/]+)/permission", self._permission),
             ("GET", rf"{r}/actions/runs", self._list_runs),

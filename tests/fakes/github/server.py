@@ -65,6 +65,8 @@ class FakeGitHub(Endpoints):
 
     def answer(self, req: Recorded) -> tuple[int, bytes, dict[str, str]]:
         """Route one recorded request; returns (status, body, extra headers)."""
+        for observe in list(self.observers):
+            observe(req)
         if self.git_origin is not None and req.path.startswith(f"/{self.repo}.git/"):
             with self._lock:
                 self.requests.append(req)
