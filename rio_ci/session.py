@@ -46,10 +46,11 @@ class Session:
     @classmethod
     def create(cls, path: str | os.PathLike[str], goal: str, *, cwd: str | None = None,
                validators: list[list[str]] | None = None, limits: Limits | None = None,
-               pass_env: list[str] | None = None, synchronous: str = "FULL") -> Session:
+               pass_env: list[str] | None = None, synchronous: str = "FULL",
+               session_id: str | None = None) -> Session:
         if not goal.strip():
             raise ValueError("the goal must not be blank")
-        session_id = uuid.uuid4().hex
+        session_id = session_id or uuid.uuid4().hex
         first = ev.session_created({
             "session_id": session_id, "goal": goal, "cwd": str(Path(cwd or os.getcwd()).resolve()),
             "validators": validators or [], "limits": (limits or Limits()).to_dict(),
@@ -109,6 +110,16 @@ class Session:
             message_id = f"idle:{w.proj.last_seq + 1}"
             w.append(ev.message_received(message_id, "invalid_idle",
                                          {"reason": reason, "count": w.proj.idle_streak + 1}))
+
+    def import_tail(self, after: int, events: Sequence[dict[str, Any]]) -> None:
+        """Append ``{"kind", "data"}`` events another copy of this Session committed after
+        seq ``after`` (GitHub: a verified launch record), folded by the normal reducer, in
+        one transaction — only onto a copy that ends at ``after``, so each keeps its seq."""
+        with self.journal.write() as w:
+            if w.proj.last_seq != after:
+                raise Rejected(f"a tail after seq {after} does not fit seq {w.proj.last_seq}")
+            for event in events:
+                w.append(ev.imported(event["kind"], event["data"]))
 
     def set_watermark(self, name: str, value: Any) -> None:
         with self.journal.write() as w:

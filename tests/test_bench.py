@@ -22,6 +22,7 @@ POSITIVE = [
     "code_cell_ms_owner", "code_cell_ms_uv", "ratio_code_cell_vs_uv",
     "cmd_cell_ms_owner", "cmd_cell_ms_bare", "overhead_ms_cmd_cell",
     "inbox_to_turn_ms_p50", "inbox_to_turn_ms_p95", "recovery_ms", "idle_owner_rss_mib",
+    "launch_record_ms",
 ]
 
 

@@ -30,6 +30,7 @@ from rio_ci.core import events as ev
 from rio_ci.core.admission import Refused
 from rio_ci.core.state import encoded_size
 from rio_ci.errors import UsageError
+from rio_ci.github.record import measure_launch_record  # GitHub's launch record, §13.1
 from rio_ci.run.environment import uv_binary
 from rio_ci.run.owner import Owner
 from rio_ci.run.survivors import TOKEN_VAR
@@ -66,7 +67,7 @@ def bench_command(*, as_json: bool, quick: bool, directory: str | None,
     root = Path(tempfile.mkdtemp(prefix="rio-bench-", dir=base))
     try:
         for measure in (measure_steps, measure_open, measure_cells, measure_inbox,
-                        measure_recovery, measure_idle):
+                        measure_recovery, measure_idle, measure_launch_record):
             started = time.monotonic()
             figures.update(measure(root, quick))
             say(f"  measured {measure.__name__.removeprefix('measure_')} in "

@@ -369,6 +369,18 @@ def watermark(name: str, value: Json) -> Event:
     return Event("watermark", dict(data), name)
 
 
+def imported(kind: str, data: dict[str, Any]) -> Event:
+    """An event another copy of this Session committed (GitHub: a verified launch record),
+    kept as it was, with the ref its constructor gave it. Unknown kinds raise ValueError."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    message = data.get("message")
+    keys = [k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name") if k in data]
+    ref = (message.get("id") if isinstance(message, dict) else data[keys[0]] if keys
+           and kind not in ("session_created", "run_ended") else None)
+    return Event(kind, dict(data), None if ref is None else str(ref))
+
+
 # Every event kind, in the order docs/journal.md lists them.
 KINDS = ("session_created", "message_received", "turn_prepared", "patch_rejected",
          "patch_accepted", "price_set", "model_attempt", "model_response", "execution_started",
