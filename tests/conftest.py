@@ -33,7 +33,7 @@ PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 # --- the --long flag and the slow marker ---------------------------------------------------
 
 # Modules whose tests start real Owners, uv, git or whole GitHub jobs, or stress the core:
-# each is marked ``slow`` as a whole, so ``pytest -m "not slow"`` is the inner loop (the core,
+# each (and every test_action_*.py: a whole GitHub job each) is marked ``slow`` as a whole, so ``pytest -m "not slow"`` is the inner loop (the core,
 # admission, the Journal, the Session and the CLI plumbing). ``.ci/run`` runs everything.
 SLOW_MODULES = frozenset({
     "test_action.py", "test_action_interrupted.py", "test_action_secrets.py",
@@ -56,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in SLOW_MODULES:
+        if item.path.name in SLOW_MODULES or item.path.name.startswith("test_action_"):
             item.add_marker(pytest.mark.slow)
     if config.getoption("--long"):
         return

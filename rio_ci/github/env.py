@@ -40,6 +40,8 @@ class ActionEnv:
     summary: Path | None
     runner_temp: Path
     model: str
+    effort: str
+    price: str | None
     trigger_label: str
     config: str
     budget_minutes: float
@@ -77,6 +79,8 @@ class ActionEnv:
                      if optional["GITHUB_STEP_SUMMARY"] else None),
             runner_temp=Path(need("RUNNER_TEMP")),
             model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
+            effort=environ.get("RIO_EFFORT", "").strip() or "high",
+            price=environ.get("RIO_PRICE", "").strip() or None,
             trigger_label=environ.get("RIO_TRIGGER_LABEL", "").strip() or DEFAULT_LABEL,
             config=environ.get("RIO_CONFIG", "").strip() or DEFAULT_CONFIG,
             budget_minutes=budget,

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,8 @@ from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.harness import Harness
-from rio_ci.model import build_model
+from rio_ci.live import LiveLog
+from rio_ci.model.providers import parse_price, priced_model
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
@@ -196,13 +199,19 @@ def _work(env: ActionEnv, forge: Forge, owner: Owner, job: dict[str, Any], trigg
         status = "succeeded" if proj.ended["result"] == "success" else "failed"
         return {"status": status, "session": proj.session["id"], "issue": issue,
                 "reason": proj.ended["reason"]}
-    harness = Harness(owner, build_model(env.model), external_wakeups=True)
+    given = parse_price(env.price) if env.price else None
+    model = priced_model(env.model, effort=env.effort, price=given, stored=proj.prices)
+    if given is not None:
+        session.set_price(model.name, asdict(given))
+    live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
+    harness = Harness(owner, model, live=live, external_wakeups=True)
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)
         if outcome.status != "waiting" or \
                 not timers.refuse_far_timers(session, job["retention_days"]):
             break
+    live.close()
     if owner.running is not None:
         owner.stop_running("owner_interrupted" if outcome.status == "interrupted"
                            else "owner_deadline")
