@@ -33,8 +33,9 @@ PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 # --- the --long flag and the slow marker ---------------------------------------------------
 
 # Modules whose tests start real Owners, uv, git or whole GitHub jobs, or stress the core:
-# each (and every test_action_*.py: a whole GitHub job each) is marked ``slow`` as a whole, so ``pytest -m "not slow"`` is the inner loop (the core,
-# admission, the Journal, the Session and the CLI plumbing). ``.ci/run`` runs everything.
+# each of them, and every test_action_*.py (a whole GitHub job each), is marked ``slow`` as a
+# whole, so ``pytest -m "not slow"`` is the inner loop (the core, admission, the Journal, the
+# Session and the CLI plumbing). ``.ci/run`` runs everything.
 SLOW_MODULES = frozenset({
     "test_action.py", "test_action_interrupted.py", "test_action_secrets.py",
     "test_action_sweep.py", "test_bench.py", "test_controls.py", "test_demo.py",
