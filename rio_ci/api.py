@@ -39,7 +39,12 @@ def timer(id: str, deadline_unix: float, payload: Any = None) -> dict[str, Any]:
     ``timer:<id>`` (kind ``timer``) carries ``payload``. Re-registering the identical Timer
     is harmless; a conflicting one raises RuntimeError."""
     cell = os.environ.get("RIO_CELL_ID", "")
-    out = _harness("timer", id, repr(float(deadline_unix)), json.dumps(payload), cell)
+    try:
+        text = json.dumps(payload, allow_nan=False)
+    except ValueError:
+        raise RuntimeError("rio_ci.api: a Timer payload must be JSON: it holds NaN or "
+                           "Infinity") from None
+    out = _harness("timer", id, repr(float(deadline_unix)), text, cell)
     result: dict[str, Any] = json.loads(out)
     return result
 

@@ -1,64 +1,93 @@
 """``rio-ci``: the command line. JSON on stdout; exit 0 ok · 1 failed/ended · 2 usage ·
-3 rejected · 4 storage or ownership."""
+3 rejected · 4 storage or ownership.
+
+One error path: every failure a user can cause ends as one line ``{"error": reason}`` on
+stdout with a documented exit status. Input JSON is strict (no NaN or Infinity), numbers are
+bounded, text arguments must be UTF-8, and stdout is always valid UTF-8 strict JSON."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
 import re
 import shlex
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rio_ci import jsonio
 from rio_ci.core.admission import Refused
 from rio_ci.core.limits import Limits
 from rio_ci.errors import Rejected, RioError, UsageError
-from rio_ci.run.environment import scrub_own_environment
+from rio_ci.run.environment import scrub_own_environment, session_secret_names
 from rio_ci.session import Session
+
+MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
+MAX_SEQ = 2**63 - 1  # SQLite's largest integer
+MAX_INPUT_BYTES = 64 * 2**20  # a PATCH larger than this cannot fit any context budget
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Arguments that name files may hold any bytes Linux allows; every other one is text.
+_PATH_ARGS = frozenset({"db", "patch"})
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         _emit({"error": f"usage: {message}"})
-        sys.stderr.write(self.format_usage())
+        sys.stderr.write(jsonio.printable(self.format_usage()))
         raise SystemExit(2)
 
 
 def _emit(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    if not jsonio.emit(value):
+        raise RioError("the Session holds a number that is not JSON (NaN or Infinity), "
+                       "so it cannot be printed as JSON")
 
 
-MAX_JSON_DEPTH = 100  # far beyond any patch or payload; keeps re-encoding off the stack limit
-
-
-def _read_json(text: str, what: str) -> Any:
+def _read_json(text: str | bytes, what: str) -> Any:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    except RecursionError:
-        value = None
-        depth_ok = False
-    else:
-        depth_ok = _depth_at_most(value, MAX_JSON_DEPTH)
-    if not depth_ok:
-        raise UsageError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+        return jsonio.loads(text, what)
+    except jsonio.NotJSON as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --- argument types: bounded, finite ----------------------------------------------------
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: seconds must be a finite number from 0 to {MAX_SECONDS}")
     return value
 
 
-def _depth_at_most(value: Any, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return False
-        children = node.values() if isinstance(node, dict) else node
-        if isinstance(node, dict | list):
-            stack.extend((child, depth + 1) for child in children)
-    return True
+def _bounded_int(low: int, high: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} must be from {low} to {high}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    """Every text argument must be UTF-8 (Python hands undecodable bytes over as lone
+    surrogates): it may be stored, echoed in JSON, or sent to a model."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if name not in _PATH_ARGS and isinstance(item, str) and not jsonio.is_text(item):
+                raise UsageError(f"argument {name}: '{jsonio.printable(item)}' is not valid "
+                                 "UTF-8 text")
 
 
 # --- plumbing ---------------------------------------------------------------------------
@@ -78,16 +107,17 @@ def cmd_new(args: argparse.Namespace) -> int:
         if not argv:
             raise UsageError("--validator needs a command")
         validators.append(argv)
-    for name in args.pass_env:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise UsageError(f"--pass-env {name!r} is not an environment variable name")
+    for flag, names in (("--pass-env", args.pass_env), ("--secret", args.secret)):
+        for name in names:
+            if not _NAME.fullmatch(name):
+                raise UsageError(f"{flag} {name!r} is not an environment variable name")
     if args.cwd is not None and not Path(args.cwd).is_dir():
         raise UsageError(f"--cwd {args.cwd}: not a directory")
     if not args.goal.strip():
         raise UsageError("--goal must not be blank")
     try:
         session = Session.create(args.db, args.goal, cwd=args.cwd, validators=validators,
-                                 limits=limits, pass_env=args.pass_env)
+                                 limits=limits, pass_env=args.pass_env, secrets=args.secret)
     except FileExistsError as exc:
         raise RioError(str(exc)) from None
     _emit({"session": session.proj.session["id"], "db": str(session.journal.path)})
@@ -100,8 +130,7 @@ def cmd_turn(args: argparse.Namespace) -> int:
 
 
 def cmd_step(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.patch == "-" else _read_file(args.patch)
-    patch = _read_json(text, "PATCH")
+    patch = _read_json(_read_input(args.patch), "PATCH")
     try:
         result = Session.open(args.db).step(args.turn_id, patch)
     except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
@@ -114,11 +143,19 @@ def cmd_step(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_file(path: str) -> str:
+def _read_input(path: str) -> bytes:
+    """A file's bytes, or stdin's for ``-``; at most MAX_INPUT_BYTES (``/dev/zero`` ends)."""
     try:
-        return Path(path).read_text()
+        if path == "-":
+            data: bytes = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(path, "rb") as stream:
+                data = stream.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise UsageError(f"{path} is larger than {MAX_INPUT_BYTES} bytes")
+    return data
 
 
 def cmd_receive(args: argparse.Namespace) -> int:
@@ -136,8 +173,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 def cmd_events(args: argparse.Namespace) -> int:
     session = Session.open(args.db)
     for event in session.journal.events(after=args.after):
-        sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+        _emit(event)
     return 0
 
 
@@ -146,8 +182,7 @@ def cmd_output(args: argparse.Namespace) -> int:
     if text is None:
         raise RioError(f"cell {args.cell} has no Execution in {args.db}")
     if args.human:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        jsonio.write_stdout(text)
     else:
         _emit({"cell_id": args.cell, "stream": args.stream, "text": text})
     return 0
@@ -160,7 +195,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         _emit(summary(session))
     else:
-        sys.stdout.write(render_text(session) + "\n")
+        jsonio.write_stdout(render_text(session) + "\n")
     return 0
 
 
@@ -248,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                    help="let Executions see this environment variable even though its name "
                         "looks like a credential (e.g. NPM_TOKEN); repeatable")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME",
+                   help="treat this environment variable as a credential although its name "
+                        "does not look like one: withheld from Executions (unless also "
+                        "--pass-env) and its value replaced by *** in captured output; "
+                        "repeatable")
     specs["turn"].add_argument("db")
     p = specs["step"]
     p.add_argument("db")
@@ -261,13 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payload", help="the payload as JSON")
     p = specs["work"]
     p.add_argument("db")
-    p.add_argument("--timeout", type=float, help="stop after S seconds")
+    p.add_argument("--timeout", type=_seconds, help="stop after S seconds")
     p = specs["run"]
     p.add_argument("db")
     p.add_argument("--model", default="anthropic",
                    help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
                         "vertex:MODEL or scripted:FILE (a YAML list of patches)")
-    p.add_argument("--deadline", type=float, help="stop after S seconds")
+    p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
     p.add_argument("--price", metavar="IN/OUT",
                    help="USD per million input / output tokens, for a model without a known "
                         "price (stored in the Session)")
@@ -277,10 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     specs["state"].add_argument("db")
     p = specs["events"]
     p.add_argument("db")
-    p.add_argument("--after", type=int, default=0, help="only events with seq > N")
+    p.add_argument("--after", type=_bounded_int(0, MAX_SEQ, "--after"), default=0,
+                   help="only events with seq > N")
     p = specs["output"]
     p.add_argument("db")
-    p.add_argument("cell", type=int, help="the Cell id")
+    p.add_argument("cell", type=_bounded_int(0, MAX_SEQ, "CELL"), help="the Cell id")
     p.add_argument("--stream", choices=["stdout", "stderr"], default="stdout",
                    help="which stream (default stdout)")
     p.add_argument("--human", action="store_true", help="print the text itself, not JSON")
@@ -300,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a case directory (with case.yml), or a directory of them")
     p.add_argument("--model", required=True,
                    help="a model spec as for run; scripted:oracle runs each case's own oracle")
-    p.add_argument("--trials", type=int, default=1, help="trials per case (default 1)")
+    p.add_argument("--trials", type=_bounded_int(1, 10_000, "--trials"), default=1,
+                   help="trials per case (default 1)")
     p.add_argument("--crash", action="store_true",
                    help="SIGKILL the Owner once per trial while a round-2+ Cell runs, "
                         "then resume")
@@ -309,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: ./rio-eval)")
     p.add_argument("--json", action="store_true",
                    help="print the report as JSON (default: the Markdown table)")
-    p.add_argument("--timeout", type=float, default=1800.0,
+    p.add_argument("--timeout", type=_seconds, default=1800.0,
                    help="seconds per trial, all runs included (default 1800)")
     p = specs["action"]
     p.add_argument("phase", nargs="?", choices=["run", "finish", "sweep"], default="run",
@@ -322,17 +364,27 @@ OWNER_COMMANDS = frozenset({"work", "run", "action"})
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command in OWNER_COMMANDS:
-        scrub_own_environment(sys.argv[1:] if argv is None else argv)
-    handler, _ = COMMANDS[args.command]
     try:
+        args = build_parser().parse_args(argv)
+        _check_text(args)
+        if args.command in OWNER_COMMANDS:
+            names = session_secret_names(args.db) if getattr(args, "db", None) else []
+            scrub_own_environment(sys.argv[1:] if argv is None else argv, names)
+        handler, _ = COMMANDS[args.command]
         return handler(args)
     except RioError as exc:
         _emit({"error": str(exc)})
         return exc.exit_code
     except KeyboardInterrupt:
         _emit({"error": "interrupted"})
+        return 1
+    except BrokenPipeError:  # stdout closed early (rio-ci events DB | head): nothing to say
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the interpreter closes it)
+        return 1
+    except Exception as exc:  # a bug: still one JSON line, and the traceback for a report
+        traceback.print_exc()
+        _emit({"error": f"internal error ({type(exc).__name__}): {exc}; please report it "
+                        "with the traceback printed on stderr"})
         return 1
 
 

@@ -19,23 +19,21 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from rio_ci import sessionfile
 from rio_ci.core.events import Event
 from rio_ci.core.projection import PROJECTION_FORMAT, Projection
 from rio_ci.core.reducer import apply
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
+from rio_ci.sessionfile import SCHEMA_VERSION
+from rio_ci.sessionfile import copy_single_file as copy_single_file  # the artifact's import
+from rio_ci.sessionfile import single_file_problem as single_file_problem
 
-SCHEMA_VERSION = 1
 SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE events (
-    seq INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,
-    at REAL NOT NULL,
-    ref TEXT,
-    data TEXT NOT NULL
-);
+CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, at REAL NOT NULL, ref TEXT,
+                     data TEXT NOT NULL);
 CREATE INDEX events_ref ON events (ref, kind);
 CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
                        data TEXT NOT NULL);
@@ -51,12 +49,14 @@ class Journal:
     """An open Session file plus its projection, kept caught up on every read and write."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, proj: Projection,
-                 snapshot_seq: int):
+                 snapshot_seq: int, identity: sessionfile.Identity | None = None):
         self.path = path
         self._conn = conn
         self.proj = proj
         self._snapshot_seq = snapshot_seq
         self.poisoned: str | None = None
+        self.refused: str | None = None  # why this Journal commits nothing more
+        self.identity = identity or sessionfile.identity_of(path)
 
     # --- opening -------------------------------------------------------------------------
 
@@ -66,74 +66,61 @@ class Journal:
         real = resolve(path)
         if real.exists() or Path(path).is_symlink():
             raise FileExistsError(f"{path} already exists; a Session is never overwritten")
+        sessionfile.creatable(real, path)
         # Built under a temporary name and linked into place whole: a crash leaves either no
-        # Session or a complete one, and two concurrent `new`s cannot both win.
+        # Session or a complete one, two `new`s cannot both win, and a failure leaves nothing.
         partial = real.with_name(f".{real.name}.{uuid.uuid4().hex[:8]}.creating")
         try:
-            conn = _connect(partial, synchronous, create=True)
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot create {path}: {exc}") from None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                conn.execute(statement)
-            conn.executemany("INSERT INTO meta VALUES (?, ?)",
-                             [("schema_version", str(SCHEMA_VERSION)),
-                              ("session_id", session_id)])
-            conn.execute("INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
-                         (first.kind, time.time(), _dumps(first.data)))
-            conn.execute("COMMIT")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            conn.close()  # the last connection: SQLite folds the WAL into the file
-        try:
+            _build(partial, session_id, first, synchronous)
             _fsync(partial)
             os.link(partial, real)
             _fsync(real.parent)
         except FileExistsError:
             raise FileExistsError(f"{path} already exists; a Session is never overwritten") \
                 from None
+        except OSError as exc:
+            raise StorageError(f"cannot create {path}: {exc.strerror}") from None
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot create {path}: {exc}") from None
         finally:
             for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
-                leftover.unlink(missing_ok=True)
+                with suppress(OSError):
+                    leftover.unlink(missing_ok=True)
         return cls.open(real, synchronous=synchronous)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, verify: bool = False,
              synchronous: str = "FULL") -> Journal:
-        """Open an existing Session. ``verify`` adds SQLite's ``quick_check`` (Owner start)."""
+        """Open an existing Session. ``verify`` adds SQLite's ``quick_check`` (Owner start).
+        Nothing is created beside ``path`` before it is known to be one (``sessionfile``)."""
         real = resolve(path)
-        if not real.is_file():
-            raise StorageError(f"{path}: no such Session file")
-        if real.stat().st_nlink > 1:
-            raise StorageError(
-                f"{path} has {real.stat().st_nlink} hard links; SQLite's WAL files are per "
-                "name, so a hard-linked Session could be written through two names. Copy it "
-                "instead."
-            )
+        identity = sessionfile.check(real, path)
+        problem = sessionfile.recognise(real, path)
+        if problem:
+            raise StorageError(problem)
         try:
-            # Check what the file is before any PRAGMA that writes: setting WAL on a foreign
-            # SQLite file would rewrite its header.
             conn = _connect(real, synchronous, create=False, configure=False)
             try:
-                version = _schema_version(conn, path)
-                if version != SCHEMA_VERSION:
-                    raise StorageError(
-                        f"{path} has Session schema version {version}; this rio-ci reads "
-                        f"version {SCHEMA_VERSION}. Use a matching rio-ci."
-                    )
+                # Judged again through this connection, which sees the WAL, before any PRAGMA
+                # that writes (WAL mode would rewrite a foreign file's header).
+                problem = sessionfile.schema_problem(conn, path)
+                if problem:
+                    raise StorageError(problem)
+                _configure(conn, real, synchronous)
+                if verify:
+                    problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+                    if problems != ["ok"]:
+                        raise StorageError(f"{path} failed quick_check: {problems[0]}")
+                proj, snapshot_seq = _load(conn)
             except BaseException:
                 conn.close()
                 raise
-            _configure(conn, real, synchronous)
-            if verify:
-                problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
-                if problems != ["ok"]:
-                    raise StorageError(f"{path} failed quick_check: {problems[0]}")
-            proj, snapshot_seq = _load(conn)
         except sqlite3.DatabaseError as exc:
-            raise StorageError(f"{path} is not a readable Session: {exc}") from None
-        journal = cls(real, conn, proj, snapshot_seq)
+            raise StorageError(f"{path} is not a usable Session: {exc}") from None
+        if sessionfile.identity_of(real) != identity:
+            conn.close()
+            raise StorageError(f"{path} was replaced while it was being opened; try again")
+        journal = cls(real, conn, proj, snapshot_seq, identity)
         journal.catch_up()
         return journal
 
@@ -144,23 +131,64 @@ class Journal:
         """Drop the in-memory projection and read what really committed."""
         self._conn.close()
         fresh = Journal.open(self.path)
+        if fresh.identity != self.identity:
+            fresh.close()
+            raise StorageError(f"{self.path} now names another file; not reopening it")
         self._conn, self.proj = fresh._conn, fresh.proj
         self._snapshot_seq = fresh._snapshot_seq
         self.poisoned = None
 
+    def check_file(self) -> None:
+        """Raise StorageError, for good, once the path no longer names the file this Journal
+        opened (renamed, removed, replaced). SQLite keeps the WAL per *name*, so commits still
+        in ours would be lost under the new name: they are folded into the file first."""
+        if self.refused is None:
+            now = sessionfile.identity_of(self.path)
+            if now == self.identity:
+                return
+            self.refuse(sessionfile.moved_message(self.path, now), fold=True)
+        raise StorageError(self.refused)
+
+    def refuse(self, reason: str, *, fold: bool) -> None:
+        """Commit nothing more through this Journal, ever. ``fold`` (not when the WAL is what
+        was damaged): first copy our WAL into the file through the open connection."""
+        if self.refused is not None:
+            return
+        if fold:
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                reason += "; its commits were folded into the file"
+            except sqlite3.Error as exc:
+                reason += f"; its WAL could not be folded into the file ({exc})"
+        self.refused = reason
+
+    def fold(self) -> None:
+        """Copy every committed WAL frame into the database file and sync it (a FULL checkpoint,
+        which waits for readers of older snapshots)."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot checkpoint {self.path}: {exc}") from None
+
     # --- reading -------------------------------------------------------------------------
+
+    def _rows(self, query: str, params: Any = ()) -> Iterator[Any]:
+        """Rows of ``query``; a file SQLite cannot read (damaged, removed) is a StorageError."""
+        try:
+            yield from self._conn.execute(query, params)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"cannot read {self.path}: {exc}") from None
+
+    def _event(self, seq: int, kind: str, at: float, data: str) -> dict[str, Any]:
+        return {"seq": seq, "kind": kind, "at": at, **sessionfile.decode(data, seq, self.path)}
 
     def catch_up(self) -> None:
         """Fold events committed by any process since the projection's last seq."""
         self._check()
-        try:
-            for seq, kind, data in self._conn.execute(
+        for seq, kind, data in self._rows(
                 "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq",
-                (self.proj.last_seq,),
-            ):
-                apply(self.proj, seq, kind, json.loads(data))
-        except sqlite3.DatabaseError as exc:
-            raise StorageError(f"cannot read {self.path}: {exc}") from None
+                (self.proj.last_seq,)):
+            sessionfile.fold(self.proj, seq, kind, data, self.path)
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[dict[str, Any]]:
         query = "SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY seq"
@@ -168,44 +196,39 @@ class Journal:
         if limit is not None:
             query += " LIMIT ?"
             params = (after, limit)
-        for seq, kind, at, data in self._conn.execute(query, params):
-            yield {"seq": seq, "kind": kind, "at": at, **json.loads(data)}
+        for row in self._rows(query, params):
+            yield self._event(*row)
 
     def find(self, ref: str, kind: str) -> dict[str, Any] | None:
         """The first event of ``kind`` whose ref is ``ref`` (an id: Turn, message, Cell, Timer)."""
-        row = self._conn.execute(
-            "SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ? ORDER BY seq "
-            "LIMIT 1", (ref, kind)).fetchone()
-        if row is None:
-            return None
-        return {"seq": row[0], "kind": row[1], "at": row[2], **json.loads(row[3])}
+        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ?"
+                              " ORDER BY seq LIMIT 1", (ref, kind)):
+            return self._event(*row)
+        return None
 
     def find_all(self, ref: str, kind: str) -> Iterator[dict[str, Any]]:
         """Every event of ``kind`` whose ref is ``ref``, in order."""
-        for seq, found, at, data in self._conn.execute(
-                "SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ? ORDER BY seq",
-                (ref, kind)):
-            yield {"seq": seq, "kind": found, "at": at, **json.loads(data)}
+        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ?"
+                              " ORDER BY seq", (ref, kind)):
+            yield self._event(*row)
 
     def kinds_of(self, seqs: set[int]) -> dict[int, str]:
         if not seqs:
             return {}
         marks = ",".join("?" * len(seqs))
-        rows = self._conn.execute(f"SELECT seq, kind FROM events WHERE seq IN ({marks})",
-                                  sorted(seqs))
+        rows = self._rows(f"SELECT seq, kind FROM events WHERE seq IN ({marks})", sorted(seqs))
         return {seq: kind for seq, kind in rows}
 
     def size_bytes(self) -> int:
-        page_count = self._conn.execute("PRAGMA page_count").fetchone()[0]
-        page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
+        page_count = next(self._rows("PRAGMA page_count"))[0]
+        page_size = next(self._rows("PRAGMA page_size"))[0]
         return int(page_count * page_size)
 
     def replay(self) -> Projection:
         """Fold the whole Journal from scratch: the verifier of every derived table."""
         proj = Projection()
-        for seq, kind, data in self._conn.execute(
-                "SELECT seq, kind, data FROM events ORDER BY seq"):
-            apply(proj, seq, kind, json.loads(data))
+        for seq, kind, data in self._rows("SELECT seq, kind, data FROM events ORDER BY seq"):
+            sessionfile.fold(proj, seq, kind, data, self.path)
         return proj
 
     def drop_derived(self) -> None:
@@ -224,6 +247,7 @@ class Journal:
         leaves the outcome unknown: the Journal is poisoned until ``reopen()``.
         """
         self._check()
+        self.check_file()
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
@@ -242,6 +266,9 @@ class Journal:
             if crash_before:
                 crash_point(crash_before)
             crash_point("journal_before_commit")
+        except sqlite3.Error as exc:  # read-only file, full disk, damaged file: nothing committed
+            self._rollback()
+            raise StorageError(f"cannot write {self.path}: {exc}") from None
         except BaseException:
             self._rollback()
             raise
@@ -257,7 +284,11 @@ class Journal:
     def _rollback(self) -> None:
         with suppress(sqlite3.Error):
             self._conn.execute("ROLLBACK")
-        proj, self._snapshot_seq = _load(self._conn)
+        try:
+            proj, self._snapshot_seq = _load(self._conn)
+        except (sqlite3.Error, StorageError) as exc:
+            self.poisoned = f"cannot re-read {self.path} after a rollback: {exc}"
+            return
         self.proj = proj
         self.catch_up()
 
@@ -266,6 +297,8 @@ class Journal:
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _check(self) -> None:
+        if self.refused:
+            raise StorageError(self.refused)
         if self.poisoned:
             raise UncertainCommit(f"{self.poisoned}; reopen the Session before going on")
 
@@ -298,13 +331,30 @@ class Writer:
 
 def _connect(path: Path, synchronous: str, *, create: bool,
              configure: bool = True) -> sqlite3.Connection:
-    uri = f"file:{path}?mode={'rwc' if create else 'rw'}"
+    # as_uri: a name holding "?", "#" or "%" is a file name, not URI syntax
+    uri = f"{path.as_uri()}?mode={'rwc' if create else 'rw'}"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
                            check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 30000")
     if configure:
         _configure(conn, path, synchronous)
     return conn
+
+
+def _build(partial: Path, session_id: str, first: Event, synchronous: str) -> None:
+    conn = _connect(partial, synchronous, create=True)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            conn.execute(statement)
+        conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                         [("schema_version", str(SCHEMA_VERSION)), ("session_id", session_id)])
+        conn.execute("INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
+                     (first.kind, time.time(), _dumps(first.data)))
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()  # the last connection: SQLite folds the WAL into the file
 
 
 def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
@@ -321,26 +371,19 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
         )
 
 
-def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> int:
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if not {"meta", "events", "snapshot"} <= tables:
-        raise StorageError(f"{path} is an SQLite file but not a rio_ci Session")
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None or not str(row[0]).isdigit():
-        raise StorageError(f"{path} has no valid schema_version")
-    return int(row[0])
-
-
 def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:
     row = conn.execute("SELECT seq, data FROM snapshot WHERE id = 1").fetchone()
     if row is None:
         return Projection(), 0
-    data = json.loads(row[1])
-    if not isinstance(data, dict) or data.get("format") != PROJECTION_FORMAT:
-        return Projection(), 0  # written by another rio-ci: replay, don't trust its shape
-    # json.loads builds fresh objects, so from_dict's deep copy would only cost time
-    # (a third of an open).
-    return Projection(**data["projection"]), int(row[0])
+    try:
+        data = sessionfile.DECODER.decode(row[1])
+        # json builds fresh objects, so from_dict's deep copy would only cost time
+        # (a third of an open).
+        if isinstance(data, dict) and data.get("format") == PROJECTION_FORMAT:
+            return Projection(**data["projection"]), int(row[0])
+    except (ValueError, TypeError, KeyError):
+        pass  # derived data that does not decode is not trusted: replay instead
+    return Projection(), 0  # written by another rio-ci, or damaged: replay
 
 
 def _fsync(path: Path) -> None:
@@ -352,48 +395,5 @@ def _fsync(path: Path) -> None:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-# --- single-file copies (artifacts) ------------------------------------------------------
-
-
-def copy_single_file(source: Path, target: Path) -> None:
-    """A consistent copy of a live (WAL) Session as one self-contained file (rollback
-    journal), made with SQLite's backup API while an Owner may keep writing."""
-    try:
-        src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
-        dst = sqlite3.connect(target)
-        try:
-            src.backup(dst)
-            mode = dst.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
-            check = [r[0] for r in dst.execute("PRAGMA integrity_check")]
-        finally:
-            src.close()
-            dst.close()
-    except sqlite3.Error as exc:
-        raise StorageError(f"cannot copy {source}: {exc}") from None
-    if mode != "delete":
-        raise StorageError(f"the copy of {source} stayed in journal_mode={mode}")
-    if check != ["ok"]:
-        raise StorageError(f"the copy of {source} fails integrity_check: {check[0]}")
-
-
-def single_file_problem(path: Path) -> str | None:
-    """Why ``path`` is not a usable single-file Session copy, or None."""
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            check = [r[0] for r in db.execute("PRAGMA integrity_check")]
-            if check != ["ok"]:
-                return f"integrity_check failed: {check[0]}"
-            version = _schema_version(db, path)
-        finally:
-            db.close()
-    except StorageError as exc:
-        return str(exc)
-    except sqlite3.Error as exc:
-        return f"not a valid SQLite database: {exc}"
-    if version != SCHEMA_VERSION:
-        return f"Session schema version {version}, this rio-ci reads {SCHEMA_VERSION}"
-    return None
+    """Strict JSON (ValueError on NaN or Infinity: nothing non-standard is ever stored)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -46,15 +46,15 @@ class Session:
     @classmethod
     def create(cls, path: str | os.PathLike[str], goal: str, *, cwd: str | None = None,
                validators: list[list[str]] | None = None, limits: Limits | None = None,
-               pass_env: list[str] | None = None, synchronous: str = "FULL",
-               session_id: str | None = None) -> Session:
+               pass_env: list[str] | None = None, secrets: list[str] | None = None,
+               synchronous: str = "FULL", session_id: str | None = None) -> Session:
         if not goal.strip():
             raise ValueError("the goal must not be blank")
         session_id = session_id or uuid.uuid4().hex
         first = ev.session_created({
             "session_id": session_id, "goal": goal, "cwd": str(Path(cwd or os.getcwd()).resolve()),
             "validators": validators or [], "limits": (limits or Limits()).to_dict(),
-            "pass_env": sorted(set(pass_env or []))})
+            "pass_env": sorted(set(pass_env or [])), "secrets": sorted(set(secrets or []))})
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
 
     @classmethod

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci.errors import UsageError
+from rio_ci.errors import RioError, UsageError
 from rio_ci.session import Session
 
 CALC = '''def add(a, b):
@@ -69,9 +69,7 @@ SCRIPT = '''# The demo's scripted model: one list of operations per round.
 
 
 def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], None]) -> int:
-    root = (Path(directory) if directory else Path(tempfile.mkdtemp(prefix="rio-demo-"))).resolve()
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise UsageError(f"{root} is not an empty directory; the demo needs a fresh one")
+    root = _fresh_directory(directory)
     story: list[str] = []
 
     def tell(line: str) -> None:
@@ -79,7 +77,7 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
         print(line, file=sys.stdout if human else sys.stderr, flush=True)
 
     project, db = root / "project", root / "session.sqlite3"
-    project.mkdir(parents=True)
+    project.mkdir()
     (project / "calc.py").write_text(CALC)
     (project / "test_calc.py").write_text(TEST)
     marker = root / "fix-started"
@@ -99,15 +97,18 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
         time.sleep(0.05)
     if not marker.exists():
         first.kill()
-        raise RuntimeError(f"the first run never reached the fix script: {first.communicate()}")
+        raise RioError(f"the first run never reached the fix script: {first.communicate()}")
     tell("2. The model ran the tests (they fail), then started a slow script that fixes "
          "calc.py.")
     first.send_signal(signal.SIGKILL)
     first.wait()
     tell(f"3. SIGKILL: the Owner (pid {first.pid}) died while that script was running.")
 
-    second = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    status = json.loads(second.stdout.strip().splitlines()[-1])
+    try:
+        second = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        status = json.loads(second.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, IndexError, ValueError):
+        raise RioError("the resumed run did not finish with a status line") from None
     facts = _facts(db)
     tell(f"4. The next run recovered: cell {facts['unknown_cell']} became an UnknownExecution "
          f"({facts['unknown_reason']}); it was stopped, never rerun.")
@@ -119,6 +120,23 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     if not human:
         emit(summary)
     return 0 if status["status"] == "succeeded" else 1
+
+
+def _fresh_directory(directory: str | None) -> Path:
+    """An empty directory for the demo (made if missing), or a UsageError saying why not."""
+    try:
+        if directory is None:
+            return Path(tempfile.mkdtemp(prefix="rio-demo-")).resolve()
+        root = Path(directory).resolve()
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise UsageError(f"{root} is not an empty directory; the demo needs a fresh one")
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".rio-demo-probe"
+        probe.touch()  # /proc, a read-only file system: fail now, not halfway through
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot use {directory} for the demo: {exc.strerror}") from None
+    return root
 
 
 def _facts(db: Path) -> dict[str, Any]:

@@ -18,7 +18,9 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.state import (
     EVIDENCE_REF,
     EXECUTABLE,
+    NOT_FINITE,
     encoded_size,
+    is_finite_json,
     is_int,
     is_text_safe,
     is_unresolved,
@@ -213,6 +215,8 @@ def _well_formed(patch: Any) -> list[dict[str, Any]]:
         raise _Reject("a patch needs at least the /revision test")
     if not is_text_safe(patch):
         raise _Reject("the patch holds a lone surrogate (\\ud800-\\udfff), which is not text")
+    if not is_finite_json(patch):
+        raise _Reject(f"the patch is not JSON: {NOT_FINITE}")
     for number, op in enumerate(patch):
         if not isinstance(op, dict) or not isinstance(op.get("op"), str):
             raise _Reject(f"operation {number} must be an object with an 'op'")

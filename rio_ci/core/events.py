@@ -108,6 +108,7 @@ class SessionCreated(TypedDict):
     validators: list[list[str]]
     limits: dict[str, Any]
     pass_env: list[str]
+    secrets: NotRequired[list[str]]  # names whose values are credentials (``--secret``)
 
 
 class MessageReceived(TypedDict):

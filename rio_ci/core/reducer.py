@@ -40,7 +40,7 @@ def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
                     "validators": d["validators"], "created_seq": seq,
                     # a limit added after this Session was created takes its default
                     "limits": {**Limits().to_dict(), **d["limits"]},
-                    "pass_env": d.get("pass_env", [])}
+                    "pass_env": d.get("pass_env", []), "secrets": d.get("secrets", [])}
     proj.usage = new_usage()
 
 

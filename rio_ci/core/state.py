@@ -29,6 +29,7 @@ _PEP723 = re.compile(
 )
 
 
+LAST_UNIX_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z: every clock and formatter takes it
 RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
 # Kinds only the harness writes: an outside message must not pass for one of its own.
 HARNESS_KINDS = frozenset({"execution", "timer", "control_rejected", "invalid_idle"})
@@ -47,6 +48,8 @@ def message_problem(message_id: Any, kind: Any, payload: Any) -> str | None:
         return f"message kind {kind} is reserved for the harness"
     if not is_text_safe([message_id, payload]):
         return "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    if not is_finite_json(payload):
+        return NOT_FINITE
     return None
 
 
@@ -55,10 +58,13 @@ def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
     if not isinstance(timer_id, str) or not timer_id.strip() or len(timer_id) > 200:
         return "a Timer id must be a non-empty string of at most 200 characters"
     if (isinstance(deadline, bool) or not isinstance(deadline, int | float)
-            or not math.isfinite(deadline)):
-        return "a Timer deadline must be a finite Unix time in seconds"
+            or not math.isfinite(deadline) or not 0 <= deadline <= LAST_UNIX_TIME):
+        return ("a Timer deadline must be a Unix time in seconds, from 0 to "
+                f"{LAST_UNIX_TIME} (9999-12-31)")
     if not is_text_safe([timer_id, payload]):
         return "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    if not is_finite_json(payload):
+        return NOT_FINITE
     return None
 
 
@@ -178,6 +184,19 @@ def is_text_safe(value: Any) -> bool:
     try:
         json.dumps(value, ensure_ascii=False).encode()
     except UnicodeEncodeError:
+        return False
+    return True
+
+
+NOT_FINITE = "a number is NaN or Infinity, which is not JSON"
+
+
+def is_finite_json(value: Any) -> bool:
+    """False when ``value`` holds NaN or an infinity (JSON has neither; NaN is not even
+    equal to itself, so an idempotent re-send could never match)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
         return False
     return True
 

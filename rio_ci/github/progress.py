@@ -45,7 +45,7 @@ def render(proj: Projection, *, status: str, run_url: str | None, generation: in
     cost = f"${usage.get('cost_usd', 0.0):.4f}"
     if usage.get("unknown_cost_attempts"):
         cost += f" (+{usage['unknown_cost_attempts']} attempts of unknown cost)"
-    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True)} -->",
+    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
              f"### rio-ci: {status}", ""]
     if note:
         lines += [f"> {_one_line(note)}", ""]
@@ -87,7 +87,7 @@ def render_problem(problem: str, *, run_url: str | None) -> str:
     Its metadata has no wake-up, so the sweep leaves the issue alone until someone acts."""
     meta = {"status": "error", "generation": None, "operation": None, "next_wake": None,
             "ended": False}
-    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True)} -->",
+    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
              "### rio-ci: error", "", f"> {_one_line(problem)}", ""]
     if run_url:
         lines.append(f"[This run]({run_url})")
@@ -116,11 +116,11 @@ def _role(cell: dict[str, Any]) -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())[:2000]
+    return escape_control(" ".join(text.split()))[:2000]
 
 
 def _cell_text(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:200]
+    return escape_control(text.replace("|", "\\|").replace("\n", " "))[:200]
 
 
 def _recent_output(proj: Projection) -> str:
@@ -129,7 +129,9 @@ def _recent_output(proj: Projection) -> str:
         return ""
     last = max(finished, key=lambda e: e["cell_id"])
     text = (last["stdout"] + last["stderr"]).strip().replace("```", "`\u200b``")
-    return "\n".join(text.splitlines()[-15:])[-1500:]
+    # Cell output is untrusted: terminal control sequences are shown, never passed on
+    # (the comment is copied into the step summary, logs and terminals).
+    return escape_control("\n".join(text.splitlines()[-15:])[-1500:])
 
 
 def publish_progress(env: ActionEnv, forge: Forge, session: Session, issue: int,

@@ -1,84 +1,170 @@
 """What a Worker starts with: its environment, its scratch folder, the in-Cell modules, uv —
-and what it must never get, the harness's secrets (model API key, forge token).
+and what it must never get: the harness's secrets (model API key, forge token, and every
+variable a Session names with ``--secret``).
 
-Two ways a Cell could read them: its own environment, and the Owner's — Linux shows every
-process's *initial* environment to processes of the same user in ``/proc/<pid>/environ``.
-So a Worker's environment is filtered, and an Owner command that finds secrets in its own
-environment re-executes itself once without them, receiving their values through a pipe.
-Values set after exec live on the heap, where ``/proc/<pid>/environ`` does not look.
+Three ways a Cell could read them: its own environment, the Owner's initial environment
+(Linux shows it to processes of the same user in ``/proc/<pid>/environ``), and the Owner's
+memory. So a Worker's environment is filtered; an Owner command that finds secrets in its own
+environment re-executes itself once without them and reads their values back from an
+anonymous file (a memfd: no size limit, never on disk, gone once read); and the Owner marks
+itself not dumpable, which makes its ``/proc`` entries (environ, mem, fd …) unreadable to
+other processes of the same user unless they are root or hold ``CAP_SYS_PTRACE``. Values
+set after exec live on the heap, where ``/proc/<pid>/environ`` does not look.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from rio_ci.errors import RioError, StorageError
 from rio_ci.session import Session
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 # Harness plumbing that must not reach a Worker either.
 PRIVATE_VARS = frozenset({"RIO_CRASH_AT", "RIO_SECRETS_FD", "RIO_SCRUBBED"})
 _MIN_SECRET = 6  # shorter values would match innocent text
+_PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
 
-def secret_names(environ: Mapping[str, str], keep: Iterable[str] = ()) -> set[str]:
-    kept = set(keep)
-    return {k for k in environ if SECRET_NAME.search(k) and k not in kept}
+def secret_names(environ: Mapping[str, str], keep: Iterable[str] = (),
+                 extra: Iterable[str] = ()) -> set[str]:
+    """Names of the credentials in ``environ``: credential-looking names and the names in
+    ``extra`` (a Session's ``--secret``), except those in ``keep``."""
+    kept, named = set(keep), set(extra)
+    return {k for k in environ if (SECRET_NAME.search(k) or k in named) and k not in kept}
 
 
-def worker_environment(environ: Mapping[str, str], keep: Iterable[str] = ()) -> dict[str, str]:
-    """``environ`` without secrets: names that look like credentials (unless listed in
-    ``keep``, the Session's explicit pass-through), any value that contains one of their
-    values (a remote URL, an Authorization header), and the harness's private variables."""
-    names = secret_names(environ, keep)
+def worker_environment(environ: Mapping[str, str], keep: Iterable[str] = (),
+                       extra: Iterable[str] = ()) -> dict[str, str]:
+    """``environ`` without secrets: credential names (unless listed in ``keep``, the
+    Session's explicit pass-through), the names in ``extra``, any value that contains one of
+    their values (a remote URL, an Authorization header), and the harness's private
+    variables."""
+    names = secret_names(environ, keep, extra)
     values = {environ[k] for k in names if len(environ[k]) >= _MIN_SECRET}
     return {k: v for k, v in environ.items()
             if k not in names and k not in PRIVATE_VARS and not any(s in v for s in values)}
 
 
-def scrub_own_environment(argv: list[str]) -> None:
-    """Re-execute this command once without secrets in its initial environment.
+def scrub_own_environment(argv: list[str], extra: Iterable[str] = ()) -> None:
+    """Re-execute this command once without secrets in its initial environment, then mark
+    the process not dumpable.
 
-    Called by Owner commands before anything else. After the re-exec the secrets are put
-    back into ``os.environ`` from the pipe, so the harness can still use them."""
+    Called by Owner commands before anything else. The re-executed process reads the
+    secrets back into ``os.environ`` from an anonymous file, so the harness can still use
+    them. Never skipped: a secret that cannot be moved out of the initial environment stops
+    the command with a RioError."""
     fd = os.environ.pop("RIO_SECRETS_FD", None)
+    os.environ.pop("RIO_SCRUBBED", None)
     if fd is not None:
-        with os.fdopen(int(fd)) as stream:
-            os.environ.update(json.load(stream))
-        return
-    names = secret_names(os.environ)
-    if not names or os.environ.get("RIO_SCRUBBED"):
-        return
+        os.environ.update(_read_secrets(fd))
+    else:
+        names = secret_names(os.environ, extra=extra)
+        if names:
+            _reexec_without(names, argv)  # does not return
+    protect_own_memory()
+
+
+def _reexec_without(names: set[str], argv: list[str]) -> None:
     secrets = {k: os.environ[k] for k in names}
-    read, write = os.pipe()
-    payload = json.dumps(secrets).encode()
-    if len(payload) > 60_000:  # a pipe holds 64 KiB; never block before exec
-        return
-    os.write(write, payload)
-    os.close(write)
-    os.set_inheritable(read, True)
+    try:
+        fd = _anonymous_file(json.dumps(secrets).encode("utf-8", "surrogateescape"))
+    except OSError as exc:
+        raise RioError(f"cannot move the credentials out of this process's initial "
+                       f"environment ({exc.strerror}); refusing to start an Owner that a "
+                       "script could read them from") from None
     env = {k: v for k, v in os.environ.items() if k not in names}
-    env.update(RIO_SECRETS_FD=str(read), RIO_SCRUBBED="1")
+    env.update(RIO_SECRETS_FD=str(fd), RIO_SCRUBBED="1")
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "rio_ci.cli", *argv], env)
+    try:
+        os.execve(sys.executable, [sys.executable, "-m", "rio_ci.cli", *argv], env)
+    except OSError as exc:
+        raise RioError(f"cannot re-execute {sys.executable} without the credentials "
+                       f"({exc.strerror}); refusing to start") from None
 
 
-def secret_values(environ: Mapping[str, str], keep: Iterable[str] = ()) -> list[str]:
+def _anonymous_file(payload: bytes) -> int:
+    """A descriptor, inheritable and at offset 0, of a file holding ``payload`` that no
+    name reaches: a memfd where Linux offers one, else an unlinked temporary file."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("rio-ci-secrets", 0)
+    else:
+        with tempfile.TemporaryFile() as spare:
+            fd = os.dup(spare.fileno())
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def _read_secrets(fd: str) -> dict[str, str]:
+    try:
+        with os.fdopen(int(fd), "rb") as stream:
+            values = json.loads(stream.read().decode("utf-8", "surrogateescape"))
+    except (OSError, ValueError) as exc:
+        raise RioError(f"RIO_SECRETS_FD={fd!r} does not carry rio-ci's credentials ({exc}); "
+                       "it is set only by rio-ci itself") from None
+    if not isinstance(values, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+        raise RioError("RIO_SECRETS_FD does not carry rio-ci's credentials")
+    return values
+
+
+def protect_own_memory() -> bool:
+    """Mark this process not dumpable (``prctl(PR_SET_DUMPABLE, 0)``): its ``/proc/<pid>``
+    entries then belong to root, so a script of the same user cannot read its environment,
+    memory or descriptors, nor ptrace it. Processes it starts get the flag back at exec.
+    False where there is no such call (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def session_secret_names(db: str) -> list[str]:
+    """The ``--secret`` names a Session holds, read before an Owner command re-executes
+    itself (an unreadable Session names none here; the Owner then fails on its own)."""
+    try:
+        session = Session.open(db)
+    except RioError:
+        return []
+    try:
+        return list(session.proj.session.get("secrets", []))
+    finally:
+        session.close()
+
+
+def secret_values(environ: Mapping[str, str], extra: Iterable[str] = ()) -> list[str]:
     """The values captured output must never show (replaced by ``***`` before commit):
-    those of credential-named variables, longest first, shorter ones than ``_MIN_SECRET``
-    left out (they would match innocent text)."""
-    values = {environ[k] for k in secret_names(environ, keep) if len(environ[k]) >= _MIN_SECRET}
+    those of credential-named variables and of the names in ``extra`` (a Session's
+    ``--secret``), passed-through ones included, longest first; values shorter than
+    ``_MIN_SECRET`` are left out (they would match innocent text)."""
+    values = {environ[k] for k in secret_names(environ, extra=extra)
+              if len(environ[k]) >= _MIN_SECRET}
     return sorted(values, key=len, reverse=True)
 
 
+def redacted_values(session: Session) -> list[str]:
+    """``secret_values`` of this process's environment for ``session``."""
+    return secret_values(os.environ, session.proj.session.get("secrets", []))
+
+
 def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
-    env = worker_environment(os.environ, session.proj.session.get("pass_env", []))
+    settings = session.proj.session
+    env = worker_environment(os.environ, settings.get("pass_env", []),
+                             settings.get("secrets", []))
     shim = str(api_shim(session))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim, env.get("PYTHONPATH")]))
     env.update(RIO_SESSION_DB=str(session.journal.path), RIO_PYTHON=sys.executable)
@@ -88,8 +174,15 @@ def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
 
 
 def scratch_dir(session: Session) -> Path:
+    """``<session>.d`` beside the Session, a real directory (never through a link)."""
     path = session.journal.path.parent / f"{session.journal.path.name}.d"
-    path.mkdir(exist_ok=True)
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create {path}: {exc.strerror}") from None
+    if path.is_symlink() or not path.is_dir():
+        raise StorageError(f"{path} is not a directory rio-ci made (a link or a file); "
+                           "remove it")
     return path
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from rio_ci.core import events as ev
 from rio_ci.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
-from rio_ci.run.environment import scratch_dir, secret_values, uv_binary, worker_env
+from rio_ci.run.environment import redacted_values, scratch_dir, uv_binary, worker_env
 from rio_ci.run.worker import Worker
 from rio_ci.session import Session
 
@@ -33,7 +33,7 @@ class Launch:
     def __init__(self, session: Session, before_spawn: BeforeSpawn | None = None):
         self.session = session
         self.before_spawn = before_spawn
-        self.secrets = secret_values(os.environ)
+        self.secrets = redacted_values(session)
 
     def token(self, what: str) -> str:
         return f"rio-{self.session.proj.session['id']}-{what}-{uuid.uuid4().hex[:12]}"

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from filelock import FileLock, Timeout
-
+from rio_ci import sessionfile
 from rio_ci.crashpoints import crash_point
-from rio_ci.errors import OwnershipError, RecoveryError, RioError
+from rio_ci.errors import RecoveryError, RioError, StorageError
 from rio_ci.journal import resolve
 from rio_ci.run.capture import Capture
 from rio_ci.run.launch import BeforeSpawn, Launch
+from rio_ci.run.ownership import FileGuard, FileOwnership
 from rio_ci.run.survivors import WorkerIdentity, stop_session_leftovers, stop_survivors
 from rio_ci.session import Session
 
@@ -30,32 +30,61 @@ class Owner:
     def __init__(self, path: str, *, synchronous: str = "FULL",
                  before_spawn: BeforeSpawn | None = None):
         real = resolve(path)
-        self._lock = FileLock(f"{real}.lock")
-        try:
-            self._lock.acquire(timeout=0)
-        except Timeout:
-            raise OwnershipError(
-                f"{path} already has an Owner (lock {real}.lock is held)") from None
+        # Nothing is locked or created until the path is known to name a Session.
+        sessionfile.check(real, path)
+        problem = sessionfile.recognise(real, path)
+        if problem:
+            raise StorageError(problem)
+        self._ownership = FileOwnership.acquire(real, path)
         try:
             self.session = Session.open(real, verify=True, synchronous=synchronous)
+            if self.session.journal.identity != self._ownership.identity:
+                self.session.close()
+                raise StorageError(f"{path} was replaced while its Owner was starting")
+            self.guard = FileGuard(self._ownership)
         except BaseException:
-            self._lock.release()
+            self._ownership.release()
             raise
-        self.launch = Launch(self.session, before_spawn)
+        self._before_spawn = before_spawn
+        self.launch = Launch(self.session, self._fold_then_spawn)
         self.running: Capture | None = None  # the Execution whose Worker runs now
         self.ran: list[int] = []
         self.interrupted = threading.Event()
 
     def close(self) -> None:
-        if self.running is not None:
-            self.stop_running("owner_stopped")
-        self.session.close()
-        self._lock.release()
+        try:
+            if self.running is not None:
+                self.stop_running("owner_stopped")
+        finally:
+            self.session.close()
+            self._ownership.release()
+
+    def check_file(self) -> None:
+        """Raise StorageError (and commit nothing more) when the Session file was renamed,
+        replaced or damaged under this Owner. A renamed or removed file's WAL is folded into
+        it first, so nothing acknowledged is lost under its new name; a garbled one is not."""
+        journal = self.session.journal
+        journal.check_file()
+        problem = self.guard.problem()
+        if problem is not None:
+            journal.refuse(f"{problem}; this Owner stops and commits nothing more",
+                           fold=self.guard.fold_ok)
+            journal.check_file()  # raises with the reason
+
+    def _fold_then_spawn(self, cell_id: int, token: str) -> None:
+        """Between ``started`` and the spawn: put the launch record into the database file
+        itself, so a script that deletes, truncates or garbles the WAL cannot make its own
+        launch disappear (and be run again by the next Owner)."""
+        self.check_file()
+        self.session.journal.fold()
+        if self._before_spawn is not None:
+            self._before_spawn(cell_id, token)
 
     # --- recovery ------------------------------------------------------------------------
 
     def recover(self) -> None:
         """SPEC §6 steps 2-4. A second recovery in a row commits nothing."""
+        self.check_file()
         proj = self.session.refresh()
         started = [e for e in proj.pending() if e["phase"] == "started"]
         for ex in started:
@@ -75,6 +104,7 @@ class Owner:
     def tick(self, wait: float = 0.05) -> bool:
         """Fire due Timers, apply Controls, then supervise or dispatch. True if anything
         happened or is still running."""
+        self.check_file()
         proj = self.session.refresh()
         if proj.ended:
             if self.running is not None:

@@ -1,0 +1,219 @@
+"""A Session file seen from outside the Journal: what a path names, what its rows hold, and
+read-only looks and copies. The only module besides ``rio_ci.journal`` that imports sqlite3,
+and it never opens a file for writing (``copy_single_file`` writes only its new target).
+
+SQLite creates ``-wal`` and ``-shm`` files beside any database it opens in WAL mode, and
+follows a symbolic link at those names. So a path is checked first, without creating
+anything: it must name a regular file with one link, and the sidecar names SQLite will use
+must be absent or plain files with one link. ``recognise`` then reads the schema through an
+``immutable`` connection, which creates nothing and takes no lock, before the Journal opens
+the file for real.
+
+A Session file is known by its identity, ``(device, inode)``, not its name: a rename keeps
+the identity, a replacement changes it. The Journal compares ``identity_of(path)`` with the
+identity it opened before every write.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Any
+
+from rio_ci.core.projection import Projection
+from rio_ci.core.reducer import apply
+from rio_ci.errors import StorageError
+
+SCHEMA_VERSION = 1
+SIDECARS = ("-wal", "-shm", "-journal")  # the names SQLite opens beside a database
+
+Identity = tuple[int, int]  # (st_dev, st_ino)
+
+
+def check(real: Path, given: str | os.PathLike[str]) -> Identity:
+    """Raise StorageError unless ``real`` (a resolved path) can be opened as a Session file
+    without creating or following anything unexpected; returns its identity."""
+    try:
+        info = os.stat(real)
+    except OSError as exc:
+        raise StorageError(os_problem(given, exc)) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StorageError(f"{given} is a directory, not a Session file")
+    if not stat.S_ISREG(info.st_mode):
+        raise StorageError(f"{given} is not a regular file, so it is not a Session")
+    if info.st_nlink > 1:
+        raise StorageError(
+            f"{given} has {info.st_nlink} hard links; SQLite's WAL files are per name, so a "
+            "hard-linked Session could be written through two names. Copy it instead.")
+    for suffix in SIDECARS:
+        sidecar = Path(f"{real}{suffix}")
+        try:
+            side = os.lstat(sidecar)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StorageError(os_problem(sidecar, exc)) from None
+        if stat.S_ISLNK(side.st_mode) or not stat.S_ISREG(side.st_mode) or side.st_nlink > 1:
+            what = ("a symbolic link" if stat.S_ISLNK(side.st_mode) else
+                    "a directory" if stat.S_ISDIR(side.st_mode) else
+                    "hard-linked" if stat.S_ISREG(side.st_mode) else "not a regular file")
+            raise StorageError(
+                f"{sidecar} is {what}; SQLite would write the Session's journal through it. "
+                "Remove it (a Session's sidecar files are plain files SQLite creates itself).")
+    return info.st_dev, info.st_ino
+
+
+def identity_of(path: Path) -> Identity | None:
+    """The identity of the file ``path`` names now, or None when it names nothing."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def moved_message(path: Path, now: Identity | None) -> str:
+    how = "renamed or removed" if now is None else "replaced by another file"
+    return (f"{path} was {how} while open: nothing more is committed through this name "
+            "(open the Session by its current name)")
+
+
+def creatable(real: Path, given: str | os.PathLike[str]) -> None:
+    """Raise StorageError when a new Session cannot be written at ``real`` (its folder is
+    missing, read-only or not ours to write)."""
+    parent = real.parent
+    if not parent.is_dir():
+        raise StorageError(f"cannot create {given}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        try:
+            read_only = os.statvfs(parent).f_flag & os.ST_RDONLY
+        except OSError:
+            read_only = 0
+        why = "read-only file system" if read_only else "permission denied"
+        raise StorageError(f"cannot create {given}: {parent}: {why}")
+
+
+def os_problem(path: str | os.PathLike[str], exc: OSError) -> str:
+    """A one-line reason for an OSError on ``path``."""
+    if exc.errno == errno.ENOENT:
+        return f"{path}: no such Session file"
+    if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG):
+        return f"{path}: not a usable path ({exc.strerror})"
+    return f"{path}: {exc.strerror}"
+
+
+# --- what the file holds -----------------------------------------------------------------
+
+
+def decode(data: str, seq: int, path: Path) -> dict[str, Any]:
+    try:
+        value = DECODER.decode(data)
+    except ValueError as exc:
+        raise StorageError(f"{path}: event {seq} is not strict JSON ({exc}); the file was "
+                           "damaged or written by something other than rio-ci") from None
+    if not isinstance(value, dict):
+        raise StorageError(f"{path}: event {seq} is not a JSON object; the file was damaged")
+    return value
+
+
+def fold(proj: Projection, seq: int, kind: str, data: str, path: Path) -> None:
+    """Fold one stored event (its JSON text) into ``proj``; damage is a StorageError."""
+    value = decode(data, seq, path)
+    try:
+        apply(proj, seq, kind, value)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise StorageError(f"{path}: event {seq} ({kind}) cannot be folded ({exc!r}); the file "
+                           "was damaged or written by something other than rio-ci") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# Events are written with allow_nan=False, so NaN/Infinity in the file means damage.
+DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+# --- what SQLite sees (read only) ---------------------------------------------------------
+
+
+def recognise(real: Path, given: str | os.PathLike[str]) -> str | None:
+    """Why ``real`` is not a Session of this schema version, or None, read through an
+    ``immutable`` connection: no lock, no ``-wal``/``-shm`` beside a foreign file.
+
+    Only a file at rest can be judged this way: with a ``-wal`` beside it, the main file
+    alone may be caught mid-checkpoint (after a crash, the WAL is what makes it whole). Then
+    this says None, and the Journal judges it through its own connection (which may add an
+    ``-shm`` beside a file that already has a WAL)."""
+    if Path(f"{real}-wal").exists():
+        return None
+    return _judge(f"{real.as_uri()}?immutable=1", given)
+
+
+def schema_problem(conn: sqlite3.Connection, given: str | os.PathLike[str]) -> str | None:
+    """Why the database of ``conn`` is not a Session of this schema version, or None."""
+    try:
+        version = _schema_version(conn, given)
+    except StorageError as exc:
+        return str(exc)
+    if version != SCHEMA_VERSION:
+        return (f"{given} has Session schema version {version}; this rio-ci reads version "
+                f"{SCHEMA_VERSION}. Use a matching rio-ci.")
+    return None
+
+
+def _judge(uri: str, given: str | os.PathLike[str], *, integrity: bool = False) -> str | None:
+    try:
+        db = sqlite3.connect(uri, uri=True)
+        try:
+            check = [r[0] for r in db.execute("PRAGMA integrity_check")] if integrity else []
+            if check not in ([], ["ok"]):
+                return f"integrity_check failed: {check[0]}"
+            return schema_problem(db, given)
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        return f"{given} is not a valid SQLite database ({exc})"
+
+
+def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> int:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not {"meta", "events", "snapshot"} <= tables:
+        raise StorageError(f"{path} is an SQLite file but not a rio_ci Session")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or not str(row[0]).isdigit():
+        raise StorageError(f"{path} has no valid schema_version")
+    return int(row[0])
+
+
+# --- single-file copies (artifacts) ------------------------------------------------------
+
+
+def copy_single_file(source: Path, target: Path) -> None:
+    """A consistent copy of a live (WAL) Session as one self-contained file (rollback
+    journal), made with SQLite's backup API while an Owner may keep writing."""
+    try:
+        src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+            mode = dst.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
+            check = [r[0] for r in dst.execute("PRAGMA integrity_check")]
+        finally:
+            src.close()
+            dst.close()
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot copy {source}: {exc}") from None
+    if mode != "delete":
+        raise StorageError(f"the copy of {source} stayed in journal_mode={mode}")
+    if check != ["ok"]:
+        raise StorageError(f"the copy of {source} fails integrity_check: {check[0]}")
+
+
+def single_file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a usable single-file Session copy, or None."""
+    return _judge(f"{path.resolve().as_uri()}?mode=ro", path, integrity=True)
