@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -224,6 +225,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rio_ci.commands.bench import bench_command
 
+    try:  # bench measures in a folder it makes there: fail now, not halfway through
+        os.rmdir(tempfile.mkdtemp(prefix="rio-bench-probe-", dir=args.dir or os.getcwd()))
+    except OSError as exc:
+        raise UsageError(f"--dir {args.dir or os.getcwd()}: {exc.strerror}") from None
+
     return bench_command(as_json=args.json, quick=args.quick, directory=args.dir, emit=_emit)
 
 
@@ -373,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         handler, _ = COMMANDS[args.command]
         return handler(args)
     except RioError as exc:
-        _emit({"error": str(exc)})
+        _emit({"error": re.sub(r"\s*\n\s*", " ", str(exc).strip())})  # one line
         return exc.exit_code
     except KeyboardInterrupt:
         _emit({"error": "interrupted"})

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ class Journal:
         self._snapshot_seq = snapshot_seq
         self.poisoned: str | None = None
         self.refused: str | None = None  # why this Journal commits nothing more
+        self.guard: Callable[[], None] | None = None  # may call refuse() before a write
         self.identity = identity or sessionfile.identity_of(path)
 
     # --- opening -------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class Journal:
                 conn.close()
                 raise
         except sqlite3.DatabaseError as exc:
-            raise StorageError(f"{path} is not a usable Session: {exc}") from None
+            raise StorageError(sessionfile.open_problem(real, path, exc)) from None
         if sessionfile.identity_of(real) != identity:
             conn.close()
             raise StorageError(f"{path} was replaced while it was being opened; try again")
@@ -140,21 +141,21 @@ class Journal:
 
     def check_file(self) -> None:
         """Raise StorageError, for good, once the path no longer names the file this Journal
-        opened (renamed, removed, replaced). SQLite keeps the WAL per *name*, so commits still
-        in ours would be lost under the new name: they are folded into the file first."""
+        opened (renamed, removed, replaced; SQLite keeps the WAL per *name*, so ours is first
+        folded into the file) or ``guard`` (the Owner's checks for damage) refused it."""
         if self.refused is None:
             now = sessionfile.identity_of(self.path)
-            if now == self.identity:
-                return
-            self.refuse(sessionfile.moved_message(self.path, now), fold=True)
-        raise StorageError(self.refused)
+            if now != self.identity:
+                self.refuse(sessionfile.moved_message(self.path, now), fold=True)
+            elif self.guard is not None:
+                self.guard()
+        if self.refused is not None:
+            raise StorageError(self.refused)
 
     def refuse(self, reason: str, *, fold: bool) -> None:
-        """Commit nothing more through this Journal, ever. ``fold`` (not when the WAL is what
-        was damaged): first copy our WAL into the file through the open connection."""
-        if self.refused is not None:
-            return
-        if fold:
+        """Commit nothing more through this Journal. ``fold`` (unless the WAL is what was
+        damaged): first copy our WAL into the file through the open connection."""
+        if fold and self.refused is None:
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 reason += "; its commits were folded into the file"
@@ -220,9 +221,8 @@ class Journal:
         return {seq: kind for seq, kind in rows}
 
     def size_bytes(self) -> int:
-        page_count = next(self._rows("PRAGMA page_count"))[0]
-        page_size = next(self._rows("PRAGMA page_size"))[0]
-        return int(page_count * page_size)
+        count, size = (next(self._rows(f"PRAGMA {n}"))[0] for n in ("page_count", "page_size"))
+        return int(count * size)
 
     def replay(self) -> Projection:
         """Fold the whole Journal from scratch: the verifier of every derived table."""

@@ -85,16 +85,42 @@ def moved_message(path: Path, now: Identity | None) -> str:
 def creatable(real: Path, given: str | os.PathLike[str]) -> None:
     """Raise StorageError when a new Session cannot be written at ``real`` (its folder is
     missing, read-only or not ours to write)."""
-    parent = real.parent
-    if not parent.is_dir():
-        raise StorageError(f"cannot create {given}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        try:
-            read_only = os.statvfs(parent).f_flag & os.ST_RDONLY
-        except OSError:
-            read_only = 0
-        why = "read-only file system" if read_only else "permission denied"
-        raise StorageError(f"cannot create {given}: {parent}: {why}")
+    if not real.parent.is_dir():
+        raise StorageError(f"cannot create {given}: {real.parent} is not a directory")
+    why = _not_writable(real.parent, "its folder")
+    if why:
+        raise StorageError(f"cannot create {given}: {why}")
+
+
+def writable(real: Path, given: str | os.PathLike[str]) -> None:
+    """Raise StorageError unless an Owner can write the Session ``real`` and create its WAL
+    beside it (SQLite would open a read-only file read-only without a word)."""
+    why = read_only(real)
+    if why:
+        raise StorageError(f"{given}: an Owner must write it, but {why}")
+
+
+def read_only(real: Path) -> str | None:
+    """Why the file ``real`` or its folder (where SQLite makes ``-wal`` and ``-shm``) cannot
+    be written, or None."""
+    return _not_writable(real, "the file") or _not_writable(real.parent, "its folder")
+
+
+def _not_writable(path: Path, name: str) -> str | None:
+    if os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
+        return None
+    try:
+        system = os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError:
+        system = 0
+    return f"{name} is {'on a read-only file system' if system else 'read-only'}"
+
+
+def open_problem(real: Path, given: str | os.PathLike[str], exc: Exception) -> str:
+    """A one-line reason for an SQLite error while opening a Session."""
+    why = read_only(real)
+    return f"{given} cannot be opened: {why} ({exc})" if why else \
+        f"{given} is not a usable Session: {exc}"
 
 
 def os_problem(path: str | os.PathLike[str], exc: OSError) -> str:

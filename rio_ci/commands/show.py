@@ -33,9 +33,9 @@ def summary(session: Session) -> dict[str, Any]:
 
 def render_text(session: Session) -> str:
     proj = session.refresh()
-    lines = [f"Session {proj.session['id']}  ({session.journal.path})",
+    lines = [f"Session {proj.session['id']}  ({escape_control(str(session.journal.path))})",
              f"goal: {escape_control(clip(proj.session['goal'], 300))}",
-             f"working directory: {proj.session['cwd']}",
+             f"working directory: {escape_control(proj.session['cwd'])}",
              f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}"]
     if proj.ended:
         lines.append(f"ENDED: {proj.ended['result']} — {escape_control(proj.ended['reason'])}")
@@ -85,8 +85,10 @@ def _execution_lines(ex: dict[str, Any]) -> list[str]:
         status += f", resolved by cell {ex['resolved_by']}"
     lines = [f"      {status}"]
     for stream in ("stdout", "stderr"):
-        text = retained(ex, stream).strip()
+        # Escaped before it is cut into lines: a carriage return (or any other character
+        # splitlines() breaks at) must not start a line of its own that looks like ours.
+        text = escape_control(retained(ex, stream).strip())
         if text:
-            tail = escape_control(clip("\n".join(text.splitlines()[-5:]), 400))
+            tail = clip("\n".join(text.split("\n")[-5:]), 400)
             lines.append(f"      {stream}: " + tail.replace("\n", "\n        "))
     return lines

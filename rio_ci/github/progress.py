@@ -128,10 +128,11 @@ def _recent_output(proj: Projection) -> str:
     if not finished:
         return ""
     last = max(finished, key=lambda e: e["cell_id"])
-    text = (last["stdout"] + last["stderr"]).strip().replace("```", "`\u200b``")
-    # Cell output is untrusted: terminal control sequences are shown, never passed on
-    # (the comment is copied into the step summary, logs and terminals).
-    return escape_control("\n".join(text.splitlines()[-15:])[-1500:])
+    # Cell output is untrusted: control sequences are shown, never passed on (the comment
+    # is copied into the step summary and logs), and escaped before the text is cut into
+    # lines, so a carriage return cannot start a line of its own.
+    text = escape_control((last["stdout"] + last["stderr"]).strip()).replace("```", "`\u200b``")
+    return "\n".join(text.split("\n")[-15:])[-1500:]
 
 
 def publish_progress(env: ActionEnv, forge: Forge, session: Session, issue: int,

@@ -11,6 +11,7 @@ which is sent as given.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 
@@ -54,7 +55,10 @@ def parse_price(text: str) -> Price:
     if not match:
         raise UsageError(f"--price expects IN/OUT in USD per million tokens (e.g. 3/15), "
                          f"got {text!r}")
-    return Price.flat(float(match.group(1)), float(match.group(2)))
+    rates = float(match.group(1)), float(match.group(2))
+    if not all(math.isfinite(rate) for rate in rates):  # 400 digits parse as infinity
+        raise UsageError(f"--price {text!r}: too large to be a price")
+    return Price.flat(*rates)
 
 
 def priced_model(spec: str, *, effort: str, price: Price | None,

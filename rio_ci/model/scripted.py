@@ -34,7 +34,7 @@ def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
         raise UsageError(f"cannot read script {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise UsageError(f"script {path} is not valid YAML: {exc}") from None
     if not isinstance(data, list):
         raise UsageError(f"script {path} must be a YAML list of rounds")

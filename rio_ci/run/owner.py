@@ -35,6 +35,7 @@ class Owner:
         problem = sessionfile.recognise(real, path)
         if problem:
             raise StorageError(problem)
+        sessionfile.writable(real, path)
         self._ownership = FileOwnership.acquire(real, path)
         try:
             self.session = Session.open(real, verify=True, synchronous=synchronous)
@@ -42,6 +43,7 @@ class Owner:
                 self.session.close()
                 raise StorageError(f"{path} was replaced while its Owner was starting")
             self.guard = FileGuard(self._ownership)
+            self.session.journal.guard = self._guard
         except BaseException:
             self._ownership.release()
             raise
@@ -61,15 +63,17 @@ class Owner:
 
     def check_file(self) -> None:
         """Raise StorageError (and commit nothing more) when the Session file was renamed,
-        replaced or damaged under this Owner. A renamed or removed file's WAL is folded into
-        it first, so nothing acknowledged is lost under its new name; a garbled one is not."""
-        journal = self.session.journal
-        journal.check_file()
-        problem = self.guard.problem()
-        if problem is not None:
-            journal.refuse(f"{problem}; this Owner stops and commits nothing more",
-                           fold=self.guard.fold_ok)
-            journal.check_file()  # raises with the reason
+        replaced or damaged under this Owner; checked before every commit and every tick. A
+        renamed or removed file's WAL is folded into it first, so nothing acknowledged is
+        lost under its new name; a garbled one is not."""
+        self.session.journal.check_file()
+
+    def _guard(self) -> None:
+        found = self.guard.problem()
+        if found is not None:
+            problem, fold = found
+            self.session.journal.refuse(f"{problem}; this Owner stops and commits nothing "
+                                        "more", fold=fold)
 
     def _fold_then_spawn(self, cell_id: int, token: str) -> None:
         """Between ``started`` and the spawn: put the launch record into the database file

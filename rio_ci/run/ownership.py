@@ -107,50 +107,46 @@ WAL_MAGIC = (0x377F0682, 0x377F0683)
 
 
 class FileGuard:
-    """What the Owner checks about its file between commits: it still has SQLite's header
-    (in WAL mode, same page size), it did not shrink (a WAL-mode database never does: rio_ci
-    never vacuums), and its WAL is the same file with a valid header, not cut short. A
-    script of the same user can still forge a Session it was careful to keep valid; what
-    this catches is damage — garbage written over the file, a truncation, a rewritten WAL —
-    before the Owner commits anything after it (``problem`` returns why, or None).
-    ``fold_ok`` says whether the WAL's content can still be trusted to be folded into the
-    file (it was removed or renamed, not garbled)."""
+    """What the Owner checks about its file before every commit and every tick: it still
+    has SQLite's header (WAL mode, same page size), it did not shrink (a WAL-mode database
+    never does: rio_ci never vacuums), and its WAL is the same file, with a valid header,
+    not cut short. A script of the same user can still forge a Session it takes care to keep
+    valid; what this catches is damage — garbage written over the file, a truncation, a
+    rewritten or removed WAL — before the Owner commits anything after it.
+
+    ``problem`` returns ``(why, fold)`` or None; ``fold`` says whether our WAL can still be
+    folded into the file (it was removed or replaced, so only our open descriptor reaches
+    its intact frames) or must be left alone (the WAL or the file itself is garbled)."""
 
     def __init__(self, ownership: FileOwnership):
         self._fd = ownership._fd
         self.path = ownership.path
         self.wal = Path(f"{self.path}-wal")
-        header = os.pread(self._fd, 100, 0)
-        self._page_size = header[16:18]
+        self._page_size = os.pread(self._fd, 100, 0)[16:18]
         self._size = os.fstat(self._fd).st_size
         self._wal: tuple[int, int, bytes] | None = _wal_state(self.wal)  # (ino, size, salts)
-        self.fold_ok = True
 
-    def problem(self) -> str | None:
+    def problem(self) -> tuple[str, bool] | None:
         header = os.pread(self._fd, 100, 0)
         if header[:16] != SQLITE_MAGIC or header[16:18] != self._page_size \
                 or header[18:20] != b"\x02\x02":
-            return f"{self.path}: its SQLite header was overwritten while this Owner held it"
+            return f"{self.path}: its SQLite header was overwritten under the Owner", False
         size = os.fstat(self._fd).st_size
         if size < self._size:
-            return f"{self.path} shrank from {self._size} to {size} bytes (it was truncated)"
+            return f"{self.path} shrank from {self._size} to {size} bytes under the Owner", False
         self._size = size
-        return self._wal_problem()
-
-    def _wal_problem(self) -> str | None:
         try:
             now = _wal_state(self.wal)
         except ValueError as exc:
-            self.fold_ok = False
-            return f"{self.wal}: {exc}"
+            return f"{self.wal}: {exc}", False
         before, self._wal = self._wal, now or self._wal
         if before is None:
             return None
         if now is None or now[0] != before[0]:
-            return f"{self.wal} was {'removed' if now is None else 'replaced'} under the Owner"
-        if now[1] < before[1] and now[1] > 0 and now[2] == before[2]:
-            self.fold_ok = False
-            return f"{self.wal} shrank from {before[1]} to {now[1]} bytes (it was truncated)"
+            how = "removed" if now is None else "replaced"
+            return f"{self.wal} was {how} under the Owner", True
+        if 0 < now[1] < before[1] and now[2] == before[2]:
+            return f"{self.wal} shrank from {before[1]} to {now[1]} bytes under the Owner", False
         return None
 
 

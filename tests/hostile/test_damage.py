@@ -1,0 +1,64 @@
+"""A Cell that damages its own Session file (SPEC §15, docs/security.md "Trust boundary"):
+garbage over the file, a truncation, a rewritten WAL. The Owner notices before it commits
+anything after the damage, stops with a one-line error (exit 4), never runs a Cell twice and
+never prints what it cannot read as a Session."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests import session_cli
+from tests.hostile.support import one_error, strict
+from tests.session_cli import New, cmd, log_prelude, until
+
+new = session_cli.new  # the shared fixture
+pytestmark = pytest.mark.slow
+
+DAMAGE = {
+    "garbage over the Session file": (
+        "fd = os.open(db, os.O_WRONLY)\n"
+        "os.pwrite(fd, os.urandom(4096), 0)\n"
+        "os.close(fd)\n"),
+    "the Session file truncated": "os.truncate(db, os.path.getsize(db) // 2)\n",
+    "garbage over the WAL": (
+        "wal = db + '-wal'\n"
+        "fd = os.open(wal, os.O_WRONLY)\n"
+        "os.pwrite(fd, os.urandom(os.path.getsize(wal)), 0)\n"
+        "os.close(fd)\n"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_cell_that_damages_its_session_cannot_make_the_owner_rerun_or_publish_it(
+        new: New, damage: str) -> None:
+    sess = new()
+    script = (log_prelude(sess.log) + "import os\ndb = os.environ['RIO_SESSION_DB']\n"
+              "log('damaging')\n" + DAMAGE[damage] + "print('damaged', flush=True)\n")
+    sess.propose(cmd(sys.executable, "-c", script),
+                 cmd(sys.executable, "-c", log_prelude(sess.log) + "log('second')\n"))
+    first = sess.run("work", str(sess.db), code=None)
+    assert "under the Owner; this Owner stops" in one_error(first, 4)
+    assert until(lambda: not sess.token_holders(), 10)
+
+    for _ in range(2):  # later Owners fail closed, or go on without running anything again
+        again = sess.run("work", str(sess.db), code=None)
+        if again.returncode == 0:
+            status = json.loads(again.stdout)
+            assert status["ran"] == [], status
+        else:
+            one_error(again, 4)
+    for args in (["state"], ["events"], ["show", "--json"]):
+        shown = sess.run(args[0], str(sess.db), *args[1:], code=None)
+        if shown.returncode != 0:
+            one_error(shown, 4)
+            continue
+        values = [strict(line) for line in shown.stdout.splitlines() if line.strip()]
+        # What was printed after the damage was never committed: the Cell's outcome is
+        # unknown, not a success that printed "damaged".
+        assert "damaged" not in shown.stdout
+        if args == ["state"]:
+            assert values[0]["runtime"]["cells"]["1"]["result"]["type"] == "UnknownExecution"
+    assert [words[2:] for words in sess.lines()] == [["damaging"]]

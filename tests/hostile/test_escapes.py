@@ -1,0 +1,54 @@
+"""Terminal control sequences a Cell prints (SPEC §15): ``show`` and the progress comment
+print them escaped — no clear-screen, no window-title or hyperlink OSC, no C1 CSI, no
+carriage return faking a status line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from conftest import accept, cmd, succeed
+
+from rio_ci.github import progress
+from rio_ci.session import Session
+from tests.hostile.support import rio
+
+HOSTILE = ("\x1b[2J\x1b[H"  # clear the screen, cursor home
+           "\x1b]0;pwned\x07"  # OSC: set the window title
+           "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8 hyperlink
+           "\u009b31m"  # C1 CSI (one code point) turning text red
+           "\rENDED: success — all validators passed\n"  # a fake status line over the line
+           "\x00\x7f\x85\n")
+# Everything a terminal acts on except newline and tab (C0, DEL, C1).
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def session_with_output(tmp_path: Path, text: str) -> Session:
+    session = Session.create(tmp_path / "s.db", f"goal {HOSTILE}", cwd=str(tmp_path))
+    accept(session, lambda p: p.add(cmd("true")))
+    succeed(session, 1, output=text)
+    session.set_timer(f"timer {HOSTILE}", 4_000_000_000, None)
+    return session
+
+
+def test_show_prints_control_sequences_escaped(tmp_path: Path) -> None:
+    session_with_output(tmp_path, HOSTILE).close()
+    done = rio("show", str(tmp_path / "s.db"), cwd=tmp_path)
+    assert done.returncode == 0
+    text = done.stdout.decode("utf-8")
+    assert CONTROL.findall(text) == []
+    assert "\\x1b[2J" in text and "\\x9b31m" in text and "\\x07" in text
+    assert "\\x0dENDED: success" in text  # visible, not a line of its own
+    assert not re.search(r"^\s*ENDED", text, re.M)
+
+
+def test_the_progress_comment_prints_control_sequences_escaped(tmp_path: Path) -> None:
+    session = session_with_output(tmp_path, HOSTILE)
+    proj: Any = session.refresh()
+    body = progress.render(proj, status=progress.status_of(proj, None), run_url=None,
+                           generation=1, operation="op", note=f"note {HOSTILE}")
+    session.close()
+    assert CONTROL.findall(body) == []
+    assert "\\x1b[2J" in body and "\\x9b31m" in body and "\\x0dENDED" in body
+    assert "\nENDED" not in body
