@@ -40,7 +40,7 @@ def test_a_cell_that_damages_its_session_cannot_make_the_owner_rerun_or_publish_
     sess.propose(cmd(sys.executable, "-c", script),
                  cmd(sys.executable, "-c", log_prelude(sess.log) + "log('second')\n"))
     first = sess.run("work", str(sess.db), code=None)
-    assert "under the Owner; this Owner stops" in one_error(first, 4)
+    assert "this Owner stops and commits nothing more" in one_error(first, 4)
     assert until(lambda: not sess.token_holders(), 10)
 
     for _ in range(2):  # later Owners fail closed, or go on without running anything again
@@ -62,3 +62,26 @@ def test_a_cell_that_damages_its_session_cannot_make_the_owner_rerun_or_publish_
         if args == ["state"]:
             assert values[0]["runtime"]["cells"]["1"]["result"]["type"] == "UnknownExecution"
     assert [words[2:] for words in sess.lines()] == [["damaging"]]
+
+
+@pytest.mark.parametrize("damage", ["garbage over the WAL", "the WAL removed"])
+def test_a_cell_that_destroys_the_wal_and_kills_its_owner_is_not_run_again(
+        new: New, damage: str) -> None:
+    """No Owner is left to notice: the next one finds a WAL SQLite throws away. The launch
+    was folded into the file itself before the Cell started, so it is an UnknownExecution,
+    not queued work to run again."""
+    sess = new()
+    destroy = DAMAGE["garbage over the WAL"] if damage != "the WAL removed" else \
+        "os.unlink(db + '-wal')\n"
+    script = (log_prelude(sess.log) + "import os, signal\ndb = os.environ['RIO_SESSION_DB']\n"
+              "log('destroying')\n" + destroy + "os.kill(os.getppid(), signal.SIGKILL)\n")
+    sess.propose(cmd(sys.executable, "-c", script))
+    killed = sess.run("work", str(sess.db), code=None)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    for _ in range(2):
+        again = sess.run("work", str(sess.db), code=None)
+        if again.returncode == 0:
+            assert json.loads(again.stdout)["ran"] == []
+        else:
+            one_error(again, 4)
+    assert [words[2:] for words in sess.lines()] == [["destroying"]]
