@@ -150,7 +150,8 @@ def pack(
         manifest = Manifest(generation, parent_generation, run_id, _sha256(partial), next_wake)
         os.replace(partial, out_dir / SNAPSHOT)
         manifest_partial = out_dir / f".{MANIFEST}.partial"
-        manifest_partial.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
+        manifest_partial.write_text(
+            json.dumps(manifest.to_dict(), indent=2, allow_nan=False) + "\n")
         os.replace(manifest_partial, out_dir / MANIFEST)
     except OSError as exc:
         raise StorageError(f"cannot snapshot {db_path}: {_one_line(exc)}") from exc

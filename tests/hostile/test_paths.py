@@ -111,6 +111,13 @@ def test_a_session_name_with_uri_characters_is_a_file_name(tmp_path: Path) -> No
     assert name.is_file() and len(Session.open(name).state()["runtime"]["inbox"]) == 1
 
 
+def test_a_session_that_cannot_be_created_leaves_nothing_behind(tmp_path: Path) -> None:
+    before = listing(tmp_path)
+    with pytest.raises(UnicodeEncodeError):
+        Session.create(tmp_path / "s.db", "a goal with a lone surrogate \ud800")
+    assert listing(tmp_path) == before  # no .creating file, no -wal, no -shm
+
+
 # --- read-only ------------------------------------------------------------------------------
 
 
