@@ -27,6 +27,7 @@ from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
 from rio_ci.sessionfile import SCHEMA_VERSION
 from rio_ci.sessionfile import copy_single_file as copy_single_file  # the artifact's import
+from rio_ci.sessionfile import resolve as resolve  # where Sessions are found
 from rio_ci.sessionfile import single_file_problem as single_file_problem
 
 SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten
@@ -38,11 +39,6 @@ CREATE INDEX events_ref ON events (ref, kind);
 CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
                        data TEXT NOT NULL);
 """
-
-
-def resolve(path: str | os.PathLike[str]) -> Path:
-    """The real path of a Session file: aliases (symlinks) all name one file."""
-    return Path(path).resolve()
 
 
 class Journal:
@@ -65,8 +61,6 @@ class Journal:
     def create(cls, path: str | os.PathLike[str], session_id: str, first: Event,
                *, synchronous: str = "FULL") -> Journal:
         real = resolve(path)
-        if real.exists() or Path(path).is_symlink():
-            raise FileExistsError(f"{path} already exists; a Session is never overwritten")
         sessionfile.creatable(real, path)
         # Built under a temporary name and linked into place whole: a crash leaves either no
         # Session or a complete one, two `new`s cannot both win, and a failure leaves nothing.

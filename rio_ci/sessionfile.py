@@ -82,10 +82,28 @@ def moved_message(path: Path, now: Identity | None) -> str:
             "(open the Session by its current name)")
 
 
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """The real path of a Session file: aliases (symlinks) all name one file. A symlink
+    loop or a name too long is a StorageError."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: pathlib's "Symlink loop"
+        raise StorageError(f"{path}: not a usable path ({exc})") from None
+
+
 def creatable(real: Path, given: str | os.PathLike[str]) -> None:
-    """Raise StorageError when a new Session cannot be written at ``real`` (its folder is
+    """Raise FileExistsError when something is at ``real`` or ``given`` (a Session is never
+    overwritten), StorageError when a new Session cannot be written there (its folder is
     missing, read-only or not ours to write)."""
-    if not real.parent.is_dir():
+    if os.path.lexists(given) or os.path.lexists(real):
+        raise FileExistsError(f"{given} already exists; a Session is never overwritten")
+    try:
+        folder = stat.S_ISDIR(os.stat(real.parent).st_mode)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise StorageError(f"cannot create {given}: {exc.strerror}") from None
+        folder = False
+    if not folder:
         raise StorageError(f"cannot create {given}: {real.parent} is not a directory")
     why = _not_writable(real.parent, "its folder")
     if why:

@@ -18,7 +18,6 @@ from typing import Any
 from rio_ci import sessionfile
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RecoveryError, RioError, StorageError
-from rio_ci.journal import resolve
 from rio_ci.run.capture import Capture
 from rio_ci.run.launch import BeforeSpawn, Launch
 from rio_ci.run.ownership import FileGuard, FileOwnership
@@ -29,7 +28,7 @@ from rio_ci.session import Session
 class Owner:
     def __init__(self, path: str, *, synchronous: str = "FULL",
                  before_spawn: BeforeSpawn | None = None):
-        real = resolve(path)
+        real = sessionfile.resolve(path)
         # Nothing is locked or created until the path is known to name a Session.
         sessionfile.check(real, path)
         problem = sessionfile.recognise(real, path)

@@ -31,7 +31,8 @@ def hostile_cases(root: Path) -> dict[str, list[list[str | bytes]]]:
         str(root / "missing.db"), str(root / "folder"), str(root / "garbage.db"),
         str(root / "empty.db"), str(root / "foreign.db"), str(root / "to-text.db"),
         str(root / "folder") + "/", os.fsencode(str(root)) + b"/" + BAD + b".db",
-        "", "/proc/self/environ", "/dev/null"]
+        "", "/proc/self/environ", "/dev/null", str(root / "loop.db"),
+        str(root / ("n" * 300 + ".db"))]
     patch = str(root / "patch.json")
     text_cases = [[*rest] for rest in ([BAD], ["NaN"], ["[" * 5000], ["9" * 5000])]
     return {
@@ -44,6 +45,7 @@ def hostile_cases(root: Path) -> dict[str, list[list[str | bytes]]]:
                 [fresh, "--goal", "g", "--pass-env", "A B"],
                 [fresh, "--goal", "g", "--secret", BAD], [s, "--goal", "g"],
                 ["/proc/foo/x.db", "--goal", "g"], [str(root / "folder"), "--goal", "g"],
+                [str(root / "loop.db"), "--goal", "g"], [str(root / ("n" * 300)), "--goal", "g"],
                 [str(root / "to-text.db"), "--goal", "g"], ["--goal", "g"]],
         "turn": [[db] for db in dbs],
         "step": [*([db, "turn-1", patch] for db in dbs),
@@ -88,6 +90,7 @@ def prepare(root: Path) -> None:
     (root / "empty.db").write_bytes(b"")
     (root / "text.txt").write_text("not a database\n")
     (root / "to-text.db").symlink_to(root / "text.txt")
+    (root / "loop.db").symlink_to(root / "loop.db")
     (root / "patch.json").write_text('[{"op": "test", "path": "/revision", "value": 0}]')
     (root / "bad.json").write_bytes(b"[" + BAD + b"]")
     foreign = sqlite3.connect(root / "foreign.db")
