@@ -58,11 +58,13 @@ def test_the_configuration_gives_validators_limits_and_passed_credentials(
 ) -> None:
     (tmp_path / "rio.yml").write_text(
         "validators:\n  - python -m pytest -q\n  - [ruff, check, .]\n"
-        "limits: {rounds: 7, cost_usd: 2.5}\npass_env: [PYPI_TOKEN, DEPLOY_KEY]\n")
+        "limits: {rounds: 7, cost_usd: 2.5}\npass_env: [PYPI_TOKEN, DEPLOY_KEY]\n"
+        "secrets: [HOOK_URL]\n")
     config = Config.load(tmp_path, "rio.yml")
     assert config.validators == [["python", "-m", "pytest", "-q"], ["ruff", "check", "."]]
     assert (config.limits.rounds, config.limits.cost_usd) == (7, 2.5)
     assert config.pass_env == ("DEPLOY_KEY", "PYPI_TOKEN")
+    assert config.secrets == ("HOOK_URL",)
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -72,6 +74,7 @@ def test_the_configuration_gives_validators_limits_and_passed_credentials(
     ("pass_env: [GITHUB_TOKEN]\n", "may not name GITHUB_TOKEN"),
     ("pass_env: [ANTHROPIC_API_KEY]\n", "may not name ANTHROPIC_API_KEY"),
     ("pass_env: ['A B']\n", "environment variable names"),
+    ("secrets: HOOK_URL\n", "secrets is a list of environment variable names"),
     ("model: x\n", "unknown key"),
     ("- a list\n", "must be a mapping"),
     ("validators: [\n", "cannot read"),

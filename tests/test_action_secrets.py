@@ -93,3 +93,26 @@ def test_a_credential_named_in_pass_env_reaches_cells_and_the_harnesss_never_do(
         assert "DEPLOY_TOKEN=***" in printed and "deploy-secret-42" not in printed
         assert "OTHER_TOKEN" not in printed and "other-secret-43" not in printed
         assert TOKEN not in printed and API_KEY not in printed
+
+
+def test_a_variable_named_in_secrets_is_withheld_from_cells_and_redacted(
+    tmp_path: Path
+) -> None:
+    hook = "https://hooks.example.test/T0/B1/abcdef123456"
+    with FakeGitHub(token=TOKEN) as gh:
+        gh.add_collaborator("alice", "admin")
+        # The value reaches a Cell's output another way than its environment: a file.
+        repo = Repository(tmp_path, gh, files={".github/rio.yml": "secrets: [DEPLOY_HOOK]\n",
+                                               "hook.txt": hook},
+                          secrets={"ANTHROPIC_API_KEY": API_KEY, "DEPLOY_HOOK": hook})
+        show = ("import os, sys; print(sorted(os.environ)); hook = open('hook.txt').read(); "
+                "print('the hook is ' + hook); sys.stderr.write(hook)")
+        repo.set_script(script([add(cmd_cell("python3", "-c", show))], [conclude()]))
+        issue = gh.add_issue("Deploy", labels=("rio",))
+
+        job = repo.job("issues", labeled(issue))
+
+        printed = "".join(e.get("text", "") for e in repo.events(job) if e["kind"] == "output")
+        assert "DEPLOY_HOOK" not in printed  # not in the Cell's environment
+        assert "the hook is ***" in printed and hook not in printed
+        assert hook.encode() not in repo.session_file(job).read_bytes()

@@ -123,15 +123,16 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 @dataclass(frozen=True)
 class Config:
-    """``.github/rio.yml``: validators, limits and the credentials Cells may see
-    (``pass_env``), applied when a Session is created; ``retention_days``, read by every
-    job: how long GitHub keeps this repository's artifacts (a Session's saved generations),
+    """``.github/rio.yml``: validators, limits, the credentials Cells may see (``pass_env``)
+    and more variables to treat as secrets (``secrets``), applied when a Session is created;
+    ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts (a Session's saved generations),
     so the artifact outlives every Timer and a Timer past it is refused."""
 
     validators: list[list[str]]
     limits: Limits
     pass_env: tuple[str, ...] = ()
     retention_days: int = DEFAULT_RETENTION_DAYS
+    secrets: tuple[str, ...] = ()  # more variables whose values are redacted and withheld
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
@@ -144,7 +145,8 @@ class Config:
             raise UsageError(f"{relative}: cannot read the configuration: {exc}") from None
         if not isinstance(data, dict):
             raise UsageError(f"{relative}: the configuration must be a mapping")
-        unknown = sorted(set(data) - {"validators", "limits", "pass_env", "retention_days"})
+        unknown = sorted(set(data) - {"validators", "limits", "pass_env", "retention_days",
+                                      "secrets"})
         if unknown:
             raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
         validators = []
@@ -164,18 +166,24 @@ class Config:
         if isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400:
             raise UsageError(f"{relative}: retention_days must be a whole number of days from "
                              "2 to 400 (the repository's artifact retention)")
-        return cls(validators, limits, _pass_env(relative, data.get("pass_env") or []), days)
+        return cls(validators, limits, _pass_env(relative, data.get("pass_env") or []), days,
+                   _names(relative, "secrets", data.get("secrets") or []))
+
+
+def _names(relative: str, key: str, names: Any) -> tuple[str, ...]:
+    if not isinstance(names, list) or not all(
+            isinstance(n, str) and _VARIABLE.fullmatch(n) for n in names):
+        raise UsageError(f"{relative}: {key} is a list of environment variable names")
+    return tuple(sorted(set(names)))
 
 
 def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
-    if not isinstance(names, list) or not all(
-            isinstance(n, str) and _VARIABLE.fullmatch(n) for n in names):
-        raise UsageError(f"{relative}: pass_env is a list of environment variable names")
+    names = _names(relative, "pass_env", names)
     forbidden = sorted(HARNESS_SECRETS & set(names))
     if forbidden:
         raise UsageError(f"{relative}: pass_env may not name {', '.join(forbidden)}: the "
                          "harness's own credentials never reach a Cell")
-    return tuple(sorted(set(names)))
+    return tuple(names)
 
 
 def log(message: str) -> None:

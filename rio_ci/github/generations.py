@@ -146,7 +146,8 @@ def _adopt(db: Path, record: Record, generation: int) -> Merge:
         session = Session.create(db, data["goal"], cwd=data["cwd"],
                                  validators=data["validators"],
                                  limits=Limits.from_dict(data["limits"]),
-                                 pass_env=data["pass_env"], session_id=record.session_id)
+                                 pass_env=data["pass_env"], secrets=data.get("secrets"),
+                                 session_id=record.session_id)
         try:
             created = next(journal_events(session, 0))
             if not json_equal(created["data"], data):

@@ -31,7 +31,8 @@ def create(env: ActionEnv, db: Path, config: Config, goal: str) -> Session:
     now (validators, limits, credentials Cells may see)."""
     db.unlink(missing_ok=True)
     return Session.create(db, goal, cwd=str(env.workspace), validators=config.validators,
-                          limits=config.limits, pass_env=list(config.pass_env))
+                          limits=config.limits, pass_env=list(config.pass_env),
+                          secrets=list(config.secrets))
 
 
 def from_issue(env: ActionEnv, forge: Forge, db: Path, config: Config, issue: int,
