@@ -125,8 +125,9 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class Config:
     """``.github/rio.yml``: validators, limits, the credentials Cells may see (``pass_env``)
     and more variables to treat as secrets (``secrets``), applied when a Session is created;
-    ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts (a Session's saved generations),
-    so the artifact outlives every Timer and a Timer past it is refused."""
+    ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts
+    (a Session's saved generations), so the artifact outlives every Timer and a Timer past it
+    is refused."""
 
     validators: list[list[str]]
     limits: Limits
