@@ -19,24 +19,25 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.events import Event
+from rio_ci.core.events import KINDS, Event, readable
 from rio_ci.core.projection import PROJECTION_FORMAT, Projection
 from rio_ci.core.reducer import apply
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
 
 SCHEMA_VERSION = 1
-SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten
-_SCHEMA = """
+SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten ...
+SNAPSHOT_OPEN_TURN = 4 * SNAPSHOT_EVERY  # ... or, while a Turn is open, before it must be
+PAGE_SIZE = 8192  # rows of 1-3 KB left a third of each 4 KiB page empty (docs/performance.md)
+# Kinds looked up by ref, the only ones indexed (patch_accepted: after its turn_prepared)
+LOOKED_UP = ("message_received", "turn_prepared", "timer_set", "execution_started", "output",
+             "execution_finished")
+_SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE events (
-    seq INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,
-    at REAL NOT NULL,
-    ref TEXT,
-    data TEXT NOT NULL
-);
-CREATE INDEX events_ref ON events (ref, kind);
+CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, at REAL NOT NULL,
+                     ref TEXT, data TEXT NOT NULL);
+CREATE INDEX events_ref ON events (ref, kind)
+    WHERE {" OR ".join(f"kind = '{k}'" for k in LOOKED_UP)};
 CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
                        data TEXT NOT NULL);
 """
@@ -51,12 +52,12 @@ class Journal:
     """An open Session file plus its projection, kept caught up on every read and write."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, proj: Projection,
-                 snapshot_seq: int):
+                 snapshot_seq: int, synchronous: str = "FULL"):
         self.path = path
-        self._conn = conn
-        self.proj = proj
-        self._snapshot_seq = snapshot_seq
+        self._synchronous = synchronous
+        self._conn, self.proj, self._snapshot_seq = conn, proj, snapshot_seq
         self.poisoned: str | None = None
+        self.commits = 0  # write transactions committed through this handle
 
     # --- opening -------------------------------------------------------------------------
 
@@ -70,16 +71,15 @@ class Journal:
         # Session or a complete one, and two concurrent `new`s cannot both win.
         partial = real.with_name(f".{real.name}.{uuid.uuid4().hex[:8]}.creating")
         try:
-            conn = _connect(partial, synchronous, create=True)
+            conn = _connect(partial, synchronous, create=True, page_size=PAGE_SIZE)
         except sqlite3.Error as exc:
             raise StorageError(f"cannot create {path}: {exc}") from None
         try:
             conn.execute("BEGIN IMMEDIATE")
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 conn.execute(statement)
-            conn.executemany("INSERT INTO meta VALUES (?, ?)",
-                             [("schema_version", str(SCHEMA_VERSION)),
-                              ("session_id", session_id)])
+            conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+                ("schema_version", str(SCHEMA_VERSION)), ("session_id", session_id)])
             conn.execute("INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
                          (first.kind, time.time(), _dumps(first.data)))
             conn.execute("COMMIT")
@@ -101,7 +101,8 @@ class Journal:
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, verify: bool = False,
              synchronous: str = "FULL") -> Journal:
-        """Open an existing Session. ``verify`` adds SQLite's ``quick_check`` (Owner start)."""
+        """Open an existing Session. ``verify`` adds SQLite's ``quick_check`` (an Owner
+        starting on a file in doubt, ``rio_ci.run.owner.in_doubt``)."""
         real = resolve(path)
         if not real.is_file():
             raise StorageError(f"{path}: no such Session file")
@@ -133,7 +134,7 @@ class Journal:
             proj, snapshot_seq = _load(conn)
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"{path} is not a readable Session: {exc}") from None
-        journal = cls(real, conn, proj, snapshot_seq)
+        journal = cls(real, conn, proj, snapshot_seq, synchronous)
         journal.catch_up()
         return journal
 
@@ -143,9 +144,8 @@ class Journal:
     def reopen(self) -> None:
         """Drop the in-memory projection and read what really committed."""
         self._conn.close()
-        fresh = Journal.open(self.path)
-        self._conn, self.proj = fresh._conn, fresh.proj
-        self._snapshot_seq = fresh._snapshot_seq
+        fresh = Journal.open(self.path, synchronous=self._synchronous)
+        self._conn, self.proj, self._snapshot_seq = fresh._conn, fresh.proj, fresh._snapshot_seq
         self.poisoned = None
 
     # --- reading -------------------------------------------------------------------------
@@ -154,75 +154,67 @@ class Journal:
         """Fold events committed by any process since the projection's last seq."""
         self._check()
         try:
-            for seq, kind, data in self._conn.execute(
-                "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq",
-                (self.proj.last_seq,),
-            ):
-                apply(self.proj, seq, kind, json.loads(data))
+            _fold(self._conn, self.proj)
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"cannot read {self.path}: {exc}") from None
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        query = "SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY seq"
-        params: tuple[Any, ...] = (after,)
-        if limit is not None:
-            query += " LIMIT ?"
-            params = (after, limit)
+        """Committed events after seq ``after``, as readers see them (``readable``)."""
+        yield from self._rows("SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY "
+                              "seq LIMIT ?", (after, -1 if limit is None else limit))
+
+    def find(self, ref: str, kind: str, after: int = 0) -> dict[str, Any] | None:
+        """The first event of ``kind`` after seq ``after`` whose ref is ``ref`` (an id)."""
+        return next(self.find_all(ref, kind, after), None)
+
+    def find_all(self, ref: str, kind: str, after: int = 0) -> Iterator[dict[str, Any]]:
+        """Every such event, in order: through the index for ``LOOKED_UP`` kinds (the kind
+        is spelled out so SQLite can use a partial index), else scanning from ``after``."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        yield from self._rows("SELECT seq, kind, at, data FROM events WHERE seq > ? AND ref = "
+                              f"? AND kind = '{kind}' ORDER BY seq", (after, ref))
+
+    def _rows(self, query: str, params: tuple[Any, ...]) -> Iterator[dict[str, Any]]:
         for seq, kind, at, data in self._conn.execute(query, params):
-            yield {"seq": seq, "kind": kind, "at": at, **json.loads(data)}
-
-    def find(self, ref: str, kind: str) -> dict[str, Any] | None:
-        """The first event of ``kind`` whose ref is ``ref`` (an id: Turn, message, Cell, Timer)."""
-        row = self._conn.execute(
-            "SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ? ORDER BY seq "
-            "LIMIT 1", (ref, kind)).fetchone()
-        if row is None:
-            return None
-        return {"seq": row[0], "kind": row[1], "at": row[2], **json.loads(row[3])}
-
-    def find_all(self, ref: str, kind: str) -> Iterator[dict[str, Any]]:
-        """Every event of ``kind`` whose ref is ``ref``, in order."""
-        for seq, found, at, data in self._conn.execute(
-                "SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ? ORDER BY seq",
-                (ref, kind)):
-            yield {"seq": seq, "kind": found, "at": at, **json.loads(data)}
+            yield {"seq": seq, "kind": kind, "at": at, **readable(kind, json.loads(data))}
 
     def kinds_of(self, seqs: set[int]) -> dict[int, str]:
-        if not seqs:
-            return {}
-        marks = ",".join("?" * len(seqs))
-        rows = self._conn.execute(f"SELECT seq, kind FROM events WHERE seq IN ({marks})",
-                                  sorted(seqs))
-        return {seq: kind for seq, kind in rows}
+        return dict(self._conn.execute("SELECT seq, kind FROM events WHERE seq IN "
+                                       f"({','.join('?' * len(seqs))})", sorted(seqs)))
 
     def size_bytes(self) -> int:
-        page_count = self._conn.execute("PRAGMA page_count").fetchone()[0]
-        page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
-        return int(page_count * page_size)
+        return int(self._conn.execute("SELECT page_count * page_size FROM pragma_page_count(), "
+                                      "pragma_page_size()").fetchone()[0])
 
     def replay(self) -> Projection:
         """Fold the whole Journal from scratch: the verifier of every derived table."""
-        proj = Projection()
-        for seq, kind, data in self._conn.execute(
-                "SELECT seq, kind, data FROM events ORDER BY seq"):
-            apply(proj, seq, kind, json.loads(data))
-        return proj
+        return _fold(self._conn, Projection())
 
     def drop_derived(self) -> None:
         """Delete the snapshot (tests and ``rio-ci`` maintenance); the next open replays."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._conn.execute("DELETE FROM snapshot")
-        self._conn.execute("COMMIT")
+        self._conn.executescript("BEGIN IMMEDIATE; DELETE FROM snapshot; COMMIT;")
 
     # --- writing -------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, crash_before: str | None = None) -> Iterator[Writer]:
-        """One ``BEGIN IMMEDIATE`` transaction, caught up with the Journal first.
+    def write(self, crash_before: str | None = None, *,
+              synced: bool = True) -> Iterator[Writer]:
+        """One ``BEGIN IMMEDIATE`` transaction, caught up with the Journal first. An exception
+        inside rolls back and re-reads the projection. An error at COMMIT leaves the outcome
+        unknown: the Journal is poisoned until ``reopen()``. ``synced=False``: no fsync at
+        COMMIT (``synchronous=NORMAL``); it survives any process's crash, a power cut once a
+        later synced commit covers it (the WAL is written in order, checksummed)."""
+        relaxed = not synced and self._synchronous != "NORMAL"
+        if relaxed:  # the level can change only between transactions
+            self._set_synchronous("NORMAL")
+        try:
+            yield from self._transaction(crash_before)
+        finally:
+            if relaxed:
+                self._set_synchronous(self._synchronous)
 
-        An exception inside rolls back and re-reads the projection. An error at COMMIT
-        leaves the outcome unknown: the Journal is poisoned until ``reopen()``.
-        """
+    def _transaction(self, crash_before: str | None) -> Iterator[Writer]:
         self._check()
         try:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -232,12 +224,14 @@ class Journal:
         try:
             self.catch_up()
             yield writer
-            if writer.appended and self.proj.last_seq - self._snapshot_seq >= SNAPSHOT_EVERY:
+            behind = self.proj.last_seq - self._snapshot_seq
+            # An open Turn's whole State would go into the snapshot: wait, within bounds.
+            if writer.appended and (behind >= SNAPSHOT_OPEN_TURN or (
+                    behind >= SNAPSHOT_EVERY and self.proj.turn is None)):
                 # _dumps reads without keeping references: no deep copy (to_dict) needed
-                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)",
-                                   (self.proj.last_seq, _dumps({
-                                       "format": PROJECTION_FORMAT,
-                                       "projection": vars(self.proj)})))
+                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)", (
+                    self.proj.last_seq,
+                    _dumps({"format": PROJECTION_FORMAT, "projection": vars(self.proj)})))
                 self._snapshot_seq = self.proj.last_seq
             if crash_before:
                 crash_point(crash_before)
@@ -247,18 +241,24 @@ class Journal:
             raise
         try:
             self._conn.execute("COMMIT")
+            self.commits += 1
         except sqlite3.Error as exc:
             self.poisoned = f"COMMIT failed on {self.path}: {exc}"
-            raise UncertainCommit(
-                f"{self.poisoned}; the outcome is unknown: stop, reopen and inspect"
-            ) from None
+            raise UncertainCommit(f"{self.poisoned}; the outcome is unknown: stop, reopen and "
+                                  "inspect") from None
         crash_point("journal_after_commit")
+
+    def _set_synchronous(self, level: str) -> None:
+        try:  # a level not restored poisons the Journal: reopen() sets it again
+            self._conn.execute(f"PRAGMA synchronous = {level}")
+        except sqlite3.Error as exc:
+            self.poisoned = self.poisoned or f"cannot set synchronous on {self.path}: {exc}"
+            raise UncertainCommit(f"{self.poisoned}; reopen the Session") from None
 
     def _rollback(self) -> None:
         with suppress(sqlite3.Error):
             self._conn.execute("ROLLBACK")
-        proj, self._snapshot_seq = _load(self._conn)
-        self.proj = proj
+        self.proj, self._snapshot_seq = _load(self._conn)
         self.catch_up()
 
     def checkpoint(self) -> None:
@@ -271,37 +271,36 @@ class Journal:
 
 
 class Writer:
-    """Appends events inside one ``Journal.write()`` transaction. Only the Session holds
-    one: every event is built by a constructor of ``rio_ci.core.events``."""
+    """Appends events inside one ``Journal.write()`` transaction; only the Session holds
+    one, and builds every event with a constructor of ``rio_ci.core.events``."""
 
     def __init__(self, journal: Journal):
         self._journal = journal
+        self.proj = journal.proj  # caught up in place, replaced only after a rollback
         self.appended = 0
 
-    @property
-    def proj(self) -> Projection:
-        return self._journal.proj
-
-    def append(self, event: Event) -> int:
-        """Insert one event and fold it; returns its seq."""
-        seq = self.proj.last_seq + 1
-        text = _dumps(event.data)
-        # The fold gets its own copy (decoded from the stored text), so nothing the caller
-        # still holds can change the projection later.
-        apply(self.proj, seq, event.kind, json.loads(text))
-        self._journal._conn.execute(
-            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-            (seq, event.kind, time.time(), event.ref, text))
+    def append(self, event: Event, *, text: str | None = None) -> int:
+        """Insert one event and fold it; returns its seq. Giving ``text`` (``event.data``
+        encoded as ``_dumps`` does) hands the data over: the fold keeps it uncopied."""
+        seq, data = self.proj.last_seq + 1, event.data
+        if text is None:  # the fold's own copy: nothing the caller holds can change it later
+            text = _dumps(data)
+            data = json.loads(text)
+        apply(self.proj, seq, event.kind, data)
+        self._journal._conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                                    (seq, event.kind, time.time(), event.ref, text))
         self.appended += 1
         return seq
 
 
-def _connect(path: Path, synchronous: str, *, create: bool,
-             configure: bool = True) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str, *, create: bool, configure: bool = True,
+             page_size: int | None = None) -> sqlite3.Connection:
     uri = f"file:{path}?mode={'rwc' if create else 'rw'}"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
                            check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 30000")
+    if page_size:  # only before the first table exists (and before WAL)
+        conn.execute(f"PRAGMA page_size = {page_size}")
     if configure:
         _configure(conn, path, synchronous)
     return conn
@@ -315,10 +314,9 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
     expected = {"FULL": 2, "NORMAL": 1, "EXTRA": 3}[synchronous]
     if str(mode).lower() != "wal" or level != expected:
         conn.close()
-        raise StorageError(
-            f"{path}: could not set journal_mode=WAL and synchronous={synchronous} "
-            f"(got {mode}, {level}); the file system may not support WAL"
-        )
+        raise StorageError(f"{path}: could not set journal_mode=WAL and synchronous="
+                           f"{synchronous} (got {mode}, {level}); the file system may not "
+                           "support WAL")
 
 
 def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> int:
@@ -331,15 +329,19 @@ def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> i
     return int(row[0])
 
 
+def _fold(conn: sqlite3.Connection, proj: Projection) -> Projection:
+    for seq, kind, data in conn.execute(
+            "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq", (proj.last_seq,)):
+        apply(proj, seq, kind, json.loads(data))
+    return proj
+
+
 def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:
     row = conn.execute("SELECT seq, data FROM snapshot WHERE id = 1").fetchone()
-    if row is None:
-        return Projection(), 0
-    data = json.loads(row[1])
+    data = json.loads(row[1]) if row is not None else None
     if not isinstance(data, dict) or data.get("format") != PROJECTION_FORMAT:
-        return Projection(), 0  # written by another rio-ci: replay, don't trust its shape
-    # json.loads builds fresh objects, so from_dict's deep copy would only cost time
-    # (a third of an open).
+        return Projection(), 0  # none, or by another rio-ci: replay, don't trust its shape
+    # json.loads built fresh objects: from_dict's deep copy would cost a third of an open
     return Projection(**data["projection"]), int(row[0])
 
 
@@ -354,8 +356,6 @@ def _fsync(path: Path) -> None:
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
-
-# --- single-file copies (artifacts) ------------------------------------------------------
 
 
 def copy_single_file(source: Path, target: Path) -> None:

@@ -5,6 +5,7 @@ it breaks. Nothing is changed either way: the Journal commits the outcome.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -13,20 +14,20 @@ from typing import Any
 
 from jsonpointer import EndOfList, JsonPointer, JsonPointerException
 
-from rio_ci.core.events import PatchAccepted
+from rio_ci.core.events import PatchAccepted, accepted_cells
 from rio_ci.core.projection import Projection
 from rio_ci.core.state import (
     EVIDENCE_REF,
     EXECUTABLE,
     encoded_size,
     is_int,
-    is_text_safe,
     is_unresolved,
     json_equal,
     validate_cell,
 )
-from rio_ci.core.view import render
+from rio_ci.core.view import render, unbounded_size
 
+_compact = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
 _OP_KEYS = {"test": {"op", "path", "value"}, "add": {"op", "path", "value"},
             "replace": {"op", "path", "value"}, "remove": {"op", "path"}}
@@ -60,10 +61,18 @@ class Accepted:
     next_cell_id: int
     digest: str
 
+    def stored(self, turn_id: str, encoded: Encoded) -> tuple[PatchAccepted, str]:
+        """The event's data and its text for the Journal: the patch's one encoding spliced
+        in, and the fold's own copy of the patch parsed from it (handed over with the data)."""
+        data = self.event_data(turn_id, json.loads(encoded.text))
+        rest = _compact({k: v for k, v in data.items() if k not in ("turn_id", "patch")})
+        return data, f'{{"turn_id":{_compact(turn_id)},"patch":{encoded.text},{rest[1:]}'
+
     def event_data(self, turn_id: str, patch: list[Any]) -> PatchAccepted:
+        """The event's data; ``cells`` are not stored: the fold takes them from ``patch``."""
         return {"turn_id": turn_id, "patch": patch, "digest": self.digest,
                 "revision": self.revision, "next_cell_id": self.next_cell_id,
-                "cells": self.cells, "heads": self.heads, "removed": self.removed,
+                "heads": self.heads, "removed": self.removed,
                 "executions": self.executions, "controls": self.controls,
                 "consumed": self.consumed, "pause_cleared": self.pause_cleared}
 
@@ -83,7 +92,7 @@ class Receipt:
     def of(cls, accepted: dict[str, Any]) -> Receipt:
         """The Receipt of a committed ``patch_accepted`` event."""
         return cls(accepted["turn_id"], accepted["revision"],
-                   [c["id"] for c in accepted["cells"]], accepted["seq"])
+                   [c["id"] for c in accepted_cells(accepted)], accepted["seq"])
 
 
 @dataclass(frozen=True)
@@ -93,19 +102,36 @@ class Refused:
     reason: str
 
 
-def digest(patch: Any) -> str:
-    """A stable fingerprint of a patch, for idempotent re-submission."""
-    text = json.dumps(patch, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    # surrogatepass: a patch holding a lone surrogate still gets a fingerprint (and is then
-    # rejected); valid text encodes exactly as UTF-8.
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+@dataclass(frozen=True)
+class Encoded:
+    """A patch encoded once, as the Journal stores it (compact UTF-8 JSON): a step takes its
+    fingerprint, its size, its text check and its stored text from this one encoding."""
+
+    text: str
+    digest: str  # sha256 of the encoding: equal patches written alike share it
+    size: int  # bytes
+    text_safe: bool  # False when a string holds a lone surrogate (no UTF-8 for it)
 
 
-def decide(
-    proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts
-) -> Accepted | Refused:
+def encode(patch: Any) -> Encoded:
+    text = _compact(patch)
     try:
-        return _decide(proj, turn, patch, facts)
+        data, safe = text.encode(), True
+    except UnicodeEncodeError:  # still fingerprinted (then rejected): surrogatepass
+        data, safe = text.encode("utf-8", "surrogatepass"), False
+    return Encoded(text, hashlib.sha256(data).hexdigest(), len(data), safe)
+
+
+def digest(patch: Any) -> str:
+    """The fingerprint of a patch, for idempotent re-submission."""
+    return encode(patch).digest
+
+
+def decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
+           encoded: Encoded | None = None) -> Accepted | Refused:
+    """``encoded``: ``encode(unwrap(patch))`` if the caller has it already."""
+    try:
+        return _decide(proj, turn, patch, facts, encoded or encode(unwrap(patch)))
     except _Reject as exc:
         return Refused(str(exc))
 
@@ -114,8 +140,9 @@ class _Reject(Exception):
     pass
 
 
-def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) -> Accepted:
-    ops = _well_formed(patch)
+def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
+            encoded: Encoded) -> Accepted:
+    ops = _well_formed(patch, encoded.text_safe)
     snapshot = turn["state"]
     first = ops[0]
     if first["op"] != "test" or first["path"] != "/revision":
@@ -194,7 +221,7 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
         cells=new_cells, heads=[c["id"] for c in work], removed=removed, executions=executions,
         controls=controls, consumed=delivered,
         pause_cleared=proj.pause is not None and proj.pause in delivered,
-        revision=proj.revision + 1, next_cell_id=expected_id, digest=digest(ops),
+        revision=proj.revision + 1, next_cell_id=expected_id, digest=encoded.digest,
     )
 
 
@@ -205,13 +232,13 @@ def unwrap(patch: Any) -> Any:
     return patch
 
 
-def _well_formed(patch: Any) -> list[dict[str, Any]]:
+def _well_formed(patch: Any, text_safe: bool) -> list[dict[str, Any]]:
     patch = unwrap(patch)
     if not isinstance(patch, list):
         raise _Reject("a patch must be a list of operations (or {\"patch\": [...]})")
     if not patch:
         raise _Reject("a patch needs at least the /revision test")
-    if not is_text_safe(patch):
+    if not text_safe:
         raise _Reject("the patch holds a lone surrogate (\\ud800-\\udfff), which is not text")
     for number, op in enumerate(patch):
         if not isinstance(op, dict) or not isinstance(op.get("op"), str):
@@ -322,8 +349,12 @@ def _check_budgets(
             f"context budget: cells take {cells_size} bytes, more than half of "
             f"context_bytes={limits['context_bytes']}; remove or summarise Cells"
         )
-    # The candidate as the next Turn would render it (outputs masked as far as they may be).
-    total = encoded_size(render(replace(proj, cells=work), []))
+    # The candidate as the next Turn would render it: its size from its parts while that
+    # fits (no State built, the Cells not encoded twice), else rendered with the outputs
+    # masked as far as they may be.
+    total = unbounded_size(proj, work, cells_size)
+    if total > limits["context_bytes"]:
+        total = encoded_size(render(replace(proj, cells=work), []))
     if total > limits["context_bytes"]:
         raise _Reject(
             f"context budget: the State would take {total} bytes, over "

@@ -134,12 +134,15 @@ class PatchRejected(TypedDict):
 
 
 class PatchAccepted(TypedDict):
+    """``cells`` (the new versions) are the patch's add/replace values: derived, not stored
+    (older events carry them); the Journal's read API adds them back (``readable``)."""
+
     turn_id: str
     patch: list[Any]
     digest: str
     revision: int
     next_cell_id: int
-    cells: list[dict[str, Any]]
+    cells: NotRequired[list[dict[str, Any]]]
     heads: list[int]
     removed: list[int]
     executions: list[int]
@@ -280,6 +283,20 @@ def patch_rejected(turn_id: str, reason: str, digest: str, size: int) -> Event:
 
 def patch_accepted(data: PatchAccepted) -> Event:
     return Event("patch_accepted", dict(data), data["turn_id"])
+
+
+def accepted_cells(data: Any) -> list[dict[str, Any]]:
+    """The new Cell versions of a ``patch_accepted`` event's data, in operation order."""
+    cells: list[dict[str, Any]] | None = data.get("cells")
+    return cells if cells is not None else [
+        op["value"] for op in data["patch"] if op["op"] in ("add", "replace")]
+
+
+def readable(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data as readers see it: with the fields derived rather than stored."""
+    if kind == "patch_accepted" and "cells" not in data:
+        data["cells"] = accepted_cells(data)
+    return data
 
 
 def price_set(model: str, price: dict[str, float]) -> Event:

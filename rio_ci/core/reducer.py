@@ -76,7 +76,7 @@ def _patch_rejected(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 def _patch_accepted(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.PatchAccepted, data)
     by_id = {c["id"]: c for c in proj.cells}
-    for cell in d["cells"]:
+    for cell in ev.accepted_cells(d):
         by_id[cell["id"]] = cell
         if cell["kind"] in EXECUTABLE:
             proj.executions[str(cell["id"])] = {

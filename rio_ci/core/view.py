@@ -61,6 +61,10 @@ def retained(execution: dict[str, Any], stream: str) -> str:
 def select_inbox(proj: Projection) -> list[dict[str, Any]]:
     """A bounded set of unconsumed messages, in receipt order, that fits the context once
     every output is masked (at least one message, so the Inbox always drains)."""
+    first = proj.inbox[:MAX_DELIVERED]
+    if unbounded_size(proj, proj.cells) + sum(encoded_size(m) + 1 for m in first) <= \
+            proj.limits["context_bytes"]:
+        return list(first)  # they fit even unmasked, so they fit masked
     everything_masked = _unbounded(proj, [])
     for key, fact in everything_masked["runtime"]["cells"].items():
         for stream in ("stdout", "stderr"):
@@ -95,16 +99,30 @@ def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
     return shown
 
 
-def _unbounded(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
+def unbounded_size(proj: Projection, cells: list[dict[str, Any]],
+                   cells_size: int | None = None) -> int:
+    """``encoded_size`` of the unmasked State with ``cells`` as heads and no Inbox, added up
+    from its parts (``cells_size``: ``encoded_size(cells)`` if known): compact JSON puts
+    nothing between parts, so ``[a,b]`` is ``[]`` plus ``a,b``."""
+    facts = runtime_cells(proj, [c["id"] for c in cells])
+    cells_size = encoded_size(cells) if cells_size is None else cells_size
+    shell = encoded_size(_unbounded(proj, [], cells=[], facts={}))
+    return shell + (cells_size - 2) + (encoded_size(facts) - 2)
+
+
+def _unbounded(proj: Projection, inbox: list[dict[str, Any]], *,
+               cells: list[dict[str, Any]] | None = None,
+               facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    cells = proj.cells if cells is None else cells
     return {
         "schema": SCHEMA,
         "id": proj.session["id"],
         "revision": proj.revision,
         "goal": proj.session["goal"],
-        "cells": [dict(c) for c in proj.cells],
+        "cells": [dict(c) for c in cells],
         "runtime": {
             "next_cell_id": proj.next_cell_id,
-            "cells": runtime_cells(proj, [c["id"] for c in proj.cells]),
+            "cells": runtime_cells(proj, [c["id"] for c in cells]) if facts is None else facts,
             "inbox": [dict(m) for m in inbox],
             "usage": dict(proj.usage),
             "pause": proj.pause,
