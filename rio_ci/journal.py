@@ -22,6 +22,7 @@ from typing import Any
 from rio_ci.core.events import KINDS, Event, readable
 from rio_ci.core.projection import PROJECTION_FORMAT, Projection
 from rio_ci.core.reducer import apply
+from rio_ci.core.state import compact
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
 
@@ -81,7 +82,7 @@ class Journal:
             conn.executemany("INSERT INTO meta VALUES (?, ?)", [
                 ("schema_version", str(SCHEMA_VERSION)), ("session_id", session_id)])
             conn.execute("INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
-                         (first.kind, time.time(), _dumps(first.data)))
+                         (first.kind, time.time(), compact(first.data)))
             conn.execute("COMMIT")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -228,10 +229,10 @@ class Journal:
             # An open Turn's whole State would go into the snapshot: wait, within bounds.
             if writer.appended and (behind >= SNAPSHOT_OPEN_TURN or (
                     behind >= SNAPSHOT_EVERY and self.proj.turn is None)):
-                # _dumps reads without keeping references: no deep copy (to_dict) needed
+                # compact reads without keeping references: no deep copy (to_dict) needed
                 self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)", (
                     self.proj.last_seq,
-                    _dumps({"format": PROJECTION_FORMAT, "projection": vars(self.proj)})))
+                    compact({"format": PROJECTION_FORMAT, "projection": vars(self.proj)})))
                 self._snapshot_seq = self.proj.last_seq
             if crash_before:
                 crash_point(crash_before)
@@ -281,10 +282,10 @@ class Writer:
 
     def append(self, event: Event, *, text: str | None = None) -> int:
         """Insert one event and fold it; returns its seq. Giving ``text`` (``event.data``
-        encoded as ``_dumps`` does) hands the data over: the fold keeps it uncopied."""
+        encoded as ``compact`` does) hands the data over: the fold keeps it uncopied."""
         seq, data = self.proj.last_seq + 1, event.data
         if text is None:  # the fold's own copy: nothing the caller holds can change it later
-            text = _dumps(data)
+            text = compact(data)
             data = json.loads(text)
         apply(self.proj, seq, event.kind, data)
         self._journal._conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
@@ -352,9 +353,6 @@ def _fsync(path: Path) -> None:
     finally:
         os.close(fd)
 
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 

@@ -23,13 +23,14 @@ from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.state import (
     EVIDENCE_REF,
+    compact,
     encoded_size,
     is_text_safe,
     json_equal,
     message_problem,
     timer_problem,
 )
-from rio_ci.core.view import elided_marker, render, select_inbox
+from rio_ci.core.view import elided_marker, next_turn, render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.journal import Journal, Writer
@@ -122,11 +123,14 @@ class Session:
         with self.journal.write() as w:
             proj = _not_ended(w, "no new Turns")
             if proj.turn is None:
-                delivered = [m["id"] for m in select_inbox(proj)]
+                delivered, state = next_turn(proj)
                 turn_id = f"turn-{proj.accepted_turns + 1}-{uuid.uuid4().hex[:12]}"
-                w.append(ev.turn_prepared(turn_id, proj.revision, delivered))
+                event = ev.turn_prepared(turn_id, proj.revision, [m["id"] for m in delivered])
+                text = compact(event.data)
+                event.data["state"] = state  # handed to the fold, not stored: it renders the
+                w.append(event, text=text)  # very same State from the Journal on replay
             turn = proj.turn
-            assert turn is not None
+        assert turn is not None
         crash_point("turn_after_commit")
         return {"turn_id": turn["turn_id"], "state": turn["state"],
                 "delivered": list(turn["delivered"])}
@@ -138,8 +142,7 @@ class Session:
             raise Rejected(f"unknown Turn: {_NOT_TEXT}")
         encoded = encode(ops)  # the only encoding of the patch: fingerprint, size, storage
         with self.journal.write(crash_before="accept_before_commit") as w:
-            proj = w.proj
-            turn = proj.turn
+            proj, turn = w.proj, w.proj.turn
             if turn is None or turn["turn_id"] != turn_id:  # the open Turn accepted nothing
                 return self._closed_turn(w, turn_id, ops, encoded)
             decision = decide(proj, turn, ops, self._facts(proj, ops), encoded)
@@ -147,16 +150,15 @@ class Session:
                 size = len(json.dumps(ops, ensure_ascii=False).encode("utf-8", "surrogatepass"))
                 w.append(ev.patch_rejected(turn_id, decision.reason, encoded.digest, size))
                 return decision
-            data, text = decision.stored(turn_id, encoded)
+            data, text = decision.stored(turn_id, ops, encoded)
             seq = w.append(ev.patch_accepted(data), text=text)
             receipt = Receipt(turn_id, decision.revision, [c["id"] for c in decision.cells], seq)
         crash_point("accept_after_commit")
         return receipt
 
     def _closed_turn(self, w: Writer, turn_id: str, ops: Any, encoded: Encoded) -> Receipt:
-        """A step for a Turn that is not open: the original Receipt of the same patch, else
-        why not. Patches are compared by value when the digests differ (written with other
-        key order, or fingerprinted by an older rio-ci)."""
+        """A step for a Turn not open: the same patch's Receipt, else why not (patches equal
+        by value match too: written with other key order, or fingerprinted by older rio-ci)."""
         prepared = self.journal.find(turn_id, "turn_prepared")
         accepted = prepared and self.journal.find(turn_id, "patch_accepted", prepared["seq"])
         if accepted:
@@ -169,8 +171,7 @@ class Session:
 
     def _facts(self, proj: Projection, ops: Any) -> Facts:
         """Journal look-ups admission needs: cited observations, historical cancel targets."""
-        cited: set[int] = set()
-        targets: set[int] = set()
+        cited, targets = set[int](), set[int]()
         for op in ops if isinstance(ops, list) else []:
             value = op.get("value") if isinstance(op, dict) else None
             if not isinstance(value, dict) or value.get("kind") != "note":
@@ -186,9 +187,8 @@ class Session:
                 targets.add(target)
         kinds = self.journal.kinds_of(cited) if cited else {}
         observations = {seq: kind for seq, kind in kinds.items() if kind in ev.OBSERVATION_KINDS}
-        recorded = {t for t in targets
-                    if self.journal.find(str(t), "execution_finished") is not None}
-        return Facts(observations=observations, recorded_executions=frozenset(recorded))
+        recorded = frozenset(t for t in targets if self.journal.find(str(t), "execution_finished"))
+        return Facts(observations=observations, recorded_executions=recorded)
 
     # --- reading -------------------------------------------------------------------------
 

@@ -5,9 +5,7 @@ it breaks. Nothing is changed either way: the Journal commits the outcome.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,6 +17,7 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.state import (
     EVIDENCE_REF,
     EXECUTABLE,
+    compact,
     encoded_size,
     is_int,
     is_unresolved,
@@ -27,7 +26,6 @@ from rio_ci.core.state import (
 )
 from rio_ci.core.view import render, unbounded_size
 
-_compact = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
 _OP_KEYS = {"test": {"op", "path", "value"}, "add": {"op", "path", "value"},
             "replace": {"op", "path", "value"}, "remove": {"op", "path"}}
@@ -61,12 +59,16 @@ class Accepted:
     next_cell_id: int
     digest: str
 
-    def stored(self, turn_id: str, encoded: Encoded) -> tuple[PatchAccepted, str]:
-        """The event's data and its text for the Journal: the patch's one encoding spliced
-        in, and the fold's own copy of the patch parsed from it (handed over with the data)."""
-        data = self.event_data(turn_id, json.loads(encoded.text))
-        rest = _compact({k: v for k, v in data.items() if k not in ("turn_id", "patch")})
-        return data, f'{{"turn_id":{_compact(turn_id)},"patch":{encoded.text},{rest[1:]}'
+    def stored(self, turn_id: str, patch: list[Any],
+               encoded: Encoded) -> tuple[PatchAccepted, str]:
+        """The event's data and its text for the Journal, the patch's one encoding spliced
+        in. The data is handed to the fold with its own copy of what it keeps of the patch:
+        the new Cells (validated: strings, integers, null and lists of strings)."""
+        data = self.event_data(turn_id, patch)
+        rest = compact({k: v for k, v in data.items() if k not in ("turn_id", "patch")})
+        data["cells"] = [{k: list(v) if isinstance(v, list) else v for k, v in cell.items()}
+                         for cell in self.cells]
+        return data, f'{{"turn_id":{compact(turn_id)},"patch":{encoded.text},{rest[1:]}'
 
     def event_data(self, turn_id: str, patch: list[Any]) -> PatchAccepted:
         """The event's data; ``cells`` are not stored: the fold takes them from ``patch``."""
@@ -114,7 +116,7 @@ class Encoded:
 
 
 def encode(patch: Any) -> Encoded:
-    text = _compact(patch)
+    text = compact(patch)
     try:
         data, safe = text.encode(), True
     except UnicodeEncodeError:  # still fingerprinted (then rejected): surrogatepass
@@ -162,7 +164,7 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
     last_removed_index: int | None = None
     busy = {e["cell_id"] for e in proj.pending()}
 
-    for number, op in enumerate(ops):
+    for number, op in enumerate(ops[1:], start=1):  # the first, the revision test, passed
         where = f"operation {number}"
         kind = op["op"]
         if kind == "test":

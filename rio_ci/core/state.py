@@ -172,11 +172,16 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
+# Compact UTF-8 JSON, the encoding of every stored event and of every budget; one encoder
+# made once (json.dumps with options builds a new one at every call).
+compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def is_text_safe(value: Any) -> bool:
     """False when a string in ``value`` holds a lone surrogate: JSON can spell one
     (``"\\ud800"``) but UTF-8, SQLite and the model cannot carry it."""
     try:
-        json.dumps(value, ensure_ascii=False).encode()
+        (value if isinstance(value, str) else compact(value)).encode()
     except UnicodeEncodeError:
         return False
     return True
@@ -184,7 +189,7 @@ def is_text_safe(value: Any) -> bool:
 
 def encoded_size(value: Any) -> int:
     """Bytes of ``value`` as compact UTF-8 JSON: the unit of every context budget."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    return len(compact(value).encode())
 
 
 def is_unresolved(execution: dict[str, Any]) -> bool:

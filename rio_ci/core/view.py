@@ -58,13 +58,20 @@ def retained(execution: dict[str, Any], stream: str) -> str:
     return head + elided_marker(elided) + tail if elided else head + tail
 
 
+def next_turn(proj: Projection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages a new Turn delivers (``select_inbox``) and the State it shows
+    (``render``), rendered once when they all fit unmasked (the usual case)."""
+    first = proj.inbox[:MAX_DELIVERED]
+    state = _unbounded(proj, first)
+    if encoded_size(state) <= proj.limits["context_bytes"]:
+        return list(first), state  # what render() returns for them, and select_inbox() picks
+    chosen = select_inbox(proj)
+    return chosen, render(proj, chosen)
+
+
 def select_inbox(proj: Projection) -> list[dict[str, Any]]:
     """A bounded set of unconsumed messages, in receipt order, that fits the context once
     every output is masked (at least one message, so the Inbox always drains)."""
-    first = proj.inbox[:MAX_DELIVERED]
-    if unbounded_size(proj, proj.cells) + sum(encoded_size(m) + 1 for m in first) <= \
-            proj.limits["context_bytes"]:
-        return list(first)  # they fit even unmasked, so they fit masked
     everything_masked = _unbounded(proj, [])
     for key, fact in everything_masked["runtime"]["cells"].items():
         for stream in ("stdout", "stderr"):
