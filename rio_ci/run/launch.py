@@ -34,6 +34,17 @@ class Launch:
         self.session = session
         self.before_spawn = before_spawn
         self.secrets = secret_values(os.environ)
+        self._env: dict[str, str] | None = None
+
+    def env(self, cell_id: int | None) -> dict[str, str]:
+        """A Worker's environment (``worker_env``). Built once per Launch, with the in-Cell
+        modules copied then: filtering the environment and comparing the shim's files took
+        more than the rest of a launch together. The Owner's environment does not change
+        while it runs; a Cell that damages the shim breaks only its own imports."""
+        if self._env is None:
+            self._env = worker_env(self.session, None)
+        return {**self._env, "RIO_CELL_ID": str(cell_id)} if cell_id is not None else \
+            dict(self._env)
 
     def token(self, what: str) -> str:
         return f"rio-{self.session.proj.session['id']}-{what}-{uuid.uuid4().hex[:12]}"
@@ -49,7 +60,7 @@ class Launch:
         if self.before_spawn is not None:
             self.before_spawn(cell_id, token)
         cwd = session.proj.session["cwd"]
-        env = worker_env(session, cell_id)
+        env = self.env(cell_id)
         argv, problem = self._argv(cell, cwd, env)
         worker = None
         if problem is None:
@@ -93,7 +104,7 @@ class Launch:
         watch = None
         result: dict[str, Any]
         try:
-            worker = Worker.spawn(argv, session.proj.session["cwd"], worker_env(session, None),
+            worker = Worker.spawn(argv, session.proj.session["cwd"], self.env(None),
                                   self.token("validator"))
         except OSError as exc:
             result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}

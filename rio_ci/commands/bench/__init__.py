@@ -51,7 +51,7 @@ Measure = Callable[[Path, bool], dict[str, Any]]
 MEASURES: tuple[Measure, ...] = (
     measure_steps, measure_rounds, measure_storage, measure_open, measure_artifact,
     measure_cells, measure_silent, measure_inbox, measure_recovery, measure_idle)
-CHART_ROUNDS, CHART_EVERY = 300, 10
+CHART_ROUNDS = 300
 
 
 def bench_command(*, as_json: bool, quick: bool, directory: str | None,
@@ -83,7 +83,7 @@ def bench_command(*, as_json: bool, quick: bool, directory: str | None,
             say(f"  measured {measure.__name__.removeprefix('measure_')} in "
                 f"{time.monotonic() - started:.1f} s")
         if chart_path is not None:
-            series = chart.growth(trees, root, CHART_ROUNDS, CHART_EVERY)
+            series = chart.growth(trees, root, *((60, 5) if quick else (CHART_ROUNDS, 10)))
             Path(chart_path).write_text(chart.svg(
                 series, "Session size on disk against rounds played (bench drive)"))
             figures["chart"] = {"path": chart_path, "bytes_per_round": {
