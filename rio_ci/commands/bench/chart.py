@@ -18,6 +18,7 @@ from pathlib import Path
 from rio_ci.errors import UsageError
 
 Series = dict[str, list[tuple[int, int]]]
+CONTENT = "the rounds' new content"
 THIS = "this rio-ci"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 760, 420, 70, 20, 40, 50
@@ -49,7 +50,10 @@ def growth(trees: dict[str, Path], root: Path, rounds: int, every: int) -> Serie
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"bench: the drive failed for {label}: {done.stderr[-500:]}")
-        series[label] = [(int(r), int(b)) for r, b in json.loads(done.stdout)]
+        points = json.loads(done.stdout)
+        series[label] = [(int(r), int(b)) for r, b, _ in points]
+    # What the rounds brought (patch, output, Inbox payload), above this tree's first size.
+    series[CONTENT] = [(int(r), int(points[0][1] + c)) for r, _, c in points]
     return series
 
 
@@ -92,13 +96,14 @@ def svg(series: Series, title: str) -> str:
     parts.append(f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" '
                  f'y2="{TOP + plot_h}" stroke="#333"/>')
     for n, (label, points) in enumerate(series.items()):
-        colour = COLOURS[n % len(COLOURS)]
+        colour = "#7f7f7f" if label == CONTENT else COLOURS[n % len(COLOURS)]
         line = " ".join(f"{x(r):.1f},{y(b):.1f}" for r, b in points)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+        dash = ' stroke-dasharray="6 4"' if label == CONTENT else ""
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} '
                      f'points="{line}"/>')
         legend_y = TOP + 16 + 18 * n
         parts.append(f'<line x1="{LEFT + 12}" y1="{legend_y - 4}" x2="{LEFT + 36}" '
-                     f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"/>')
+                     f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"{dash}/>')
         parts.append(f'<text x="{LEFT + 42}" y="{legend_y}">{escape(label)}: '
                      f'{per_round(points):,} bytes per round</text>')
     parts.append("</svg>")

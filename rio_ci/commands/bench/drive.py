@@ -101,15 +101,17 @@ def on_disk(path: Path) -> int:
     return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
-def growth(path: Path, rounds: int, every: int) -> list[tuple[int, int]]:
-    """(rounds played, bytes on disk after a checkpoint) every ``every`` rounds."""
+def growth(path: Path, rounds: int, every: int) -> list[tuple[int, int, int]]:
+    """(rounds played, bytes on disk after a checkpoint, new content so far) every
+    ``every`` rounds."""
     session = new_session(path)
-    head = None
-    points = [(0, _settled(session, path))]
+    head, content = None, 0
+    points = [(0, _settled(session, path), 0)]
     for n in range(1, rounds + 1):
-        head, _ = play_round(session, n, head)
+        head, new = play_round(session, n, head)
+        content += new
         if n % every == 0:
-            points.append((n, _settled(session, path)))
+            points.append((n, _settled(session, path), content))
     session.close()
     return points
 
