@@ -244,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
                    help="set a limit (rounds, tokens, cost_usd, model_attempts, "
                         "execution_seconds, context_bytes, output_bytes, pending_cells, "
-                        "inbox_messages, storage_bytes, flush_seconds); repeatable")
+                        "inbox_messages, storage_bytes, flush_seconds, "
+                        "provider_retry_seconds); repeatable")
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                    help="let Executions see this environment variable even though its name "
                         "looks like a credential (e.g. NPM_TOKEN); repeatable")
@@ -272,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="USD per million input / output tokens, for a model without a known "
                         "price (stored in the Session)")
     p.add_argument("--effort", default="high",
-                   help="how hard the model thinks: low, medium, high (default) or max, "
-                        "where the model offers it")
+                   help="how hard the model thinks: low, medium, high (default), xhigh or "
+                        "max, where the model offers it")
     specs["state"].add_argument("db")
     p = specs["events"]
     p.add_argument("db")

@@ -228,13 +228,16 @@ class Harness:
         return None
 
     def attempt_bound(self) -> float:
-        """The most one attempt can cost: a full context in, a full reply out. An attempt
-        whose outcome was lost is counted at this price, never as free."""
+        """The most one attempt can cost: a full context in, all of it written to the cache
+        (the dearest kind of input), and a full reply out. An attempt whose outcome is
+        unknown is counted at this price, never as free."""
         price = self.model.price()
         if price is None:
             return 0.0  # run refuses to start an unpriced model with a cost budget
         context_tokens = self.session.limits["context_bytes"] // 2 + PROMPT_TOKENS
-        return price.cost(Usage(input_tokens=context_tokens, output_tokens=MAX_REPLY_TOKENS))
+        worst = Usage(cache_write_tokens=context_tokens, output_tokens=MAX_REPLY_TOKENS)
+        return max(price.cost(worst), price.cost(Usage(input_tokens=context_tokens,
+                                                       output_tokens=MAX_REPLY_TOKENS)))
 
     def wait_until(self, when: float) -> Outcome | None:
         while time.time() < when:

@@ -19,9 +19,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.events import KINDS, Event, readable
+from rio_ci.core.events import KINDS, Event
 from rio_ci.core.projection import PROJECTION_FORMAT, Projection
-from rio_ci.core.reducer import apply
+from rio_ci.core.reducer import apply, readable
 from rio_ci.core.state import compact
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit

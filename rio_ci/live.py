@@ -3,8 +3,10 @@
 It is a tail of the Journal, so nothing is shown before it is committed: each round (its
 number, the model's rationale, the Cells it added or removed, usage and cost so far), each
 Execution's output as it is committed, and its result. In GitHub Actions each round is a
-``::group::`` so the job log folds. Terminal control characters in anything a Cell printed
-are escaped.
+``::group::`` so the job log folds. Output is told in whole lines, each line once: the tail
+window of a long output is committed again and again as it slides, and only the bytes not told
+before are printed (with a marker where bytes were elided). Every terminal control character
+in the log (a Cell's output, the model's text, ids chosen outside) is escaped.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class LiveLog:
         self.groups = groups
         self.after = session.proj.last_seq  # only what happens from now on
         self.grouped = False
+        self.partial: dict[tuple[int, str], str] = {}  # an output line not yet ended
+        self.tail_told: dict[tuple[int, str], int] = {}  # bytes past the head told so far
 
     def update(self) -> None:
         """Tell every event committed since the last call."""
@@ -32,11 +36,16 @@ class LiveLog:
             last = event["seq"]
         self.after = last
         if lines:
-            self.stream.write("\n".join(lines) + "\n")
+            # Escaped once more as a whole: whatever a Cell, the model or an outside caller
+            # chose (an id, an argv, a reason) can never reach the terminal raw.
+            self.stream.write(escape_control("\n".join(lines)) + "\n")
             self.stream.flush()
 
     def close(self) -> None:
         self.update()
+        rest = [line for key in list(self.partial) for line in self._flush(key)]
+        if rest:
+            self.stream.write(escape_control("\n".join(rest)) + "\n")
         if self.grouped:
             self.stream.write("::endgroup::\n")
             self.stream.flush()
@@ -93,19 +102,49 @@ class LiveLog:
         return [f"   [{event['cell_id']}] started"]
 
     def _output(self, event: dict[str, Any]) -> list[str]:
-        text = event.get("text") or ""
+        key = (int(event["cell_id"]), str(event["stream"]))
+        lines = self._told(key, event.get("text") or "")
         if "tail" in event:
-            text += f"[… {event.get('elided', 0)} bytes elided so far …]\n" + event["tail"]
-        if not text:
+            lines += self._tail(key, event["tail"], event.get("elided", 0))
+        return lines
+
+    def _tail(self, key: tuple[int, str], tail: str, elided: int) -> list[str]:
+        """The part of a committed tail window not told before. ``elided + len(tail)`` is
+        every byte past the head so far, so the bytes new since the last window are exact;
+        when more came than the window holds, a marker says how many were skipped."""
+        data = tail.encode()
+        seen = elided + len(data)
+        new = seen - self.tail_told.get(key, 0)
+        self.tail_told[key] = seen
+        if new <= 0:
             return []
-        prefix = f"   [{event['cell_id']}{' stderr' if event['stream'] == 'stderr' else ''}] "
-        return [prefix + escape_control(line) for line in text.rstrip("\n").split("\n")]
+        if new <= len(data):
+            return self._told(key, data[len(data) - new:].decode("utf-8", "replace"))
+        marker = f"[… {new - len(data)} bytes elided …]"
+        return [*self._flush(key), self._prefix(key) + marker, *self._told(key, tail)]
+
+    def _told(self, key: tuple[int, str], text: str) -> list[str]:
+        """Whole lines of ``text`` (after what was held back); an unended line waits."""
+        *ended, rest = (self.partial.pop(key, "") + text).split("\n")
+        if rest:
+            self.partial[key] = rest
+        return [self._prefix(key) + escape_control(line) for line in ended]
+
+    def _flush(self, key: tuple[int, str]) -> list[str]:
+        rest = self.partial.pop(key, "")
+        return [self._prefix(key) + escape_control(rest)] if rest else []
+
+    @staticmethod
+    def _prefix(key: tuple[int, str]) -> str:
+        return f"   [{key[0]}{' stderr' if key[1] == 'stderr' else ''}] "
 
     def _execution_finished(self, event: dict[str, Any]) -> list[str]:
+        cell_id = int(event["cell_id"])
+        lines = [line for stream in ("stdout", "stderr") for line in self._flush((cell_id, stream))]
         result = event["result"]
         detail = f" exit {result['exit_code']}" if result.get("exit_code") is not None else ""
         reason = f" ({result['reason']})" if result.get("reason") else ""
-        return [f"   [{event['cell_id']}] → {result['type']}{detail}{reason}"]
+        return [*lines, f"   [{cell_id}] → {result['type']}{detail}{reason}"]
 
     def _control_rejected(self, event: dict[str, Any]) -> list[str]:
         return [f"   control {event['note_id']} rejected: {escape_control(event['reason'])}"]
@@ -125,12 +164,17 @@ class LiveLog:
 
 
 def describe(cell: dict[str, Any]) -> str:
-    """One line for a Cell: its kind and the start of what it holds."""
+    """One line for a Cell: its kind and the start of what it holds (line breaks inside
+    it shown as ``\\n``)."""
     if cell["kind"] == "note":
         role = f"{cell['role']} " if cell.get("role") else ""
-        return escape_control(f"note {role}{clip(cell['text'], 120)}")
+        return _one_line(f"note {role}{clip(cell['text'], 120)}")
     if cell["kind"] == "cmd":
-        return escape_control(clip("cmd " + " ".join(cell["argv"]), 160))
+        return _one_line(clip("cmd " + " ".join(cell["argv"]), 160))
     first = next((ln for ln in cell["source"].splitlines()
                   if ln.strip() and not ln.startswith("#")), "")
-    return escape_control(f"code {clip(first, 100)}")
+    return _one_line(f"code {clip(first, 100)}")
+
+
+def _one_line(text: str) -> str:
+    return escape_control(text.replace("\r", "\\r").replace("\n", "\\n"))

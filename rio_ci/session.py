@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from rio_ci.core import admission
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Encoded, Facts, Receipt, Refused, decide, encode, unwrap
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.state import (
-    EVIDENCE_REF,
     compact,
     encoded_size,
     is_text_safe,
@@ -47,10 +47,11 @@ class Session:
     @classmethod
     def create(cls, path: str | os.PathLike[str], goal: str, *, cwd: str | None = None,
                validators: list[list[str]] | None = None, limits: Limits | None = None,
-               pass_env: list[str] | None = None, synchronous: str = "FULL") -> Session:
+               pass_env: list[str] | None = None, synchronous: str = "FULL",
+               session_id: str | None = None) -> Session:
         if not goal.strip():
             raise ValueError("the goal must not be blank")
-        session_id = uuid.uuid4().hex
+        session_id = session_id or uuid.uuid4().hex
         first = ev.session_created({
             "session_id": session_id, "goal": goal, "cwd": str(Path(cwd or os.getcwd()).resolve()),
             "validators": validators or [], "limits": (limits or Limits()).to_dict(),
@@ -110,6 +111,16 @@ class Session:
             message_id = f"idle:{w.proj.last_seq + 1}"
             w.append(ev.message_received(message_id, "invalid_idle",
                                          {"reason": reason, "count": w.proj.idle_streak + 1}))
+
+    def import_tail(self, after: int, events: Sequence[dict[str, Any]]) -> None:
+        """Append ``{"kind", "data"}`` events another copy of this Session committed after
+        seq ``after`` (GitHub: a verified launch record), folded by the normal reducer, in
+        one transaction — only onto a copy that ends at ``after``, so each keeps its seq."""
+        with self.journal.write() as w:
+            if w.proj.last_seq != after:
+                raise Rejected(f"a tail after seq {after} does not fit seq {w.proj.last_seq}")
+            for event in events:
+                w.append(ev.imported(event["kind"], event["data"]))
 
     def set_watermark(self, name: str, value: Any) -> None:
         with self.journal.write() as w:
@@ -171,20 +182,7 @@ class Session:
 
     def _facts(self, proj: Projection, ops: Any) -> Facts:
         """Journal look-ups admission needs: cited observations, historical cancel targets."""
-        cited, targets = set[int](), set[int]()
-        for op in ops if isinstance(ops, list) else []:
-            value = op.get("value") if isinstance(op, dict) else None
-            if not isinstance(value, dict) or value.get("kind") != "note":
-                continue
-            refs = value.get("evidence_refs")
-            for ref in refs if isinstance(refs, list) else []:
-                match = EVIDENCE_REF.match(ref) if isinstance(ref, str) else None
-                # Only seqs up to the last event can name one (and fit an SQLite integer).
-                if match and int(match.group(1)) <= proj.last_seq:
-                    cited.add(int(match.group(1)))
-            target = value.get("target_cell_id")
-            if value.get("role") == "cancel" and isinstance(target, int):
-                targets.add(target)
+        cited, targets = admission.cited_and_targets(ops, proj.last_seq)
         kinds = self.journal.kinds_of(cited) if cited else {}
         observations = {seq: kind for seq, kind in kinds.items() if kind in ev.OBSERVATION_KINDS}
         recorded = frozenset(t for t in targets if self.journal.find(str(t), "execution_finished"))

@@ -10,6 +10,8 @@ of rio_ci is imported or patched: only its command line is run.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import io
 import itertools
 import json
@@ -25,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
+from fakes.git_origin import install_push_rules
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.events import message_of
@@ -159,7 +163,11 @@ class Repository:
 
     def __init__(self, tmp: Path, gh: FakeGitHub, *, files: dict[str, str] | None = None,
                  secrets: dict[str, str] | None = None, budget_minutes: float = 1.0,
-                 moving_workspace: bool = False):
+                 moving_workspace: bool = False, http: bool = False,
+                 max_file_bytes: int | None = None):
+        """``http``: the origin is served by ``gh`` over smart HTTP (the token decides, and
+        GitHub's push refusals apply, files over ``max_file_bytes`` among them), as on
+        GitHub; otherwise jobs clone and push through the file system."""
         self.tmp, self.gh = tmp, gh
         self.origin = tmp / "origin.git"
         self.workspace = tmp / "work" / gh.name
@@ -181,6 +189,11 @@ class Repository:
         git(seed, "add", "--all")
         git(seed, "commit", "--quiet", "-m", "initial")
         git(seed, "push", "--quiet", str(self.origin), "main")
+        self.url = str(self.origin)
+        if http:
+            self.url = gh.serve_git(self.origin)
+            if max_file_bytes is not None:
+                install_push_rules(self.origin, max_file_bytes=max_file_bytes)
 
     def set_script(self, text: str) -> None:
         self.model.write_text(text)
@@ -202,7 +215,9 @@ class Repository:
             workspace = directory / "workspace"
         elif workspace.exists():
             shutil.rmtree(workspace)
-        git(self.tmp, "clone", "--quiet", str(self.origin), str(workspace))
+        basic = base64.b64encode(f"x-access-token:{self.gh.token}".encode()).decode()
+        git(self.tmp, "-c", f"http.extraheader=AUTHORIZATION: basic {basic}", "clone",
+            "--quiet", self.url, str(workspace))
         (directory / "event.json").write_text(json.dumps(payload))
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RIO_", "GITHUB_", "RUNNER_", "ANTHROPIC_"))}
@@ -239,17 +254,19 @@ class Repository:
 
     def job(self, event_name: str, payload: dict[str, Any], *,
             interrupt: Callable[[Job, subprocess.Popen[str]], None] | None = None,
-            upload: bool = True) -> Job:
+            upload: bool = True, finish: bool = True) -> Job:
         """Run step, then (``if: always()``) finish, then the upload step. ``interrupt``
-        is called while the run step is running (to cancel or kill it)."""
+        is called while the run step is running (to cancel or kill it). ``finish=False``:
+        the runner is lost after the run step — no finish, no upload."""
         job = self.prepare(event_name, payload)
         process = self.start(job)
         if interrupt is not None:
             interrupt(job, process)
         self.collect(job, process)
-        self.step(job, "finish")
-        if upload:
-            self.upload(job)
+        if finish:
+            self.step(job, "finish")
+            if upload:
+                self.upload(job)
         return job
 
     def upload(self, job: Job) -> int | None:
@@ -261,8 +278,10 @@ class Repository:
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
             for path in sorted(job.artifact_dir.iterdir()):
                 bundle.write(path, arcname=path.name)
+        retention = job.outputs.get("retention-days", "")
         job.artifact_id = self.gh.add_artifact(name, buffer.getvalue(), self.next_created_at(),
-                                               run_id=int(job.env["GITHUB_RUN_ID"]))
+                                               run_id=int(job.env["GITHUB_RUN_ID"]),
+                                               retention_days=int(retention or 0) or None)
         return job.artifact_id
 
     def next_created_at(self) -> str:
@@ -291,6 +310,14 @@ class Repository:
 
     def progress_comments(self, issue: int) -> list[dict[str, Any]]:
         return [c for c in self.gh.comments_on(issue) if "<!-- rio-ci:progress -->" in c["body"]]
+
+    def delete_branch(self, branch: str) -> None:
+        """What GitHub's "delete branch" after a merge does to the origin."""
+        git(self.origin, "update-ref", "-d", f"refs/heads/{branch}")
+
+    def branches(self) -> list[str]:
+        return git(self.origin, "for-each-ref", "--format=%(refname)", "refs/heads/",
+                   "refs/rio/").splitlines()
 
     def branch_file(self, branch: str, path: str) -> str | None:
         try:
@@ -334,5 +361,23 @@ def kill_when(path: Path, sig: signal.Signals) -> Callable[[Job, subprocess.Pope
         process.send_signal(sig)
         # SPEC §11: stop the Worker group, commit what is known, exit within 5 s.
         process.wait(timeout=5)
+
+    return interrupt
+
+
+def kill_tree_when(path: Path) -> Callable[[Job, subprocess.Popen[str]], None]:
+    """An ``interrupt`` for a runner that vanishes: once ``path`` has a line, SIGKILL the
+    run step and every process it started (the Worker's group included) at once."""
+
+    def interrupt(job: Job, process: subprocess.Popen[str]) -> None:
+        wait_for(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
+                 f"{path} to get a line")
+        tree = psutil.Process(process.pid)
+        doomed = [tree, *tree.children(recursive=True)]
+        for each in doomed:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                each.kill()
+        process.wait(timeout=10)  # reaped here: psutil would take its exit status away
+        psutil.wait_procs(doomed[1:], timeout=10)
 
     return interrupt

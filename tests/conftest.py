@@ -30,7 +30,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 
 
-# --- the --long flag -----------------------------------------------------------------------
+# --- the --long flag and the slow marker ---------------------------------------------------
+
+# Modules whose tests start real Owners, uv, git or whole GitHub jobs, or stress the core:
+# each of them, and every test_action_*.py (a whole GitHub job each), is marked ``slow`` as a
+# whole, so ``pytest -m "not slow"`` is the inner loop (the core, admission, the Journal, the
+# Session and the CLI plumbing). ``.ci/run`` runs everything.
+SLOW_MODULES = frozenset({
+    "test_action.py", "test_action_interrupted.py", "test_action_secrets.py",
+    "test_action_sweep.py", "test_bench.py", "test_controls.py", "test_demo.py",
+    "test_fresh_install.py", "test_harness.py", "test_owner.py", "test_owner_crash.py",
+    "test_process.py", "test_scripted.py", "test_sweep_workflow.py", "test_timers.py",
+    "test_act.py", "test_contract_model.py", "test_crash_points.py", "test_io_errors.py",
+    "test_power_loss.py", "test_random_kills.py",
+})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SLOW_MODULES or item.path.name.startswith("test_action_"):
+            item.add_marker(pytest.mark.slow)
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="stress test: run with --long")

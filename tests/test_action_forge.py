@@ -47,7 +47,10 @@ def test_a_writer_may_own_the_marker_comment_when_the_token_is_a_person(
     gh: FakeGitHub, forge: GitHubForge
 ) -> None:
     issue = gh.add_issue("goal")
-    theirs = gh.add_comment(issue, f"{MARKER} by a PAT", user="alice", association="MEMBER")
+    gh.add_user("rita", "read", member=True)  # a read-only member: MEMBER, yet no writer
+    gh.add_user("alice", "write", member=True)
+    gh.add_comment(issue, f"{MARKER} planted by a reader", user="rita")
+    theirs = gh.add_comment(issue, f"{MARKER} by a PAT", user="alice")
     found = forge.find_comment(issue, MARKER)
     assert found is not None and found.id == theirs
 

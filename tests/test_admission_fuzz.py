@@ -341,6 +341,7 @@ def check_one(base: Base, patch: Any, outcomes: Counter[str]) -> None:
         outcomes["with cells"] += bool(result.cells)
 
 
+@pytest.mark.slow
 def test_decide_on_10000_random_patches(bases: list[Base]) -> None:
     fuzz_decide(bases, 10_000, derandomize=True)
 

@@ -139,7 +139,7 @@ GOOD = {"goal": "say hello", "validators": [["true"]], "check": ["true"],
     ({"check": None}, "check must be an argv list"),
     ({"check": ["python3", 3]}, "check must be an argv list"),
     ({"limits": {"speed": 1}}, "unknown limit"),
-    ({"limits": {"rounds": -1}}, "must be positive"),
+    ({"limits": {"rounds": -1}}, "must be a positive"),
     ({"oracle": "missing.yml"}, "is not a file beside case.yml"),
     ({"hidden": True}, "unknown field(s) hidden"),
 ])

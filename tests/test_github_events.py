@@ -39,7 +39,7 @@ def test_a_created_comment_carries_author_association_and_whether_it_is_on_a_pul
     trigger = classify("issue_comment", payload, "rio")
     assert (trigger.kind, trigger.issue, trigger.actor, trigger.association) == (
         "comment", 3, "bob", "MEMBER")
-    assert trigger.data == {"comment_id": 55, "is_pull_request": True}
+    assert trigger.data == {"comment_id": 55, "is_pull_request": True, "body": "", "url": ""}
     assert classify("issue_comment", {**payload, "action": "edited"}, "rio").kind == "ignore"
 
 

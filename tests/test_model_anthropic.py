@@ -267,7 +267,7 @@ def test_price_override_and_unpriced_models(fake: FakeAnthropic) -> None:
     fake.reply_patch(PATCH, 1000, 100)
     override = model_for(fake, "rio-test-unpriced-model", price=Price.flat(1.0, 2.0))
     unpriced = model_for(fake, "rio-test-unpriced-model")
-    assert override.price() == Price(1.0, 2.0, 1.0, 1.0) and unpriced.price() is None
+    assert override.price() == Price(1.0, 2.0, 1.25, 1.0) and unpriced.price() is None
     assert override.ask(request()).usage.cost_usd == pytest.approx((1000 + 200) / 1e6)
     reply = unpriced.ask(request())
     assert reply.usage.cost_usd is None and reply.usage.input_tokens == 1000

@@ -172,7 +172,8 @@ def test_the_prompt_teaches_the_work_sequence_tools_and_budgets() -> None:
     text = system_prompt()
     for needle in ("Explore", "Reproduce", "Fix", "Test", "git diff", "Conclude", "Plan:",
                    '["bash", "-c"', "runtime.limits", "runtime.usage", "runtime.validators",
-                   "output(cell_id)", 'rio-ci output \\"$RIO_SESSION_DB\\"', "model_attempts",
+                   "rio_ci.api.output(cell_id", "from rio_ci.api import output",
+                   "model_attempts",
                    "python -m rio_ci.tools view", "apply_diff", "UnknownExecution",
                    "STATE, stable part", "STATE, part that changes every round"):
         assert needle in text, needle

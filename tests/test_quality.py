@@ -25,6 +25,7 @@ def test_ruff_is_clean() -> None:
     assert done.returncode == 0, done.stdout[-4000:]
 
 
+@pytest.mark.slow
 def test_mypy_strict_is_clean() -> None:
     done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "rio_ci"], cwd=ROOT,
                           capture_output=True, text=True, check=False)

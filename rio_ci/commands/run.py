@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from rio_ci.errors import RioError, UsageError
+from rio_ci.errors import RioError
 from rio_ci.harness import Harness
 from rio_ci.live import LiveLog
-from rio_ci.model import build_model
-from rio_ci.model.base import Model, Price
+from rio_ci.model.providers import parse_price, priced_model
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
-
-_PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)$")
 
 
 def work_command(db: str, *, timeout: float | None, emit: Callable[[Any], None]) -> int:
@@ -43,39 +39,15 @@ def work_command(db: str, *, timeout: float | None, emit: Callable[[Any], None])
     return 1 if owner.interrupted.is_set() or (ended and ended["result"] == "failure") else 0
 
 
-def parse_price(text: str) -> Price:
-    """``IN/OUT`` in USD per million input / output tokens."""
-    match = _PRICE.match(text.strip())
-    if not match:
-        raise UsageError(f"--price expects IN/OUT in USD per million tokens (e.g. 3/15), "
-                         f"got {text!r}")
-    return Price.flat(float(match.group(1)), float(match.group(2)))
-
-
-def priced_model(db: str, spec: str, *, effort: str, price: Price | None) -> Model:
-    """The model of ``spec`` with a known price: its own, ``price``, or one an earlier run
-    stored in the Session. Refuses (exit 2) a model whose cost cannot be counted."""
-    model = build_model(spec, effort=effort, price=price)
-    if model.price() is not None:
-        return model
-    session = Session.open(db)
-    try:
-        stored = session.proj.prices.get(model.name)
-    finally:
-        session.close()
-    if stored is not None:
-        model = build_model(spec, effort=effort, price=Price(**stored))
-    if model.price() is None:
-        raise UsageError(
-            f"{model.name} has no known price, so its cost cannot be counted against the "
-            f"cost_usd budget; give --price IN/OUT (USD per million input / output tokens)")
-    return model
-
-
 def run_command(db: str, spec: str, *, deadline: float | None, price: str | None,
                 effort: str, emit: Callable[[Any], None]) -> int:
     given = parse_price(price) if price is not None else None
-    model = priced_model(db, spec, effort=effort, price=given)
+    session = Session.open(db)
+    try:
+        stored = dict(session.proj.prices)
+    finally:
+        session.close()
+    model = priced_model(spec, effort=effort, price=given, stored=stored)
     owner = Owner(db)
     restore = handle_signals(owner.interrupted)
     live = LiveLog(owner.session, sys.stderr)

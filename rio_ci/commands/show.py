@@ -61,7 +61,7 @@ def render_text(session: Session) -> str:
         lines.append(f"  {escape_control(message['id'])} ({message['kind']}, "
                      f"event {message['seq']})")
     for timer in proj.timers.values():
-        lines.append(f"timer {timer['id']} due at {timer['deadline']}")
+        lines.append(f"timer {escape_control(timer['id'])} due at {timer['deadline']}")
     if proj.rationale:
         lines.append("the model's last rationale: "
                      + escape_control(clip(proj.rationale, 800)).replace("\n", "\n  "))

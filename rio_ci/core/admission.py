@@ -12,8 +12,9 @@ from typing import Any
 
 from jsonpointer import EndOfList, JsonPointer, JsonPointerException
 
-from rio_ci.core.events import PatchAccepted, accepted_cells
+from rio_ci.core.events import PatchAccepted
 from rio_ci.core.projection import Projection
+from rio_ci.core.reducer import accepted_cells
 from rio_ci.core.state import (
     EVIDENCE_REF,
     EXECUTABLE,
@@ -225,6 +226,26 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
         pause_cleared=proj.pause is not None and proj.pause in delivered,
         revision=proj.revision + 1, next_cell_id=expected_id, digest=encoded.digest,
     )
+
+
+def cited_and_targets(ops: Any, last_seq: int) -> tuple[set[int], set[int]]:
+    """What admission must look up in the Journal for ``ops``, before it is judged: the event
+    seqs its notes cite as evidence, and its cancel notes' targets."""
+    cited, targets = set[int](), set[int]()
+    for op in ops if isinstance(ops, list) else []:
+        value = op.get("value") if isinstance(op, dict) else None
+        if not isinstance(value, dict) or value.get("kind") != "note":
+            continue
+        refs = value.get("evidence_refs")
+        for ref in refs if isinstance(refs, list) else []:
+            match = EVIDENCE_REF.match(ref) if isinstance(ref, str) else None
+            # Only seqs up to the last event can name one (and fit an SQLite integer).
+            if match and int(match.group(1)) <= last_seq:
+                cited.add(int(match.group(1)))
+        target = value.get("target_cell_id")
+        if value.get("role") == "cancel" and isinstance(target, int):
+            targets.add(target)
+    return cited, targets
 
 
 def unwrap(patch: Any) -> Any:

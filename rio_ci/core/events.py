@@ -135,7 +135,7 @@ class PatchRejected(TypedDict):
 
 class PatchAccepted(TypedDict):
     """``cells`` (the new versions) are the patch's add/replace values: derived, not stored
-    (older events carry them); the Journal's read API adds them back (``readable``)."""
+    (older events carry them); readers get them back (``rio_ci.core.reducer.readable``)."""
 
     turn_id: str
     patch: list[Any]
@@ -285,20 +285,6 @@ def patch_accepted(data: PatchAccepted) -> Event:
     return Event("patch_accepted", dict(data), data["turn_id"])
 
 
-def accepted_cells(data: Any) -> list[dict[str, Any]]:
-    """The new Cell versions of a ``patch_accepted`` event's data, in operation order."""
-    cells: list[dict[str, Any]] | None = data.get("cells")
-    return cells if cells is not None else [
-        op["value"] for op in data["patch"] if op["op"] in ("add", "replace")]
-
-
-def readable(kind: str, data: dict[str, Any]) -> dict[str, Any]:
-    """An event's data as readers see it: with the fields derived rather than stored."""
-    if kind == "patch_accepted" and "cells" not in data:
-        data["cells"] = accepted_cells(data)
-    return data
-
-
 def price_set(model: str, price: dict[str, float]) -> Event:
     data: PriceSet = {"model": model, "price": price}
     return Event("price_set", dict(data), model)
@@ -384,6 +370,18 @@ def run_ended(result: Literal["success", "failure"], reason: str, *, note_id: in
 def watermark(name: str, value: Json) -> Event:
     data: Watermark = {"name": name, "value": value}
     return Event("watermark", dict(data), name)
+
+
+def imported(kind: str, data: dict[str, Any]) -> Event:
+    """An event another copy of this Session committed (GitHub: a verified launch record),
+    kept as it was, with the ref its constructor gave it. Unknown kinds raise ValueError."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    message = data.get("message")
+    keys = [k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name") if k in data]
+    ref = (message.get("id") if isinstance(message, dict) else data[keys[0]] if keys
+           and kind not in ("session_created", "run_ended") else None)
+    return Event(kind, dict(data), None if ref is None else str(ref))
 
 
 # Every event kind, in the order docs/journal.md lists them.

@@ -23,6 +23,20 @@ def new_usage() -> dict[str, Any]:
             "unknown_cost_attempts": 0}
 
 
+def accepted_cells(data: Any) -> list[dict[str, Any]]:
+    """The new Cell versions of a ``patch_accepted`` event's data, in operation order."""
+    cells: list[dict[str, Any]] | None = data.get("cells")
+    return cells if cells is not None else [
+        op["value"] for op in data["patch"] if op["op"] in ("add", "replace")]
+
+
+def readable(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data as readers see it: with the fields derived rather than stored."""
+    if kind == "patch_accepted" and "cells" not in data:
+        data["cells"] = accepted_cells(data)
+    return data
+
+
 def apply(proj: Projection, seq: int, kind: str, data: dict[str, Any]) -> None:
     """Fold one committed event into ``proj`` (in place)."""
     if seq != proj.last_seq + 1:
@@ -69,14 +83,14 @@ def _turn_prepared(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 def _patch_rejected(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.PatchRejected, data)
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
-        proj.turn["feedback"] = f"your patch was rejected: {d['reason']}"
+        proj.turn["feedback"] = f"the patch was rejected: {d['reason']}"
         proj.turn["response"] = None
 
 
 def _patch_accepted(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.PatchAccepted, data)
     by_id = {c["id"]: c for c in proj.cells}
-    for cell in ev.accepted_cells(d):
+    for cell in accepted_cells(d):
         by_id[cell["id"]] = cell
         if cell["kind"] in EXECUTABLE:
             proj.executions[str(cell["id"])] = {
@@ -147,7 +161,7 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         turn["transient"] += 1
         turn["retry_since"] = turn["retry_since"] or data.get("retry_since")
     if d.get("invalid"):
-        turn["feedback"] = f"your previous reply was not admitted: {d['invalid']}"
+        turn["feedback"] = f"the reply had no admissible step call: {d['invalid']}"
     turn["response"] = {"attempt": d["attempt"], "ok": d["ok"], "seq": seq,
                         "patch": d.get("patch"), "error": d.get("error") or d.get("invalid"),
                         "transient": bool(d.get("transient"))}

@@ -24,6 +24,7 @@ DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
+DEFAULT_RETENTION_DAYS = 90  # GitHub's default artifact retention (1-90 public, 1-400 private)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class ActionEnv:
     summary: Path | None
     runner_temp: Path
     model: str
+    effort: str
+    price: str | None
     trigger_label: str
     config: str
     budget_minutes: float
@@ -76,6 +79,8 @@ class ActionEnv:
                      if optional["GITHUB_STEP_SUMMARY"] else None),
             runner_temp=Path(need("RUNNER_TEMP")),
             model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
+            effort=environ.get("RIO_EFFORT", "").strip() or "high",
+            price=environ.get("RIO_PRICE", "").strip() or None,
             trigger_label=environ.get("RIO_TRIGGER_LABEL", "").strip() or DEFAULT_LABEL,
             config=environ.get("RIO_CONFIG", "").strip() or DEFAULT_CONFIG,
             budget_minutes=budget,
@@ -119,11 +124,14 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
 class Config:
     """``.github/rio.yml``: validators, limits and the credentials Cells may see
-    (``pass_env``), applied when a Session is created."""
+    (``pass_env``), applied when a Session is created; ``retention_days``, read by every
+    job: how long GitHub keeps this repository's artifacts (a Session's saved generations),
+    so the artifact outlives every Timer and a Timer past it is refused."""
 
     validators: list[list[str]]
     limits: Limits
     pass_env: tuple[str, ...] = ()
+    retention_days: int = DEFAULT_RETENTION_DAYS
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
@@ -136,7 +144,7 @@ class Config:
             raise UsageError(f"{relative}: cannot read the configuration: {exc}") from None
         if not isinstance(data, dict):
             raise UsageError(f"{relative}: the configuration must be a mapping")
-        unknown = sorted(set(data) - {"validators", "limits", "pass_env"})
+        unknown = sorted(set(data) - {"validators", "limits", "pass_env", "retention_days"})
         if unknown:
             raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
         validators = []
@@ -152,7 +160,11 @@ class Config:
             limits = Limits.from_dict(limits_data)
         except ValueError as exc:
             raise UsageError(f"{relative}: {exc}") from None
-        return cls(validators, limits, _pass_env(relative, data.get("pass_env") or []))
+        days = data.get("retention_days", DEFAULT_RETENTION_DAYS)
+        if isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400:
+            raise UsageError(f"{relative}: retention_days must be a whole number of days from "
+                             "2 to 400 (the repository's artifact retention)")
+        return cls(validators, limits, _pass_env(relative, data.get("pass_env") or []), days)
 
 
 def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
@@ -169,3 +181,12 @@ def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
 def log(message: str) -> None:
     """One line of the job's log (workflow commands such as ``::group::`` pass through)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def warn(env: ActionEnv, message: str) -> None:
+    """A warning in the log (an annotation on the run) and in the step summary."""
+    line = " ".join(message.split())
+    log(f"::warning::rio-ci: {line}")
+    if env.summary is not None:
+        with env.summary.open("a") as stream:
+            stream.write(f"> **Warning** (rio-ci): {line}\n\n")

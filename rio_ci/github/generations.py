@@ -1,24 +1,33 @@
 """Generations of a Session artifact: restoring the newest valid one at the start of a job,
-and knowing at the end whether another job published meanwhile."""
+merged with the launch record a lost runner may have left, and knowing at the end whether
+another job published meanwhile."""
 
 from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rio_ci.errors import OwnershipError, RioError
+from rio_ci.core.limits import Limits
+from rio_ci.core.state import json_equal
+from rio_ci.errors import OwnershipError, Rejected, RioError
 from rio_ci.github import artifact
 from rio_ci.github.env import ActionEnv, log
 from rio_ci.github.forge.base import Forge
+from rio_ci.github.record import LaunchRecord, Record, journal_events
 from rio_ci.run.owner import Owner
+from rio_ci.session import Session
 
 
-def restore(env: ActionEnv, forge: Forge, issue: int, db: Path) -> dict[str, Any]:
-    """Put the newest valid generation at ``db``. Returns ``{"generation", "artifact_id",
-    "seen", "rejected"}`` (``generation`` None: never saved) or ``{"problem"}`` when every
-    saved generation was refused — starting over would publish over the lost history."""
+def restore(env: ActionEnv, forge: Forge, issue: int, db: Path,
+            launches: LaunchRecord) -> dict[str, Any]:
+    """Put the newest valid generation at ``db``, merged with the launch record. Returns
+    ``{"generation", "artifact_id", "seen", "rejected", "record_after", "notes"}``
+    (``generation`` None: no Session) or ``{"problem"}`` when nothing may run: every saved
+    generation was refused (starting over would publish over the lost history), the launch
+    record cannot be read, or it shows a launch the restored Session would run again."""
     name = f"rio-session-{issue}"
     # Every generation that exists now; finish treats any other one as a newer job's.
     seen = [a.id for a in forge.artifacts(name)]
@@ -26,25 +35,140 @@ def restore(env: ActionEnv, forge: Forge, issue: int, db: Path) -> dict[str, Any
     rejected = [str(r) for r in result.rejected]
     for rejection in rejected:
         log(f"::error::rio-ci: {name}: {rejection}")
-    if result.restored is None:
-        if rejected:
-            return {"problem": f"every saved generation of {name} was refused; the newest: "
-                               f"{rejected[0]}. Nothing was run."}
-        return {"generation": None, "artifact_id": None, "seen": seen, "rejected": []}
+    if result.restored is None and rejected:
+        return {"problem": f"every saved generation of {name} was refused; the newest: "
+                           f"{rejected[0]}. Nothing was run."}
+    generation, artifact_id, after = 0, None, 0
     db.unlink(missing_ok=True)
-    shutil.copyfile(result.restored.snapshot, db)
-    generation = result.restored.manifest.generation
-    log(f"rio-ci: restored generation {generation} of {name}")
-    return {"generation": generation, "artifact_id": result.restored.artifact.id,
-            "seen": sorted({*seen, result.restored.artifact.id}), "rejected": rejected}
+    if result.restored is not None:
+        shutil.copyfile(result.restored.snapshot, db)
+        generation = result.restored.manifest.generation
+        artifact_id = result.restored.artifact.id
+        seen = sorted({*seen, artifact_id})
+        log(f"rio-ci: restored generation {generation} of {name}")
+        session = Session.open(db)
+        after = session.proj.last_seq
+        session.close()
+    try:
+        found = launches.fetch()
+    except RioError as exc:  # maybe passing: the progress comment keeps its next wake
+        return {"problem": f"{exc}. Nothing was run.", "passing": True}
+    notes = [found] if isinstance(found, str) else []
+    merged = merge(db, found if isinstance(found, Record) else None, generation)
+    if merged.problem:
+        return {"problem": merged.problem}
+    notes += [merged.note] if merged.note else []
+    for note in notes:
+        log(f"::warning::rio-ci: {note}")
+    if merged.adopted:
+        after = 0  # the Session this job continues is newer than any artifact
+    if merged.imported:
+        log(f"rio-ci: took {merged.imported} event(s) from the launch record of a job whose "
+            "runner was lost")
+    return {"generation": generation if db.exists() else None, "artifact_id": artifact_id,
+            "seen": seen, "rejected": rejected, "record_after": after, "notes": notes,
+            "record_imported": merged.imported or merged.adopted}
+
+
+@dataclass(frozen=True)
+class Merge:
+    imported: int = 0
+    adopted: bool = False
+    note: str | None = None  # why the record was left out (logged, and in the progress)
+    problem: str | None = None  # leaving it out could run a launched Cell again
+
+
+def merge(db: Path, record: Record | None, generation: int) -> Merge:
+    """Fold the launch record into the Session at ``db``: the events after the artifact's
+    last seq, when the record's tail continues that very history (same Session id, the
+    overlapping events identical, no gap). A record of a Session newer than the artifact
+    (created by a job after the restored generation, which was never persisted) becomes the
+    Session. Any other record is left out; if it shows a launch the Session has as queued,
+    that is a problem (fail closed) rather than a rerun."""
+    if record is None:
+        return Merge()
+    if not db.exists():
+        return _adopt(db, record, generation)
+    session = Session.open(db)
+    try:
+        proj = session.refresh()
+        if record.session_id != proj.session["id"]:
+            if record.after_seq == 0 and record.generation == generation:
+                session.close()
+                return _adopt(db, record, generation)
+            return Merge()  # an earlier Session's record (before a follow-up): history
+        last = proj.last_seq
+        why = None
+        if record.after_seq > last:
+            why = (f"the launch record starts after seq {record.after_seq}, but the restored "
+                   f"Session ends at seq {last}")
+        elif not _same_history(session, record, last):
+            why = "the launch record and the restored Session differ in their common part"
+        else:
+            tail = [e for e in record.events if e["seq"] > last]
+            try:
+                session.import_tail(last, tail)
+                return Merge(imported=len(tail))
+            except (Rejected, ValueError, KeyError, TypeError) as exc:
+                why = f"the launch record's tail does not fold: {exc}"
+        return _left_out(proj.executions, record, why)
+    finally:
+        session.close()
+
+
+def _same_history(session: Session, record: Record, last: int) -> bool:
+    mine = {e["seq"]: e for e in journal_events(session, record.after_seq) if e["seq"] <= last}
+    return all(e["kind"] == mine[e["seq"]]["kind"] and json_equal(e["data"],
+                                                                  mine[e["seq"]]["data"])
+               for e in record.events if e["seq"] <= last)
+
+
+def _left_out(executions: dict[str, Any], record: Record, why: str) -> Merge:
+    launched = {e["data"].get("cell_id") for e in record.events
+                if e["kind"] == "execution_started"}
+    queued = sorted(c for c in launched
+                    if (executions.get(str(c)) or {}).get("phase") == "queued")
+    if queued:
+        return Merge(problem=f"{why}, and it shows Cell(s) {queued} launched, which the "
+                             "restored Session would run again. Nothing was run; see "
+                             "docs/github.md (launch records) to continue.")
+    return Merge(note=f"{why}; the record was left out")
+
+
+def _adopt(db: Path, record: Record, generation: int) -> Merge:
+    first = record.events[0] if record.events else None
+    if record.after_seq != 0 or record.generation != generation or first is None \
+            or first["kind"] != "session_created":
+        return Merge()
+    data = first["data"]
+    db.unlink(missing_ok=True)
+    try:
+        session = Session.create(db, data["goal"], cwd=data["cwd"],
+                                 validators=data["validators"],
+                                 limits=Limits.from_dict(data["limits"]),
+                                 pass_env=data["pass_env"], session_id=record.session_id)
+        try:
+            created = next(journal_events(session, 0))
+            if not json_equal(created["data"], data):
+                raise ValueError("its first event cannot be made again here")
+            session.import_tail(1, record.events[1:])
+        finally:
+            session.close()
+    except (RioError, ValueError, KeyError, TypeError) as exc:
+        db.unlink(missing_ok=True)
+        return _left_out({}, record, f"the launch record's Session cannot be rebuilt: {exc}")
+    log(f"rio-ci: the Session {record.session_id} was rebuilt from its launch record "
+        "(its job's runner was lost before the finish step)")
+    return Merge(imported=len(record.events), adopted=True)
 
 
 def rejections_note(job: dict[str, Any]) -> str | None:
     rejected = job.get("rejected") or []
-    if not rejected:
-        return None
-    return (f"Refused {len(rejected)} saved generation(s) and continued from generation "
-            f"{job['generation']}: " + "; ".join(rejected))
+    notes = list(job.get("notes") or [])
+    if rejected:
+        notes.insert(0, f"Refused {len(rejected)} saved generation(s) and continued from "
+                        f"generation {job['generation']}: " + "; ".join(rejected))
+    return "; ".join(notes) or None
 
 
 def take_over(db: Path, patience: float = 10.0) -> Owner:
@@ -62,9 +186,11 @@ def take_over(db: Path, patience: float = 10.0) -> Owner:
 
 def newer_generations(forge: Forge, name: str, seen: set[int]) -> list[int]:
     """Artifact ids of ``name`` that this job did not see when it restored: another job
-    published after us. A listing that fails counts as unknown, and unknown is not safe."""
+    published after us. An optional check: the per-issue concurrency group already makes
+    this job the only writer, so a listing that fails (an outage, an expired token) is
+    logged and counts as none."""
     try:
         return [a.id for a in forge.artifacts(name) if a.id not in seen]
     except RioError as exc:
-        log(f"::error::rio-ci: cannot list {name} to check for newer generations: {exc}")
-        return [-1]
+        log(f"::warning::rio-ci: cannot list {name} to check for newer generations: {exc}")
+        return []

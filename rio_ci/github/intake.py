@@ -4,11 +4,13 @@ observation enters the Inbox once, under a stable id)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.github import progress
 from rio_ci.github.env import log
-from rio_ci.github.events import WRITE_ASSOCIATIONS, branch_for, quote_untrusted, steer_command
-from rio_ci.github.forge.base import Forge
+from rio_ci.github.events import NEVER_WRITERS, branch_for, quote_untrusted, steer_command
+from rio_ci.github.forge.base import Comment, Forge
 from rio_ci.run.owner import Owner
 
 WRITERS = frozenset({"admin", "maintain", "write"})
@@ -16,17 +18,26 @@ COMMENT_QUOTE_BYTES = 6000
 
 
 def may_steer(forge: Forge, user: str | None, association: str | None) -> bool:
-    """Write access: a trusted author_association, else the collaborator-permission API."""
-    if not user or user.endswith("[bot]"):
+    """Write access comes only from the collaborator-permission API (``admin``,
+    ``maintain``, ``write``). ``author_association`` may only reject early, and only the
+    values no writer can have (FIRST_TIMER, FIRST_TIME_CONTRIBUTOR): OWNER, MEMBER and
+    COLLABORATOR do not imply write access, and a private organization member with write
+    access arrives as CONTRIBUTOR or NONE. Bots never steer."""
+    if not user or user.endswith("[bot]") or association in NEVER_WRITERS:
         return False
-    if association in WRITE_ASSOCIATIONS:
-        return True
     return forge.permission(user) in WRITERS
 
 
-def take_in(owner: Owner, forge: Forge, issue: int) -> None:
+def is_ours(comment: Comment) -> bool:
+    """A comment rio-ci or another bot wrote (the progress comment among them)."""
+    return progress.MARKER in comment.body or comment.author.endswith("[bot]")
+
+
+def take_in(owner: Owner, forge: Forge, issue: int,
+            warn: Callable[[str], None] | None = None) -> None:
     """Re-scan comments (issue and pull request) and checks; each observation enters the
-    Inbox once, under a stable id. Comments advance a watermark (their ids rise in the order
+    Inbox once, under a stable id. Listing checks is optional: a 403 or 404 there goes to
+    ``warn``. Comments advance a watermark (their ids rise in the order
     they are written); checks do not — runs finish out of id order — and rely on the
     message id alone. A full Inbox stops the scan without advancing past what it refused."""
     session = owner.session
@@ -35,7 +46,7 @@ def take_in(owner: Owner, forge: Forge, issue: int) -> None:
     try:
         for number in numbers:
             _take_comments(owner, forge, number)
-        for check in forge.checks(branch_for(issue)):
+        for check in forge.checks(branch_for(issue), warn=warn):
             if session.refresh().ended:
                 return
             session.receive(f"check:{check.kind}:{check.id}", "check", {
@@ -53,7 +64,7 @@ def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
         if session.refresh().ended:
             return
         command = steer_command(comment.body)
-        if progress.MARKER in comment.body or comment.author.endswith("[bot]"):
+        if is_ours(comment):
             pass
         elif not may_steer(forge, comment.author, comment.association):
             log(f"rio-ci: comment {comment.id} by @{comment.author} ignored (no write access)")

@@ -27,11 +27,16 @@ class Price:
     cache_write: float
     cache_read: float
 
+    # A 5-minute cache write costs 1.25 times the base input price on every Claude model
+    # (the provider's pricing page; every entry of models.json agrees).
+    CACHE_WRITE_FACTOR = 1.25
+
     @classmethod
     def flat(cls, input: float, output: float) -> Price:
-        """A price given as ``--price IN/OUT``: cache writes and reads are charged as fresh
-        input, which never under-counts."""
-        return cls(input, output, input, input)
+        """A price given as ``--price IN/OUT``: cache writes at the provider's write premium
+        over IN, cache reads as fresh input (far above their real price), so the count never
+        falls below the truth."""
+        return cls(input, output, input * cls.CACHE_WRITE_FACTOR, input)
 
     def cost(self, usage: Usage) -> float:
         return (usage.input_tokens * self.input + usage.output_tokens * self.output

@@ -11,13 +11,17 @@ which is sent as given.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 from rio_ci.errors import UsageError
 from rio_ci.model.base import Model, Price
 
-__all__ = ["DEFAULT_SPEC", "build_model"]
+__all__ = ["DEFAULT_SPEC", "build_model", "parse_price", "priced_model"]
 
 DEFAULT_SPEC = "anthropic"
 _CLAUDE = ("anthropic", "bedrock", "vertex")
+_PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)$")
 
 
 def build_model(spec: str | None = None, *, effort: str = "high",
@@ -42,3 +46,28 @@ def build_model(spec: str | None = None, *, effort: str = "high",
                               price=price)
     raise UsageError(f"--model must be anthropic[:MODEL], bedrock:MODEL, vertex:MODEL or "
                      f"scripted:FILE; got {spec!r}")
+
+
+def parse_price(text: str) -> Price:
+    """``IN/OUT`` in USD per million input / output tokens."""
+    match = _PRICE.match(text.strip())
+    if not match:
+        raise UsageError(f"--price expects IN/OUT in USD per million tokens (e.g. 3/15), "
+                         f"got {text!r}")
+    return Price.flat(float(match.group(1)), float(match.group(2)))
+
+
+def priced_model(spec: str, *, effort: str, price: Price | None,
+                 stored: Mapping[str, Mapping[str, float]]) -> Model:
+    """The model of ``spec`` with a known price: ``price`` (``--price``), else the one an
+    earlier run stored in the Session for this model (``stored``, by model name), else the
+    model's own. A stored price wins over the table's, so every job of a Session counts cost
+    the same way. Refuses (``UsageError``, exit 2) a model whose cost cannot be counted."""
+    model = build_model(spec, effort=effort, price=price)
+    if price is None and model.name in stored:
+        model = build_model(spec, effort=effort, price=Price(**stored[model.name]))
+    if model.price() is None:
+        raise UsageError(
+            f"{model.name} has no known price, so its cost cannot be counted against the "
+            f"cost_usd budget; give --price IN/OUT (USD per million input / output tokens)")
+    return model

@@ -3,8 +3,9 @@
 Each stream keeps the first half of ``output_bytes`` (the head) and the last half (the tail
 window), counting the bytes elided between them: a test run's summary and a traceback's last
 line are exactly what a prefix would lose. Before anything is kept, every secret value is
-replaced by ``***`` (a value cut by a read boundary is caught: the last characters wait for the
-next read). ``Capture`` commits the head as it grows, at least every ``flush_seconds``, and the
+replaced by ``***`` (a value cut by a read boundary is caught: an ending that could be the start
+of a secret waits for the next read, and nothing else does, so a short line is committed on
+time). ``Capture`` commits the head as it grows, at least every ``flush_seconds``, and the
 tail window at growing intervals (``flush_seconds`` doubling up to ``TAIL_EVERY_MAX``), so a
 chatty script cannot make the Journal grow by half a window every tenth of a second; a
 transaction is opened only when there is something to commit.
@@ -37,7 +38,6 @@ class Retention:
         self.head_room = limit // 2  # UTF-8 bytes the head may still take
         self.tail_limit = limit - limit // 2
         self.secrets = [s for s in secrets if s]
-        self.hold = max((len(s) for s in self.secrets), default=1) - 1
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.carry = ""  # decoded text held back until a secret cut by the read is whole
         self.new_head = ""  # head text not yet committed
@@ -49,7 +49,7 @@ class Retention:
         text = self.carry + self.decoder.decode(data, final=final)
         for secret in self.secrets:
             text = text.replace(secret, REDACTED)
-        cut = len(text) if final else max(0, len(text) - self.hold)
+        cut = len(text) if final else len(text) - self.held(text)
         self.carry, text = text[cut:], text[:cut]
         if not text:
             return
@@ -69,6 +69,17 @@ class Retention:
                 tail = kept.encode()
             self.tail = tail.decode()
             self.tail_changed = True
+
+    def held(self, text: str) -> int:
+        """How many characters at the end of ``text`` could be the start of a secret cut
+        by the read boundary (the longest ending that is a proper prefix of one)."""
+        longest = 0
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, len(text)), longest, -1):
+                if text.endswith(secret[:size]):
+                    longest = size
+                    break
+        return longest
 
     def finish(self) -> None:
         """The stream ended: release what was held back for redaction."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -64,8 +65,10 @@ class Forge(Protocol):
         ``body`` must already contain ``marker``. Returns the comment id."""
         ...
 
-    def checks(self, branch: str, after_id: int = 0) -> list[Check]:
-        """Completed workflow runs and check runs on ``branch`` with id > after_id."""
+    def checks(self, branch: str, after_id: int = 0,
+               warn: Callable[[str], None] | None = None) -> list[Check]:
+        """Completed workflow runs and check runs on ``branch`` with id > after_id. With
+        ``warn``, a listing refused with 403 or 404 is reported there and skipped."""
         ...
 
     def open_pull_request(self, branch: str, base: str, title: str, body: str) -> str:
@@ -94,4 +97,16 @@ class Forge(Protocol):
 
     def dispatch(self, workflow: str, ref: str, inputs: dict[str, str]) -> None:
         """Start ``workflow`` (file name) with ``workflow_dispatch`` inputs."""
+        ...
+
+    def workflow_state(self, workflow: str) -> str | None:
+        """``active``, ``disabled_manually``, ...; None when the workflow does not exist."""
+        ...
+
+    def repository_dispatch(self, event_type: str) -> None:
+        """Send a ``repository_dispatch`` event of ``event_type``."""
+        ...
+
+    def add_label(self, number: int, label: str) -> None:
+        """Put ``label`` on issue ``number``."""
         ...

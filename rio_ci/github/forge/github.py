@@ -9,17 +9,10 @@ GET requests, so a lost response to a POST cannot post twice.
 
 from __future__ import annotations
 
-import os
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from email.message import Message
-from http.client import HTTPResponse
 from pathlib import Path
-from typing import IO
 
 from github import Auth, Consts, Github
 from github.GithubException import (
@@ -31,18 +24,16 @@ from github.IssueComment import IssueComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
-from rio_ci.errors import ForgeError, StorageError
+from rio_ci.errors import ForgeError
 from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue
+from rio_ci.github.forge.download import fetch_zip
 
 DEFAULT_API_URL = "https://api.github.com"
 DOWNLOAD_LIMIT_BYTES = 512 * 1024 * 1024
 PERMISSIONS = frozenset({"admin", "maintain", "write", "triage", "read", "none"})
 
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_MAX_HOPS = 5
-_CHUNK = 1024 * 1024
-_USER_AGENT = "rio-ci"
-_WRITERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+WRITERS = frozenset({"admin", "maintain", "write"})
+OPTIONAL = frozenset({403, 404})  # an optional read answered so: a warning, not a failure
 
 
 @contextmanager
@@ -64,21 +55,6 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class _KeepRedirects(urllib.request.HTTPRedirectHandler):
-    """Surface every redirect as an HTTPError so the caller decides which headers travel."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        return None
-
-
 class GitHubForge:
     """``rio_ci.forge.base.Forge`` for one GitHub repository ``owner/name``.
 
@@ -87,8 +63,9 @@ class GitHubForge:
     PyGithub's spacing between requests (GitHub's advice against secondary rate limits); tests
     against a local fake turn it off. A comment carrying a marker is taken as ours only when
     ``comment_author`` (if given) wrote it, or else when a bot or a user with write access
-    (OWNER, MEMBER, COLLABORATOR) wrote it: someone without write access who quotes the
-    marker can neither have their comment taken over nor plant metadata the sweep would read.
+    (the collaborator-permission API, never ``author_association``) wrote it: someone
+    without write access who quotes the marker can neither have their comment taken over
+    nor plant metadata the sweep would read.
     """
 
     def __init__(
@@ -111,6 +88,7 @@ class GitHubForge:
         self._api_url = api_url.rstrip("/")
         self._timeout = timeout
         self._comment_author = comment_author
+        self._permissions: dict[str, str] = {}
         retry = Retry(
             total=retries,
             backoff_factor=0.5,
@@ -147,14 +125,18 @@ class GitHubForge:
             )
 
     def permission(self, user: str) -> str:
-        """The user's permission on the repository; an unknown user or an answer this module
-        does not recognise is 'none', so an odd reply never grants access."""
-        with _failing(f"reading the permission of {user}"):
-            try:
-                level = self._repo.get_collaborator_permission(user)
-            except UnknownObjectException:
-                return "none"
-        return level if level in PERMISSIONS else "none"
+        """The user's permission on the repository (``admin``, ``write``, ``read`` or
+        ``none``: GitHub reports ``maintain`` as ``write`` and ``triage`` as ``read``); an
+        unknown user or an answer this module does not recognise is 'none', so an odd reply
+        never grants access. Asked once per user and kept for this object's life (a job)."""
+        if user not in self._permissions:
+            with _failing(f"reading the permission of {user}"):
+                try:
+                    level = self._repo.get_collaborator_permission(user)
+                except UnknownObjectException:
+                    level = "none"
+            self._permissions[user] = level if level in PERMISSIONS else "none"
+        return self._permissions[user]
 
     def comments(self, number: int, after_id: int = 0) -> list[Comment]:
         with _failing(f"listing comments of #{number}"):
@@ -226,8 +208,10 @@ class GitHubForge:
         login = self._login(comment)
         if self._comment_author:
             return login == self._comment_author
-        # "[bot]" cannot appear in a user's login; only installed apps carry it.
-        return login.endswith("[bot]") or comment.author_association in _WRITERS
+        # "[bot]" cannot appear in a user's login; only installed apps carry it. A person's
+        # association says nothing about write access (a MEMBER may be read-only), so a
+        # person's comment is ours only when the permission API says they may write.
+        return login.endswith("[bot]") or self.permission(login) in WRITERS
 
     def _is_ours(self, repo: Repository | None) -> bool:
         return repo is not None and repo.full_name == self._full_name
@@ -248,40 +232,53 @@ class GitHubForge:
 
     # -- checks --------------------------------------------------------------------------------
 
-    def checks(self, branch: str, after_id: int = 0) -> list[Check]:
+    def checks(self, branch: str, after_id: int = 0,
+               warn: Callable[[str], None] | None = None) -> list[Check]:
         """Completed workflow runs on ``branch`` plus completed check runs of its head commit,
         each with id > ``after_id``, sorted by id. Check runs made by GitHub Actions are left
         out: they are the jobs of the workflow runs already listed, and one observation per
         run is what the model needs. Workflow-run and check-run ids are separate sequences on
         GitHub, so one watermark covers both only approximately; callers de-duplicate by
-        ``(kind, id)``. A branch that does not exist (yet) has no checks."""
+        ``(kind, id)``. A branch that does not exist (yet) has no checks.
+
+        These reads are optional: with ``warn``, a listing answered 403 (no ``checks: read``
+        or ``actions: read``; fine-grained tokens) or 404 is reported through ``warn`` and
+        left out, and the others still count. Without ``warn`` it raises ``ForgeError``."""
         with _failing(f"reading branch {branch}"):
             try:
                 head = self._repo.get_branch(branch)
             except UnknownObjectException:
                 return []
-        found: list[Check] = []
-        with _failing(f"listing workflow runs of {branch}"):
-            for run in self._repo.get_workflow_runs(branch=head, status="completed"):
-                # A fork may name its branch rio/issue-7 too; only our own branch counts.
-                if (run.id > after_id and run.head_branch == branch
-                        and self._is_ours(run.head_repository)):
-                    found.append(Check(
-                        id=run.id, kind="workflow_run", name=run.name or "",
-                        conclusion=run.conclusion or "", url=run.html_url, head_branch=branch,
-                    ))
-        with _failing(f"listing check runs of {branch}"):
-            for check_run in head.commit.get_check_runs(status="completed"):
-                if check_run.id <= after_id:
-                    continue
-                if check_run.app is not None and check_run.app.slug == "github-actions":
-                    continue
-                found.append(Check(
-                    id=check_run.id, kind="check_run", name=check_run.name,
-                    conclusion=check_run.conclusion or "", url=check_run.html_url,
-                    head_branch=branch,
-                ))
+
+        def runs() -> list[Check]:
+            # A fork may name its branch rio/issue-7 too; only our own branch counts.
+            return [Check(id=run.id, kind="workflow_run", name=run.name or "",
+                          conclusion=run.conclusion or "", url=run.html_url, head_branch=branch)
+                    for run in self._repo.get_workflow_runs(branch=head, status="completed")
+                    if run.id > after_id and run.head_branch == branch
+                    and self._is_ours(run.head_repository)]
+
+        def check_runs() -> list[Check]:
+            return [Check(id=c.id, kind="check_run", name=c.name,
+                          conclusion=c.conclusion or "", url=c.html_url, head_branch=branch)
+                    for c in head.commit.get_check_runs(status="completed")
+                    if c.id > after_id and (c.app is None or c.app.slug != "github-actions")]
+
+        found = (self._optional(f"listing workflow runs of {branch}", runs, warn)
+                 + self._optional(f"listing check runs of {branch}", check_runs, warn))
         return sorted(found, key=lambda c: c.id)
+
+    @staticmethod
+    def _optional(what: str, read: Callable[[], list[Check]],
+                  warn: Callable[[str], None] | None) -> list[Check]:
+        try:
+            with _failing(what):
+                return read()
+        except ForgeError as exc:
+            if warn is None or exc.status not in OPTIONAL:
+                raise
+            warn(f"{exc}; an optional read, skipped this time")
+            return []
 
     # -- pull requests and workflows -----------------------------------------------------------
 
@@ -311,6 +308,26 @@ class GitHubForge:
         with _failing(f"dispatching {workflow} on {ref}"):
             self._repo.get_workflow(workflow).create_dispatch(ref, inputs, throw=True)
 
+    def workflow_state(self, workflow: str) -> str | None:
+        """The workflow's ``state`` (``active``, ``disabled_manually``,
+        ``disabled_inactivity``, ...), or None when no workflow has that file name."""
+        with _failing(f"reading the workflow {workflow}"):
+            try:
+                state: str = self._repo.get_workflow(workflow).state
+            except UnknownObjectException:
+                return None
+        return state
+
+    def repository_dispatch(self, event_type: str) -> None:
+        """Send ``repository_dispatch`` (needs only Contents write)."""
+        with _failing(f"sending repository_dispatch {event_type}"):
+            if not self._repo.create_repository_dispatch(event_type):
+                raise ForgeError(f"GitHub: sending repository_dispatch {event_type} failed")
+
+    def add_label(self, number: int, label: str) -> None:
+        with _failing(f"labelling #{number} {label}"):
+            self._repo.get_issue(number).add_to_labels(label)
+
     # -- artifacts -----------------------------------------------------------------------------
 
     def artifacts(self, name: str) -> list[Artifact]:
@@ -332,63 +349,10 @@ class GitHubForge:
     def download_artifact(
         self, artifact_id: int, dest: Path, *, max_bytes: int = DOWNLOAD_LIMIT_BYTES
     ) -> Path:
-        """Fetch the artifact's zip into ``dest``. The token goes only to the API endpoint;
-        the redirect target (a pre-signed URL) is fetched without it. More than ``max_bytes``
-        raises ``StorageError`` and leaves no file behind."""
+        """Fetch the artifact's zip into ``dest`` (see ``download.fetch_zip``)."""
         url = f"{self._api_url}/repos/{self._full_name}/actions/artifacts/{artifact_id}/zip"
-        what = f"downloading artifact {artifact_id}"
-        with _failing(what), self._follow(url, what) as response:
-            declared = response.headers.get("Content-Length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise StorageError(f"artifact {artifact_id} is {declared} bytes, over the "
-                                   f"{max_bytes}-byte limit")
-            partial = dest.with_name(dest.name + ".part")
-            try:
-                self._stream(response, partial, max_bytes, artifact_id)
-                os.replace(partial, dest)
-            finally:
-                partial.unlink(missing_ok=True)
-        return dest
-
-    @staticmethod
-    def _stream(response: HTTPResponse, partial: Path, max_bytes: int, artifact_id: int) -> None:
-        received = 0
-        with partial.open("wb") as out:
-            while chunk := response.read(_CHUNK):
-                received += len(chunk)
-                if received > max_bytes:
-                    raise StorageError(f"artifact {artifact_id} exceeds the {max_bytes}-byte "
-                                       "limit")
-                out.write(chunk)
-
-    @contextmanager
-    def _follow(self, url: str, what: str) -> Iterator[HTTPResponse]:
-        """GET ``url`` with the token, then follow redirects by hand without it."""
-        opener = urllib.request.build_opener(_KeepRedirects)
-        request = urllib.request.Request(url, headers={
-            "Authorization": f"Bearer {self._token}",
-            "Accept": "application/vnd.github+json",
-            "User-Agent": _USER_AGENT,
-        })
-        for _ in range(_MAX_HOPS):
-            try:
-                response: HTTPResponse = opener.open(request, timeout=self._timeout)
-            except urllib.error.HTTPError as exc:
-                location = exc.headers.get("Location") if exc.code in _REDIRECTS else None
-                exc.close()
-                if location is None:
-                    raise ForgeError(f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}",
-                                     status=exc.code) from exc
-                target = urllib.parse.urljoin(request.full_url, location)
-                if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
-                    raise ForgeError(f"GitHub: {what} failed: redirect to a non-HTTP URL",
-                                     status=exc.code) from exc
-                request = urllib.request.Request(target, headers={"User-Agent": _USER_AGENT})
-                continue
-            with response:
-                yield response
-            return
-        raise ForgeError(f"GitHub: {what} failed: more than {_MAX_HOPS} redirects")
+        return fetch_zip(url, self._token, dest, artifact_id=artifact_id, max_bytes=max_bytes,
+                         timeout=self._timeout)
 
 
 def _conforms(forge: GitHubForge) -> Forge:

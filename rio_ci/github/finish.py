@@ -1,0 +1,205 @@
+"""The finish step of ``rio-ci action`` (``if: always()``; SPEC §13, §13.1).
+
+Persist first, offline: recover (a cut-off run's ``started`` Execution becomes an
+UnknownExecution), withdraw Timers past the retention horizon, and write generation + 1 to
+``$RUNNER_TEMP/rio-artifact/`` with the outputs the upload step needs (``artifact-name``,
+``retention-days``) — named from ``job.json``, what this job restored, never from the API.
+Only then the network: the branch push (a refused path becomes a ``push_refused`` message),
+the pull request (only after the gate: the validators pass again here), the progress
+comment, the sweep's wake-up. The snapshot is written again after anything those commit,
+before finish exits. An outage, a 401/403 or an expired token on the way loses nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rio_ci.errors import RioError
+from rio_ci.github import artifact, gate, timers, workspace
+from rio_ci.github.action import JOB_FILE, write_outputs
+from rio_ci.github.env import ActionEnv, log, warn
+from rio_ci.github.events import branch_for
+from rio_ci.github.forge.base import Forge
+from rio_ci.github.generations import newer_generations, rejections_note, take_over
+from rio_ci.github.progress import publish_progress
+from rio_ci.run.owner import Owner
+from rio_ci.session import Session
+
+FIRST_OUTPUTS = ("artifact-name", "retention-days")
+
+
+def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
+    job = json.loads((env.state_dir / JOB_FILE).read_text())
+    issue, generation = int(job["issue"]), int(job["generation"])
+    notes = [n for n in [rejections_note(job)] if n]
+    result: dict[str, Any] = {"issue": issue, "generation": generation + 1,
+                              "artifact_name": job["artifact_name"],
+                              "retention_days": job["retention_days"]}
+    if job.get("fenced"):
+        result.update(artifact_name=f"rio-orphan-{issue}-{env.run_id}", status="error",
+                      reason="another job wrote this Session's launch record meanwhile")
+    owner = take_over(Path(job["db"]))
+    packed = None
+    try:
+        try:
+            owner.recover()
+            timers.refuse_far_timers(owner.session, job["retention_days"])
+            packed = _persist(env, job["db"], result, generation)
+            write_outputs(env, result, FIRST_OUTPUTS)
+            if job.get("fenced"):
+                log(f"::error::rio-ci: {result['reason']}; this job's Session is kept as the "
+                    f"artifact {result['artifact_name']} and nothing is published")
+            else:
+                result.update(_publish(env, connect, owner, job, notes))
+        finally:
+            with contextlib.suppress(RioError):
+                owner.close()
+    finally:  # also when publishing failed: what it committed is saved before finish exits
+        if packed is not None:
+            if _last_seq(job["db"]) != packed:  # a push_refused message, validator results
+                _persist(env, job["db"], result, generation)
+            write_outputs(env, result)
+    return result
+
+
+def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
+             job: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """Everything after the Session is safe on disk: each part may fail alone."""
+    session = owner.session
+    issue = int(job["issue"])
+    out: dict[str, Any] = {}
+    problem = gate.check_success(owner) if _succeeded(session) else None
+    forge = None
+    try:
+        forge = connect()
+    except RioError as exc:
+        warn(env, f"the GitHub API cannot be reached ({exc}); the Session is saved, the "
+                  "pull request and the progress comment wait for the next job")
+    newer = newer_generations(forge, job["artifact_name"], set(job.get("seen") or [])) \
+        if forge is not None else []
+    if newer:
+        # Publishing would bury the newer history; the copy is kept under another name,
+        # which restore never lists, for whoever investigates.
+        orphan = f"rio-orphan-{issue}-{env.run_id}"
+        log(f"::error::rio-ci: {job['artifact_name']} gained generation(s) {newer} during this "
+            f"job; not publishing over them (this job's Session is kept as the artifact "
+            f"{orphan})")
+        return {"status": "error", "artifact_name": orphan,
+                "reason": f"a newer generation of {job['artifact_name']} exists"}
+    out["commit"] = _checkpoint(env, session, job, notes)
+    pull = None
+    if problem is not None:
+        notes.append(f"no pull request: {problem}")
+        log(f"::error::rio-ci: no pull request: {problem}")
+        out.update(status="error", reason=problem)
+    elif _succeeded(session) and forge is not None:
+        pull = _pull_request(env, forge, session, issue, notes)
+    proj = session.refresh()
+    out.setdefault("status", _status(proj.ended))
+    out.update(session=proj.session["id"], next_wake=proj.next_wake(), pull_request=pull)
+    if forge is None:
+        return out
+    publish_progress(env, forge, session, issue, int(job["generation"]) + 1,
+                     None if proj.ended else "waiting", note="; ".join(notes) or None,
+                     pull_request=pull, final=True)
+    if proj.next_wake() is not None:
+        try:
+            log(f"rio-ci: {timers.wake_sweep(forge)}")
+        except RioError as exc:
+            warn(env, f"the sweep could not be switched on for the Timer: {exc}")
+    return out
+
+
+def _checkpoint(env: ActionEnv, session: Session, job: dict[str, Any],
+                notes: list[str]) -> str | None:
+    issue = int(job["issue"])
+    if not job.get("start"):  # the run step never checked the branch out: nothing to save
+        return None
+    try:
+        done = workspace.checkpoint(env.workspace, branch_for(issue),
+                                    f"rio-ci: checkpoint of #{issue} (run {env.run_id})",
+                                    job["remote"], env.token, job["start"],
+                                    exclude=[env.runner_temp])
+    except RioError as exc:
+        notes.append(f"the working tree was not checkpointed: {exc}")
+        log(f"::error::rio-ci: the working tree was not checkpointed: {exc}")
+        return None
+    if done.refused:
+        reason = done.reason
+        warn(env, f"GitHub refused {list(done.refused)} in the push of {branch_for(issue)}; "
+                  f"the rest was pushed. {reason}")
+        notes.append(f"not pushed (refused by GitHub): {', '.join(done.refused)}")
+        digest = hashlib.sha256(json.dumps([done.sha, done.refused]).encode()).hexdigest()
+        with contextlib.suppress(RioError):  # an ended run takes no message
+            session.receive(f"push_refused:{digest[:16]}", "push_refused", {
+                "paths": list(done.refused), "reason": reason, "branch": branch_for(issue),
+                "note": "these files are in this job's working tree only, uncommitted: the "
+                        "next job's checkout will not have them"})
+    return done.sha
+
+
+def _pull_request(env: ActionEnv, forge: Forge, session: Session, issue: int,
+                  notes: list[str]) -> str | None:
+    session_id = session.proj.session["id"]
+    try:
+        info = forge.issue(issue)
+        url = forge.open_pull_request(
+            branch_for(issue), env.ref_name or "main", f"Fixes #{issue}: {info.title}"[:250],
+            f"Fixes #{issue}\n\nOpened by rio-ci (Session {session_id}).\n"
+            f"<!-- rio-ci:op {session_id}:pull -->")
+    except RioError as exc:
+        notes.append(f"the pull request was not opened: {exc}")
+        log(f"::error::rio-ci: the pull request was not opened: {exc}")
+        return None
+    number = re.search(r"/pull/([0-9]+)$", url)
+    if number:  # comments on the pull request steer the Session (and its follow-ups) too
+        session.set_watermark("pull_request", int(number.group(1)))
+    return url
+
+
+def _persist(env: ActionEnv, db: str, result: dict[str, Any], generation: int) -> int:
+    """Write generation + 1 into the artifact directory (no network); returns the seq it
+    holds. The Owner may hold the Session meanwhile: the snapshot is SQLite's backup."""
+    reader = Session.open(db)
+    try:
+        proj = reader.refresh()
+        result.update(session=proj.session["id"], next_wake=proj.next_wake(),
+                      status=result.get("status") or _status(proj.ended))
+        if env.artifact_dir.exists():
+            shutil.rmtree(env.artifact_dir)
+        artifact.pack(Path(db), env.artifact_dir, generation=generation + 1,
+                      parent_generation=generation or None, run_id=_int(env.run_id),
+                      next_wake=result["next_wake"])
+        return proj.last_seq
+    finally:
+        reader.close()
+
+
+def _last_seq(db: str) -> int:
+    session = Session.open(db)
+    try:
+        return session.proj.last_seq
+    finally:
+        session.close()
+
+
+def _succeeded(session: Session) -> bool:
+    ended = session.refresh().ended
+    return bool(ended and ended["result"] == "success")
+
+
+def _status(ended: dict[str, Any] | None) -> str:
+    if not ended:
+        return "waiting"
+    return "succeeded" if ended["result"] == "success" else "failed"
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None

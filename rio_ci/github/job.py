@@ -1,0 +1,237 @@
+"""The run step of ``rio-ci action`` (SPEC §13, §13.1).
+
+    restore the newest valid generation, merged with the launch record a lost runner left
+    → start a Session (label, ``/rio <request>``, a follow-up after the run ended) or go on
+    with the restored one → check out ``rio/issue-<n>`` → take in the event, re-scan
+    comments and checks → rounds within the time budget, a launch record pushed before every
+    Worker starts
+
+A comment or check event that brings nothing new (a duplicate, a comment by someone without
+write access when no dropped comment waits, anything on an ended run that starts no
+follow-up) stops before ``job.json`` exists: no generation, no push, no progress write
+(``/rio status`` still rewrites the progress comment). A label or a dispatch always goes on:
+someone asked for the Session to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rio_ci.errors import RioError
+from rio_ci.github import progress, starts, timers, workspace
+from rio_ci.github.action import JOB_FILE, sweep
+from rio_ci.github.env import ActionEnv, Config, log, warn
+from rio_ci.github.events import (
+    Trigger,
+    branch_for,
+    classify,
+    issue_of_branch,
+    request_of,
+    steer_command,
+)
+from rio_ci.github.forge.base import Forge
+from rio_ci.github.generations import rejections_note, restore
+from rio_ci.github.intake import may_steer, take_in
+from rio_ci.github.progress import publish_progress
+from rio_ci.github.record import Fenced, LaunchRecord, RecordError
+from rio_ci.harness import Harness
+from rio_ci.live import LiveLog
+from rio_ci.model.providers import parse_price, priced_model
+from rio_ci.run.owner import Owner, handle_signals
+from rio_ci.session import Session
+
+TIMER_REFUSALS = 5  # rounds of "that Timer is too far" a job gives the model before it stops
+
+
+def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
+    (env.state_dir / JOB_FILE).unlink(missing_ok=True)
+    trigger = classify(env.event_name, env.event(), env.trigger_label, env.repository)
+    if trigger.kind == "sweep":
+        return sweep(env, forge)
+    issue, pull_request = trigger.issue, None
+    if trigger.kind == "comment" and trigger.data.get("is_pull_request") and issue:
+        pull_request, issue = issue, issue_of_branch(forge.pull_head(issue))
+    if trigger.kind == "ignore" or issue is None:
+        log(f"rio-ci: nothing to do ({trigger.reason or 'not a rio-ci pull request'})")
+        return {"status": "ignored", "reason": trigger.reason or "not a rio-ci pull request"}
+    writer = trigger.kind in ("start", "comment") and may_steer(forge, trigger.actor,
+                                                                  trigger.association)
+    if trigger.kind == "start" and not writer:
+        log(f"rio-ci: @{trigger.actor} has no write access; the label is ignored")
+        return {"status": "ignored", "reason": "label by a user without write access"}
+    if trigger.kind == "comment" and not writer:
+        # Its job still re-scans: a maintainer's comment whose own job was dropped (a
+        # concurrency group keeps one pending job) is delivered now.
+        log(f"rio-ci: comment by @{trigger.actor} ignored (no write access); re-scanning")
+
+    config = Config.load(env.workspace, env.config)
+    env.state_dir.mkdir(parents=True, exist_ok=True)
+    db = env.state_dir / "session.sqlite3"
+    remote = workspace.origin_url(env.workspace)  # read before any Cell can change it
+    launches = LaunchRecord(env.state_dir / "record.git", remote, env.token, issue, env.run_id)
+    restored = restore(env, forge, issue, db, launches)
+    if "problem" in restored:
+        log(f"::error::rio-ci: {restored['problem']}")
+        with contextlib.suppress(RioError):
+            if not restored.get("passing"):
+                forge.upsert_comment(issue, progress.MARKER, progress.render_problem(
+                    restored["problem"], run_url=env.run_url))
+        return {"status": "error", "reason": restored["problem"], "issue": issue}
+    started = _start(env, forge, trigger, writer, issue, db, config, restored["generation"])
+    if isinstance(started, dict):
+        return started
+    launches.begin(restored["generation"] or 0, 0 if started else restored["record_after"])
+    job = {**restored, "issue": issue, "db": str(db), "remote": remote, "started": time.time(),
+           "generation": launches.generation, "record_after": launches.after_seq,
+           "artifact_name": f"rio-session-{issue}", "retention_days": config.retention_days,
+           "fresh": started or bool(restored["record_imported"])}
+    write_job(env, job)
+    log("::group::rio-ci: working tree")
+    existed = workspace.check_out(env.workspace, branch_for(issue), remote, env.token)
+    job["start"] = workspace.head(env.workspace)
+    write_job(env, job)
+    log(f"branch {branch_for(issue)} {'restored' if existed else 'started'}")
+    log("::endgroup::")
+    owners: list[Owner] = []
+
+    def before_spawn(cell_id: int, token: str) -> None:
+        launches.push(owners[0].session, cell_id)
+
+    owner = Owner(str(db), before_spawn=before_spawn)
+    owners.append(owner)
+    restore_signals = handle_signals(owner.interrupted)
+    try:
+        return _work(env, forge, owner, job, trigger, writer, pull_request)
+    except RecordError as exc:
+        log(f"::error::rio-ci: {exc}")
+        if isinstance(exc, Fenced):  # another job writes this Session: publish nothing
+            write_job(env, {**job, "fenced": True})
+        return {"status": "error", "reason": str(exc), "issue": issue,
+                "session": owner.session.proj.session["id"]}
+    finally:
+        restore_signals()
+        with contextlib.suppress(RioError):
+            owner.close()
+
+
+def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: int, db: Path,
+           config: Config, generation: int | None) -> bool | dict[str, Any]:
+    """True: this job created the Session (label, /rio request, follow-up); False: it goes
+    on with the restored one; a dict: there is nothing to do (the step's result)."""
+    body = str(trigger.data.get("body") or "")
+    request = request_of(body) if writer and trigger.kind == "comment" else None
+    if generation is None:
+        if trigger.kind == "start":
+            starts.from_issue(env, forge, db, config, issue)
+            return True
+        if request is not None and not trigger.data.get("is_pull_request"):
+            starts.from_issue(env, forge, db, config, issue,
+                              (str(trigger.actor), str(trigger.data.get("url")), request))
+            session = Session.open(db)
+            try:  # the request is in the goal, not a message
+                session.set_watermark(f"comments:{issue}", trigger.data.get("comment_id"))
+            finally:
+                session.close()
+            return True
+        if trigger.kind == "resume":
+            try:
+                if timers.clear_next_wake(forge, issue, env.run_url):
+                    log(f"rio-ci: #{issue} has no Session any more; its next wake is cleared")
+            except RioError as exc:
+                warn(env, f"the progress comment of #{issue} was not checked: {exc}")
+        log(f"rio-ci: issue #{issue} has no Session; label it {env.trigger_label!r} (or "
+            "comment /rio <request>) to start one")
+        return {"status": "ignored", "reason": f"issue #{issue} has no Session"}
+    session = Session.open(db)
+    proj = session.refresh()
+    comment = None
+    try:
+        if not proj.ended:
+            return False
+        comment = starts.follow_up_request(forge, proj, issue)
+        if comment is None and writer and steer_command(body) == "status":
+            publish_progress(env, forge, session, issue, generation, None)
+    finally:
+        session.close()
+    if comment is not None:
+        starts.follow_up(env, db, config, proj, comment)
+        return True
+    log(f"rio-ci: the run of #{issue} has ended ({proj.ended['result']}) and no maintainer "
+        "asked for more; nothing is run")
+    return {"status": "ignored", "session": proj.session["id"], "issue": issue,
+            "reason": f"the run has ended ({proj.ended['result']}); nothing new"}
+
+
+def _work(env: ActionEnv, forge: Forge, owner: Owner, job: dict[str, Any], trigger: Trigger,
+          writer: bool, pull_request: int | None) -> dict[str, Any]:
+    issue = int(job["issue"])
+    session = owner.session
+    problem, note = workspace.pin(Path(session.proj.session["cwd"]), env.workspace)
+    if note:
+        log(f"rio-ci: {note}")
+    if problem is not None:
+        log(f"::error::rio-ci: {problem}")
+        publish_progress(env, forge, session, issue, job["generation"], None, note=problem)
+        return {"status": "error", "reason": problem, "issue": issue,
+                "session": session.proj.session["id"]}
+    base = session.refresh().last_seq
+    owner.recover()
+    if pull_request is not None:
+        session.set_watermark("pull_request", pull_request)
+    take_in(owner, forge, issue, warn=lambda message: warn(env, message))
+    if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
+        (env.state_dir / JOB_FILE).unlink(missing_ok=True)
+        if writer and steer_command(str(trigger.data.get("body") or "")) == "status":
+            publish_progress(env, forge, session, issue, job["generation"], "waiting")
+        log(f"rio-ci: nothing new for the Session of #{issue}: no rounds, no new generation")
+        return {"status": "ignored", "reason": "nothing new for the Session", "issue": issue,
+                "session": session.proj.session["id"]}
+    publish_progress(env, forge, session, issue, job["generation"], None,
+                     note=rejections_note(job))
+    proj = session.refresh()
+    if proj.ended:
+        status = "succeeded" if proj.ended["result"] == "success" else "failed"
+        return {"status": status, "session": proj.session["id"], "issue": issue,
+                "reason": proj.ended["reason"]}
+    given = parse_price(env.price) if env.price else None
+    model = priced_model(env.model, effort=env.effort, price=given, stored=proj.prices)
+    if given is not None:
+        session.set_price(model.name, asdict(given))
+    live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
+    harness = Harness(owner, model, live=live, external_wakeups=True)
+    deadline = time.monotonic() + env.budget_minutes * 60
+    for _ in range(TIMER_REFUSALS):
+        outcome = harness.run(deadline)
+        if outcome.status != "waiting" or \
+                not timers.refuse_far_timers(session, job["retention_days"]):
+            break
+    live.close()
+    if owner.running is not None:
+        owner.stop_running("owner_interrupted" if outcome.status == "interrupted"
+                           else "owner_deadline")
+    proj = session.refresh()
+    return {"status": outcome.status, "next_wake": proj.next_wake(),
+            "session": proj.session["id"], "issue": issue, "reason": outcome.reason}
+
+
+def quiet(session: Session, base: int) -> bool:
+    """Nothing new since seq ``base`` but watermarks, and nothing the harness would do."""
+    proj = session.refresh()
+    now = time.time()
+    kinds = {e["kind"] for e in session.journal.events(after=base)}
+    return kinds <= {"watermark"} and not (
+        proj.inbox or proj.turn or proj.controls or (proj.queued() and not proj.pause)
+        or any(t["deadline"] <= now for t in proj.timers.values()))
+
+
+def write_job(env: ActionEnv, job: dict[str, Any]) -> None:
+    path = env.state_dir / JOB_FILE
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(job))
+    partial.replace(path)

@@ -1,0 +1,262 @@
+"""The launch record: a write-ahead copy of the Journal's tail, pushed before every launch.
+
+A runner can vanish before the finish step (no ``if: always()``, no artifact). So before a
+Worker is spawned, the job pushes one small commit to ``refs/rio/sessions/<issue>`` in the
+repository itself, through the git remote the checkout came from:
+
+    record.json   {"schema": "rio.launch/1", "session_id", "issue", "generation",
+                   "after_seq", "last_seq", "cell_id", "run_id"}
+    tail.jsonl    every event with seq > after_seq, one {"seq", "kind", "at", "data"} a line
+
+``generation`` is the artifact generation the job restored (0: none) and ``after_seq`` the
+last seq of that generation's Journal (0 when the job created the Session), so the tail is
+exactly what the artifact does not have; its last event is the ``execution_started`` of the
+Cell about to launch. The ref is outside ``refs/heads/`` and its commits carry no
+``.github/workflows/``, so no workflow runs; the push needs only ``contents: write``. It is
+made with ``--force-with-lease`` on the value this job last saw: a job that is no longer the
+Session's only writer fails to push and so never launches (``Fenced``). A job's first record
+has no parent; later ones have the previous record as parent, so git sends the grown tail as
+a delta against the one the remote already has.
+
+Restore (``generations.restore``) reads the record and merges it (``merge``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rio_ci.core.events import KINDS
+from rio_ci.errors import ForgeError
+from rio_ci.github.workspace import git
+from rio_ci.session import Session
+
+SCHEMA = "rio.launch/1"
+HEADER = "record.json"
+TAIL = "tail.jsonl"
+MAX_TAIL_BYTES = 512 * 1024 * 1024  # as an artifact's snapshot
+PUSH_ATTEMPTS = 3
+NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
+_HEADER_FIELDS = ("schema", "session_id", "issue", "generation", "after_seq", "last_seq",
+                  "cell_id", "run_id")
+
+
+class RecordError(ForgeError):
+    """The launch record could not be pushed (or read): nothing may be launched."""
+
+
+class Fenced(RecordError):
+    """The ref moved since this job last saw it: another job writes the Session now."""
+
+
+def ref_for(issue: int) -> str:
+    return f"refs/rio/sessions/{issue}"
+
+
+@dataclass(frozen=True)
+class Record:
+    """A launch record as read back: the header's facts and the tail's events."""
+
+    session_id: str
+    generation: int
+    after_seq: int
+    events: list[dict[str, Any]]  # {"seq", "kind", "at", "data"}, seqs after_seq + 1, ...
+
+    @property
+    def last_seq(self) -> int:
+        return self.events[-1]["seq"] if self.events else self.after_seq
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """One Journal event (as ``Journal.events`` yields it) as a tail line."""
+    data = {k: v for k, v in event.items() if k not in ("seq", "kind", "at")}
+    return json.dumps({"seq": event["seq"], "kind": event["kind"], "at": event["at"],
+                       "data": data}, separators=(",", ":"), ensure_ascii=False)
+
+
+def journal_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
+    """The Session's events after ``after`` in the tail's shape."""
+    for event in session.journal.events(after=after):
+        yield json.loads(event_line(event))
+
+
+class LaunchRecord:
+    """Pushes launch records of one issue's Session to ``remote`` from a bare repository of
+    its own at ``git_dir`` (never the checkout, which the Cells may change)."""
+
+    def __init__(self, git_dir: Path, remote: str, token: str | None, issue: int,
+                 run_id: str = "") -> None:
+        self.git_dir, self.remote, self.token, self.issue = git_dir, remote, token, issue
+        self.run_id = run_id
+        self.lease: str | None = None  # the ref's value as this job last saw it
+        self.parent: str | None = None  # this job's previous record
+        self.begin(0, 0)
+        if not (git_dir / "HEAD").exists():
+            git_dir.mkdir(parents=True, exist_ok=True)
+            git(git_dir, "init", "--quiet", "--bare", "--object-format=sha1")
+
+    def begin(self, generation: int, after_seq: int) -> None:
+        """Records from now on carry the tail after ``after_seq``, the last seq of the
+        restored ``generation`` (0 and 0: this job created the Session)."""
+        self.generation, self.after_seq = generation, after_seq
+        self._lines: list[str] = []
+        self._last = after_seq
+        self._session_id = ""
+
+    @property
+    def ref(self) -> str:
+        return ref_for(self.issue)
+
+    def _git(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        return git(self.git_dir, *args, remote=self.remote, token=self.token, check=check,
+                   stdin=stdin).stdout
+
+    # --- reading -------------------------------------------------------------------------
+
+    def fetch(self) -> Record | str | None:
+        """Read the remote's record and remember its commit as the lease. None: there is
+        none; a string: why the one there cannot be read (treated as no record by callers,
+        who log it). A remote that cannot be asked raises ``RecordError``."""
+        try:
+            listed = self._git("ls-remote", self.remote, self.ref).split()
+            if not listed:
+                self.lease = None
+                return None
+            self.lease = listed[0]
+            self._git("fetch", "--quiet", "--no-tags", self.remote, f"+{self.ref}:{self.ref}")
+        except ForgeError as exc:
+            raise RecordError(f"cannot read the launch record {self.ref}: {exc}") from None
+        return self.read(self.lease)
+
+    def read(self, commit: str) -> Record | str:
+        size = self._git("cat-file", "-s", f"{commit}:{TAIL}", check=False).strip()
+        if not size.isdigit() or int(size) > MAX_TAIL_BYTES:
+            return f"{self.ref}: no readable {TAIL} (or over {MAX_TAIL_BYTES} bytes)"
+        try:
+            header = json.loads(self._git("cat-file", "blob", f"{commit}:{HEADER}"))
+            lines = self._git("cat-file", "blob", f"{commit}:{TAIL}").splitlines()
+            events = [json.loads(line) for line in lines if line.strip()]
+        except (ForgeError, ValueError) as exc:
+            return f"{self.ref}: unreadable: {exc}"
+        return parse(header, events) or f"{self.ref}: not a {SCHEMA} record"
+
+    # --- writing -------------------------------------------------------------------------
+
+    def push(self, session: Session, cell_id: int) -> str:
+        """Push the tail since ``after_seq`` (up to the Session's last event) with a lease
+        on the ref's last seen value; returns the new commit. Transient failures are tried
+        again; a moved ref raises ``Fenced``, anything else ``RecordError``."""
+        self._extend(session)
+        header = {"schema": SCHEMA, "session_id": self._session_id, "issue": self.issue,
+                  "generation": self.generation, "after_seq": self.after_seq,
+                  "last_seq": self._last, "cell_id": cell_id, "run_id": self.run_id}
+        blobs = {HEADER: self._object("blob", (json.dumps(header, sort_keys=True) + "\n")
+                                      .encode()),
+                 TAIL: self._object("blob", "".join(self._lines).encode())}
+        tree = self._object("tree", b"".join(f"100644 {name}".encode() + b"\0" +
+                                             bytes.fromhex(sha)
+                                             for name, sha in sorted(blobs.items())))
+        stamp = f"{NAME} <{EMAIL}> {int(time.time())} +0000"
+        parent = f"parent {self.parent}\n" if self.parent else ""
+        commit = self._object("commit", (
+            f"tree {tree}\n{parent}author {stamp}\ncommitter {stamp}\n\n"
+            f"rio-ci: launch of Cell {cell_id} (run {self.run_id})\n").encode())
+        self._push(commit)
+        self.lease = self.parent = commit
+        return commit
+
+    def _extend(self, session: Session) -> None:
+        self._session_id = session.proj.session["id"]
+        for event in session.journal.events(after=self._last):
+            self._lines.append(event_line(event) + "\n")
+            self._last = event["seq"]
+
+    def _object(self, kind: str, body: bytes) -> str:
+        """Store one git object (loose, as git itself would) and return its id: three
+        fewer processes per launch than hash-object, mktree and commit-tree."""
+        data = f"{kind} {len(body)}\0".encode() + body
+        sha = hashlib.sha1(data).hexdigest()  # git's object id (not a security use)
+        path = self.git_dir / "objects" / sha[:2] / sha[2:]
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            partial = path.with_name(f"{sha[2:]}.partial")
+            partial.write_bytes(zlib.compress(data, 1))
+            os.replace(partial, path)
+        return sha
+
+    def _push(self, commit: str) -> None:
+        lease = f"--force-with-lease={self.ref}:{self.lease or ''}"
+        problem = ""
+        for attempt in range(PUSH_ATTEMPTS):
+            done = git(self.git_dir, "push", "--porcelain", "--no-verify", lease, self.remote,
+                       f"{commit}:{self.ref}", remote=self.remote, token=self.token,
+                       check=False)
+            if done.returncode == 0:
+                return
+            output = done.stdout + done.stderr
+            if "stale info" in output or "(fetch first)" in output:
+                raise Fenced(f"the launch record {self.ref} moved since this job read it "
+                             "(another job writes this Session now); nothing is launched")
+            lines = output.strip().splitlines()
+            problem = lines[-1] if lines else f"exit {done.returncode}"
+            time.sleep(0.5 * 2**attempt)
+        raise RecordError(f"cannot push the launch record {self.ref}: {problem}")
+
+
+def parse(header: Any, events: list[Any]) -> Record | None:
+    """A Record from its parts, or None when they are not a well-formed rio.launch/1 record
+    (seqs after ``after_seq`` without gaps, known kinds, objects as data)."""
+    if not isinstance(header, dict) or header.get("schema") != SCHEMA or \
+            not set(_HEADER_FIELDS) <= set(header):
+        return None
+    session_id, generation, after = header["session_id"], header["generation"], \
+        header["after_seq"]
+    if not isinstance(session_id, str) or not _count(generation) or not _count(after):
+        return None
+    for offset, event in enumerate(events, start=1):
+        if not (isinstance(event, dict) and event.get("seq") == after + offset
+                and event.get("kind") in KINDS and isinstance(event.get("data"), dict)):
+            return None
+    if header["last_seq"] != after + len(events):
+        return None
+    return Record(session_id, generation, after, events)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def push_samples(root: Path, launches: int) -> list[float]:
+    """Seconds per launch record (``rio-ci bench``): ``launches`` records pushed to a local
+    bare repository, the Session growing between them by about what a round commits (an
+    observation of ordinary size), so each push carries a longer tail than the last."""
+    remote = root / "launch-remote.git"
+    git(root, "init", "--quiet", "--bare", str(remote))
+    session = Session.create(root / "launch.sqlite3", "measure launch records", cwd=str(root))
+    record = LaunchRecord(root / "launch-record.git", str(remote), None, 1, "bench")
+    samples = []
+    try:
+        record.fetch()
+        for number in range(1, launches + 1):
+            session.receive(f"bench:{number}", "comment", {"body": "an observation " * 40})
+            started = time.perf_counter()
+            record.push(session, number)
+            samples.append(time.perf_counter() - started)
+    finally:
+        session.close()
+    return samples
+
+
+def measure_launch_record(root: Path, quick: bool) -> dict[str, float]:
+    """``rio-ci bench``'s ``launch_record_ms``: the median cost of one launch record pushed
+    to a local bare repository (what every launch adds on GitHub, network aside)."""
+    samples = push_samples(root, 5 if quick else 25)
+    return {"launch_record_ms": round(statistics.median(samples) * 1000, 3)}

@@ -1,0 +1,97 @@
+"""Where a Session comes from on GitHub (SPEC §13, §13.1 "After the run ends").
+
+- the trigger label on an issue, by a user with write access: goal = the issue;
+- ``/rio <request>`` by a maintainer on an issue without a Session: goal = the issue + the
+  request, and the issue gets the trigger label (the sweep only looks at labelled issues);
+- a maintainer's comment on the issue or its pull request after the run ended (success or
+  failure): a follow-up Session on the same branch, whose goal is the previous goal + the
+  comment as a follow-up request, and whose first Turn is told how the previous Session
+  ended (an Inbox message ``previous_session``). It keeps the previous Session's
+  watermarks, so it answers on the same pull request and takes in only newer comments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rio_ci.core.projection import Projection
+from rio_ci.core.text import clip
+from rio_ci.github.env import ActionEnv, Config, log
+from rio_ci.github.events import goal_for, requested_goal, steer_command
+from rio_ci.github.forge.base import Comment, Forge
+from rio_ci.github.intake import is_ours, may_steer
+from rio_ci.session import Session
+
+CONCLUSION_CHARS = 2000
+
+
+def create(env: ActionEnv, db: Path, config: Config, goal: str) -> Session:
+    """A new Session at ``db`` working in this job's checkout, with the configuration read
+    now (validators, limits, credentials Cells may see)."""
+    db.unlink(missing_ok=True)
+    return Session.create(db, goal, cwd=str(env.workspace), validators=config.validators,
+                          limits=config.limits, pass_env=list(config.pass_env))
+
+
+def from_issue(env: ActionEnv, forge: Forge, db: Path, config: Config, issue: int,
+               request: tuple[str, str, str] | None = None) -> None:
+    """Start a Session on ``issue`` (the label), or on a maintainer's ``/rio`` request given
+    as ``(author, url, request)``: then the issue also gets the trigger label."""
+    info = forge.issue(issue)
+    goal = goal_for(issue, info.title, info.body)
+    if request is not None:
+        goal = requested_goal(goal, *request, follow_up=False)
+    create(env, db, config, goal).close()
+    if request is not None and env.trigger_label not in info.labels:
+        forge.add_label(issue, env.trigger_label)
+        log(f"rio-ci: #{issue} labelled {env.trigger_label!r} for the Session /rio started")
+
+
+def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | None:
+    """The oldest comment after the ended Session's watermarks (issue and pull request) by
+    someone with write access that is not a command: the request a follow-up answers."""
+    marks = proj.watermarks
+    numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
+    for comment in sorted((c for n in numbers
+                           for c in forge.comments(n, after_id=int(marks.get(f"comments:{n}", 0)))),
+                          key=lambda c: c.id):
+        if is_ours(comment) or steer_command(comment.body) is not None:
+            continue
+        if may_steer(forge, comment.author, comment.association):
+            return comment
+        log(f"rio-ci: comment {comment.id} by @{comment.author} ignored (no write access)")
+    return None
+
+
+def follow_up(env: ActionEnv, db: Path, config: Config, previous: Projection,
+              comment: Comment) -> None:
+    """Replace the ended Session at ``db`` with its follow-up (the previous one stays in the
+    older generations of the artifact)."""
+    goal = requested_goal(previous.session["goal"], comment.author, comment.url,
+                          comment.body, follow_up=True)
+    session = create(env, db, config, goal)
+    try:
+        session.receive(f"previous:{previous.session['id']}", "previous_session",
+                        conclusion_of(previous))
+        for name, value in sorted(previous.watermarks.items()):
+            session.set_watermark(name, value)
+        session.set_watermark(f"comments:{comment.issue}", comment.id)
+    finally:
+        session.close()
+    log(f"rio-ci: follow-up Session for @{comment.author}'s comment {comment.id} (the previous "
+        f"Session {previous.session['id']} ended in {(previous.ended or {}).get('result')})")
+
+
+def conclusion_of(proj: Projection) -> dict[str, Any]:
+    """How a Session ended, for its follow-up's first Turn."""
+    ended = proj.ended or {}
+    note = max((c for c in proj.cells if c.get("role") == "conclusion"),
+               key=lambda c: int(c["id"]), default=None)
+    return {"session_id": proj.session["id"], "result": ended.get("result"),
+            "reason": clip(str(ended.get("reason") or ""), CONCLUSION_CHARS),
+            "conclusion": clip(note["text"], CONCLUSION_CHARS) if note else None,
+            "unresolved": [u.get("cell_id") for u in ended.get("unresolved") or []],
+            "rounds": proj.usage.get("rounds", 0),
+            "cost_usd": round(float(proj.usage.get("cost_usd", 0.0)), 4),
+            "pull_request": proj.watermarks.get("pull_request")}

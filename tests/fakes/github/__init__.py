@@ -1,0 +1,37 @@
+"""A small stateful fake of the GitHub REST API, served over real HTTP on 127.0.0.1.
+
+It answers the endpoints rio_ci's GitHubForge reaches through PyGithub, in the JSON shapes
+PyGithub parses (every object carries its ``url`` so PyGithub never has to "complete" it with a
+second request). State lives in plain dicts that tests fill through ``add_*`` helpers and read
+back directly. Every request is recorded in ``requests`` (method, path, query, lower-cased
+headers, body) so a test can check where the token went.
+
+API paths require ``Authorization: token <token>``, ``Bearer <token>`` or HTTP basic with the
+token as password (401 ``Bad credentials`` otherwise, or once the token is expired);
+``/download/<id>`` stands for GitHub's pre-signed blob URL and requires nothing. A token made
+with ``add_token(permissions=...)`` is held to them as a job token is (403 ``Resource not
+accessible by integration``). Lists come back as one page without a Link header unless the
+request names ``per_page`` or ``page``; then they are paged with GitHub's Link header.
+
+What real GitHub does that tests can switch on (see tests/test_fake_github.py):
+- ``fail(pattern, status, method=, times=, after=)``: answer matching requests with an error
+  (a 403 for check runs, a 5xx outage, a 401 from some moment on); ``expire_token()``;
+- ``add_user(login, role, member=)``: the collaborator-permission table, where the legacy
+  ``permission`` maps ``maintain`` to ``write`` and ``triage`` to ``read`` and ``role_name``
+  keeps the role, and comments carry the ``author_association`` GitHub would give;
+- workflows with a state: ``PUT .../enable|disable``, and a dispatch to a disabled workflow is
+  refused (422); ``POST /repos/{o}/{r}/dispatches`` records a ``repository_dispatch``;
+- artifacts with ``retention_days`` and ``expires_at`` (``upload_artifact`` zips a directory
+  as actions/upload-artifact does);
+- ``serve_git(origin)``: the bare repository over smart HTTP at ``git_url``, with GitHub's
+  push refusals (tests/fakes/git_origin.py);
+- ``POST .../issues/{n}/labels``; ``merge_pull(n)``; ``observers``: callables that see
+  every request before it is answered (what was on disk at a client's first call).
+"""
+
+from __future__ import annotations
+
+from fakes.github.base import Failure, Recorded, Token
+from fakes.github.server import FakeGitHub
+
+__all__ = ["Failure", "FakeGitHub", "Recorded", "Token"]

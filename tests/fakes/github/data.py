@@ -1,0 +1,277 @@
+"""The fake's state and the helpers tests use to fill it (issues, comments, users, tokens,
+runs, checks, workflows, artifacts, pull requests) and to switch on what GitHub does."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import itertools
+import re
+import threading
+import zipfile
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+from fakes import git_origin
+from fakes.github.base import WORKFLOW_STATES, Failure, Json, Recorded, Token
+
+
+class GitHubData:
+    """What the fake knows; ``FakeGitHub`` serves it."""
+
+    def __init__(self, repo: str = "octo/demo", *, token: str = "fake-token",
+                 default_branch: str = "main", bot: str = "github-actions[bot]") -> None:
+        self.repo = repo
+        self.owner, self.name = repo.split("/")
+        self.token = token
+        self.default_branch = default_branch
+        self.bot = bot
+        self.api_url = ""
+        self.requests: list[Recorded] = []
+        self.collaborators: dict[str, str] = {}
+        self.associations: dict[str, str] = {}  # login → author_association of new comments
+        self.tokens: dict[str, Token] = {token: Token()}
+        self.issues: dict[int, dict[str, Json]] = {}
+        self.comments: dict[int, dict[str, Json]] = {}
+        self.pulls: dict[int, dict[str, Json]] = {}
+        self.runs: dict[int, dict[str, Json]] = {}
+        self.branches: dict[str, str] = {}
+        self.check_runs: dict[int, dict[str, Json]] = {}
+        self.check_suites: dict[int, dict[str, Json]] = {}
+        self.workflows: dict[str, str] = {}  # file name → state
+        self.workflow_changes: list[tuple[str, str]] = []  # (file name, enable | disable)
+        self.dispatches: list[dict[str, Json]] = []
+        self.repository_dispatches: list[dict[str, Json]] = []
+        self.artifacts: dict[int, dict[str, Json]] = {}
+        self.blobs: dict[int, bytes] = {}
+        self.default_retention_days = 90
+        self.max_retention_days = 90  # public repositories: 1 to 90 days
+        self.git_origin: Path | None = None
+        self.failures: list[Failure] = []
+        # Called with every request before it is answered (API and git alike): a test's
+        # way to look at the world at the moment of a client's first call.
+        self.observers: list[Callable[[Recorded], None]] = []
+        self._numbers = itertools.count(1)
+        self._ids = itertools.count(1001)
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- state helpers -------------------------------------------------------------------------
+
+    def _user(self, login: str) -> Json:
+        kind = "Bot" if login.endswith("[bot]") else "User"
+        return {"login": login, "id": abs(hash(login)) % 10**6, "type": kind,
+                "url": f"{self.api_url}/users/{login}", "html_url": f"https://github.test/{login}"}
+
+    @property
+    def _base(self) -> str:
+        return f"{self.api_url}/repos/{self.repo}"
+
+    def add_collaborator(self, user: str, permission: str) -> None:
+        self.collaborators[user] = permission
+
+    def add_user(self, login: str, role: str | None, *, member: bool = False,
+                 association: str | None = None) -> None:
+        """A person as GitHub sees them: ``role`` on this repository (``admin``, ``maintain``,
+        ``write``, ``triage``, ``read`` or a custom role; None: no access), and whether they
+        are a member of the owning organization. Their comments carry ``association`` or
+        what GitHub derives (MEMBER for members, COLLABORATOR for collaborators, else NONE);
+        neither says whether they may write."""
+        if role is not None:
+            self.collaborators[login] = role
+        self.associations[login] = association or (
+            "MEMBER" if member else "COLLABORATOR" if role is not None else "NONE")
+
+    def add_token(self, token: str, *, permissions: dict[str, str] | None = None,
+                  workflows: bool = False, kind: str = "app") -> Token:
+        """Another accepted token (an app installation token, a fine-grained PAT, a job
+        token with limited ``permissions``)."""
+        self.tokens[token] = Token(permissions, workflows, kind)
+        return self.tokens[token]
+
+    def expire_token(self, token: str | None = None) -> None:
+        """From now on ``token`` (default: the main one) gets 401, on the API and over git."""
+        self.tokens[token or self.token].expired = True
+
+    def add_issue(self, title: str, body: str = "", user: str = "alice",
+                  labels: tuple[str, ...] = (), state: str = "open") -> int:
+        number = next(self._numbers)
+        self.issues[number] = {
+            "id": number + 500_000, "number": number, "title": title, "body": body,
+            "user": self._user(user), "state": state,
+            "labels": [{"name": n, "url": f"{self._base}/labels/{n}"} for n in labels],
+            "url": f"{self._base}/issues/{number}",
+            "html_url": f"https://github.test/{self.repo}/issues/{number}",
+            "comments_url": f"{self._base}/issues/{number}/comments",
+        }
+        return number
+
+    def add_label(self, number: int, name: str) -> None:
+        labels = self.issues[number]["labels"]
+        if all(label["name"] != name for label in labels):
+            labels.append({"name": name, "url": f"{self._base}/labels/{name}"})
+
+    def add_comment(self, number: int, body: str, user: str = "alice",
+                    association: str | None = None) -> int:
+        """A comment by ``user``; its association defaults to the one ``add_user`` gave
+        them, else COLLABORATOR."""
+        association = association or self.associations.get(user, "COLLABORATOR")
+        comment_id = next(self._ids)
+        self.comments[comment_id] = {
+            "id": comment_id, "body": body, "user": self._user(user),
+            "author_association": association, "issue_number": number,
+            "url": f"{self._base}/issues/comments/{comment_id}",
+            "html_url": f"https://github.test/{self.repo}/issues/{number}#issuecomment-{comment_id}",
+            "issue_url": f"{self._base}/issues/{number}",
+            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+        }
+        return comment_id
+
+    def set_branch(self, branch: str, sha: str) -> None:
+        self.branches[branch] = sha
+
+    def add_workflow_run(self, branch: str, name: str = "CI", conclusion: str | None = "success",
+                         status: str = "completed", head_repo: str | None = None) -> int:
+        """A workflow run on ``branch``; ``head_repo`` names a fork it came from (default:
+        this repository)."""
+        run_id = next(self._ids)
+        self.runs[run_id] = {
+            "id": run_id, "name": name, "head_branch": branch,
+            "head_repository": self._repo_ref(head_repo or self.repo),
+            "head_sha": self.branches.get(branch, "0" * 40), "status": status,
+            "conclusion": conclusion, "event": "push", "run_number": run_id,
+            "url": f"{self._base}/actions/runs/{run_id}",
+            "html_url": f"https://github.test/{self.repo}/actions/runs/{run_id}",
+            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+        }
+        return run_id
+
+    def add_check_run(self, sha: str, name: str, conclusion: str | None = "success",
+                      status: str = "completed", app: str = "ci-app") -> int:
+        check_id = next(self._ids)
+        self.check_runs[check_id] = {
+            "id": check_id, "name": name, "head_sha": sha, "status": status,
+            "conclusion": conclusion, "app": {"id": 1, "slug": app, "name": app},
+            "url": f"{self._base}/check-runs/{check_id}",
+            "html_url": f"https://github.test/{self.repo}/runs/{check_id}",
+        }
+        return check_id
+
+    def add_check_suite(self, sha: str, conclusion: str | None = "success",
+                        status: str = "completed", app: str = "ci-app") -> int:
+        suite_id = next(self._ids)
+        self.check_suites[suite_id] = {
+            "id": suite_id, "head_sha": sha, "status": status, "conclusion": conclusion,
+            "app": {"id": 1, "slug": app, "name": app},
+            "url": f"{self._base}/check-suites/{suite_id}"}
+        return suite_id
+
+    def add_workflow(self, file_name: str, state: str = "active") -> None:
+        assert state in WORKFLOW_STATES, state
+        self.workflows[file_name] = state
+
+    def add_artifact(self, name: str, zip_bytes: bytes, created_at: str = "2024-01-01T00:00:00Z",
+                     *, expired: bool = False, run_id: int = 42,
+                     retention_days: int | None = None) -> int:
+        """An artifact as the upload left it. ``retention_days`` as the ``retention-days``
+        input: empty or 0 means the repository default, more than the maximum is cut to it
+        (as actions/upload-artifact documents); ``expires_at`` follows from it."""
+        days = retention_days or self.default_retention_days
+        days = max(1, min(days, self.max_retention_days))
+        created = datetime.datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+        expires_at = (created + datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        artifact_id = next(self._ids)
+        self.blobs[artifact_id] = zip_bytes
+        self.artifacts[artifact_id] = {
+            "id": artifact_id, "node_id": f"A_{artifact_id}", "name": name,
+            "size_in_bytes": len(zip_bytes), "expired": expired, "retention_days": days,
+            "url": f"{self._base}/actions/artifacts/{artifact_id}",
+            "archive_download_url": f"{self._base}/actions/artifacts/{artifact_id}/zip",
+            "created_at": created_at, "updated_at": created_at, "expires_at": expires_at,
+            "workflow_run": {"id": run_id, "repository_id": 1, "head_repository_id": 1,
+                             "head_branch": self.default_branch, "head_sha": "0" * 40},
+        }
+        return artifact_id
+
+    def upload_artifact(self, name: str, directory: Path, *, retention_days: int | None = None,
+                        run_id: int = 42, created_at: str = "2024-01-01T00:00:00Z") -> int:
+        """What actions/upload-artifact does with a directory: its files, zipped."""
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for path in sorted(directory.iterdir()):
+                bundle.write(path, arcname=path.name)
+        return self.add_artifact(name, buffer.getvalue(), created_at, run_id=run_id,
+                                 retention_days=retention_days)
+
+    def serve_git(self, origin: Path) -> str:
+        """Serve the bare repository ``origin`` over smart HTTP; returns its URL. Pushes need
+        a token with ``contents: write`` and meet GitHub's refusals (git_origin)."""
+        git_origin.install_push_rules(origin)
+        self.git_origin = origin
+        return self.git_url
+
+    @property
+    def git_url(self) -> str:
+        return f"{self.api_url}/{self.repo}.git"
+
+    def fail(self, path_pattern: str, status: int, *, method: str = "*",
+             times: int | None = None, after: int = 0, message: str = "") -> Failure:
+        """Answer requests whose path fully matches the regex ``path_pattern`` with
+        ``status``: ``times`` of them (None: all), after letting ``after`` through."""
+        failure = Failure(method, re.compile(path_pattern), status, times, after,
+                          message or f"injected failure {status}")
+        self.failures.append(failure)
+        return failure
+
+    def fail_next(self, method: str, path_pattern: str, status: int) -> None:
+        """Answer the next request matching ``method`` and the regex ``path_pattern`` with
+        ``status`` (a JSON error body)."""
+        self.fail(path_pattern, status, method=method, times=1)
+
+    def to(self, path_prefix: str) -> list[Recorded]:
+        """The recorded requests whose path starts with ``path_prefix``."""
+        return [r for r in self.requests if r.path.startswith(path_prefix)]
+
+    def comments_on(self, number: int) -> list[dict[str, Json]]:
+        return [c for c in self.comments.values() if c["issue_number"] == number]
+
+    def _repo_ref(self, full_name: str) -> Json:
+        owner, name = full_name.split("/")
+        return {"id": 1 if full_name == self.repo else 2, "name": name, "full_name": full_name,
+                "owner": self._user(owner), "url": f"{self.api_url}/repos/{full_name}"}
+
+    def merge_pull(self, number: int) -> None:
+        """The pull request is merged and closed (delete its branch in the origin with git,
+        as GitHub's "delete branch after merge" does)."""
+        self.pulls[number].update(state="closed", merged=True)
+        self.issues[number]["state"] = "closed"
+
+    def add_pull(self, head: str, title: str, body: str | None = None, *, base: str = "main",
+                 user: str = "alice", head_repo: str | None = None) -> int:
+        """An open pull request from ``head`` (of ``head_repo``, default this repository).
+        Like GitHub, it is an issue too: its number is shared and comments go to the issue."""
+        number = next(self._numbers)
+        owner = (head_repo or self.repo).split("/")[0]
+        self.pulls[number] = {
+            "id": number + 700_000, "number": number, "state": "open", "title": title,
+            "body": body, "user": self._user(user),
+            "head": {"ref": head, "label": f"{owner}:{head}", "sha": self.branches.get(head),
+                     "repo": self._repo_ref(head_repo or self.repo)},
+            "base": {"ref": base, "label": f"{self.owner}:{base}",
+                     "repo": self._repo_ref(self.repo)},
+            "url": f"{self._base}/pulls/{number}",
+            "html_url": f"https://github.test/{self.repo}/pull/{number}",
+        }
+        self.issues[number] = {
+            "id": number + 500_000, "number": number, "title": title, "body": body or "",
+            "user": self._user(user), "state": "open", "labels": [],
+            "url": f"{self._base}/issues/{number}",
+            "html_url": f"https://github.test/{self.repo}/pull/{number}",
+            "comments_url": f"{self._base}/issues/{number}/comments",
+            "pull_request": {"url": f"{self._base}/pulls/{number}",
+                             "html_url": f"https://github.test/{self.repo}/pull/{number}"},
+        }
+        return number
+

@@ -1,0 +1,138 @@
+"""The fake served over real HTTP on 127.0.0.1: tokens, permissions, injected failures,
+routing, and git's smart HTTP for ``serve_git``."""
+
+from __future__ import annotations
+
+import base64
+import re
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from fakes import git_origin
+from fakes.github.base import REFUSALS, SCOPES, Recorded, Token, encode, not_found
+from fakes.github.endpoints import Endpoints
+
+
+class FakeGitHub(Endpoints):
+    """Use as a context manager: ``with FakeGitHub() as gh: GitHubForge(gh.repo, gh.token,
+    gh.api_url, throttle=False)``."""
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeGitHub:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        server.daemon_threads = True
+        self._server = server
+        self.api_url = f"http://127.0.0.1:{server.server_address[1]}"
+        # A short poll interval keeps shutdown (and so each test's teardown) fast.
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        assert self._server is not None and self._thread is not None
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def token_of(self, req: Recorded) -> Token | None:
+        """The valid token a request carries, or None."""
+        kind, _, value = req.headers.get("authorization", "").partition(" ")
+        if kind.lower() == "basic":
+            try:
+                value = base64.b64decode(value).decode().partition(":")[2]
+            except (ValueError, UnicodeDecodeError):
+                return None
+        elif kind.lower() not in ("token", "bearer"):
+            return None
+        token = self.tokens.get(value)
+        return token if token is not None and not token.expired else None
+
+    def _refused(self, token: Token, req: Recorded) -> bool:
+        """Whether a token with limited permissions lacks the one this request needs."""
+        if token.permissions is None:
+            return False
+        rest = req.path.removeprefix(f"/repos/{self.repo}")
+        for pattern, scope in SCOPES:
+            if pattern.fullmatch(rest):
+                have = token.permissions.get(scope, "none")
+                return have == "none" or (req.method != "GET" and have != "write")
+        return False
+
+    def answer(self, req: Recorded) -> tuple[int, bytes, dict[str, str]]:
+        """Route one recorded request; returns (status, body, extra headers)."""
+        for observe in list(self.observers):
+            observe(req)
+        if self.git_origin is not None and req.path.startswith(f"/{self.repo}.git/"):
+            with self._lock:
+                self.requests.append(req)
+                token = self.token_of(req)
+            return git_origin.serve(self.git_origin, req, token, f"/{self.repo}.git")
+        with self._lock:
+            self.requests.append(req)
+            download = re.fullmatch(r"/download/(\d+)", req.path)
+            if download:  # the pre-signed blob URL: no token needed, none expected
+                blob = self.blobs.get(int(download[1]))
+                if blob is None:
+                    return 404, b"", {}
+                return 200, blob, {"Content-Type": "application/zip"}
+            token = self.token_of(req)
+            if token is None:
+                return encode(401, {"message": "Bad credentials"}, {})
+            for failure in self.failures:
+                if failure.take(req.method, req.path):
+                    return encode(failure.status, {"message": failure.message}, {})
+            if self._refused(token, req):
+                return encode(403, {"message": REFUSALS[token.kind]}, {})
+            for method, route, handler in self._routes():
+                match = re.fullmatch(route, req.path)
+                if match and method == req.method:
+                    return encode(*handler(req, match))
+            return encode(*not_found())
+
+
+
+def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        wbufsize = 1 << 16  # one write per response: avoids Nagle + delayed-ACK stalls
+
+        def _serve(self) -> None:
+            split = urllib.parse.urlsplit(self.path)
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                body = self._chunked()  # git sends large pushes this way
+            else:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+            query = {k: v[0] for k, v in urllib.parse.parse_qs(split.query).items()}
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, payload, extra = fake.answer(
+                Recorded(self.command, split.path, query, headers, body))
+            self.send_response(status)
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _chunked(self) -> bytes:
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()  # the CRLF after each chunk
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+    return Handler

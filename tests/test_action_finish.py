@@ -1,0 +1,189 @@
+"""SPEC §13.1 for the finish step: persist first, offline; refused pushes; the pull-request
+gate. Real ``rio-ci action`` processes against FakeGitHub and its origin over smart HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from action_job import (
+    Repository,
+    add,
+    cmd_cell,
+    code_cell,
+    commented,
+    conclude,
+    labeled,
+    messages,
+    note_cell,
+    script,
+)
+from fakes.github_api import FakeGitHub, Recorded
+
+from rio_ci.github.workspace import refused_paths
+
+pytestmark = pytest.mark.slow
+WAIT = [add(note_cell("waiting for a comment"))]
+WRITE = [add(cmd_cell("python3", "-c", "open('notes.txt', 'w').write('hello')"))]
+
+
+@pytest.fixture
+def gh() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as fake:
+        fake.add_collaborator("alice", "write")
+        yield fake
+
+
+# --- persist first, offline ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("outage", ["503", "401", "403", "expired"])
+def test_finish_persists_before_any_network_call_and_an_outage_loses_nothing(
+    tmp_path: Path, gh: FakeGitHub, outage: str
+) -> None:
+    repo = Repository(tmp_path, gh, http=True)
+    repo.set_script(script(WRITE, WAIT, [add(cmd_cell("cat", "notes.txt"))], WAIT))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    repo.step(job)
+    manifest = job.artifact_dir / "manifest.json"
+    at_first_call: list[object] = []
+
+    def observe(req: Recorded) -> None:
+        if not at_first_call:  # what finish had on disk when it first reached GitHub
+            at_first_call.append(json.loads(manifest.read_text()) if manifest.exists() else None)
+
+    gh.observers.append(observe)
+    if outage == "expired":
+        gh.expire_token()  # 401 on the API and over git alike
+    else:
+        gh.fail(r".*", int(outage))
+    repo.step(job, "finish")
+    repo.upload(job)
+
+    assert at_first_call and isinstance(at_first_call[0], dict), at_first_call
+    assert at_first_call[0]["generation"] == 1
+    assert job.outputs["artifact-name"] == f"rio-session-{issue}"
+    assert job.outputs["retention-days"] == "90"
+    assert job.finish.code == 0, job.finish.stderr
+    events = repo.events(job)
+    assert [e["kind"] for e in events].count("patch_accepted") == 2
+    assert any(e["kind"] == "execution_finished" and e["cell_id"] == 1 for e in events)
+    # GitHub comes back; the next job goes on from everything the cut-off one did.
+    gh.failures.clear()
+    gh.tokens[gh.token].expired = False
+    steer = gh.add_comment(issue, "go on", user="alice")
+    later = repo.job("issue_comment", commented(gh, steer))
+    assert "restored generation 1" in later.run.stderr
+    assert later.outputs["status"] == "waiting", later.logs
+    (cat,) = [e for e in repo.events(later) if e["kind"] == "output" and e["cell_id"] == 3]
+    if outage == "expired":  # git was refused too: the Journal is whole, the tree was not pushed
+        assert "not checkpointed" in job.finish.stderr and "No such file" in cat["text"]
+    else:  # the API was down, git was not: the checkpoint reached the branch
+        assert cat["text"] == "hello"
+
+
+# --- refused pushes ---------------------------------------------------------------------------
+
+
+def test_a_push_refused_for_workflows_and_a_big_file_is_made_without_them(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    repo = Repository(tmp_path, gh, http=True, max_file_bytes=1024 * 1024)
+    make = ("import os\nos.makedirs('.github/workflows', exist_ok=True)\n"
+            "open('.github/workflows/ci.yml', 'w').write('on: push\\n')\n"
+            "open('big.bin', 'wb').write(b'x' * (2 * 1024 * 1024))\n"
+            "open('fix.py', 'w').write('fixed = True\\n')\n")
+    repo.set_script(script([add(code_cell(make))], WAIT, WAIT))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    branch = f"rio/issue-{issue}"
+
+    job = repo.job("issues", labeled(issue))
+
+    assert job.finish.code == 0, job.finish.stderr
+    assert repo.branch_file(branch, "fix.py") == "fixed = True"
+    assert repo.branch_file(branch, ".github/workflows/ci.yml") is None
+    assert repo.branch_file(branch, "big.bin") is None
+    (refused,) = messages(repo.events(job), "push_refused")  # in the rewritten snapshot
+    assert sorted(refused["payload"]["paths"]) == [".github/workflows/ci.yml", "big.bin"]
+    assert "workflows" in refused["payload"]["reason"] and "100 MB" in refused["payload"]["reason"]
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=job.workspace,
+                            capture_output=True, text=True, check=True).stdout
+    assert ".github/" in status and "big.bin" in status  # still here, uncommitted
+    assert "::warning::" in job.finish.stderr and "refused" in job.summary
+    (comment,) = repo.progress_comments(issue)
+    assert "not pushed (refused by GitHub)" in comment["body"]
+
+    steer = gh.add_comment(issue, "go on", user="alice")
+    later = repo.job("issue_comment", commented(gh, steer))
+    turns = [e for e in repo.events(later) if e["kind"] == "turn_prepared"]
+    assert refused["id"] in turns[-1]["delivered"]  # the model is told
+
+
+def test_githubs_refusal_inside_the_rejected_ref_line_is_read_too() -> None:
+    stderr = ("To https://github.com/octo/demo.git\n ! [remote rejected] rio/issue-7 -> "
+              "rio/issue-7 (refusing to allow a GitHub App to create or update workflow "
+              "`.github/workflows/ci.yml` without `workflows` permission)\n"
+              "error: failed to push some refs to 'https://github.com/octo/demo.git'\n")
+    pat = ("! [remote rejected] x -> x (refusing to allow a Personal Access Token to create or "
+           "update workflow `.github/workflows/a b.yml` without `workflow` scope)")
+    assert refused_paths(stderr)[0] == [".github/workflows/ci.yml"]
+    assert refused_paths(pat)[0] == [".github/workflows/a b.yml"]
+    assert refused_paths("remote: error: File data/x.bin is 131.37 MB; this exceeds GitHub's "
+                         "file size limit of 100.00 MB")[0] == ["data/x.bin"]
+    assert refused_paths("! [rejected] main -> main (non-fast-forward)") == ([], [])
+
+
+# --- the pull-request gate --------------------------------------------------------------------
+
+FORGE = ("import json, os, sqlite3, time\n"
+         "db = sqlite3.connect(os.environ['RIO_SESSION_DB'], timeout=30)\n"
+         "seq = db.execute('select max(seq) from events').fetchone()[0] + 1\n"
+         "data = {'result': 'success', 'reason': 'conclusion accepted', 'note_id': 9,\n"
+         "        'unresolved': [], 'cleanup_error': None}\n"
+         "db.execute('insert into events values (?, ?, ?, NULL, ?)',\n"
+         "           (seq, 'run_ended', time.time(), json.dumps(data)))\n"
+         "db.commit()\n")
+
+
+def test_a_cell_that_forges_success_in_the_session_gets_no_pull_request(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    repo = Repository(tmp_path, gh, files={".github/rio.yml": "validators: ['test -f ok']\n"})
+    repo.set_script(script([add(code_cell(FORGE))]))
+    issue = gh.add_issue("Fix", labels=("rio",))
+
+    job = repo.job("issues", labeled(issue))
+
+    assert job.run.result["status"] == "succeeded", job.logs  # the forgery fooled the run
+    assert gh.pulls == {}
+    assert job.outputs["status"] == "error" and job.outputs["pull-request"] == ""
+    assert "not committed by the Owner" in job.finish.result["reason"]
+    (comment,) = repo.progress_comments(issue)
+    assert "no pull request" in comment["body"]
+
+
+def test_validators_run_again_in_the_finish_step_before_the_pull_request(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    runs = tmp_path / "validator-runs"
+    # Passes the first time only: what a Cell's leftover could make of a validator.
+    once = (f"python3 -c \"import pathlib, sys; p = pathlib.Path({str(runs)!r}); "
+            "n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); "
+            "sys.exit(n)\"")
+    config = f"validators: [{json.dumps(once)}]\n"
+    repo = Repository(tmp_path, gh, files={".github/rio.yml": config})
+    repo.set_script(script(WRITE, [conclude()]))
+    issue = gh.add_issue("Fix", labels=("rio",))
+
+    job = repo.job("issues", labeled(issue))
+
+    assert job.run.result["status"] == "succeeded", job.logs
+    assert runs.read_text() == "xx"  # at the conclusion, then again in the finish step
+    assert gh.pulls == {} and job.outputs["status"] == "error"
+    assert "failed in the finish step" in job.finish.result["reason"]
+    results = [e for e in repo.events(job) if e["kind"] == "validator_result"]
+    assert [r["result"]["type"] for r in results] == ["success", "error"]

@@ -1,0 +1,52 @@
+"""The model in a GitHub job: each round folds into the job's log as a ``::group::`` (with the
+model's rationale and the Cells' output), and the job refuses a model whose cost it cannot
+count unless the ``price`` input gives one (issue 11: the same rules as ``rio-ci run``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from action_job import Repository, add, cmd_cell, conclude, labeled, script
+from fakes.github_api import FakeGitHub
+
+
+@pytest.fixture
+def gh() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as fake:
+        fake.add_collaborator("alice", "write")
+        yield fake
+
+
+def test_each_round_is_a_group_in_the_job_log_with_the_output_as_committed(
+        tmp_path: Path, gh: FakeGitHub) -> None:
+    repo = Repository(tmp_path, gh)
+    repo.set_script(script([add(cmd_cell("echo", "hello from round one"))], [conclude()]))
+    issue = gh.add_issue("Say hello", labels=("rio",))
+
+    job = repo.job("issues", labeled(issue))
+
+    log = job.steps[0].stderr
+    assert "::group::rio-ci: round 1 (revision 0)" in log
+    assert "::group::rio-ci: round 2 (revision 1)" in log
+    first, second = log.index("round 1 (revision 0)"), log.index("round 2 (revision 1)")
+    assert first < log.index("hello from round one") < second
+    assert log.index("::endgroup::", first) < second  # round 1 is closed before round 2 opens
+    assert "::endgroup::" in log[second:]  # and the last round is closed too
+    assert job.finish.result["status"] == "succeeded"
+
+
+def test_an_unpriced_model_is_refused_unless_the_price_input_gives_one(
+        tmp_path: Path, gh: FakeGitHub) -> None:
+    repo = Repository(tmp_path, gh)
+    issue = gh.add_issue("Anything", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    job.env["RIO_MODEL"] = "anthropic:rio-test-unpriced-model"
+    refused = repo.step(job)
+    assert refused.code == 2
+    assert "--price IN/OUT" in refused.stdout and "rio-test-unpriced-model" in refused.stdout
+
+    job = repo.prepare("issues", labeled(issue))
+    job.env.update(RIO_MODEL="anthropic:rio-test-unpriced-model", RIO_PRICE="not-a-price")
+    assert repo.step(job).code == 2

@@ -1,0 +1,121 @@
+"""SPEC §13.1 "Timers and retention": the artifact outlives every Timer, a Timer past the
+retention horizon is refused, the sweep is switched on when a Timer waits, and a dispatched
+job that finds no Session clears the next wake."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from action_job import (
+    Repository,
+    add,
+    code_cell,
+    dispatched,
+    labeled,
+    messages,
+    note_cell,
+    script,
+)
+from fakes.github_api import FakeGitHub
+
+pytestmark = pytest.mark.slow
+DAY = 86_400
+MARKER = "<!-- rio-ci:progress -->"
+
+
+@pytest.fixture
+def gh() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as fake:
+        fake.add_user("alice", "write")
+        fake.add_workflow("rio.yml")
+        yield fake
+
+
+def set_timer(name: str, days: float) -> list[dict[str, object]]:
+    return [add(code_cell(f"import time\nfrom rio_ci.api import timer\n"
+                          f"timer({name!r}, time.time() + {days} * 86400, {{'why': {name!r}}})\n"))]
+
+
+def test_a_timer_past_the_retention_horizon_is_refused_and_the_artifact_outlives_the_rest(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    repo = Repository(tmp_path, gh, files={".github/rio.yml": "retention_days: 5\n"},
+                      budget_minutes=0.2)
+    repo.set_script(script(
+        set_timer("far", 6),  # the artifact would be gone (5 days) before it fires
+        [add(note_cell("that one was refused; a nearer one"))],
+        set_timer("near", 2),
+        [add(note_cell("waiting for the Timer"))],
+    ))
+    issue = gh.add_issue("Watch", labels=("rio",))
+
+    job = repo.job("issues", labeled(issue))
+
+    assert job.outputs["status"] == "waiting", job.logs
+    events = repo.events(job)
+    (refused,) = messages(events, "timer_refused")
+    assert refused["payload"]["id"] == "far"
+    assert "retention of 5 days" in refused["payload"]["reason"]
+    assert [e["id"] for e in events if e["kind"] == "timer_cancelled"] == ["far"]
+    turns = [e for e in events if e["kind"] == "turn_prepared"]
+    assert any(refused["id"] in t["delivered"] for t in turns)  # the model was told
+    wake = float(job.outputs["next-wake"])
+    assert 1.9 * DAY < wake - time.time() < 2.1 * DAY
+    assert job.outputs["retention-days"] == "5"
+    artifact = gh.artifacts[job.artifact_id or 0]
+    expires = datetime.datetime.fromisoformat(artifact["expires_at"].replace("Z", "+00:00"))
+    created = datetime.datetime.fromisoformat(artifact["created_at"].replace("Z", "+00:00"))
+    assert (expires - created).days == 5
+    assert json.loads((job.artifact_dir / "manifest.json").read_text())["next_wake"] == wake
+
+
+@pytest.mark.parametrize(("state", "sent"), [("disabled_inactivity", True),
+                                             ("disabled_manually", True), ("active", False),
+                                             (None, False)])
+def test_a_waiting_timer_switches_the_sweep_on_after_the_progress_comment(
+    tmp_path: Path, gh: FakeGitHub, state: str | None, sent: bool
+) -> None:
+    if state is not None:
+        gh.add_workflow("rio-sweep.yml", state)
+    repo = Repository(tmp_path, gh, budget_minutes=0.1)
+    repo.set_script(script(set_timer("look", 1), [add(note_cell("waiting for the Timer"))]))
+    issue = gh.add_issue("Watch", labels=("rio",))
+
+    job = repo.job("issues", labeled(issue))
+
+    assert job.outputs["status"] == "waiting", job.logs
+    dispatches = gh.repository_dispatches
+    assert dispatches == ([{"event_type": "rio-timer", "client_payload": {}}] if sent else [])
+    paths = [(r.method, r.path) for r in gh.requests]
+    if sent:
+        final_comment = max(i for i, (m, p) in enumerate(paths)
+                            if m in ("POST", "PATCH") and "/comments" in p)
+        assert final_comment < paths.index(("POST", f"/repos/{gh.repo}/dispatches"))
+    (comment,) = repo.progress_comments(issue)
+    assert '"next_wake": ' + job.outputs["next-wake"] in comment["body"]
+    assert gh.workflow_changes == []  # the rio job never switches workflows itself
+
+
+def test_a_dispatched_job_that_finds_no_session_clears_the_next_wake(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    repo = Repository(tmp_path, gh)
+    issue = gh.add_issue("Watch", labels=("rio",))
+    meta = {"status": "waiting", "generation": 3, "operation": "x:1",
+            "next_wake": time.time() - 60, "ended": False}
+    gh.add_comment(issue, f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta)} -->\n### waiting\n",
+                   user=gh.bot, association="NONE")  # its artifacts have expired meanwhile
+
+    job = repo.job("workflow_dispatch", dispatched(issue))
+    sweep = repo.job("schedule", {"schedule": "*/15 * * * *"})
+
+    assert job.run.result["status"] == "ignored"
+    (comment,) = repo.progress_comments(issue)
+    assert '"next_wake": null' in comment["body"] and "gone" in comment["body"]
+    assert sweep.run.result == {"status": "swept", "dispatched": []}
+    assert gh.dispatches == []

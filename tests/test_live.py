@@ -1,0 +1,176 @@
+"""The live log of ``rio-ci run`` (stderr) and the round's rationale wherever a run is shown:
+``rio-ci show``, the live log, the progress comment (SPEC §4.1, issue 11 "Live progress").
+
+The run is a real subprocess against the strict ``FakeAnthropic``; its stderr is read while it
+runs, so "as it happens" is observed, not assumed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rio_ci.commands.show import render_text
+from rio_ci.github import progress
+from rio_ci.live import LiveLog
+from rio_ci.session import Session
+from tests.harness_kit import DONE, MODEL, WatchedFake, cmd, cost, kinds, patch, wait_for
+from tests.run_cli import events, new_session, rio, spawn, status
+
+# Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
+# tests/conftest.py marks test_harness.py.
+pytestmark = pytest.mark.slow
+
+PY = sys.executable
+RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class Lines:
+    """Reads a pipe line by line in a thread, so a test can look while the process runs."""
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: io.TextIOBase) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def join(self) -> str:
+        self._thread.join(10)
+        return self.text
+
+
+def run_live(fake: WatchedFake, db: Path) -> tuple[subprocess.Popen[str], Lines]:
+    proc = spawn("run", str(db), "--model", f"anthropic:{MODEL}", env=fake.env())
+    assert proc.stderr is not None
+    return proc, Lines(proc.stderr)  # type: ignore[arg-type]
+
+
+def test_run_tells_each_round_on_stderr_as_it_happens(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    go = tmp_path / "go"
+    script = (f"import pathlib, time\nprint('first-marker', flush=True)\n"
+              f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\n"
+              f"print('second-marker')\n")
+    with WatchedFake(db) as fake:
+        fake.reply_patch(patch(0, 1, cmd(PY, "-c", script)), input_tokens=1000,
+                         output_tokens=100, text="Reproducing the bug first.")
+        fake.reply_patch(patch(1, 2, DONE), input_tokens=3000, output_tokens=300,
+                         text="The fix holds; concluding.")
+        proc, err = run_live(fake, db)
+        try:
+            wait_for(lambda: "[1] first-marker" in err.text, 30)
+            # The Cell is still running, and round 1 has already been told.
+            assert proc.poll() is None and "second-marker" not in err.text
+            told = err.text
+            assert "round 1" in told and "Reproducing the bug first." in told
+            assert f"+ [1] cmd {PY} -c" in told
+            assert f"${cost(1000, 100):.4f}" in told  # usage and cost so far
+            go.touch()
+            assert proc.stdout is not None
+            out = proc.stdout.read()  # stderr belongs to the reader thread
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    log = err.join()
+    assert out.count("\n") == 1 and status(out)["status"] == "succeeded"  # stdout: one line
+    assert "[1] second-marker" in log and "[1] → success exit 0" in log
+    assert log.index("[1] → success") < log.index("round 2") < log.index("The fix holds")
+    assert f"${cost(1000, 100) + cost(3000, 300):.4f}" in log
+    assert "run ended: success" in log
+
+
+def test_control_characters_from_cells_and_the_model_are_escaped(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    printer = "import sys; sys.stdout.write('A\\x1b[2JB\\x07C\\x9bD\\rE\\n')"
+    with WatchedFake(db) as fake:
+        fake.reply_patch(patch(0, 1, cmd(PY, "-c", printer), cmd("no-such-\x1b[31m-tool")),
+                         text="Clearing \x1b]0;your title\x07 the screen.")
+        fake.reply_patch(patch(1, 3, DONE))
+        done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    log = done.stderr
+    assert not RAW_CONTROL.search(log), repr(RAW_CONTROL.search(log))
+    assert "[1] A\\x1b[2JB\\x07C\\x9bD\\x0dE" in log
+    assert "no-such-\\x1b[31m-tool" in log  # the Cell line and the launch failure
+    assert "Clearing \\x1b]0;your title\\x07 the screen." in log
+
+
+def test_ids_chosen_outside_are_escaped_too(make_session: type) -> None:
+    session: Session = make_session()  # type: ignore[operator]
+    stream = io.StringIO()
+    live = LiveLog(session, stream)
+    session.receive("comment-\x1b[2J", "comment", {"body": "hello"})
+    session.set_timer("timer-\x1b[5m", time.time() - 1, {"why": "now"})
+    session.fire_timer("timer-\x1b[5m")
+    session.set_timer("later-\x1b[5m", time.time() + 3600, None)
+    session.prepare_turn()
+    live.close()
+    log = stream.getvalue()
+    assert "comment-\\x1b[2J" in log and "timer-\\x1b[5m" in log
+    assert not RAW_CONTROL.search(log)
+    shown = render_text(session)  # rio-ci show
+    assert "later-\\x1b[5m" in shown and not RAW_CONTROL.search(shown)
+
+
+def test_a_long_output_is_told_once_with_its_elided_middle(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    chatty = ("import time\nfor i in range(2400):\n    print(f'line {i:05d} ' + 'x' * 20)\n"
+              "    if i % 100 == 0: time.sleep(0.05)\n")
+    with WatchedFake(db) as fake:
+        fake.reply_patch(patch(0, 1, cmd(PY, "-c", chatty)))
+        fake.reply_patch(patch(1, 2, DONE))
+        done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    told = re.findall(r"^   \[1\] (line \d{5}) x+$", done.stderr, re.M)
+    assert len(told) == len(set(told)) and told == sorted(told), "a line was told twice"
+    assert told[0] == "line 00000" and told[-1] == "line 02399"
+    assert re.search(r"^   \[1\] \[… \d+ bytes elided …\]$", done.stderr, re.M)
+    # Everything retained was told (and lines of tail windows that later slid past too).
+    retained = rio("output", str(db), "1", "--human").stdout
+    kept = [ln.split(" x")[0] for ln in retained.splitlines() if ln.startswith("line")]
+    assert set(kept) <= set(told) and len(kept) < len(told)
+
+
+@pytest.mark.parametrize("where", ["events", "show", "live log", "progress comment"])
+def test_the_rationale_is_committed_and_shown(tmp_path: Path, where: str) -> None:
+    db = new_session(tmp_path)
+    thought = "Summary: the route reads session['user'] directly."
+    said = "Tests pass now; concluding. Thanks @octocat"
+    with WatchedFake(db) as fake:
+        fake.reply_patch(patch(0, 1, cmd("echo", "ok")), thinking=thought)
+        fake.reply_patch(patch(1, 2, DONE), thinking="internal", text=said)
+        done = fake.run()
+    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    if where == "events":  # the text, else the thinking summary, committed with the reply
+        assert [r["rationale"] for r in kinds(events(db), "model_response")] == [thought, said]
+    elif where == "show":
+        shown = rio("show", str(db)).stdout
+        assert "Tests pass now; concluding." in shown and "internal" not in shown
+        assert json.loads(rio("show", str(db), "--json").stdout)["rationale"] == said
+    elif where == "live log":
+        assert f"model: {thought}" in done.stderr and f"model: {said}" in done.stderr
+    else:
+        session = Session.open(db)
+        try:
+            body = progress.render(session.proj, status="succeeded", run_url=None,
+                                   generation=1, operation="op")
+        finally:
+            session.close()
+        assert "> Tests pass now; concluding." in body and "@octocat" not in body
+        assert "@\u200boctocat" in body  # quoted, and no notification for anyone
