@@ -381,7 +381,8 @@ def imported(kind: str, data: dict[str, Any]) -> Event:
     keys = [k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name") if k in data]
     ref = (message.get("id") if isinstance(message, dict) else data[keys[0]] if keys
            and kind not in ("session_created", "run_ended") else None)
-    return Event(kind, dict(data), None if ref is None else str(ref))
+    stored = {k: v for k, v in data.items() if not (kind == "patch_accepted" and k == "cells")}
+    return Event(kind, stored, None if ref is None else str(ref))  # cells: derived on read
 
 
 # Every event kind, in the order docs/journal.md lists them.
