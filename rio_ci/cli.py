@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -225,12 +224,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rio_ci.commands.bench import bench_command
 
-    try:  # bench measures in a folder it makes there: fail now, not halfway through
-        os.rmdir(tempfile.mkdtemp(prefix="rio-bench-probe-", dir=args.dir or os.getcwd()))
-    except OSError as exc:
-        raise UsageError(f"--dir {args.dir or os.getcwd()}: {exc.strerror}") from None
-
-    return bench_command(as_json=args.json, quick=args.quick, directory=args.dir, emit=_emit)
+    return bench_command(as_json=args.json, quick=args.quick, directory=args.dir, emit=_emit,
+                         chart_path=args.chart, before=args.before)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -342,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
     p.add_argument("--dir", help="where to measure (default: a folder under the current one)")
+    p.add_argument("--chart", metavar="SVG", help="also draw Session size against rounds")
+    p.add_argument("--before", action="append", default=[], metavar="LABEL=DIR",
+                   help="a line of the chart for the rio_ci source tree in DIR (repeatable)")
     p = specs["eval"]
     p.add_argument("cases", nargs="+", metavar="CASE_DIR",
                    help="a case directory (with case.yml), or a directory of them")

@@ -1,11 +1,8 @@
-"""The Journal: the only module that runs SQL.
-
-A Session is one SQLite file with three tables: ``meta`` (schema version, Session id),
-``events`` (the append-only Journal) and ``snapshot`` (a derived projection at some seq, so
-opening a long Session folds only the tail). Every connection sets and verifies
-``journal_mode=WAL`` and ``synchronous=FULL``. Every write is one ``BEGIN IMMEDIATE``
-transaction that first catches up with events other processes committed.
-"""
+"""The Journal: the only module that runs SQL. A Session is one SQLite file: ``meta``
+(schema version, Session id), ``events`` (the append-only Journal) and ``snapshot`` (a derived
+projection at some seq, so opening folds only the tail). Every connection sets and verifies
+WAL and ``synchronous=FULL``; every write is one ``BEGIN IMMEDIATE`` transaction that first
+catches up with what other processes committed."""
 
 from __future__ import annotations
 
@@ -20,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci import sessionfile
-from rio_ci.core.events import Event
+from rio_ci.core.events import KINDS, Event
 from rio_ci.core.projection import PROJECTION_FORMAT, Projection
-from rio_ci.core.reducer import apply
+from rio_ci.core.reducer import apply, readable
+from rio_ci.core.state import compact
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
 from rio_ci.sessionfile import SCHEMA_VERSION
@@ -30,12 +28,18 @@ from rio_ci.sessionfile import copy_single_file as copy_single_file  # the artif
 from rio_ci.sessionfile import resolve as resolve  # where Sessions are found
 from rio_ci.sessionfile import single_file_problem as single_file_problem
 
-SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten
-_SCHEMA = """
+SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten ...
+SNAPSHOT_OPEN_TURN = 4 * SNAPSHOT_EVERY  # ... or, while a Turn is open, before it must be
+PAGE_SIZE = 8192  # rows of 1-3 KB left a third of each 4 KiB page empty (docs/performance.md)
+# Kinds looked up by ref, the only ones indexed (patch_accepted: after its turn_prepared)
+LOOKED_UP = ("message_received", "turn_prepared", "timer_set", "execution_started", "output",
+             "execution_finished")
+_SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, at REAL NOT NULL, ref TEXT,
                      data TEXT NOT NULL);
-CREATE INDEX events_ref ON events (ref, kind);
+CREATE INDEX events_ref ON events (ref, kind)
+    WHERE {" OR ".join(f"kind = '{k}'" for k in LOOKED_UP)};
 CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
                        data TEXT NOT NULL);
 """
@@ -45,12 +49,12 @@ class Journal:
     """An open Session file plus its projection, kept caught up on every read and write."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, proj: Projection,
-                 snapshot_seq: int, identity: sessionfile.Identity | None = None):
-        self.path = path
-        self._conn = conn
-        self.proj = proj
-        self._snapshot_seq = snapshot_seq
+                 snapshot_seq: int, identity: sessionfile.Identity | None = None,
+                 synchronous: str = "FULL"):
+        self.path, self._synchronous = path, synchronous
+        self._conn, self.proj, self._snapshot_seq = conn, proj, snapshot_seq
         self.poisoned: str | None = None
+        self.commits = 0  # write transactions committed through this handle
         self.refused: str | None = None  # why this Journal commits nothing more
         self.guard: Callable[[], None] | None = None  # may call refuse() before a write
         self.identity = identity or sessionfile.identity_of(path)
@@ -115,7 +119,7 @@ class Journal:
         if sessionfile.identity_of(real) != identity:
             conn.close()
             raise StorageError(f"{path} was replaced while it was being opened; try again")
-        journal = cls(real, conn, proj, snapshot_seq, identity)
+        journal = cls(real, conn, proj, snapshot_seq, identity, synchronous)
         journal.catch_up()
         return journal
 
@@ -125,12 +129,11 @@ class Journal:
     def reopen(self) -> None:
         """Drop the in-memory projection and read what really committed."""
         self._conn.close()
-        fresh = Journal.open(self.path)
+        fresh = Journal.open(self.path, synchronous=self._synchronous)
         if fresh.identity != self.identity:
             fresh.close()
             raise StorageError(f"{self.path} now names another file; not reopening it")
-        self._conn, self.proj = fresh._conn, fresh.proj
-        self._snapshot_seq = fresh._snapshot_seq
+        self._conn, self.proj, self._snapshot_seq = fresh._conn, fresh.proj, fresh._snapshot_seq
         self.poisoned = None
 
     def check_file(self) -> None:
@@ -175,7 +178,9 @@ class Journal:
             raise StorageError(f"cannot read {self.path}: {exc}") from None
 
     def _event(self, seq: int, kind: str, at: float, data: str) -> dict[str, Any]:
-        return {"seq": seq, "kind": kind, "at": at, **sessionfile.decode(data, seq, self.path)}
+        # as readers see it: derived fields filled in
+        return {"seq": seq, "kind": kind, "at": at,
+                **readable(kind, sessionfile.decode(data, seq, self.path))}
 
     def catch_up(self) -> None:
         """Fold events committed by any process since the projection's last seq."""
@@ -186,33 +191,27 @@ class Journal:
             sessionfile.fold(self.proj, seq, kind, data, self.path)
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        query = "SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY seq"
-        params: tuple[Any, ...] = (after,)
-        if limit is not None:
-            query += " LIMIT ?"
-            params = (after, limit)
-        for row in self._rows(query, params):
+        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY "
+                              "seq LIMIT ?", (after, -1 if limit is None else limit)):
             yield self._event(*row)
 
-    def find(self, ref: str, kind: str) -> dict[str, Any] | None:
-        """The first event of ``kind`` whose ref is ``ref`` (an id: Turn, message, Cell, Timer)."""
-        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ?"
-                              " ORDER BY seq LIMIT 1", (ref, kind)):
-            return self._event(*row)
-        return None
+    def find(self, ref: str, kind: str, after: int = 0) -> dict[str, Any] | None:
+        """The first event of ``kind`` after seq ``after`` whose ref is ``ref`` (an id)."""
+        return next(self.find_all(ref, kind, after), None)
 
-    def find_all(self, ref: str, kind: str) -> Iterator[dict[str, Any]]:
-        """Every event of ``kind`` whose ref is ``ref``, in order."""
-        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE ref = ? AND kind = ?"
-                              " ORDER BY seq", (ref, kind)):
+    def find_all(self, ref: str, kind: str, after: int = 0) -> Iterator[dict[str, Any]]:
+        """Every such event, in order: through the index for ``LOOKED_UP`` kinds (the kind
+        is spelled out so SQLite can use a partial index), else scanning from ``after``."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE seq > ? AND ref = ?"
+                              f" AND kind = '{kind}' ORDER BY seq", (after, ref)):
             yield self._event(*row)
 
     def kinds_of(self, seqs: set[int]) -> dict[int, str]:
-        if not seqs:
-            return {}
-        marks = ",".join("?" * len(seqs))
-        rows = self._rows(f"SELECT seq, kind FROM events WHERE seq IN ({marks})", sorted(seqs))
-        return {seq: kind for seq, kind in rows}
+        marks = ",".join("?" * len(seqs))  # SQLite takes an empty list too
+        return dict(self._rows(f"SELECT seq, kind FROM events WHERE seq IN ({marks})",
+                               sorted(seqs)))
 
     def size_bytes(self) -> int:
         count, size = (next(self._rows(f"PRAGMA {n}"))[0] for n in ("page_count", "page_size"))
@@ -227,19 +226,26 @@ class Journal:
 
     def drop_derived(self) -> None:
         """Delete the snapshot (tests and ``rio-ci`` maintenance); the next open replays."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._conn.execute("DELETE FROM snapshot")
-        self._conn.execute("COMMIT")
+        self._conn.executescript("BEGIN IMMEDIATE; DELETE FROM snapshot; COMMIT;")
 
     # --- writing -------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, crash_before: str | None = None) -> Iterator[Writer]:
-        """One ``BEGIN IMMEDIATE`` transaction, caught up with the Journal first.
+    def write(self, crash_before: str | None = None, *,
+              synced: bool = True) -> Iterator[Writer]:
+        """One ``BEGIN IMMEDIATE`` transaction, caught up first; an exception rolls back, an
+        error at COMMIT poisons the Journal until ``reopen()``. ``synced=False``: no fsync at
+        COMMIT; safe from any crash, and from a power cut once a later synced commit covers it."""
+        relaxed = not synced and self._synchronous != "NORMAL"
+        if relaxed:  # the level can change only between transactions
+            self._set_synchronous("NORMAL")
+        try:
+            yield from self._transaction(crash_before)
+        finally:
+            if relaxed:
+                self._set_synchronous(self._synchronous)
 
-        An exception inside rolls back and re-reads the projection. An error at COMMIT
-        leaves the outcome unknown: the Journal is poisoned until ``reopen()``.
-        """
+    def _transaction(self, crash_before: str | None) -> Iterator[Writer]:
         self._check()
         self.check_file()
         try:
@@ -250,12 +256,14 @@ class Journal:
         try:
             self.catch_up()
             yield writer
-            if writer.appended and self.proj.last_seq - self._snapshot_seq >= SNAPSHOT_EVERY:
-                # _dumps reads without keeping references: no deep copy (to_dict) needed
-                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)",
-                                   (self.proj.last_seq, _dumps({
-                                       "format": PROJECTION_FORMAT,
-                                       "projection": vars(self.proj)})))
+            behind = self.proj.last_seq - self._snapshot_seq
+            # An open Turn's whole State would go into the snapshot: wait, within bounds.
+            if writer.appended and (behind >= SNAPSHOT_OPEN_TURN or (
+                    behind >= SNAPSHOT_EVERY and self.proj.turn is None)):
+                # compact reads without keeping references: no deep copy (to_dict) needed
+                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)", (
+                    self.proj.last_seq,
+                    compact({"format": PROJECTION_FORMAT, "projection": vars(self.proj)})))
                 self._snapshot_seq = self.proj.last_seq
             if crash_before:
                 crash_point(crash_before)
@@ -268,12 +276,19 @@ class Journal:
             raise
         try:
             self._conn.execute("COMMIT")
+            self.commits += 1
         except sqlite3.Error as exc:
             self.poisoned = f"COMMIT failed on {self.path}: {exc}"
-            raise UncertainCommit(
-                f"{self.poisoned}; the outcome is unknown: stop, reopen and inspect"
-            ) from None
+            raise UncertainCommit(f"{self.poisoned}; the outcome is unknown: stop, reopen and "
+                                  "inspect") from None
         crash_point("journal_after_commit")
+
+    def _set_synchronous(self, level: str) -> None:
+        try:  # a level not restored poisons the Journal: reopen() sets it again
+            self._conn.execute(f"PRAGMA synchronous = {level}")
+        except sqlite3.Error as exc:
+            self.poisoned = self.poisoned or f"cannot set synchronous on {self.path}: {exc}"
+            raise UncertainCommit(f"{self.poisoned}; reopen the Session") from None
 
     def _rollback(self) -> None:
         with suppress(sqlite3.Error):
@@ -298,45 +313,44 @@ class Journal:
 
 
 class Writer:
-    """Appends events inside one ``Journal.write()`` transaction. Only the Session holds
-    one: every event is built by a constructor of ``rio_ci.core.events``."""
+    """Appends events inside one ``Journal.write()`` transaction; only the Session holds
+    one, and builds every event with a constructor of ``rio_ci.core.events``."""
 
     def __init__(self, journal: Journal):
         self._journal = journal
+        self.proj = journal.proj  # caught up in place, replaced only after a rollback
         self.appended = 0
 
-    @property
-    def proj(self) -> Projection:
-        return self._journal.proj
-
-    def append(self, event: Event) -> int:
-        """Insert one event and fold it; returns its seq."""
-        seq = self.proj.last_seq + 1
-        text = _dumps(event.data)
-        # The fold gets its own copy (decoded from the stored text), so nothing the caller
-        # still holds can change the projection later.
-        apply(self.proj, seq, event.kind, json.loads(text))
-        self._journal._conn.execute(
-            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-            (seq, event.kind, time.time(), event.ref, text))
+    def append(self, event: Event, *, text: str | None = None) -> int:
+        """Insert one event and fold it; returns its seq. Giving ``text`` (``event.data``
+        encoded as ``compact`` does) hands the data over: the fold keeps it uncopied."""
+        seq, data = self.proj.last_seq + 1, event.data
+        if text is None:  # the fold's own copy: nothing the caller holds can change it later
+            text = compact(data)
+            data = json.loads(text)
+        apply(self.proj, seq, event.kind, data)
+        self._journal._conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                                    (seq, event.kind, time.time(), event.ref, text))
         self.appended += 1
         return seq
 
 
-def _connect(path: Path, synchronous: str, *, create: bool,
-             configure: bool = True) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str, *, create: bool, configure: bool = True,
+             page_size: int | None = None) -> sqlite3.Connection:
     # as_uri: a name holding "?", "#" or "%" is a file name, not URI syntax
     uri = f"{path.as_uri()}?mode={'rwc' if create else 'rw'}"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
                            check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 30000")
+    if page_size:  # only before the first table exists (and before WAL)
+        conn.execute(f"PRAGMA page_size = {page_size}")
     if configure:
         _configure(conn, path, synchronous)
     return conn
 
 
 def _build(partial: Path, session_id: str, first: Event, synchronous: str) -> None:
-    conn = _connect(partial, synchronous, create=True)
+    conn = _connect(partial, synchronous, create=True, page_size=PAGE_SIZE)
     try:
         conn.execute("BEGIN IMMEDIATE")
         for statement in filter(str.strip, _SCHEMA.split(";")):
@@ -344,7 +358,7 @@ def _build(partial: Path, session_id: str, first: Event, synchronous: str) -> No
         conn.executemany("INSERT INTO meta VALUES (?, ?)",
                          [("schema_version", str(SCHEMA_VERSION)), ("session_id", session_id)])
         conn.execute("INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
-                     (first.kind, time.time(), _dumps(first.data)))
+                     (first.kind, time.time(), compact(first.data)))
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
@@ -359,10 +373,9 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
     expected = {"FULL": 2, "NORMAL": 1, "EXTRA": 3}[synchronous]
     if str(mode).lower() != "wal" or level != expected:
         conn.close()
-        raise StorageError(
-            f"{path}: could not set journal_mode=WAL and synchronous={synchronous} "
-            f"(got {mode}, {level}); the file system may not support WAL"
-        )
+        raise StorageError(f"{path}: could not set journal_mode=WAL and synchronous="
+                           f"{synchronous} (got {mode}, {level}); the file system may not "
+                           "support WAL")
 
 
 def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:
@@ -371,8 +384,7 @@ def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:
         return Projection(), 0
     try:
         data = sessionfile.DECODER.decode(row[1])
-        # json builds fresh objects, so from_dict's deep copy would only cost time
-        # (a third of an open).
+        # json built fresh objects: from_dict's deep copy would cost a third of an open
         if isinstance(data, dict) and data.get("format") == PROJECTION_FORMAT:
             return Projection(**data["projection"]), int(row[0])
     except (ValueError, TypeError, KeyError):
@@ -386,8 +398,3 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _dumps(value: Any) -> str:
-    """Strict JSON (ValueError on NaN or Infinity: nothing non-standard is ever stored)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

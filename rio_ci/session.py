@@ -17,19 +17,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from rio_ci.core import admission
 from rio_ci.core import events as ev
-from rio_ci.core.admission import Facts, Receipt, Refused, decide, digest, unwrap
+from rio_ci.core.admission import Encoded, Facts, Receipt, Refused, decide, encode, unwrap
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.state import (
-    EVIDENCE_REF,
+    compact,
     encoded_size,
     is_text_safe,
     json_equal,
     message_problem,
     timer_problem,
 )
-from rio_ci.core.view import elided_marker, render, select_inbox
+from rio_ci.core.view import elided_marker, next_turn, render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.journal import Journal, Writer
@@ -133,11 +134,14 @@ class Session:
         with self.journal.write() as w:
             proj = _not_ended(w, "no new Turns")
             if proj.turn is None:
-                delivered = [m["id"] for m in select_inbox(proj)]
+                delivered, state = next_turn(proj)
                 turn_id = f"turn-{proj.accepted_turns + 1}-{uuid.uuid4().hex[:12]}"
-                w.append(ev.turn_prepared(turn_id, proj.revision, delivered))
+                event = ev.turn_prepared(turn_id, proj.revision, [m["id"] for m in delivered])
+                text = compact(event.data)
+                event.data["state"] = state  # handed to the fold, not stored: it renders the
+                w.append(event, text=text)  # very same State from the Journal on replay
             turn = proj.turn
-            assert turn is not None
+        assert turn is not None
         crash_point("turn_after_commit")
         return {"turn_id": turn["turn_id"], "state": turn["state"],
                 "delivered": list(turn["delivered"])}
@@ -147,50 +151,42 @@ class Session:
         ops = unwrap(patch)
         if not is_text_safe(turn_id):
             raise Rejected(f"unknown Turn: {_NOT_TEXT}")
-        fingerprint = digest(ops)
+        encoded = encode(ops)  # the only encoding of the patch: fingerprint, size, storage
         with self.journal.write(crash_before="accept_before_commit") as w:
-            accepted = self.journal.find(turn_id, "patch_accepted")
-            if accepted is not None:
-                if accepted["digest"] == fingerprint:
-                    return Receipt.of(accepted)
-                raise Rejected(f"conflict: Turn {turn_id} already accepted a different patch")
-            proj = _not_ended(w, "no new patches")
-            if proj.turn is None or proj.turn["turn_id"] != turn_id:
-                if self.journal.find(turn_id, "turn_prepared") is None:
-                    raise Rejected(f"unknown Turn {turn_id}")
-                raise Rejected(f"Turn {turn_id} is closed")
-            decision = decide(proj, proj.turn, ops, self._facts(proj, ops))
+            proj, turn = w.proj, w.proj.turn
+            if turn is None or turn["turn_id"] != turn_id:  # the open Turn accepted nothing
+                return self._closed_turn(w, turn_id, ops, encoded)
+            decision = decide(proj, turn, ops, self._facts(proj, ops), encoded)
             if isinstance(decision, Refused):
-                size = len(json.dumps(ops, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-                w.append(ev.patch_rejected(turn_id, decision.reason, fingerprint, size))
+                w.append(ev.patch_rejected(turn_id, decision.reason, encoded.digest,
+                                           encoded.size))
                 return decision
-            seq = w.append(ev.patch_accepted(decision.event_data(turn_id, ops)))
+            data, text = decision.stored(turn_id, ops, encoded)
+            seq = w.append(ev.patch_accepted(data), text=text)
             receipt = Receipt(turn_id, decision.revision, [c["id"] for c in decision.cells], seq)
         crash_point("accept_after_commit")
         return receipt
 
+    def _closed_turn(self, w: Writer, turn_id: str, ops: Any, encoded: Encoded) -> Receipt:
+        """A step for a Turn not open: the same patch's Receipt, else why not (patches equal
+        by value match too: written with other key order, or fingerprinted by older rio-ci)."""
+        prepared = self.journal.find(turn_id, "turn_prepared")
+        accepted = prepared and self.journal.find(turn_id, "patch_accepted", prepared["seq"])
+        if accepted:
+            if accepted["digest"] == encoded.digest or json_equal(accepted["patch"], ops):
+                return Receipt.of(accepted)
+            raise Rejected(f"conflict: Turn {turn_id} already accepted a different patch")
+        _not_ended(w, "no new patches")
+        raise Rejected(f"unknown Turn {turn_id}" if prepared is None else
+                       f"Turn {turn_id} is closed")
+
     def _facts(self, proj: Projection, ops: Any) -> Facts:
         """Journal look-ups admission needs: cited observations, historical cancel targets."""
-        cited: set[int] = set()
-        targets: set[int] = set()
-        for op in ops if isinstance(ops, list) else []:
-            value = op.get("value") if isinstance(op, dict) else None
-            if not isinstance(value, dict) or value.get("kind") != "note":
-                continue
-            refs = value.get("evidence_refs")
-            for ref in refs if isinstance(refs, list) else []:
-                match = EVIDENCE_REF.match(ref) if isinstance(ref, str) else None
-                # Only seqs up to the last event can name one (and fit an SQLite integer).
-                if match and int(match.group(1)) <= proj.last_seq:
-                    cited.add(int(match.group(1)))
-            target = value.get("target_cell_id")
-            if value.get("role") == "cancel" and isinstance(target, int):
-                targets.add(target)
-        observations = {seq: kind for seq, kind in self.journal.kinds_of(cited).items()
-                        if kind in ev.OBSERVATION_KINDS}
-        recorded = {t for t in targets
-                    if self.journal.find(str(t), "execution_finished") is not None}
-        return Facts(observations=observations, recorded_executions=frozenset(recorded))
+        cited, targets = admission.cited_and_targets(ops, proj.last_seq)
+        kinds = self.journal.kinds_of(cited) if cited else {}
+        observations = {seq: kind for seq, kind in kinds.items() if kind in ev.OBSERVATION_KINDS}
+        recorded = frozenset(t for t in targets if self.journal.find(str(t), "execution_finished"))
+        return Facts(observations=observations, recorded_executions=recorded)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -305,7 +301,9 @@ class Session:
         return True
 
     def register_worker(self, cell_id: int, identity: dict[str, Any]) -> None:
-        with self.journal.write() as w:
+        """Commit the Worker's identity before its gate opens; not synced: it must outlive
+        the Owner (a WAL does), not the boot (a power cut leaves no process to find)."""
+        with self.journal.write(synced=False) as w:
             w.append(ev.worker_registered(cell_id, identity))
 
     def record_output(self, cell_id: int, pieces: Sequence[ev.OutputPiece]) -> None:

@@ -6,7 +6,6 @@ it breaks. Nothing is changed either way: the Journal commits the outcome.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -15,19 +14,21 @@ from jsonpointer import EndOfList, JsonPointer, JsonPointerException
 
 from rio_ci.core.events import PatchAccepted
 from rio_ci.core.projection import Projection
+from rio_ci.core.reducer import accepted_cells
 from rio_ci.core.state import (
     EVIDENCE_REF,
     EXECUTABLE,
     NOT_FINITE,
+    compact,
     encoded_size,
     is_finite_json,
     is_int,
-    is_text_safe,
     is_unresolved,
     json_equal,
+    lenient,
     validate_cell,
 )
-from rio_ci.core.view import render
+from rio_ci.core.view import render, unbounded_size
 
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
 _OP_KEYS = {"test": {"op", "path", "value"}, "add": {"op", "path", "value"},
@@ -62,10 +63,22 @@ class Accepted:
     next_cell_id: int
     digest: str
 
+    def stored(self, turn_id: str, patch: list[Any],
+               encoded: Encoded) -> tuple[PatchAccepted, str]:
+        """The event's data and its text for the Journal, the patch's one encoding spliced
+        in. The data is handed to the fold with its own copy of what it keeps of the patch:
+        the new Cells (validated: strings, integers, null and lists of strings)."""
+        data = self.event_data(turn_id, patch)
+        rest = compact({k: v for k, v in data.items() if k not in ("turn_id", "patch")})
+        data["cells"] = [{k: list(v) if isinstance(v, list) else v for k, v in cell.items()}
+                         for cell in self.cells]
+        return data, f'{{"turn_id":{compact(turn_id)},"patch":{encoded.text},{rest[1:]}'
+
     def event_data(self, turn_id: str, patch: list[Any]) -> PatchAccepted:
+        """The event's data; ``cells`` are not stored: the fold takes them from ``patch``."""
         return {"turn_id": turn_id, "patch": patch, "digest": self.digest,
                 "revision": self.revision, "next_cell_id": self.next_cell_id,
-                "cells": self.cells, "heads": self.heads, "removed": self.removed,
+                "heads": self.heads, "removed": self.removed,
                 "executions": self.executions, "controls": self.controls,
                 "consumed": self.consumed, "pause_cleared": self.pause_cleared}
 
@@ -85,7 +98,7 @@ class Receipt:
     def of(cls, accepted: dict[str, Any]) -> Receipt:
         """The Receipt of a committed ``patch_accepted`` event."""
         return cls(accepted["turn_id"], accepted["revision"],
-                   [c["id"] for c in accepted["cells"]], accepted["seq"])
+                   [c["id"] for c in accepted_cells(accepted)], accepted["seq"])
 
 
 @dataclass(frozen=True)
@@ -95,19 +108,39 @@ class Refused:
     reason: str
 
 
-def digest(patch: Any) -> str:
-    """A stable fingerprint of a patch, for idempotent re-submission."""
-    text = json.dumps(patch, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    # surrogatepass: a patch holding a lone surrogate still gets a fingerprint (and is then
-    # rejected); valid text encodes exactly as UTF-8.
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+@dataclass(frozen=True)
+class Encoded:
+    """A patch encoded once, as the Journal stores it (compact UTF-8 JSON): a step takes its
+    fingerprint, its size, its text check and its stored text from this one encoding."""
+
+    text: str
+    digest: str  # sha256 of the encoding: equal patches written alike share it
+    size: int  # bytes
+    text_safe: bool  # False when a string holds a lone surrogate (no UTF-8 for it)
 
 
-def decide(
-    proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts
-) -> Accepted | Refused:
+def encode(patch: Any) -> Encoded:
     try:
-        return _decide(proj, turn, patch, facts)
+        text = compact(patch)
+    except ValueError:  # NaN or Infinity: fingerprinted, then rejected by _well_formed
+        text = lenient(patch)
+    try:
+        data, safe = text.encode(), True
+    except UnicodeEncodeError:  # still fingerprinted (then rejected): surrogatepass
+        data, safe = text.encode("utf-8", "surrogatepass"), False
+    return Encoded(text, hashlib.sha256(data).hexdigest(), len(data), safe)
+
+
+def digest(patch: Any) -> str:
+    """The fingerprint of a patch, for idempotent re-submission."""
+    return encode(patch).digest
+
+
+def decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
+           encoded: Encoded | None = None) -> Accepted | Refused:
+    """``encoded``: ``encode(unwrap(patch))`` if the caller has it already."""
+    try:
+        return _decide(proj, turn, patch, facts, encoded or encode(unwrap(patch)))
     except _Reject as exc:
         return Refused(str(exc))
 
@@ -116,8 +149,9 @@ class _Reject(Exception):
     pass
 
 
-def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) -> Accepted:
-    ops = _well_formed(patch)
+def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
+            encoded: Encoded) -> Accepted:
+    ops = _well_formed(patch, encoded.text_safe)
     snapshot = turn["state"]
     first = ops[0]
     if first["op"] != "test" or first["path"] != "/revision":
@@ -137,7 +171,7 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
     last_removed_index: int | None = None
     busy = {e["cell_id"] for e in proj.pending()}
 
-    for number, op in enumerate(ops):
+    for number, op in enumerate(ops[1:], start=1):  # the first, the revision test, passed
         where = f"operation {number}"
         kind = op["op"]
         if kind == "test":
@@ -196,8 +230,28 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts) ->
         cells=new_cells, heads=[c["id"] for c in work], removed=removed, executions=executions,
         controls=controls, consumed=delivered,
         pause_cleared=proj.pause is not None and proj.pause in delivered,
-        revision=proj.revision + 1, next_cell_id=expected_id, digest=digest(ops),
+        revision=proj.revision + 1, next_cell_id=expected_id, digest=encoded.digest,
     )
+
+
+def cited_and_targets(ops: Any, last_seq: int) -> tuple[set[int], set[int]]:
+    """What admission must look up in the Journal for ``ops``, before it is judged: the event
+    seqs its notes cite as evidence, and its cancel notes' targets."""
+    cited, targets = set[int](), set[int]()
+    for op in ops if isinstance(ops, list) else []:
+        value = op.get("value") if isinstance(op, dict) else None
+        if not isinstance(value, dict) or value.get("kind") != "note":
+            continue
+        refs = value.get("evidence_refs")
+        for ref in refs if isinstance(refs, list) else []:
+            match = EVIDENCE_REF.match(ref) if isinstance(ref, str) else None
+            # Only seqs up to the last event can name one (and fit an SQLite integer).
+            if match and int(match.group(1)) <= last_seq:
+                cited.add(int(match.group(1)))
+        target = value.get("target_cell_id")
+        if value.get("role") == "cancel" and isinstance(target, int):
+            targets.add(target)
+    return cited, targets
 
 
 def unwrap(patch: Any) -> Any:
@@ -207,13 +261,13 @@ def unwrap(patch: Any) -> Any:
     return patch
 
 
-def _well_formed(patch: Any) -> list[dict[str, Any]]:
+def _well_formed(patch: Any, text_safe: bool) -> list[dict[str, Any]]:
     patch = unwrap(patch)
     if not isinstance(patch, list):
         raise _Reject("a patch must be a list of operations (or {\"patch\": [...]})")
     if not patch:
         raise _Reject("a patch needs at least the /revision test")
-    if not is_text_safe(patch):
+    if not text_safe:
         raise _Reject("the patch holds a lone surrogate (\\ud800-\\udfff), which is not text")
     if not is_finite_json(patch):
         raise _Reject(f"the patch is not JSON: {NOT_FINITE}")
@@ -326,8 +380,12 @@ def _check_budgets(
             f"context budget: cells take {cells_size} bytes, more than half of "
             f"context_bytes={limits['context_bytes']}; remove or summarise Cells"
         )
-    # The candidate as the next Turn would render it (outputs masked as far as they may be).
-    total = encoded_size(render(replace(proj, cells=work), []))
+    # The candidate as the next Turn would render it: its size from its parts while that
+    # fits (no State built, the Cells not encoded twice), else rendered with the outputs
+    # masked as far as they may be.
+    total = unbounded_size(proj, work, cells_size)
+    if total > limits["context_bytes"]:
+        total = encoded_size(render(replace(proj, cells=work), []))
     if total > limits["context_bytes"]:
         raise _Reject(
             f"context budget: the State would take {total} bytes, over "

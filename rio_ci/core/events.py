@@ -135,12 +135,15 @@ class PatchRejected(TypedDict):
 
 
 class PatchAccepted(TypedDict):
+    """``cells`` (the new versions) are the patch's add/replace values: derived, not stored
+    (older events carry them); readers get them back (``rio_ci.core.reducer.readable``)."""
+
     turn_id: str
     patch: list[Any]
     digest: str
     revision: int
     next_cell_id: int
-    cells: list[dict[str, Any]]
+    cells: NotRequired[list[dict[str, Any]]]
     heads: list[int]
     removed: list[int]
     executions: list[int]
@@ -379,7 +382,8 @@ def imported(kind: str, data: dict[str, Any]) -> Event:
     keys = [k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name") if k in data]
     ref = (message.get("id") if isinstance(message, dict) else data[keys[0]] if keys
            and kind not in ("session_created", "run_ended") else None)
-    return Event(kind, dict(data), None if ref is None else str(ref))
+    stored = {k: v for k, v in data.items() if not (kind == "patch_accepted" and k == "cells")}
+    return Event(kind, stored, None if ref is None else str(ref))  # cells: derived on read
 
 
 # Every event kind, in the order docs/journal.md lists them.

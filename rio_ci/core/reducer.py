@@ -23,6 +23,20 @@ def new_usage() -> dict[str, Any]:
             "unknown_cost_attempts": 0}
 
 
+def accepted_cells(data: Any) -> list[dict[str, Any]]:
+    """The new Cell versions of a ``patch_accepted`` event's data, in operation order."""
+    cells: list[dict[str, Any]] | None = data.get("cells")
+    return cells if cells is not None else [
+        op["value"] for op in data["patch"] if op["op"] in ("add", "replace")]
+
+
+def readable(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data as readers see it: with the fields derived rather than stored."""
+    if kind == "patch_accepted" and "cells" not in data:
+        data["cells"] = accepted_cells(data)
+    return data
+
+
 def apply(proj: Projection, seq: int, kind: str, data: dict[str, Any]) -> None:
     """Fold one committed event into ``proj`` (in place)."""
     if seq != proj.last_seq + 1:
@@ -76,7 +90,7 @@ def _patch_rejected(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 def _patch_accepted(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.PatchAccepted, data)
     by_id = {c["id"]: c for c in proj.cells}
-    for cell in d["cells"]:
+    for cell in accepted_cells(d):
         by_id[cell["id"]] = cell
         if cell["kind"] in EXECUTABLE:
             proj.executions[str(cell["id"])] = {

@@ -178,11 +178,19 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
+# Compact UTF-8 JSON, the encoding of every stored event and of every budget; one encoder
+# made once (json.dumps with options builds a new one at every call).
+# Strict: ValueError on NaN or Infinity, so nothing non-standard is ever stored or printed.
+compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+# For fingerprinting input that may still hold NaN (it is then rejected, never stored).
+lenient = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def is_text_safe(value: Any) -> bool:
     """False when a string in ``value`` holds a lone surrogate: JSON can spell one
     (``"\\ud800"``) but UTF-8, SQLite and the model cannot carry it."""
     try:
-        json.dumps(value, ensure_ascii=False).encode()
+        (value if isinstance(value, str) else lenient(value)).encode()
     except UnicodeEncodeError:
         return False
     return True
@@ -203,7 +211,7 @@ def is_finite_json(value: Any) -> bool:
 
 def encoded_size(value: Any) -> int:
     """Bytes of ``value`` as compact UTF-8 JSON: the unit of every context budget."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    return len(lenient(value).encode())
 
 
 def is_unresolved(execution: dict[str, Any]) -> bool:

@@ -58,6 +58,17 @@ def retained(execution: dict[str, Any], stream: str) -> str:
     return head + elided_marker(elided) + tail if elided else head + tail
 
 
+def next_turn(proj: Projection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages a new Turn delivers (``select_inbox``) and the State it shows
+    (``render``), rendered once when they all fit unmasked (the usual case)."""
+    first = proj.inbox[:MAX_DELIVERED]
+    state = _unbounded(proj, first)
+    if encoded_size(state) <= proj.limits["context_bytes"]:
+        return list(first), state  # what render() returns for them, and select_inbox() picks
+    chosen = select_inbox(proj)
+    return chosen, render(proj, chosen)
+
+
 def select_inbox(proj: Projection) -> list[dict[str, Any]]:
     """A bounded set of unconsumed messages, in receipt order, that fits the context once
     every output is masked (at least one message, so the Inbox always drains)."""
@@ -95,16 +106,44 @@ def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
     return shown
 
 
-def _unbounded(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
+def unbounded_size(proj: Projection, cells: list[dict[str, Any]],
+                   cells_size: int | None = None) -> int:
+    """``encoded_size`` of the unmasked State with ``cells`` as heads and no Inbox, added up
+    from its parts (``cells_size``: ``encoded_size(cells)`` if known): compact JSON puts
+    nothing between parts, so ``[a,b]`` is ``[]`` plus ``a,b``."""
+    facts = runtime_cells(proj, [c["id"] for c in cells])
+    cells_size = encoded_size(cells) if cells_size is None else cells_size
+    return _shell_size(proj) + (cells_size - 2) + (encoded_size(facts) - 2)
+
+
+# The last Session's fixed part of the State (id, goal, limits, validators: set when it was
+# created, never changed) with the JSON around it, measured once: encoding the limits alone
+# took a tenth of a step. Keyed by the session dict itself, held here, so never a stale one.
+_FIXED: list[Any] = [None, 0]
+
+
+def _shell_size(proj: Projection) -> int:
+    """``encoded_size`` of the State with no Cells, no facts and no Inbox."""
+    variable = encoded_size([proj.revision, proj.next_cell_id, proj.usage, proj.pause])
+    if _FIXED[0] is not proj.session:
+        _FIXED[:] = [proj.session,
+                     encoded_size(_unbounded(proj, [], cells=[], facts={})) - variable]
+    return int(_FIXED[1]) + variable
+
+
+def _unbounded(proj: Projection, inbox: list[dict[str, Any]], *,
+               cells: list[dict[str, Any]] | None = None,
+               facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    cells = proj.cells if cells is None else cells
     return {
         "schema": SCHEMA,
         "id": proj.session["id"],
         "revision": proj.revision,
         "goal": proj.session["goal"],
-        "cells": [dict(c) for c in proj.cells],
+        "cells": [dict(c) for c in cells],
         "runtime": {
             "next_cell_id": proj.next_cell_id,
-            "cells": runtime_cells(proj, [c["id"] for c in proj.cells]),
+            "cells": runtime_cells(proj, [c["id"] for c in cells]) if facts is None else facts,
             "inbox": [dict(m) for m in inbox],
             "usage": dict(proj.usage),
             "pause": proj.pause,

@@ -87,13 +87,11 @@ class Retention:
 
     def pieces(self, stream: Stream, *, with_tail: bool) -> list[ev.OutputPiece]:
         """What to commit now; the head always, the tail window only ``with_tail``."""
-        pieces = []
-        if self.new_head:
-            pieces.append(ev.OutputPiece(stream, text=self.new_head))
-            self.new_head = ""
-        if with_tail and self.tail_changed:
-            pieces.append(ev.OutputPiece(stream, tail=self.tail, elided=self.elided))
-            self.tail_changed = False
+        tail = with_tail and self.tail_changed
+        pieces = [ev.OutputPiece(stream, text=self.new_head)] if self.new_head else []
+        pieces += [ev.OutputPiece(stream, tail=self.tail, elided=self.elided)] if tail else []
+        self.new_head = ""
+        self.tail_changed = self.tail_changed and not tail
         return pieces
 
     def text(self) -> str:

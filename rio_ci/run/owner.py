@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -37,7 +38,7 @@ class Owner:
         sessionfile.writable(real, path)
         self._ownership = FileOwnership.acquire(real, path)
         try:
-            self.session = Session.open(real, verify=True, synchronous=synchronous)
+            self.session = Session.open(real, verify=in_doubt(real), synchronous=synchronous)
             if self.session.journal.identity != self._ownership.identity:
                 self.session.close()
                 raise StorageError(f"{path} was replaced while its Owner was starting")
@@ -253,6 +254,31 @@ class Owner:
         ended = proj.ended and {"result": proj.ended["result"], "reason": proj.ended["reason"]}
         return {"ended": ended or None, "ran": list(self.ran),
                 "pending": [e["cell_id"] for e in proj.pending()], "paused_by": proj.pause}
+
+
+def in_doubt(path: Path) -> bool:
+    """Whether an Owner must verify the Session file (``quick_check``, which reads all of
+    it) before trusting it, rather than rely on SQLite's own checks as it reads.
+
+    No: the last connection closed cleanly — SQLite then checkpoints and removes the WAL —
+    and the header agrees with the file's size. That is what ``create``, every clean close
+    and an unpacked artifact (which passed ``integrity_check``) leave. Yes: a WAL with
+    content (a process died holding the file, or another one holds it now) or a header
+    that disagrees with the file (a copy or a write went wrong). See docs/design.md."""
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return True
+    if not path.is_file():
+        return False  # Session.open says what is wrong with it
+    with path.open("rb") as stream:
+        header = stream.read(100)
+    size = path.stat().st_size
+    page = int.from_bytes(header[16:18], "big") if len(header) == 100 else 0
+    page = 65536 if page == 1 else page
+    if not header.startswith(b"SQLite format 3\x00") or page < 512 or size % page:
+        return True
+    # SQLite keeps a page count in the header, valid while two counters match (24 and 92).
+    return header[24:28] != header[92:96] or int.from_bytes(header[28:32], "big") * page != size
 
 
 def handle_signals(event: threading.Event) -> Callable[[], None]:

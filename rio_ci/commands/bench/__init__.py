@@ -1,0 +1,128 @@
+"""``rio-ci bench``: the performance figures of SPEC §14, measured on this machine.
+
+Every figure is measured in this run. A ratio compares two things measured side by side,
+interleaved (A B A B …) on the same disk, so a shared machine's drift hits both alike.
+Commit figures mean nothing where ``fsync`` costs nothing, so a memory-backed file system
+(tmpfs) is refused. See docs/performance.md.
+
+The parts: ``commits`` (step, a round's bookkeeping), ``storage`` (bytes per round, long
+Sessions, the artifact), ``cells`` (per-Execution overhead, silent Cells, recovery, idle),
+``drive`` (the realistic round), ``chart`` (Session size against rounds, as SVG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from rio_ci.commands.bench import chart
+from rio_ci.commands.bench.baseline import SQLITE_VERSION
+from rio_ci.commands.bench.cells import (
+    measure_cells,
+    measure_idle,
+    measure_inbox,
+    measure_recovery,
+    measure_silent,
+)
+from rio_ci.commands.bench.commits import measure_rounds, measure_steps
+from rio_ci.commands.bench.storage import measure_artifact, measure_open, measure_storage
+from rio_ci.errors import UsageError
+from rio_ci.github.record import measure_launch_record  # GitHub's launch record, §13.1
+
+MEMORY_FILE_SYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
+# (figure, comparison, goal) from the performance issues; the figures are never assumed.
+GOALS = (("ratio_step_commit", "<=", 1.3), ("ratio_round_bookkeeping", "<=", 5.0),
+         ("ratio_bytes_per_round", "<=", 1.5), ("write_transactions_silent_cell", "<=", 3),
+         ("ratio_open_100k_1k", "<=", 3.0), ("ratio_owner_open_100k_1k", "<=", 3.0),
+         ("overhead_ms_cmd_cell", "<=", 2.0), ("ratio_code_cell_vs_uv", "<=", 1.15),
+         ("finish_seconds_300_rounds", "<=", 2.0), ("restore_seconds_300_rounds", "<=", 2.0),
+         ("idle_owner_rss_mib", "<=", 30.0), ("idle_worker_processes", "==", 0))
+Measure = Callable[[Path, bool], dict[str, Any]]
+# In this order; the GitHub layer measures the cost of its write-ahead launch record per
+# launch (``launch_record_ms``, SPEC §13.1) with its own function.
+MEASURES: tuple[Measure, ...] = (
+    measure_steps, measure_rounds, measure_storage, measure_open, measure_artifact,
+    measure_cells, measure_silent, measure_inbox, measure_recovery, measure_idle,
+    measure_launch_record)
+CHART_ROUNDS = 300
+
+
+def bench_command(*, as_json: bool, quick: bool, directory: str | None,
+                  emit: Callable[[Any], None], chart_path: str | None = None,
+                  before: list[str] | None = None) -> int:
+    base = Path(directory or os.getcwd()).resolve()
+    if not base.is_dir():
+        raise UsageError(f"--dir {base}: not a directory")
+    try:  # bench measures in a folder it makes there: fail now, not halfway through
+        os.rmdir(tempfile.mkdtemp(prefix="rio-bench-probe-", dir=base))
+    except OSError as exc:
+        raise UsageError(f"--dir {base}: {exc.strerror}") from None
+    trees = chart.parse_before(before or [])
+    if trees and chart_path is None:
+        raise UsageError("--before draws a line of the storage chart: give --chart too")
+    fs = file_system(base)
+    if fs["type"] in MEMORY_FILE_SYSTEMS:
+        raise UsageError(
+            f"refusing to measure durability on {fs['type']} ({base}, mounted at "
+            f"{fs['mount']}): fsync costs nothing in memory, so commit figures would be "
+            "meaningless. Give --dir a folder on a disk-backed file system.")
+    say: Callable[[str], None] = (lambda line: None) if as_json else print
+    say(f"rio-ci bench ({'quick' if quick else 'full'}) in {base}: file system {fs['type']} "
+        f"({fs['device']} mounted at {fs['mount']})")
+    figures: dict[str, Any] = {"filesystem": fs, "quick": quick, "machine": {
+        "cpus": os.cpu_count(), "python": sys.version.split()[0], "sqlite": SQLITE_VERSION,
+        "load_average": [round(x, 2) for x in os.getloadavg()]}}
+    root = Path(tempfile.mkdtemp(prefix="rio-bench-", dir=base))
+    try:
+        for measure in MEASURES:
+            started = time.monotonic()
+            figures.update(measure(root, quick))
+            say(f"  measured {measure.__name__.removeprefix('measure_')} in "
+                f"{time.monotonic() - started:.1f} s")
+        if chart_path is not None:
+            series = chart.growth(trees, root, *((60, 5) if quick else (CHART_ROUNDS, 10)))
+            Path(chart_path).write_text(chart.svg(
+                series, "Session size on disk against rounds played (bench drive)"))
+            figures["chart"] = {"path": chart_path, "bytes_per_round": {
+                label: chart.per_round(points) for label, points in series.items()}}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    figures["goals"] = {
+        name: {"goal": f"{op} {limit}",
+               "met": figures[name] <= limit if op == "<=" else figures[name] == limit}
+        for name, op, limit in GOALS}
+    if as_json:
+        emit(figures)
+    else:
+        print(table(figures))
+    return 0
+
+
+def file_system(path: Path) -> dict[str, str]:
+    """The mount holding ``path``: the longest mount point that contains it."""
+    best = max((p for p in psutil.disk_partitions(all=True)
+                if path == Path(p.mountpoint) or Path(p.mountpoint) in path.parents),
+               key=lambda p: len(p.mountpoint), default=None)
+    return {"path": str(path), "type": best.fstype if best else "unknown",
+            "device": best.device if best else "unknown",
+            "mount": best.mountpoint if best else "unknown"}
+
+
+
+def table(figures: dict[str, Any]) -> str:
+    lines = [f"measured in {figures['filesystem']['path']}", f"{'figure':<28} {'value':>12}  goal"]
+    for key, value in figures.items():
+        goal = figures["goals"].get(key)
+        mark = "" if goal is None else f"{goal['goal']}  {'met' if goal['met'] else 'MISSED'}"
+        if key not in ("filesystem", "goals", "machine", "quick"):
+            lines.append(f"{key:<28} {json.dumps(value):>12}  {mark}")
+    return "\n".join(lines)

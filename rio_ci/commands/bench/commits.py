@@ -1,0 +1,79 @@
+"""Commit figures: a step, and one round's durable bookkeeping, each interleaved one by one
+with a bare commit on the same disk (``baseline.BareCommits``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rio_ci.commands.bench.baseline import BareCommits
+from rio_ci.commands.bench.common import NOTE, accept, ms, patch_for, pct
+from rio_ci.commands.bench.drive import execute
+from rio_ci.core import events as ev
+from rio_ci.core.admission import Refused
+from rio_ci.session import Session
+
+WARM_UP = 20
+
+
+def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
+    """A step (admission + commit) vs a bare one-row WAL+FULL commit, interleaved; the
+    ratio of medians (on a busy disk a pair can straddle two latency modes)."""
+    session = Session.create(root / "steps.sqlite3", "bench: step admission", cwd=str(root))
+    bare = BareCommits(root / "bare-steps.sqlite3")
+    accept(session, [{"kind": "note", "text": NOTE}])
+    pairs = []
+    for i in range((200 if quick else 2000) + WARM_UP):
+        turn = session.prepare_turn()
+        ops = patch_for(turn["state"], [{"kind": "note", "text": f"{NOTE}{i}"}], replace=True)
+        started = time.perf_counter()
+        receipt = session.step(turn["turn_id"], ops)
+        step = time.perf_counter() - started
+        if isinstance(receipt, Refused):
+            raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
+        pairs.append((step, bare.commit(json.dumps(ops))))
+    session.close()
+    bare.close()
+    steps, commits = [a for a, _ in pairs[WARM_UP:]], [b for _, b in pairs[WARM_UP:]]
+    return {"step_commit_ms_p50": ms(pct(steps, 50)), "step_commit_ms_p95": ms(pct(steps, 95)),
+            "bare_commit_ms_p50": ms(pct(commits, 50)),
+            "bare_commit_ms_p95": ms(pct(commits, 95)),
+            "ratio_step_commit": round(pct(steps, 50) / pct(commits, 50), 3),
+            "ratio_step_commit_p95": round(pct(steps, 95) / pct(commits, 95), 3),
+            "step_samples": len(steps)}
+
+
+def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
+    """One round's durable bookkeeping through the Session, as the harness and the Owner
+    call it — prepare a Turn, step (a patch replacing a ``cmd`` Cell), dispatch (launch
+    authorised, Worker registered), result — with no model and no process, vs one bare
+    commit, interleaved."""
+    session = Session.create(root / "rounds.sqlite3", "bench: bookkeeping", cwd=str(root))
+    bare = BareCommits(root / "bare-rounds.sqlite3")
+    execute(session, accept(session, [{"kind": "cmd", "argv": ["echo", "0"]}])[0], "0\n")
+    who = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9}
+    pairs, commits = [], 0
+    for n in range((100 if quick else 1000) + WARM_UP):
+        before, started = session.journal.commits, time.perf_counter()
+        turn = session.prepare_turn()
+        receipt = session.step(turn["turn_id"], patch_for(
+            turn["state"], [{"kind": "cmd", "argv": ["echo", str(n)]}], replace=True))
+        if isinstance(receipt, Refused):
+            raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
+        head = receipt.cell_ids[0]
+        token = f"rio-bench-{head}"
+        session.authorize_launch(head, token)
+        session.register_worker(head, {**who, "token": token})
+        session.finish(head, ev.exited(head, 0), output=[ev.OutputPiece("stdout", f"{n}\n")])
+        elapsed, commits = time.perf_counter() - started, session.journal.commits - before
+        pairs.append((elapsed, bare.commit(f"round {n}")))
+    session.close()
+    bare.close()
+    rounds, bares = [a for a, _ in pairs[WARM_UP:]], [b for _, b in pairs[WARM_UP:]]
+    return {"round_bookkeeping_ms_p50": ms(pct(rounds, 50)),
+            "round_bookkeeping_ms_p95": ms(pct(rounds, 95)),
+            "round_bookkeeping_commits": commits,
+            "ratio_round_bookkeeping": round(pct(rounds, 50) / pct(bares, 50), 3),
+            "round_samples": len(rounds)}

@@ -1,0 +1,111 @@
+"""The shortcuts of the hot paths give exactly what the long way gives: the State's size
+added up from parts, a Turn's State rendered once, a patch stored through its one encoding,
+a re-submission recognised by value, an Owner's integrity check only for a file in doubt."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rio_ci.commands.bench.drive import new_session, patch_for, play_round
+from rio_ci.core import events as ev
+from rio_ci.core.admission import Receipt
+from rio_ci.core.state import compact, encoded_size
+from rio_ci.core.view import _unbounded, next_turn, render, select_inbox, unbounded_size
+from rio_ci.errors import StorageError
+from rio_ci.run.owner import Owner, in_doubt
+from rio_ci.session import Session
+
+
+@pytest.fixture
+def played(tmp_path: Path) -> Session:
+    """A Session after a few realistic rounds (output, Inbox messages, replaced Cells)."""
+    session = new_session(tmp_path / "s.db")
+    head = None
+    for n in range(1, 12):
+        head, _ = play_round(session, n, head)
+    session.receive("extra", "comment", {"body": "one more message " * 20})
+    return session
+
+
+def test_the_state_size_from_parts_is_the_encoded_size(played: Session) -> None:
+    proj = played.proj
+    assert unbounded_size(proj, proj.cells) == encoded_size(_unbounded(proj, []))
+    fewer = proj.cells[1:]
+    assert unbounded_size(proj, fewer) == encoded_size(_unbounded(proj, [], cells=fewer))
+
+
+def test_a_turn_state_rendered_once_is_the_one_render_gives(played: Session) -> None:
+    proj = played.proj
+    delivered, state = next_turn(proj)
+    assert delivered == select_inbox(proj) and delivered
+    assert state == render(proj, delivered)
+    turn = played.prepare_turn()
+    assert turn["state"] == state
+    assert played.journal.replay().turn["state"] == state  # the fold renders it the same
+
+
+def test_the_stored_patch_is_its_one_encoding(played: Session) -> None:
+    turn = played.prepare_turn()
+    ops = patch_for(turn["state"], [{"kind": "cmd", "argv": ["echo", "é \u2603"]}],
+                    replace=False)
+    receipt = played.step(turn["turn_id"], ops)
+    assert isinstance(receipt, Receipt)
+    row = sqlite3.connect(played.journal.path).execute(
+        "SELECT data FROM events WHERE seq = ?", (receipt.event,)).fetchone()[0]
+    stored = json.loads(row)
+    assert stored["patch"] == ops and "cells" not in stored
+    assert row == compact(stored)  # spliced text = what encoding the data gives
+    (event,) = [e for e in played.journal.events(receipt.event - 1) if e["seq"] == receipt.event]
+    assert event["cells"] == [op["value"] for op in ops[1:]]  # derived for readers
+    assert played.journal.replay().to_dict() == played.proj.to_dict()
+
+
+def test_a_resubmission_with_keys_in_another_order_is_the_same_patch(played: Session) -> None:
+    turn = played.prepare_turn()
+    ops = patch_for(turn["state"], [{"kind": "note", "text": "same"}], replace=False)
+    first = played.step(turn["turn_id"], ops)
+    reordered = [dict(reversed(list(op.items()))) for op in ops]
+    assert compact(reordered) != compact(ops)
+    assert played.step(turn["turn_id"], reordered) == first
+    assert sum(e["kind"] == "patch_accepted" for e in played.journal.events()) == 13
+
+
+def test_an_owner_checks_integrity_only_when_in_doubt(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    Session.create(db, "g").close()
+    assert not in_doubt(db)  # created and closed cleanly: no WAL, header agrees
+    held = Session.open(db)
+    with held.journal.write() as w:  # another process holds it and wrote: a WAL with frames
+        w.append(ev.watermark("x", 1))
+    assert in_doubt(db)
+    held.close()
+    assert not in_doubt(db)
+    cut = tmp_path / "cut.db"
+    shutil.copyfile(db, cut)
+    with cut.open("r+b") as stream:
+        stream.truncate(cut.stat().st_size - 100)  # not a whole number of pages
+    assert in_doubt(cut)
+    with cut.open("r+b") as stream:  # whole pages but fewer than the header says
+        stream.truncate(cut.stat().st_size - cut.stat().st_size % 8192 - 8192)
+    assert in_doubt(cut)
+
+
+def test_an_owner_refuses_a_damaged_file_that_is_in_doubt(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    session = Session.create(db, "g")
+    for n in range(200):
+        session.set_watermark(f"w{n}", "x" * 500)
+    session.close()
+    data = bytearray(db.read_bytes())
+    # The header of an early page of events, which opening the Session does not read.
+    data[8192 * 7: 8192 * 7 + 8] = b"\x0d\xff\xff\x00\x05\xff\xff\x00"
+    db.write_bytes(bytes(data))
+    Owner(str(db)).close()  # closed cleanly before: trusted (SQLite checks what it reads)
+    Path(f"{db}-wal").write_bytes(b"\0" * 32)  # as a crashed process leaves it: in doubt
+    with pytest.raises(StorageError, match="failed quick_check"):
+        Owner(str(db))
