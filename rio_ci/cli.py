@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from rio_ci import jsonio
 from rio_ci.core.admission import Refused
-from rio_ci.core.limits import Limits
+from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.run.environment import scrub_own_environment, session_secret_names
 from rio_ci.session import Session
@@ -273,22 +273,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("db", help="the Session file to create")
     p.add_argument("--goal", required=True, help="what the run should achieve")
     p.add_argument("--cwd", help="the working directory of Executions (default: here)")
-    p.add_argument("--validator", action="append", default=[], metavar="CMD",
-                   help="a command (split like a shell, never run through one) that must pass "
-                        "before success; repeatable")
-    p.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
-                   help="set a limit (rounds, tokens, cost_usd, model_attempts, "
-                        "execution_seconds, context_bytes, output_bytes, pending_cells, "
-                        "inbox_messages, storage_bytes, flush_seconds, "
-                        "provider_retry_seconds); repeatable")
-    p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
-                   help="let Executions see this environment variable even though its name "
-                        "looks like a credential (e.g. NPM_TOKEN); repeatable")
-    p.add_argument("--secret", action="append", default=[], metavar="NAME",
-                   help="treat this environment variable as a credential although its name "
-                        "does not look like one: withheld from Executions (unless also "
-                        "--pass-env) and its value replaced by *** in captured output; "
-                        "repeatable")
+    for flag, metavar, text in (
+        ("--validator", "CMD", "a command (split like a shell, never run through one) that "
+         "must pass before success"),
+        ("--limit", "NAME=VALUE", f"set a limit ({', '.join(DEFAULTS)})"),
+        ("--pass-env", "NAME", "let Executions see this environment variable even though "
+         "its name looks like a credential (e.g. NPM_TOKEN)"),
+        ("--secret", "NAME", "treat this environment variable as a credential although its "
+         "name does not look like one: withheld from Executions (unless also --pass-env) "
+         "and its value replaced by *** in captured output"),
+    ):
+        p.add_argument(flag, action="append", default=[], metavar=metavar,
+                       help=f"{text}; repeatable")
     specs["turn"].add_argument("db")
     p = specs["step"]
     p.add_argument("db")
@@ -347,14 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a model spec as for run; scripted:oracle runs each case's own oracle")
     p.add_argument("--trials", type=_bounded_int(1, 10_000, "--trials"), default=1,
                    help="trials per case (default 1)")
-    p.add_argument("--crash", action="store_true",
-                   help="SIGKILL the Owner once per trial while a round-2+ Cell runs, "
-                        "then resume")
+    p.add_argument("--crash", action="store_true", help="SIGKILL the Owner once per trial "
+                   "while a round-2+ Cell runs, then resume")
     p.add_argument("--out", default="rio-eval",
                    help="where report.json, report.md, report.svg, Sessions and logs go "
                         "(default: ./rio-eval)")
-    p.add_argument("--json", action="store_true",
-                   help="print the report as JSON (default: the Markdown table)")
+    p.add_argument("--json", action="store_true", help="print JSON (default: a Markdown table)")
     p.add_argument("--timeout", type=_seconds, default=1800.0,
                    help="seconds per trial, all runs included (default 1800)")
     p = specs["action"]

@@ -63,7 +63,8 @@ def reject(session: Session, build: Build, match: str) -> str:
     # A rejected patch is stored as its digest and size, never whole (SPEC §15).
     assert after_rows[-1]["data"] == {
         "turn_id": turn["turn_id"], "reason": result.reason, "digest": digest(ops),
-        "size": len(json.dumps(ops, ensure_ascii=False).encode("utf-8", "surrogatepass"))}
+        "size": len(json.dumps(ops, ensure_ascii=False, separators=(",", ":"))
+                    .encode("utf-8", "surrogatepass"))}
     assert session.state() == before_state
     assert session.prepare_turn() == turn  # the Turn is not used up
     return result.reason

@@ -25,6 +25,8 @@ INPUTS = {  # input → (environment variable, default)
     "anthropic-api-key": ("ANTHROPIC_API_KEY", ""),
     "github-token": ("GITHUB_TOKEN", "${{ github.token }}"),
     "model": ("RIO_MODEL", action_env.DEFAULT_MODEL),
+    "effort": ("RIO_EFFORT", "high"),
+    "price": ("RIO_PRICE", ""),
     "trigger-label": ("RIO_TRIGGER_LABEL", action_env.DEFAULT_LABEL),
     "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
     "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),

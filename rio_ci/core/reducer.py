@@ -169,20 +169,17 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 def _execution_started(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ExecutionStarted, data)
-    ex = proj.executions[str(d["cell_id"])]
-    ex["phase"] = "started"
-    ex["token"] = d["token"]
-    ex["started_seq"] = seq
+    _execution(proj, d["cell_id"]).update(phase="started", token=d["token"], started_seq=seq)
 
 
 def _worker_registered(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.WorkerRegistered, data)
-    proj.executions[str(d["cell_id"])]["identity"] = d["identity"]
+    _execution(proj, d["cell_id"])["identity"] = d["identity"]
 
 
 def _output(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.Output, data)
-    ex = proj.executions[str(d["cell_id"])]
+    ex = _execution(proj, d["cell_id"])
     stream = d["stream"]
     ex[stream] += d.get("text", "")
     if "tail" in d:
@@ -194,10 +191,7 @@ def _output(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 def _execution_finished(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ExecutionFinished, data)
-    ex = proj.executions[str(d["cell_id"])]
-    ex["phase"] = "finished"
-    ex["result"] = d["result"]
-    ex["result_seq"] = seq
+    _execution(proj, d["cell_id"]).update(phase="finished", result=d["result"], result_seq=seq)
     message = ev.execution_message(d["cell_id"], d["result"])
     _add_message(proj, seq, message)
     if d["result"]["type"] in ("error", "UnknownExecution"):
@@ -249,6 +243,10 @@ def _run_ended(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 def _watermark(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.Watermark, data)
     proj.watermarks[d["name"]] = d["value"]
+
+
+def _execution(proj: Projection, cell_id: int) -> dict[str, Any]:
+    return proj.executions[str(cell_id)]
 
 
 def _prune(proj: Projection) -> None:
