@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from rio_ci.commands.bench.drive import new_session, patch_for, play_round
 from rio_ci.core import events as ev
@@ -76,23 +77,43 @@ def test_a_resubmission_with_keys_in_another_order_is_the_same_patch(played: Ses
 
 
 def test_an_owner_checks_integrity_only_when_in_doubt(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
+    db, cut = tmp_path / "s.db", tmp_path / "cut.db"
     Session.create(db, "g").close()
-    assert not in_doubt(db)  # created and closed cleanly: no WAL, header agrees
-    held = Session.open(db)
-    with held.journal.write() as w:  # another process holds it and wrote: a WAL with frames
-        w.append(ev.watermark("x", 1))
-    assert in_doubt(db)
-    held.close()
-    assert not in_doubt(db)
-    cut = tmp_path / "cut.db"
+    with db.open("rb") as stream:
+        assert not in_doubt(db, stream.fileno())  # closed cleanly: no WAL, header agrees
+        held = Session.open(db)
+        with held.journal.write() as w:  # another process holds it and wrote: a WAL
+            w.append(ev.watermark("x", 1))
+        assert in_doubt(db, stream.fileno())
+        held.close()
+        assert not in_doubt(db, stream.fileno())
     shutil.copyfile(db, cut)
     with cut.open("r+b") as stream:
         stream.truncate(cut.stat().st_size - 100)  # not a whole number of pages
-    assert in_doubt(cut)
-    with cut.open("r+b") as stream:  # whole pages but fewer than the header says
+        assert in_doubt(cut, stream.fileno())
+        # whole pages but fewer than the header says
         stream.truncate(cut.stat().st_size - cut.stat().st_size % 8192 - 8192)
-    assert in_doubt(cut)
+        assert in_doubt(cut, stream.fileno())
+
+
+def test_an_owner_leaves_the_locks_of_this_process_s_other_connections_alone(
+        tmp_path: Path) -> None:
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it,
+    SQLite's included: an Owner that read the header through a descriptor it then closed
+    left a Session open in the same process blind to what other processes commit."""
+    db = tmp_path / "s.db"
+    reader = Session.create(db, "g", cwd=str(tmp_path))
+    try:
+        Owner(str(db)).close()
+        turn = reader.prepare_turn()
+        cell = {"id": 1, "previous_id": None, "kind": "cmd", "argv": ["true"]}
+        reader.step(turn["turn_id"], [{"op": "test", "path": "/revision", "value": 0},
+                                      {"op": "add", "path": "/cells/-", "value": cell}])
+        done = run_cli("work", db)  # another process launches (and checkpoints) and finishes
+        assert done.code == 0, done.err
+        assert reader.state()["runtime"]["cells"]["1"]["phase"] == "finished"
+    finally:
+        reader.close()
 
 
 def test_an_owner_refuses_a_damaged_file_that_is_in_doubt(tmp_path: Path) -> None:
@@ -109,3 +130,22 @@ def test_an_owner_refuses_a_damaged_file_that_is_in_doubt(tmp_path: Path) -> Non
     Path(f"{db}-wal").write_bytes(b"\0" * 32)  # as a crashed process leaves it: in doubt
     with pytest.raises(StorageError, match="failed quick_check"):
         Owner(str(db))
+
+
+def test_an_owner_takes_over_a_file_left_with_a_zero_filled_wal(tmp_path: Path) -> None:
+    """A crash on a file system that zero-fills unwritten blocks leaves an invalid WAL that
+    SQLite ignores: the Owner checks the file (it is in doubt), then owns it and commits —
+    the stale WAL is not damage done under it."""
+    db = tmp_path / "s.db"
+    Session.create(db, "g").close()
+    Path(f"{db}-wal").write_bytes(b"\0" * 4096)
+    owner = Owner(str(db))
+    try:
+        assert owner.guard.problem() is None
+        owner.session.set_watermark("after", "the crash")
+        assert owner.guard.problem() is None
+    finally:
+        owner.close()
+    reopened = Session.open(db)
+    assert reopened.refresh().watermarks["after"] == "the crash"
+    reopened.close()

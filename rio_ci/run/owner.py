@@ -8,6 +8,7 @@ bounded slice of that work so the harness can keep supervising while a model thi
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -38,7 +39,7 @@ class Owner:
         sessionfile.writable(real, path)
         self._ownership = FileOwnership.acquire(real, path)
         try:
-            self.session = Session.open(real, verify=in_doubt(real), synchronous=synchronous)
+            self.session = Session.open(real, verify=in_doubt(real, self._ownership.fd), synchronous=synchronous)
             if self.session.journal.identity != self._ownership.identity:
                 self.session.close()
                 raise StorageError(f"{path} was replaced while its Owner was starting")
@@ -256,9 +257,12 @@ class Owner:
                 "pending": [e["cell_id"] for e in proj.pending()], "paused_by": proj.pause}
 
 
-def in_doubt(path: Path) -> bool:
+def in_doubt(path: Path, fd: int) -> bool:
     """Whether an Owner must verify the Session file (``quick_check``, which reads all of
-    it) before trusting it, rather than rely on SQLite's own checks as it reads.
+    it) before trusting it, rather than rely on SQLite's own checks as it reads. ``fd`` is a
+    descriptor of the file that stays open: closing one opened just to read the header would
+    drop every POSIX lock this process holds on the file, SQLite's included (see
+    ``rio_ci.run.ownership``).
 
     No: the last connection closed cleanly — SQLite then checkpoints and removes the WAL —
     and the header agrees with the file's size. That is what ``create``, every clean close
@@ -268,11 +272,7 @@ def in_doubt(path: Path) -> bool:
     wal = Path(f"{path}-wal")
     if wal.exists() and wal.stat().st_size > 0:
         return True
-    if not path.is_file():
-        return False  # Session.open says what is wrong with it
-    with path.open("rb") as stream:
-        header = stream.read(100)
-    size = path.stat().st_size
+    header, size = os.pread(fd, 100, 0), os.fstat(fd).st_size
     page = int.from_bytes(header[16:18], "big") if len(header) == 100 else 0
     page = 65536 if page == 1 else page
     if not header.startswith(b"SQLite format 3\x00") or page < 512 or size % page:

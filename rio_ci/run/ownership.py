@@ -42,7 +42,7 @@ class FileOwnership:
     def __init__(self, real: Path, identity: Identity, fd: int):
         self.path = real
         self.identity = identity
-        self._fd = fd
+        self.fd = fd  # never closed (see the module's docstring)
         self.held = True
 
     @classmethod
@@ -65,7 +65,7 @@ class FileOwnership:
         if self.held:
             self.held = False
             _OWNED.discard(self.identity)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def names_the_file(self) -> bool:
         """True while ``self.path`` still names the locked file."""
@@ -119,12 +119,20 @@ class FileGuard:
     its intact frames) or must be left alone (the WAL or the file itself is garbled)."""
 
     def __init__(self, ownership: FileOwnership):
-        self._fd = ownership._fd
+        self._fd = ownership.fd
         self.path = ownership.path
         self.wal = Path(f"{self.path}-wal")
         self._page_size = os.pread(self._fd, 100, 0)[16:18]
         self._size = os.fstat(self._fd).st_size
-        self._wal: tuple[int, int, bytes] | None = _wal_state(self.wal)  # (ino, size, salts)
+        # A WAL that is already invalid when the Owner opens the file (a crash on a file
+        # system that zero-fills unwritten blocks leaves one) is ignored by SQLite until its
+        # first commit rewrites it: while its header stays the same, it is not damage.
+        self._stale: bytes | None = None
+        self._wal: tuple[int, int, bytes] | None = None  # (inode, size, salts)
+        try:
+            self._wal = _wal_state(self.wal)
+        except ValueError:
+            self._stale = _head(self.wal)
 
     def problem(self) -> tuple[str, bool] | None:
         header = os.pread(self._fd, 100, 0)
@@ -138,7 +146,11 @@ class FileGuard:
         try:
             now = _wal_state(self.wal)
         except ValueError as exc:
+            if self._stale is not None and _head(self.wal) == self._stale:
+                return None
             return f"{self.wal}: {exc}", False
+        if now is not None:
+            self._stale = None
         before, self._wal = self._wal, now or self._wal
         if before is None:
             return None
@@ -147,6 +159,14 @@ class FileGuard:
             return f"{self.wal} was {how} under the Owner", True
         if 0 < now[1] < before[1] and now[2] == before[2]:
             return f"{self.wal} shrank from {before[1]} to {now[1]} bytes under the Owner", False
+        return None
+
+
+def _head(wal: Path) -> bytes | None:
+    try:
+        with open(wal, "rb") as stream:
+            return stream.read(32)
+    except FileNotFoundError:
         return None
 
 

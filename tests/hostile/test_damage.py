@@ -85,3 +85,4 @@ def test_a_cell_that_destroys_the_wal_and_kills_its_owner_is_not_run_again(
         else:
             one_error(again, 4)
     assert [words[2:] for words in sess.lines()] == [["destroying"]]
+
