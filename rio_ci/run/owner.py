@@ -39,7 +39,8 @@ class Owner:
         sessionfile.writable(real, path)
         self._ownership = FileOwnership.acquire(real, path)
         try:
-            self.session = Session.open(real, verify=in_doubt(real, self._ownership.fd), synchronous=synchronous)
+            doubt = in_doubt(real, self._ownership.fd)
+            self.session = Session.open(real, verify=doubt, synchronous=synchronous)
             if self.session.journal.identity != self._ownership.identity:
                 self.session.close()
                 raise StorageError(f"{path} was replaced while its Owner was starting")
