@@ -21,7 +21,6 @@ from rio_ci.core.state import (
     NOT_FINITE,
     compact,
     encoded_size,
-    is_finite_json,
     is_int,
     is_unresolved,
     json_equal,
@@ -117,18 +116,19 @@ class Encoded:
     digest: str  # sha256 of the encoding: equal patches written alike share it
     size: int  # bytes
     text_safe: bool  # False when a string holds a lone surrogate (no UTF-8 for it)
+    finite: bool  # False when a number is NaN or an infinity (not JSON)
 
 
 def encode(patch: Any) -> Encoded:
     try:
-        text = compact(patch)
+        text, finite = compact(patch), True
     except ValueError:  # NaN or Infinity: fingerprinted, then rejected by _well_formed
-        text = lenient(patch)
+        text, finite = lenient(patch), False
     try:
         data, safe = text.encode(), True
     except UnicodeEncodeError:  # still fingerprinted (then rejected): surrogatepass
         data, safe = text.encode("utf-8", "surrogatepass"), False
-    return Encoded(text, hashlib.sha256(data).hexdigest(), len(data), safe)
+    return Encoded(text, hashlib.sha256(data).hexdigest(), len(data), safe, finite)
 
 
 def digest(patch: Any) -> str:
@@ -151,7 +151,7 @@ class _Reject(Exception):
 
 def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
             encoded: Encoded) -> Accepted:
-    ops = _well_formed(patch, encoded.text_safe)
+    ops = _well_formed(patch, encoded)
     snapshot = turn["state"]
     first = ops[0]
     if first["op"] != "test" or first["path"] != "/revision":
@@ -261,15 +261,15 @@ def unwrap(patch: Any) -> Any:
     return patch
 
 
-def _well_formed(patch: Any, text_safe: bool) -> list[dict[str, Any]]:
+def _well_formed(patch: Any, encoded: Encoded) -> list[dict[str, Any]]:
     patch = unwrap(patch)
     if not isinstance(patch, list):
         raise _Reject("a patch must be a list of operations (or {\"patch\": [...]})")
     if not patch:
         raise _Reject("a patch needs at least the /revision test")
-    if not text_safe:
+    if not encoded.text_safe:
         raise _Reject("the patch holds a lone surrogate (\\ud800-\\udfff), which is not text")
-    if not is_finite_json(patch):
+    if not encoded.finite:
         raise _Reject(f"the patch is not JSON: {NOT_FINITE}")
     for number, op in enumerate(patch):
         if not isinstance(op, dict) or not isinstance(op.get("op"), str):
