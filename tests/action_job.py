@@ -92,6 +92,9 @@ def note_cell(text: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "note", "text": text, **extra}
 
 
+WAIT = [add(note_cell("waiting for a comment"))]  # a round that leaves nothing to run
+
+
 def conclude(result: str = "success") -> dict[str, Any]:
     return add(note_cell(f"conclude {result}", role="conclusion", result=result))
 

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 import sqlite_utils
+from action_job import Repository
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.events import OutputPiece, Result
@@ -52,6 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "long: long stress runs (enable with --long)")
+    config.addinivalue_line("markers", "people(login=role, ...): users of the gh fixture")
+    config.addinivalue_line("markers", "workflows(name, ...): workflows of the gh fixture")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -228,10 +231,24 @@ def end_run(session: Session, reason: str = "test") -> None:
 
 
 @pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    """A fresh fake GitHub REST API on 127.0.0.1 (test files may override it with a seeded one)."""
+def gh(request: pytest.FixtureRequest) -> Iterator[FakeGitHub]:
+    """A fresh fake GitHub REST API on 127.0.0.1, with the people of the test's
+    ``people(login=role)`` marks and the workflows of its ``workflows(name)`` marks (a module
+    sets them in ``pytestmark``)."""
     with FakeGitHub() as fake:
+        for mark in request.node.iter_markers("people"):
+            for login, role in mark.kwargs.items():
+                fake.add_user(login, role)
+        for mark in request.node.iter_markers("workflows"):
+            for name in mark.args:
+                fake.add_workflow(name)
         yield fake
+
+
+@pytest.fixture
+def repo(tmp_path: Path, gh: FakeGitHub) -> Repository:
+    """A repository on ``gh`` with its origin, its runner and its jobs (tests/action_job.py)."""
+    return Repository(tmp_path, gh)
 
 
 @pytest.fixture

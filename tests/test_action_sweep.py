@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,16 +23,10 @@ from fakes.github_api import FakeGitHub
 
 from tests.kit import until
 
+pytestmark = [pytest.mark.people(alice="write"), pytest.mark.workflows("rio.yml")]
+
 MARKER = "<!-- rio-ci:progress -->"
 SCHEDULE = {"schedule": "*/15 * * * *"}
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        fake.add_workflow("rio.yml")
-        yield fake
 
 
 def progress_body(next_wake: float | None, ended: bool = False) -> str:

