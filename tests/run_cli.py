@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.kit import cli_env
+from tests.kit import cli_env, until
 
 
 def rio(*args: str, env: dict[str, str] | None = None,
@@ -23,6 +26,22 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
     return subprocess.Popen([sys.executable, "-m", "rio_ci.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env or cli_env())
+
+
+def interrupt(proc: subprocess.Popen[str], ready: Callable[[], Any], what: str,
+              signum: int = signal.SIGTERM) -> tuple[str, str, float]:
+    """Once ``ready()`` holds (within 30 s), send ``signum`` to ``proc`` and wait up to 10 s
+    for it to exit. Returns its stdout, its stderr and the seconds from the signal to the
+    exit; ``proc`` is killed if it is still running after that."""
+    try:
+        until(ready, 30, what)
+        proc.send_signal(signum)
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=10)
+        return out, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def status(stdout: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from tests.harness_kit import (
     usage,
 )
 from tests.kit import cli_env, events, until
-from tests.run_cli import new_session, rio, spawn, status, write_script
+from tests.run_cli import interrupt, new_session, rio, spawn, status, write_script
 
 
 def add(value: dict[str, Any]) -> dict[str, Any]:
@@ -167,15 +167,7 @@ def test_a_signal_interrupts_the_run_within_5s(tmp_path: Path, signum: int) -> N
                  "time.sleep(60)"))],
         [conclusion("success")]])
     proc = spawn("run", str(db), "--model", f"scripted:{script}")
-    try:
-        until(marker.exists, 30)
-        proc.send_signal(signum)
-        sent = time.monotonic()
-        out, err = proc.communicate(timeout=10)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err, took = interrupt(proc, marker.exists, "the Cell to start", signum)
     assert took < 5, f"took {took:.1f}s"
     assert proc.returncode >= 0, "killed by the signal instead of handling it"
     assert status(out)["status"] == "interrupted", err
@@ -274,13 +266,9 @@ def test_backoff_is_persisted_across_a_restart(fake: WatchedFake, session_db: Pa
     fake.overloaded(retry_after=2)
     fake.reply_patch(patch(0, 1, DONE))
     proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
-    try:
-        until(lambda: len(kinds(events(session_db), "model_response")) == 1, 30)
-        proc.send_signal(signal.SIGTERM)  # interrupted while waiting out the backoff
-        out, _ = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # interrupted while waiting out the backoff
+    out, _, _ = interrupt(proc, lambda: len(kinds(events(session_db), "model_response")) == 1,
+                          "the first model response")
     assert status(out)["status"] == "interrupted"
     assert len(fake.requests) == 1
     second = fake.run()
@@ -541,15 +529,7 @@ def test_a_signal_during_a_model_request_stops_within_5s(
     fake.reply_patch(patch(0, 1, DONE))  # never arrives in time
     fake.reply_patch(patch(0, 1, DONE))
     proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
-    try:
-        until(lambda: len(fake.requests) == 1, 30)
-        proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        out, _ = proc.communicate(timeout=10)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, _, took = interrupt(proc, lambda: len(fake.requests) == 1, "the model request")
     assert took < 5
     assert status(out)["status"] == "interrupted"
     evs = events(session_db)
