@@ -15,12 +15,10 @@ import contextlib
 import io
 import itertools
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from fakes.git_origin import install_push_rules
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.events import message_of
+from tests.kit import cli_env, until
 
 ROOT = Path(__file__).resolve().parents[1]
 PEP723 = "# /// script\n# dependencies = []\n# ///\n"
@@ -91,6 +90,9 @@ def cmd_cell(*argv: str) -> dict[str, Any]:
 
 def note_cell(text: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "note", "text": text, **extra}
+
+
+WAIT = [add(note_cell("waiting for a comment"))]  # a round that leaves nothing to run
 
 
 def conclude(result: str = "success") -> dict[str, Any]:
@@ -219,11 +221,9 @@ class Repository:
         git(self.tmp, "-c", f"http.extraheader=AUTHORIZATION: basic {basic}", "clone",
             "--quiet", self.url, str(workspace))
         (directory / "event.json").write_text(json.dumps(payload))
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RIO_", "GITHUB_", "RUNNER_", "ANTHROPIC_"))}
-        env.update(self.secrets)
+        env = cli_env(**self.secrets)
         env.update(
-            PYTHONPATH=str(ROOT), GITHUB_ACTIONS="true", GITHUB_EVENT_NAME=event_name,
+            GITHUB_ACTIONS="true", GITHUB_EVENT_NAME=event_name,
             GITHUB_EVENT_PATH=str(directory / "event.json"), GITHUB_REPOSITORY=self.gh.repo,
             GITHUB_API_URL=self.gh.api_url, GITHUB_TOKEN=self.gh.token,
             GITHUB_RUN_ID=str(1000 + number), GITHUB_WORKSPACE=str(workspace),
@@ -343,20 +343,12 @@ def messages(events: list[dict[str, Any]], kind: str | None = None) -> list[dict
     return found
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.05)
-
-
 def kill_when(path: Path, sig: signal.Signals) -> Callable[[Job, subprocess.Popen[str]], None]:
     """An ``interrupt`` that sends ``sig`` to the run step once ``path`` has a line: the
     runner cancelling (SIGTERM) or the machine dying (SIGKILL) in the middle of a script."""
 
     def interrupt(job: Job, process: subprocess.Popen[str]) -> None:
-        wait_for(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
+        until(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
                  f"{path} to get a line")
         process.send_signal(sig)
         # SPEC §11: stop the Worker group, commit what is known, exit within 5 s.
@@ -370,7 +362,7 @@ def kill_tree_when(path: Path) -> Callable[[Job, subprocess.Popen[str]], None]:
     run step and every process it started (the Worker's group included) at once."""
 
     def interrupt(job: Job, process: subprocess.Popen[str]) -> None:
-        wait_for(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
+        until(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
                  f"{path} to get a line")
         tree = psutil.Process(process.pid)
         doomed = [tree, *tree.children(recursive=True)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -19,14 +18,15 @@ from typing import Any, cast
 
 import pytest
 import sqlite_utils
+from action_job import Repository
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.events import OutputPiece, Result
 from rio_ci.github.forge.github import GitHubForge
 from rio_ci.session import Receipt, Session
+from tests.kit import Patch, cli_env
 
 PY = sys.executable
-ROOT = Path(__file__).resolve().parents[1]
 PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 
 
@@ -53,6 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "long: long stress runs (enable with --long)")
+    config.addinivalue_line("markers", "people(login=role, ...): users of the gh fixture")
+    config.addinivalue_line("markers", "workflows(name, ...): workflows of the gh fixture")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -89,12 +91,6 @@ class CliResult:
     @property
     def lines(self) -> list[Any]:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
-
-
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIO_")}
-    env["PYTHONPATH"] = str(ROOT)
-    return env
 
 
 def run_cli(*args: Any, input: Any = None, cwd: str | Path | None = None,
@@ -170,49 +166,6 @@ def code(body: str = "print('hello')\n", header: str = PEP723) -> dict[str, Any]
     return {"kind": "code", "runtime": "python", "source": header + body}
 
 
-class Patch:
-    """A step patch against a State: the ``/revision`` test first, then operations applied
-    in order. New Cells get ``id`` (``runtime.next_cell_id``, +1 per version) and
-    ``previous_id`` (null on add, the replaced id on replace) unless the Cell sets them."""
-
-    def __init__(self, state: dict[str, Any]):
-        self.ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/revision", "value": state["revision"]}]
-        self.next_id: int = state["runtime"]["next_cell_id"]
-        self._ids = [c["id"] for c in state["cells"]]  # ids in array order, as ops apply
-
-    def test(self, path: str, value: Any) -> Patch:
-        self.ops.append({"op": "test", "path": path, "value": value})
-        return self
-
-    def add(self, cell: dict[str, Any]) -> Patch:
-        cell = {"id": self.next_id, "previous_id": None, **cell}
-        self.ops.append({"op": "add", "path": "/cells/-", "value": cell})
-        self._ids.append(cell["id"])
-        self.next_id += 1
-        return self
-
-    def replace(self, index: int, cell: dict[str, Any]) -> Patch:
-        cell = {"id": self.next_id, "previous_id": self._ids[index], **cell}
-        self.ops.append({"op": "replace", "path": f"/cells/{index}", "value": cell})
-        self._ids[index] = cell["id"]
-        self.next_id += 1
-        return self
-
-    def remove(self, index: int) -> Patch:
-        self.ops.append({"op": "remove", "path": f"/cells/{index}"})
-        del self._ids[index]
-        return self
-
-    def op(self, **raw: Any) -> Patch:
-        """Append any operation as written."""
-        self.ops.append(raw)
-        return self
-
-    def build(self) -> list[dict[str, Any]]:
-        return [dict(op) for op in self.ops]
-
-
 def accept(session: Session, build: Callable[[Patch], Any]) -> Receipt:
     """Prepare a Turn, build a patch on its snapshot, and require it to be accepted."""
     turn = session.prepare_turn()
@@ -278,10 +231,24 @@ def end_run(session: Session, reason: str = "test") -> None:
 
 
 @pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    """A fresh fake GitHub REST API on 127.0.0.1 (test files may override it with a seeded one)."""
+def gh(request: pytest.FixtureRequest) -> Iterator[FakeGitHub]:
+    """A fresh fake GitHub REST API on 127.0.0.1, with the people of the test's
+    ``people(login=role)`` marks and the workflows of its ``workflows(name)`` marks (a module
+    sets them in ``pytestmark``)."""
     with FakeGitHub() as fake:
+        for mark in request.node.iter_markers("people"):
+            for login, role in mark.kwargs.items():
+                fake.add_user(login, role)
+        for mark in request.node.iter_markers("workflows"):
+            for name in mark.args:
+                fake.add_workflow(name)
         yield fake
+
+
+@pytest.fixture
+def repo(tmp_path: Path, gh: FakeGitHub) -> Repository:
+    """A repository on ``gh`` with its origin, its runner and its jobs (tests/action_job.py)."""
+    return Repository(tmp_path, gh)
 
 
 @pytest.fixture

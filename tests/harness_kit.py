@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ from rio_ci.model import table
 from rio_ci.model.base import Price, Usage
 from rio_ci.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
-from tests.run_cli import clean_env, events, rio
+from tests.kit import Patch, cli_env, events
+from tests.run_cli import rio
 
 KEY = "sk-ant-harness-test-41c9"
 MODEL = "claude-sonnet-5-5"  # the current default
@@ -53,11 +53,7 @@ def cost(input_tokens: int, output_tokens: int, model: str = MODEL) -> float:
 def patch(revision: int, cell_id: int, *values: dict[str, Any]) -> list[dict[str, Any]]:
     """A complete patch as a real model must write it: the revision test, then one add per
     value with ids from ``cell_id`` on."""
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/revision", "value": revision}]
-    for offset, value in enumerate(values):
-        ops.append({"op": "add", "path": "/cells/-",
-                    "value": {"id": cell_id + offset, "previous_id": None, **value}})
-    return ops
+    return Patch.at(revision, cell_id).add(*values).build()
 
 
 def note(text: str) -> dict[str, Any]:
@@ -76,13 +72,6 @@ def timer_cell(deadline: float | str) -> dict[str, Any]:
               f"timer('ci-check', {deadline if isinstance(deadline, str) else repr(deadline)}, "
               "{'why': 'look at CI again'})\n")
     return {"kind": "code", "runtime": "python", "source": source}
-
-
-def wait_for(condition: Callable[[], Any], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
 
 
 def pid_alive(pid: int) -> bool:
@@ -130,7 +119,7 @@ class WatchedFake(FakeAnthropic):
         return [b - a for a, b in itertools.pairwise(times)]
 
     def env(self, **extra: str) -> dict[str, str]:
-        return clean_env(ANTHROPIC_BASE_URL=self.base_url, ANTHROPIC_API_KEY=KEY, **extra)
+        return cli_env(ANTHROPIC_BASE_URL=self.base_url, ANTHROPIC_API_KEY=KEY, **extra)
 
     def run(self, *args: str, model: str | None = MODEL, crash_at: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -3,39 +3,45 @@
 from __future__ import annotations
 
 import json
-import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rio_ci.session import Session
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """No crash point, no real endpoint or key; this checkout's rio_ci; plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RIO_", "ANTHROPIC_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    env.update(extra)
-    return env
+from tests.kit import cli_env, until
 
 
 def rio(*args: str, env: dict[str, str] | None = None,
         timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env or clean_env())
+                          text=True, timeout=timeout, env=env or cli_env())
 
 
 def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "rio_ci.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env or clean_env())
+                            env=env or cli_env())
+
+
+def interrupt(proc: subprocess.Popen[str], ready: Callable[[], Any], what: str,
+              signum: int = signal.SIGTERM) -> tuple[str, str, float]:
+    """Once ``ready()`` holds (within 30 s), send ``signum`` to ``proc`` and wait up to 10 s
+    for it to exit. Returns its stdout, its stderr and the seconds from the signal to the
+    exit; ``proc`` is killed if it is still running after that."""
+    try:
+        until(ready, 30, what)
+        proc.send_signal(signum)
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=10)
+        return out, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def status(stdout: str) -> dict[str, Any]:
@@ -51,14 +57,6 @@ def new_session(tmp_path: Path, *limits: str) -> Path:
     done = rio(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     return db
-
-
-def events(db: Path) -> list[dict[str, Any]]:
-    session = Session.open(db)
-    try:
-        return list(session.journal.events())
-    finally:
-        session.close()
 
 
 def write_script(tmp_path: Path, rounds: list[list[dict[str, Any]]]) -> Path:

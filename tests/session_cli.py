@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,29 +22,11 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.kit import Patch, cli_env
+
 RIO = [sys.executable, "-m", "rio_ci.cli"]
-ROOT = Path(__file__).resolve().parents[1]
 HEADER = "# /// script\n# dependencies = []\n# ///\n"
 TOKEN_VAR = "RIO_WORKER_TOKEN"
-
-
-def base_env(**extra: str) -> dict[str, str]:
-    """This process's environment without RIO_* variables (no crash point, no Cell
-    context), importing this checkout's rio_ci, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RIO_")}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def until(predicate: Callable[[], Any], timeout: float = 10.0, every: float = 0.02) -> Any:
-    """Poll until ``predicate()`` is truthy; return its value, or None on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(every)
 
 
 def gone(pid: int) -> bool:
@@ -104,7 +85,7 @@ class CliSession:
 
     def run(self, *args: str, code: int | None = 0, env: dict[str, str] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([*RIO, *args], env=env or base_env(), capture_output=True,
+        done = subprocess.run([*RIO, *args], env=env or cli_env(), capture_output=True,
                               text=True, timeout=timeout, check=False, cwd=self.root)
         if code is not None:
             assert done.returncode == code, (
@@ -119,7 +100,7 @@ class CliSession:
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start ``rio-ci ARGS`` in the background (killed at cleanup if still running)."""
-        proc = subprocess.Popen([*RIO, *args], env=env or base_env(), stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*RIO, *args], env=env or cli_env(), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=self.root)
         self.procs.append(proc)
         return proc
@@ -146,8 +127,8 @@ class CliSession:
                 code: int | None = 0, env: dict[str, str] | None = None) -> dict[str, Any]:
         """Add ``cells`` (ids from ``next_cell_id``) in ``turn`` (default: a new Turn)."""
         turn = turn or self.turn()
-        ops = add_ops(turn["state"], cells)
-        return self.step(turn["turn_id"], ops, code=code, env=env)
+        return self.step(turn["turn_id"], Patch(turn["state"]).add(*cells).build(), code=code,
+                         env=env)
 
     def work(self, *, code: int | None = 0, env: dict[str, str] | None = None,
              timeout: float = 120, args: Iterable[str] = ()) -> dict[str, Any]:
@@ -209,16 +190,6 @@ class CliSession:
         for pid in self.token_holders():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def add_ops(state: dict[str, Any], cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A patch testing ``state``'s revision and appending ``cells`` with the right ids."""
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/revision", "value": state["revision"]}]
-    next_id = state["runtime"]["next_cell_id"]
-    for offset, cell in enumerate(cells):
-        ops.append({"op": "add", "path": "/cells/-",
-                    "value": {"id": next_id + offset, "previous_id": None, **cell}})
-    return ops
 
 
 def log_prelude(log: Path) -> str:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from action_job import (
+    WAIT,
     Repository,
     add,
     cmd_cell,
@@ -17,26 +16,13 @@ from action_job import (
     conclude,
     labeled,
     messages,
-    note_cell,
     script,
     workflow_run,
 )
 from fakes.github_api import FakeGitHub
 
-WAIT = [add(note_cell("waiting for a comment"))]  # a round that leaves nothing to run
+pytestmark = pytest.mark.people(alice="write", eve="read")
 
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        fake.add_collaborator("eve", "read")
-        yield fake
-
-
-@pytest.fixture
-def repo(tmp_path: Path, gh: FakeGitHub) -> Repository:
-    return Repository(tmp_path, gh)
 
 
 def artifact_requests(gh: FakeGitHub) -> list[str]:

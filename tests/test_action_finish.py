@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from action_job import (
+    WAIT,
     Repository,
     add,
     cmd_cell,
@@ -18,23 +18,14 @@ from action_job import (
     conclude,
     labeled,
     messages,
-    note_cell,
     script,
 )
 from fakes.github_api import FakeGitHub, Recorded
 
 from rio_ci.github.workspace import refused_paths
 
-pytestmark = pytest.mark.slow
-WAIT = [add(note_cell("waiting for a comment"))]
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 WRITE = [add(cmd_cell("python3", "-c", "open('notes.txt', 'w').write('hello')"))]
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        yield fake
 
 
 # --- persist first, offline ------------------------------------------------------------------

@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from action_job import (
+    WAIT,
     Repository,
     add,
     cmd_cell,
@@ -15,27 +13,13 @@ from action_job import (
     conclude,
     labeled,
     messages,
-    note_cell,
     script,
 )
 from fakes.github_api import FakeGitHub
 
-pytestmark = pytest.mark.slow
-WAIT = [add(note_cell("waiting for a comment"))]
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 FIX = [add(cmd_cell("python3", "-c", "open('fix.py', 'w').write('fixed = 1')"))]
 MORE = [add(cmd_cell("python3", "-c", "open('fix.py', 'a').write('\\nmore = 2')"))]
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_user("alice", "write")
-        yield fake
-
-
-@pytest.fixture
-def repo(tmp_path: Path, gh: FakeGitHub) -> Repository:
-    return Repository(tmp_path, gh)
 
 
 def created(events: list[dict[str, object]]) -> dict[str, object]:

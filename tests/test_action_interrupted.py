@@ -4,7 +4,6 @@ UnknownExecution for that Cell and continues (the script is never run twice)."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,7 @@ from action_job import (
 )
 from fakes.github_api import FakeGitHub
 
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        yield fake
+pytestmark = pytest.mark.people(alice="write")
 
 
 @pytest.mark.parametrize(("sig", "reason"), [

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from action_job import (
+    WAIT,
     Repository,
     add,
     cmd_cell,
@@ -22,21 +22,12 @@ from action_job import (
     kill_tree_when,
     labeled,
     messages,
-    note_cell,
     resolve_unknown,
     script,
 )
 from fakes.github_api import FakeGitHub
 
-pytestmark = pytest.mark.slow
-WAIT = [add(note_cell("waiting for a comment"))]
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        yield fake
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 
 
 def side_effect_cell(log: Path) -> dict[str, object]:

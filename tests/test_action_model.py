@@ -4,19 +4,13 @@ count unless the ``price`` input gives one (issue 11: the same rules as ``rio-ci
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from action_job import Repository, add, cmd_cell, conclude, labeled, script
 from fakes.github_api import FakeGitHub
 
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        yield fake
+pytestmark = pytest.mark.people(alice="write")
 
 
 def test_each_round_is_a_group_in_the_job_log_with_the_output_as_committed(

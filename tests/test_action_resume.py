@@ -4,37 +4,22 @@ moved still runs the Session's Cells in this job's checkout."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from action_job import (
+    WAIT,
     Repository,
     add,
     cmd_cell,
     commented,
     dispatched,
     labeled,
-    note_cell,
     script,
 )
 from fakes.github_api import FakeGitHub
 
-pytestmark = pytest.mark.slow
-WAIT = [add(note_cell("waiting for a comment"))]
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        fake.add_collaborator("eve", "read")
-        yield fake
-
-
-@pytest.fixture
-def repo(tmp_path: Path, gh: FakeGitHub) -> Repository:
-    return Repository(tmp_path, gh)
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write", eve="read")]
 
 
 # --- dispatch ------------------------------------------------------------------------------------

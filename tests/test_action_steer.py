@@ -3,27 +3,11 @@ still re-scans; optional reads are optional."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from action_job import Repository, add, commented, labeled, messages, note_cell, script
+from action_job import WAIT, Repository, commented, labeled, messages, script
 from fakes.github_api import FakeGitHub
 
-pytestmark = pytest.mark.slow
-WAIT = [add(note_cell("waiting for a comment"))]
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_user("alice", "write")
-        yield fake
-
-
-@pytest.fixture
-def repo(tmp_path: Path, gh: FakeGitHub) -> Repository:
-    return Repository(tmp_path, gh)
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 
 
 def permission_calls(gh: FakeGitHub, user: str) -> int:

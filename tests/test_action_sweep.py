@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,20 +18,15 @@ from action_job import (
     messages,
     note_cell,
     script,
-    wait_for,
 )
 from fakes.github_api import FakeGitHub
 
+from tests.kit import until
+
+pytestmark = [pytest.mark.people(alice="write"), pytest.mark.workflows("rio.yml")]
+
 MARKER = "<!-- rio-ci:progress -->"
 SCHEDULE = {"schedule": "*/15 * * * *"}
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        fake.add_workflow("rio.yml")
-        yield fake
 
 
 def progress_body(next_wake: float | None, ended: bool = False) -> str:
@@ -91,7 +85,7 @@ def test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session(
     wake = float(first.outputs["next-wake"])
     early = repo.job("schedule", SCHEDULE)
     artifact_reads = len([r for r in gh.requests if "/actions/artifacts" in r.path])
-    wait_for(lambda: time.time() > wake + 0.1, 15, "the Timer to fall due")
+    until(lambda: time.time() > wake + 0.1, 15, "the Timer to fall due")
     sweep = repo.job("schedule", SCHEDULE)
 
     assert first.outputs["status"] == "waiting", first.logs

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,10 @@ from action_job import (
 )
 from fakes.github_api import FakeGitHub
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write"),
+              pytest.mark.workflows("rio.yml")]
 DAY = 86_400
 MARKER = "<!-- rio-ci:progress -->"
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_user("alice", "write")
-        fake.add_workflow("rio.yml")
-        yield fake
 
 
 def set_timer(name: str, days: float) -> list[dict[str, object]]:

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,7 @@ import pytest
 from conftest import (
     PEP723,
     PY,
-    Patch,
     accept,
-    cli_env,
     cmd,
     code,
     finish_execution,
@@ -36,6 +33,7 @@ from conftest import (
 from rio_ci.core.admission import Refused, digest
 from rio_ci.core.state import encoded_size
 from rio_ci.session import Receipt, Session
+from tests.kit import Patch, cli_env, until
 
 Build = Callable[[Patch], Any]
 
@@ -519,13 +517,6 @@ def test_a_resolution_with_evidence_keeps_the_original_record(
            "not an unresolved UnknownExecution")
 
 
-def _wait_for(db: Path, kind: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not any(e["kind"] == kind for e in journal_rows(db)):
-        assert time.monotonic() < deadline, f"no {kind} event within {timeout}s"
-        time.sleep(0.05)
-
-
 def test_resolving_a_real_unknown_execution_after_a_killed_owner(
         rio: Any, tmp_path: Path) -> None:
     db = tmp_path / "s.db"
@@ -537,7 +528,8 @@ def test_resolving_a_real_unknown_execution_after_a_killed_owner(
                              env=cli_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        _wait_for(db, "worker_registered")
+        until(lambda: any(e["kind"] == "worker_registered" for e in journal_rows(db)), 20,
+              "a worker_registered event")
     finally:
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()

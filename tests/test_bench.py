@@ -14,9 +14,10 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system
+from tests.kit import ROOT
 
 # Every figure the bench reports, by the part that measures it.
 FIGURES = [

@@ -19,7 +19,8 @@ from rio_ci.core.limits import Limits
 from rio_ci.core.state import encoded_size
 from rio_ci.core.view import masked_marker
 from tests.harness_kit import DONE, WatchedFake, cmd, kinds, patch
-from tests.run_cli import events, new_session, rio, status
+from tests.kit import events
+from tests.run_cli import new_session, rio, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
 # tests/conftest.py marks test_harness.py.

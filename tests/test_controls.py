@@ -16,18 +16,8 @@ from typing import Any
 
 from rio_ci.run.owner import Owner
 from tests import session_cli
-from tests.session_cli import (
-    CliSession,
-    New,
-    add_ops,
-    base_env,
-    cmd,
-    code,
-    gone,
-    logged,
-    note,
-    until,
-)
+from tests.kit import Patch, cli_env, until
+from tests.session_cli import CliSession, New, cmd, code, gone, logged, note
 
 new = session_cli.new  # the shared fixture
 
@@ -50,7 +40,7 @@ def make_unknown(sess: CliSession, *more: dict[str, Any]) -> dict[str, Any]:
     launch); ``more`` Cells wait behind it. Returns the recovering `work`'s output."""
     sess.propose(logged(sess.log, "log('ran')"), *more)
     sess.run("work", str(sess.db), code=-signal.SIGKILL,
-             env=base_env(RIO_CRASH_AT="launch_before_spawn"))
+             env=cli_env(RIO_CRASH_AT="launch_before_spawn"))
     out = sess.work()
     assert sess.result(1)["type"] == "UnknownExecution"
     return out
@@ -126,13 +116,13 @@ def test_cancel_of_a_running_cell_from_another_process_stops_its_group(new: New)
         time.sleep(60)
         """), cmd("echo", "next"))
     owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
+    until(sess.lines, timeout=30)
     (_, script, _, child), = sess.lines()
     leader = sess.events("worker_registered")[0]["identity"]["pid"]
 
     sess.propose(cancel(1))
     sent = time.monotonic()
-    assert until(lambda: all(gone(p) for p in (leader, int(script), int(child))), timeout=5)
+    until(lambda: all(gone(p) for p in (leader, int(script), int(child))), timeout=5)
     assert time.monotonic() - sent < 2.5
     stdout, _ = owner.communicate(timeout=10)
     assert owner.returncode == 0, stdout
@@ -150,7 +140,7 @@ def test_cancel_while_another_cell_occupies_the_slot_is_handled_at_once(new: New
     sess.propose(logged(sess.log, "import time; log('A', 'start'); time.sleep(4); log('A')"),
                  logged(sess.log, "log('B', 'ran')"))
     owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
+    until(sess.lines, timeout=30)
     sess.propose(cancel(2))
     # B's cancellation commits while A still runs, without launching anything.
     cancelled = until(lambda: "result" in sess.runtime(2) and sess.runtime(2)["result"],
@@ -315,7 +305,7 @@ def test_input_arriving_while_validators_run_rejects_success(tmp_path: Path, new
     sess = new(validators=[slow])
     sess.propose(conclude("success"))
     owner = sess.start_work()
-    assert until(marker.exists, timeout=30)
+    until(marker.exists, timeout=30)
     sess.receive("comment-1", "comment", {"body": "one more thing"})
     owner.communicate(timeout=30)
     assert owner.returncode == 0
@@ -387,7 +377,7 @@ def test_failure_while_a_cell_runs_stops_it(new: New) -> None:
     sess = new()
     sess.propose(logged(sess.log, "import time; log('up'); time.sleep(60)"))
     owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
+    until(sess.lines, timeout=30)
     (_, script, _), = sess.lines()
     sess.propose(conclude("failure"))
     stdout, _ = owner.communicate(timeout=10)
@@ -403,7 +393,7 @@ def test_failure_while_a_cell_runs_stops_it(new: New) -> None:
 def test_a_bad_patch_from_another_process_changes_nothing(new: New) -> None:
     sess = new()
     turn = sess.turn()
-    ops = add_ops(turn["state"], [cmd("echo")])
+    ops = Patch(turn["state"]).add(cmd("echo")).build()
     ops.append({"op": "replace", "path": "/goal", "value": "something else"})
     count = len(sess.events())
     assert "belongs to the harness" in sess.step(turn["turn_id"], ops, code=3)["rejected"]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from rio_ci.run.environment import worker_environment
+from tests.kit import Patch, cli_env
 
 RIO = [sys.executable, "-m", "rio_ci.cli"]
 CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canary-github-9c2d"}
@@ -16,7 +16,7 @@ CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canar
 
 def rio(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
     done = subprocess.run([*RIO, *args], capture_output=True, text=True, input=stdin,
-                          env=env, timeout=120, check=False)
+                          env=env or cli_env(), timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -24,14 +24,12 @@ def rio(*args: str, env: dict[str, str] | None = None, stdin: str | None = None)
 def test_a_cell_cannot_read_secrets_from_the_owners_proc_environ(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
     rio("new", db, "--goal", "try to read the Owner's environment", "--cwd", str(tmp_path))
-    turn = json.loads(rio("turn", db))["turn_id"]
+    turn = json.loads(rio("turn", db))
     script = ("cat /proc/$PPID/environ | tr '\\0' '\\n'; echo ---; env; echo ---; "
               "cat /proc/$PPID/cmdline | tr '\\0' ' '")
-    patch = [{"op": "test", "path": "/revision", "value": 0},
-             {"op": "add", "path": "/cells/-",
-              "value": {"id": 1, "previous_id": None, "kind": "cmd", "argv": ["sh", "-c", script]}}]
-    rio("step", db, turn, "-", stdin=json.dumps(patch))
-    out = rio("work", db, env={**os.environ, **CANARIES})
+    patch = Patch(turn["state"]).add({"kind": "cmd", "argv": ["sh", "-c", script]}).build()
+    rio("step", db, turn["turn_id"], "-", stdin=json.dumps(patch))
+    out = rio("work", db, env=cli_env(**CANARIES))
     assert json.loads(out)["ran"] == [1]
     state = json.loads(rio("state", db))
     stdout = state["runtime"]["cells"]["1"]["stdout"]

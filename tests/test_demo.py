@@ -4,38 +4,20 @@ with evidence, a passing validator and a success conclusion, told as a short sto
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from rio_ci.session import Session
-
-
-def rio(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RIO_", "ANTHROPIC_", "GITHUB_"))}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+from tests.kit import events
+from tests.run_cli import rio
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     root = tmp_path_factory.mktemp("demo") / "fresh"  # does not exist yet: the demo makes it
     return root, rio("demo", str(root))
-
-
-def journal(db: Path) -> list[dict[str, Any]]:
-    session = Session.open(db)
-    try:
-        return list(session.journal.events())
-    finally:
-        session.close()
 
 
 def test_demo_succeeds_and_tells_where_the_session_is(
@@ -54,7 +36,7 @@ def test_demo_journal_shows_one_interruption_resolved_and_a_validated_success(
         demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     root, done = demo
     assert done.returncode == 0, done.stdout + done.stderr
-    evs = journal(root / "session.sqlite3")
+    evs = events(root / "session.sqlite3")
     finished = [e for e in evs if e["kind"] == "execution_finished"]
     unknown = [e for e in finished if e["result"]["type"] == "UnknownExecution"]
     assert len(unknown) == 1

@@ -19,7 +19,7 @@ from rio_ci.commands.eval_report import measure, summarise, write_reports
 from rio_ci.errors import UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import complete, load_script
-from rio_ci.session import Session
+from tests.kit import events
 from tests.run_cli import rio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,9 +67,9 @@ def test_every_crashed_trial_recovers_from_an_unknown_execution(suite: dict[str,
     assert all(isinstance(t["rounds_to_resolve"], int) for t in trials)
     assert report["summary"]["recovered"] == len(trials)
     for trial in trials:  # the kill hit the first executable Cell accepted in round 2
-        events = journal(Path(trial["session"]))
-        second = [e for e in events if e["kind"] == "patch_accepted"][1]
-        first_unknown = next(e for e in events if e["kind"] == "execution_finished"
+        evs = events(Path(trial["session"]))
+        second = [e for e in evs if e["kind"] == "patch_accepted"][1]
+        first_unknown = next(e for e in evs if e["kind"] == "execution_finished"
                              and e["result"]["type"] == "UnknownExecution")
         executable = [c["id"] for c in second["cells"] if c["kind"] in ("code", "cmd")]
         assert first_unknown["cell_id"] == executable[0]
@@ -88,13 +88,13 @@ def test_the_interrupted_edit_leaves_the_tree_half_changed(suite: dict[str, Any]
     it: only units.py had changed."""
     _, report, _ = suite["crash"]
     trial = next(t for t in report["trials"] if t["case"] == "interrupted-rename")
-    events = journal(Path(trial["session"]))
-    resolution = next(c for e in events if e["kind"] == "patch_accepted"
+    evs = events(Path(trial["session"]))
+    resolution = next(c for e in evs if e["kind"] == "patch_accepted"
                       for c in e["controls"] if c["role"] == "resolution")
     cited = {int(ref.rsplit(":", 1)[1]) for ref in resolution["evidence_refs"]}
-    status = next(e for e in events if e["seq"] in cited and e["kind"] == "execution_finished"
-                  and "status" in cell_argv(events, e["cell_id"]))
-    output = "".join(e["text"] for e in events
+    status = next(e for e in evs if e["seq"] in cited and e["kind"] == "execution_finished"
+                  and "status" in cell_argv(evs, e["cell_id"]))
+    output = "".join(e["text"] for e in evs
                      if e["kind"] == "output" and e["cell_id"] == status["cell_id"])
     assert output.split() == ["M", "units.py"]
 
@@ -366,14 +366,6 @@ def test_an_unknown_when_is_a_usage_error(tmp_path: Path) -> None:
 
 
 # --- helpers ----------------------------------------------------------------------------
-
-
-def journal(db: Path) -> list[dict[str, Any]]:
-    session = Session.open(db)
-    try:
-        return list(session.journal.events())
-    finally:
-        session.close()
 
 
 def cell_argv(events: list[dict[str, Any]], cell_id: int) -> list[str]:

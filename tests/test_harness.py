@@ -35,9 +35,9 @@ from tests.harness_kit import (
     timer_cell,
     turn_text,
     usage,
-    wait_for,
 )
-from tests.run_cli import clean_env, events, new_session, rio, spawn, status, write_script
+from tests.kit import cli_env, events, until
+from tests.run_cli import interrupt, new_session, rio, spawn, status, write_script
 
 
 def add(value: dict[str, Any]) -> dict[str, Any]:
@@ -167,15 +167,7 @@ def test_a_signal_interrupts_the_run_within_5s(tmp_path: Path, signum: int) -> N
                  "time.sleep(60)"))],
         [conclusion("success")]])
     proc = spawn("run", str(db), "--model", f"scripted:{script}")
-    try:
-        wait_for(marker.exists, 30)
-        proc.send_signal(signum)
-        sent = time.monotonic()
-        out, err = proc.communicate(timeout=10)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err, took = interrupt(proc, marker.exists, "the Cell to start", signum)
     assert took < 5, f"took {took:.1f}s"
     assert proc.returncode >= 0, "killed by the signal instead of handling it"
     assert status(out)["status"] == "interrupted", err
@@ -274,13 +266,9 @@ def test_backoff_is_persisted_across_a_restart(fake: WatchedFake, session_db: Pa
     fake.overloaded(retry_after=2)
     fake.reply_patch(patch(0, 1, DONE))
     proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
-    try:
-        wait_for(lambda: len(kinds(events(session_db), "model_response")) == 1, 30)
-        proc.send_signal(signal.SIGTERM)  # interrupted while waiting out the backoff
-        out, _ = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # interrupted while waiting out the backoff
+    out, _, _ = interrupt(proc, lambda: len(kinds(events(session_db), "model_response")) == 1,
+                          "the first model response")
     assert status(out)["status"] == "interrupted"
     assert len(fake.requests) == 1
     second = fake.run()
@@ -352,7 +340,7 @@ def test_rounds_budget_ends_the_run(tmp_path: Path) -> None:
                           + [[conclusion("success")]])
     # The first run dies after round 1; the restarted one may use only the one round left.
     first = rio("run", str(db), "--model", f"scripted:{script}",
-                env=clean_env(RIO_CRASH_AT="accept_after_commit:1"))
+                env=cli_env(RIO_CRASH_AT="accept_after_commit:1"))
     assert first.returncode == -signal.SIGKILL
     done = rio("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
@@ -456,7 +444,7 @@ def test_observation_during_generation_waits_for_the_next_turn(
     fake.reply_patch(patch(1, 2, DONE))
     proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
     try:
-        wait_for(lambda: len(fake.requests) == 1, 30)
+        until(lambda: len(fake.requests) == 1, 30)
         got = rio("receive", str(session_db), "c-1", "comment", '{"body": "also fix docs"}')
         assert got.returncode == 0, got.stdout + got.stderr
         out, err = proc.communicate(timeout=30)
@@ -478,7 +466,7 @@ def test_a_saved_reply_is_admitted_even_when_it_used_the_last_round(tmp_path: Pa
     script = write_script(tmp_path, [[add(cmd("echo", "r1"))], [add(cmd("echo", "r2"))],
                                      [conclusion("success")]])
     first = rio("run", str(db), "--model", f"scripted:{script}",
-                env=clean_env(RIO_CRASH_AT="reply_before_admit:2"))
+                env=cli_env(RIO_CRASH_AT="reply_before_admit:2"))
     assert first.returncode == -signal.SIGKILL
     second = rio("run", str(db), "--model", f"scripted:{script}")
     assert status(second.stdout)["status"] == "failed"
@@ -517,7 +505,7 @@ def test_a_turn_taken_by_another_process_during_generation_is_not_fatal(
     fake.reply_patch(patch(1, 2, DONE))
     proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
     try:
-        wait_for(lambda: len(fake.requests) == 1, 30)
+        until(lambda: len(fake.requests) == 1, 30)
         turn = json.loads(rio("turn", str(session_db)).stdout)
         assert turn["turn_id"] == kinds(events(session_db), "turn_prepared")[0]["turn_id"]
         human = tmp_path / "human.json"
@@ -541,15 +529,7 @@ def test_a_signal_during_a_model_request_stops_within_5s(
     fake.reply_patch(patch(0, 1, DONE))  # never arrives in time
     fake.reply_patch(patch(0, 1, DONE))
     proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
-    try:
-        wait_for(lambda: len(fake.requests) == 1, 30)
-        proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        out, _ = proc.communicate(timeout=10)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, _, took = interrupt(proc, lambda: len(fake.requests) == 1, "the model request")
     assert took < 5
     assert status(out)["status"] == "interrupted"
     evs = events(session_db)

@@ -46,7 +46,8 @@ from tests.harness_kit import (
     turn_text,
     usage,
 )
-from tests.run_cli import events, new_session, rio, status
+from tests.kit import events
+from tests.run_cli import new_session, rio, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
 # tests/conftest.py marks test_harness.py.

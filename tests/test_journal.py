@@ -17,9 +17,7 @@ from typing import Any
 import pytest
 from conftest import (
     PY,
-    Patch,
     accept,
-    cli_env,
     cmd,
     code,
     finish_execution,
@@ -35,6 +33,7 @@ from conftest import (
 from rio_ci.errors import OwnershipError, StorageError
 from rio_ci.journal import SNAPSHOT_EVERY
 from rio_ci.session import Receipt, Session
+from tests.kit import Patch, cli_env
 
 
 def sql(path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -230,6 +229,7 @@ RECEIVER = textwrap.dedent("""
 STEPPER = textwrap.dedent("""
     import contextlib, io, json, os, sys
     from rio_ci.cli import main
+    from tests.kit import Patch
 
     db, stop, patch_file = sys.argv[1], sys.argv[2], sys.argv[3]
     accepted = 0
@@ -244,14 +244,11 @@ STEPPER = textwrap.dedent("""
         code, turn = run("turn", db)
         assert code == 0, turn
         state = turn["state"]
-        patch = [{"op": "test", "path": "/revision", "value": state["revision"]},
-                 {"op": "add", "path": "/cells/-",
-                  "value": {"id": state["runtime"]["next_cell_id"], "previous_id": None,
-                            "kind": "note", "text": f"saw {len(turn['delivered'])}"}}]
+        patch = Patch(state).add({"kind": "note", "text": f"saw {len(turn['delivered'])}"})
         if len(state["cells"]) > 20:
-            patch.append({"op": "remove", "path": "/cells/0"})
+            patch.remove(0)
         with open(patch_file, "w") as f:
-            json.dump(patch, f)
+            json.dump(patch.build(), f)
         code, receipt = run("step", db, turn["turn_id"], patch_file)
         assert code == 0, receipt
         accepted += 1

@@ -22,8 +22,9 @@ from rio_ci.commands.show import render_text
 from rio_ci.github import progress
 from rio_ci.live import LiveLog
 from rio_ci.session import Session
-from tests.harness_kit import DONE, MODEL, WatchedFake, cmd, cost, kinds, patch, wait_for
-from tests.run_cli import events, new_session, rio, spawn, status
+from tests.harness_kit import DONE, MODEL, WatchedFake, cmd, cost, kinds, patch
+from tests.kit import events, until
+from tests.run_cli import new_session, rio, spawn, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
 # tests/conftest.py marks test_harness.py.
@@ -73,7 +74,7 @@ def test_run_tells_each_round_on_stderr_as_it_happens(tmp_path: Path) -> None:
                          text="The fix holds; concluding.")
         proc, err = run_live(fake, db)
         try:
-            wait_for(lambda: "[1] first-marker" in err.text, 30)
+            until(lambda: "[1] first-marker" in err.text, 30)
             # The Cell is still running, and round 1 has already been told.
             assert proc.poll() is None and "second-marker" not in err.text
             told = err.text

@@ -20,17 +20,8 @@ import pytest
 
 from rio_ci.core.view import elided_marker
 from tests import session_cli
-from tests.session_cli import (
-    CliSession,
-    New,
-    base_env,
-    cmd,
-    gone,
-    log_prelude,
-    logged,
-    note,
-    until,
-)
+from tests.kit import cli_env, until
+from tests.session_cli import CliSession, New, cmd, gone, log_prelude, logged, note
 
 new = session_cli.new  # the shared fixture
 
@@ -307,7 +298,7 @@ def test_a_signal_stops_the_worker_group_and_exits_quickly(new: New, sig: int) -
         time.sleep(300)
         """), cmd("echo", "must not run"))
     owner = sess.start_work()
-    assert until(sess.lines, timeout=30), "the script never started"
+    until(sess.lines, 30, "the script to start")
     (_, script_pid, _, child_pid), = sess.lines()
     sent = time.monotonic()
     owner.send_signal(sig)
@@ -333,9 +324,9 @@ def test_a_signal_after_the_script_exited_keeps_its_known_result(new: New) -> No
         log("pids", child.pid)
         """))
     owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
-    leader = until(lambda: sess.events("worker_registered"))[0]["identity"]["pid"]
-    assert until(lambda: gone(leader), timeout=5)  # exited (an unreaped zombie)
+    until(sess.lines, timeout=30)
+    leader = until(lambda: sess.events("worker_registered"), 10)[0]["identity"]["pid"]
+    until(lambda: gone(leader), timeout=5)  # exited (an unreaped zombie)
     owner.send_signal(signal.SIGTERM)
     owner.communicate(timeout=10)
     assert sess.result(1) == {"type": "success", "cell_id": 1, "exit_code": 0}
@@ -364,7 +355,7 @@ def test_harness_secrets_never_reach_a_worker_or_the_session(new: New) -> None:
             "os.environ.get('GITHUB_TOKEN'), os.environ.get('RIO_ALIAS'), "
             "os.environ.get('RIO_REMOTE'))"))
     # Copies under other names, whole or inside another value, are secrets too.
-    env = base_env(ANTHROPIC_API_KEY=CANARY_KEY, GITHUB_TOKEN=CANARY_TOKEN,
+    env = cli_env(ANTHROPIC_API_KEY=CANARY_KEY, GITHUB_TOKEN=CANARY_TOKEN,
                    RIO_ALIAS=CANARY_TOKEN,
                    RIO_REMOTE=f"https://x-access-token:{CANARY_TOKEN}@github.com/o/r.git")
     out = sess.work(env=env)
@@ -387,7 +378,7 @@ def test_a_second_owner_is_refused_while_one_works(new: New) -> None:
     sess = new()
     sess.propose(logged(sess.log, "import time; log('up'); time.sleep(30)"))
     owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
+    until(sess.lines, timeout=30)
     second = sess.run("work", str(sess.db), code=4)
     assert "Owner" in second.stdout
     alias = sess.root / "alias.db"

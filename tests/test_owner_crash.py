@@ -15,17 +15,8 @@ import psutil
 import pytest
 
 from tests import session_cli
-from tests.session_cli import (
-    CliSession,
-    New,
-    add_ops,
-    base_env,
-    cmd,
-    gone,
-    logged,
-    note,
-    until,
-)
+from tests.kit import Patch, cli_env, until
+from tests.session_cli import CliSession, New, cmd, gone, logged, note
 
 new = session_cli.new  # the shared fixture
 
@@ -33,7 +24,7 @@ KILLED = -signal.SIGKILL
 
 
 def crash(point: str) -> dict[str, str]:
-    return base_env(RIO_CRASH_AT=point)
+    return cli_env(RIO_CRASH_AT=point)
 
 
 def consume_and_work(sess: CliSession) -> dict[str, Any]:
@@ -49,10 +40,20 @@ def starts_of(sess: CliSession, cell_id: int) -> int:
 # --- accepting a patch ------------------------------------------------------------------
 
 
+def kill_owner_once_logged(sess: CliSession) -> list[list[str]]:
+    """Start an Owner, SIGKILL it once a Cell has written to the side-effect log (its Worker
+    lives on), and return that log."""
+    owner = sess.start_work()
+    until(sess.lines, 30, "a Cell to write to the side-effect log")
+    owner.kill()
+    owner.wait(timeout=10)
+    return sess.lines()
+
+
 def test_crash_after_the_patch_commit_leaves_the_work_queued(new: New) -> None:
     sess = new()
     turn = sess.turn()
-    ops = add_ops(turn["state"], [logged(sess.log, "log('ran')")])
+    ops = Patch(turn["state"]).add(logged(sess.log, "log('ran')")).build()
     assert sess.step(turn["turn_id"], ops, code=KILLED, env=crash("accept_after_commit")) == {}
 
     assert sess.runtime(1)["phase"] == "queued"
@@ -69,7 +70,7 @@ def test_crash_after_the_patch_commit_leaves_the_work_queued(new: New) -> None:
 def test_crash_inside_the_accept_transaction_commits_nothing(new: New) -> None:
     sess = new()
     turn = sess.turn()
-    ops = add_ops(turn["state"], [logged(sess.log, "log('ran')")])
+    ops = Patch(turn["state"]).add(logged(sess.log, "log('ran')")).build()
     count = len(sess.events())
     sess.step(turn["turn_id"], ops, code=KILLED, env=crash("accept_before_commit"))
     assert len(sess.events()) == count
@@ -133,11 +134,7 @@ def test_kill_9_while_the_script_runs(new: New) -> None:
     sess = new()
     sess.propose(logged(sess.log, "import time; log('ran'); time.sleep(60)"),
                  cmd("echo", "second"))
-    owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
-    owner.kill()
-    owner.wait(timeout=10)
-    (_, pid, _), = sess.lines()
+    (_, pid, _), = kill_owner_once_logged(sess)
     assert not gone(int(pid)), "the script should outlive its Owner"
 
     out = sess.work()
@@ -162,11 +159,7 @@ def test_kill_9_while_the_script_runs(new: New) -> None:
 def test_a_crash_in_the_middle_of_recovery_is_recovered_once(new: New) -> None:
     sess = new()
     sess.propose(logged(sess.log, "import time; log('ran'); time.sleep(60)"))
-    owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
-    owner.kill()
-    owner.wait(timeout=10)
-    (_, pid, _), = sess.lines()
+    (_, pid, _), = kill_owner_once_logged(sess)
 
     # Workers stopped, the UnknownExecution not yet committed: then the Owner dies.
     sess.run("work", str(sess.db), code=KILLED, env=crash("recovery_midway"))
@@ -212,11 +205,7 @@ def test_a_surviving_worker_and_its_child_are_stopped_before_new_work(new: New) 
     sess = new()
     check = CHECK_OLD.replace("LOG", repr(str(sess.log)))
     sess.propose(logged(sess.log, CHILD_AND_SLEEP), logged(sess.log, check))
-    owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
-    owner.kill()
-    owner.wait(timeout=10)
-    (_, script, _, child), = sess.lines()
+    (_, script, _, child), = kill_owner_once_logged(sess)
     leader = sess.events("worker_registered")[0]["identity"]["pid"]
     survivors = [leader, int(script), int(child)]
     assert not any(gone(pid) for pid in survivors), "the Worker should outlive its Owner"
@@ -234,14 +223,10 @@ def test_a_surviving_worker_and_its_child_are_stopped_before_new_work(new: New) 
 def test_a_lost_leader_with_a_surviving_group_fails_recovery_closed(new: New) -> None:
     sess = new()
     sess.propose(logged(sess.log, CHILD_AND_SLEEP), cmd("echo", "second"))
-    owner = sess.start_work()
-    assert until(sess.lines, timeout=30)
-    owner.kill()
-    owner.wait(timeout=10)
-    (_, script, _, child), = sess.lines()
+    (_, script, _, child), = kill_owner_once_logged(sess)
     leader = sess.events("worker_registered")[0]["identity"]["pid"]
     psutil.Process(leader).kill()  # uv, the group leader; its script and child live on
-    assert until(lambda: gone(leader))
+    until(lambda: gone(leader), 10)
     assert not gone(int(script)) and not gone(int(child))
     count = len(sess.events())
 
@@ -253,7 +238,7 @@ def test_a_lost_leader_with_a_surviving_group_fails_recovery_closed(new: New) ->
 
     for pid in (int(script), int(child)):
         psutil.Process(pid).kill()
-    assert until(lambda: gone(int(script)) and gone(int(child)))
+    until(lambda: gone(int(script)) and gone(int(child)), 10)
     out = sess.work()
     assert out["paused_by"] == "execution:1" and out["ran"] == []
     assert sess.result(1)["type"] == "UnknownExecution"

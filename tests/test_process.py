@@ -21,6 +21,7 @@ import pytest
 from rio_ci.errors import RecoveryError
 from rio_ci.run.survivors import StopReport, WorkerIdentity, find_token_holders, stop_survivors
 from rio_ci.run.worker import GATE_REFUSED, Worker
+from tests.kit import until
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,15 +43,6 @@ def kill_tokens(tokens: Sequence[str]) -> None:
         for pid in find_token_holders(token):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def collect(worker: Worker, timeout: float = 5.0) -> list[tuple[str, bytes]]:
@@ -236,7 +228,7 @@ def test_stop_finds_daemon_by_token_alone(spawn: Spawn) -> None:
 def test_stop_polite_worker_needs_no_sigkill(spawn: Spawn) -> None:
     worker = spawn(["sleep", "30"])
     worker.release()
-    assert until(lambda: psutil.Process(worker.identity.pid).name() == "sleep")
+    until(lambda: psutil.Process(worker.identity.pid).name() == "sleep", 5)
     report = worker.stop(grace=2.0)
     assert report == StopReport(stopped=(worker.identity.pid,), killed=())
     assert worker.poll() == 128 + signal.SIGTERM
@@ -276,7 +268,7 @@ def test_stop_survivors_stops_orphaned_worker_and_child(tmp_path: Path, tokens: 
         timeout=10,
     )
     identity = WorkerIdentity.from_dict(json.loads(spawner.stdout))
-    assert until(lambda: len(find_token_holders(identity.token)) == 2)
+    until(lambda: len(find_token_holders(identity.token)) == 2, 5)
     holders = find_token_holders(identity.token)
     assert identity.pid in holders
     assert psutil.Process(identity.pid).ppid() != os.getpid()  # orphaned: its Owner is gone

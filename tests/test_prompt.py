@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, accept, cmd, note
+from conftest import accept, cmd, note
 
 import rio_ci.api
 import rio_ci.tools
@@ -26,7 +26,8 @@ from rio_ci.model.anthropic import system_prompt
 from rio_ci.session import Receipt, Session
 from rio_ci.tools.__main__ import attach_values, build_parser
 from tests.harness_kit import kinds
-from tests.run_cli import events, new_session, rio, status, write_script
+from tests.kit import ROOT, events
+from tests.run_cli import new_session, rio, status, write_script
 
 PROMPT = system_prompt()
 ROW = re.compile(r"^\| [^|]+ \| `python -m rio_ci\.tools ([^`]+)`[^|]* \| `([^`]+)` \|$", re.M)

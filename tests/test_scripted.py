@@ -16,7 +16,8 @@ import pytest
 from rio_ci.errors import ModelError, UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import ScriptedModel, complete, load_script
-from tests.run_cli import clean_env, events, new_session, rio, status, write_script
+from tests.kit import cli_env, events
+from tests.run_cli import new_session, rio, status, write_script
 
 # --- pure: what the scripted model fills in ---------------------------------------------
 
@@ -201,7 +202,7 @@ def test_rounds_line_up_with_turns_across_a_sigkill(
     db = new_session(tmp_path)
     script = write_script(tmp_path, FIVE_ROUNDS)
     first = rio("run", str(db), "--model", f"scripted:{script}",
-                env=clean_env(RIO_CRASH_AT=crash_at))
+                env=cli_env(RIO_CRASH_AT=crash_at))
     assert first.returncode == -signal.SIGKILL, first.stderr
     assert accepted_words(events(db)) == accepted_before
     second = rio("run", str(db), "--model", f"scripted:{script}")
@@ -232,7 +233,7 @@ def test_sigkill_during_a_cell_then_placeholders_resolve_it(tmp_path: Path) -> N
     command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model",
                f"scripted:{script}"]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=clean_env())
+                             env=cli_env())
     try:
         deadline = time.monotonic() + 30
         while not marker.exists() and time.monotonic() < deadline and first.poll() is None:

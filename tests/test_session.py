@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Patch, end_run, note, sha256
+from conftest import end_run, note, sha256
 
 from rio_ci.session import Session
+from tests.kit import Patch
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ when none does; sweep-wake switches it back on."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -18,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from fakes.github_api import FakeGitHub
+
+from tests.kit import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -36,7 +37,7 @@ def run_step(step: dict[str, Any], gh: FakeGitHub, tmp: Path,
     each expression replaced by what the runner would put there."""
     values = {"github.token": gh.token, "github.api_url": gh.api_url,
               "github.repository": gh.repo, "github.ref_name": ref}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_"))}
+    env = cli_env()
     for name, value in step["env"].items():
         expression = re.fullmatch(r"\$\{\{ (.+) \}\}", str(value))
         env[name] = values[expression[1]] if expression else str(value)

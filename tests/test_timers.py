@@ -12,7 +12,8 @@ import time
 import pytest
 
 from tests import session_cli
-from tests.session_cli import New, base_env, code
+from tests.kit import cli_env
+from tests.session_cli import New, code
 
 new = session_cli.new  # the shared fixture
 
@@ -110,7 +111,7 @@ def test_a_due_timer_fires_exactly_once_across_a_crash(
     (timer,) = sess.events("timer_set")
     time.sleep(max(0.0, timer["deadline"] - time.time() + 0.05))
 
-    sess.run("work", str(sess.db), code=-signal.SIGKILL, env=base_env(RIO_CRASH_AT=point))
+    sess.run("work", str(sess.db), code=-signal.SIGKILL, env=cli_env(RIO_CRASH_AT=point))
     assert len(sess.events("timer_fired")) == fired_before_restart
 
     for _ in range(2):

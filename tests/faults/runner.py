@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.kit import ROOT, cli_env
+
 DRIVER_TIMEOUT = 120.0
-
-
-def env(**extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("RIO_")}
-    base["PYTHONPATH"] = str(ROOT)
-    base.update(extra)
-    return base
 
 
 @dataclass
@@ -42,7 +34,7 @@ def _parse(stdout: str) -> Any:
 
 def start(verb: str, directory: Path, **extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tests.faults.workload", verb, str(directory)],
-                            cwd=ROOT, env=env(**extra), stdout=subprocess.PIPE,
+                            cwd=ROOT, env=cli_env(**extra), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -74,11 +66,3 @@ def kill_tree(pid: int) -> list[int]:
             proc.send_signal(signal.SIGKILL)
     return [p.pid for p in family]
 
-
-def until(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True

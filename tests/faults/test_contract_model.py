@@ -30,6 +30,7 @@ from rio_ci.errors import Rejected
 from rio_ci.run.owner import Owner
 from rio_ci.session import Receipt, Session
 from tests.faults import checks, runner
+from tests.kit import cli_env, until
 
 SCRIPT = '''import os, sys, time
 fd = os.open("effects.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -285,10 +286,10 @@ class ContractMachine(RuleBasedStateMachine):
         self.calls["kill"] += 1
         slow = self.ref.dispatch_order()[0]
         proc = subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "work", str(self.db)],
-                                cwd=self.dir, env=runner.env(), stdout=subprocess.DEVNULL,
+                                cwd=self.dir, env=cli_env(), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
-            assert runner.until(lambda: checks.effects(self.dir)[slow] == 1, 30)
+            until(lambda: checks.effects(self.dir)[slow] == 1, 30)
         finally:
             if tree:
                 runner.kill_tree(proc.pid)

@@ -26,6 +26,7 @@ from rio_ci.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.vfs import RecordingVFS, recorded_session
 from tests.faults.workload import EFFECT, Plan
+from tests.kit import cli_env, until
 
 ERRORS = {
     "fsync": ("sync", apsw.SQLITE_IOERR_FSYNC),
@@ -139,7 +140,7 @@ def fiu() -> str:
 
 def cli(*args: str, prefix: tuple[str, ...] = (), cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*prefix, sys.executable, "-m", "rio_ci.cli", *args], cwd=cwd,
-                          env=runner.env(), capture_output=True, text=True, timeout=60,
+                          env=cli_env(), capture_output=True, text=True, timeout=60,
                           check=False)
 
 
@@ -175,10 +176,10 @@ def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
     session.close()
     ctrl = str(disk_path / "fiu-ctrl")
     owner = subprocess.Popen([fiu_run, "-x", "-f", ctrl, sys.executable, "-m", "rio_ci.cli",
-                              "work", str(db)], cwd=disk_path, env=runner.env(),
+                              "work", str(db)], cwd=disk_path, env=cli_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert runner.until(lambda: (disk_path / "effects.log").exists(), 20)
+        until(lambda: (disk_path / "effects.log").exists(), 20)
         time.sleep(0.3)  # some output committed
         subprocess.run([fiu_ctrl, "-f", ctrl, "-c", f"enable name={failure}", str(owner.pid)],
                        check=True, timeout=10)
@@ -187,8 +188,8 @@ def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
         runner.kill_tree(owner.pid)
     assert owner.returncode == 4, err
     assert "outcome is unknown" in json.loads(out.splitlines()[-1])["error"]
-    assert runner.until(lambda: not checks.leftover_workers(session_id), 5), \
-        "the Worker outlived its Owner's failed commit"
+    until(lambda: not checks.leftover_workers(session_id), 5,
+          "the Worker to stop with its Owner's failed commit")
     before = {e["cell_id"]: e["result"]["type"] for e in assert_consistent(db)
               if e["kind"] == "execution_finished"}
     again = cli("work", str(db), cwd=disk_path)  # a new Owner, storage healthy again

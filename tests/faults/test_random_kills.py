@@ -21,6 +21,7 @@ from typing import Any
 from rio_ci.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.workload import DB, Plan, setup
+from tests.kit import cli_env, until
 
 STREAMS = 3  # independent Sessions killed side by side
 MAX_DELAY = 2.2  # seconds; a clean workload takes about 2
@@ -77,8 +78,8 @@ def run_stream(base: Path, index: int, wanted: int, seed: int) -> Stream:
             directory = base / f"s{index}-w{stream.workloads}"
             setup(directory)
         proc = runner.start("run", directory)
-        finished = runner.until(lambda p=proc: p.poll() is not None,
-                                rng.uniform(0.0, MAX_DELAY))
+        finished = until(lambda p=proc: p.poll() is not None, rng.uniform(0.0, MAX_DELAY),
+                         fail=False)
         if finished:
             done = runner.wait(proc)
             if done.code != 0:
@@ -141,11 +142,10 @@ def test_a_lost_leader_with_a_surviving_child_fails_recovery_closed(disk_path: P
     assert isinstance(session.step(turn["turn_id"], plan.ops), Receipt)
     session.close()
     owner = subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "work", str(db)],
-                             cwd=disk_path, env=runner.env())
-    assert runner.until(lambda: checks.started_cells(disk_path) and checks.effects(disk_path),
-                        20)
+                             cwd=disk_path, env=cli_env())
+    until(lambda: checks.started_cells(disk_path) and checks.effects(disk_path), 20)
     session_id, _ = checks.identity(disk_path)
-    assert runner.until(lambda: len(checks.leftover_workers(session_id)) == 2, 10)
+    until(lambda: len(checks.leftover_workers(session_id)) == 2, 10)
     leader = next(e for e in checks.events_of(disk_path)
                   if e["kind"] == "worker_registered")["identity"]["pid"]
     os.kill(owner.pid, signal.SIGKILL)

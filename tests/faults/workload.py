@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.kit import Patch
+
 DB = "session.db"
 EXTERNAL = ("ext-0", "ext-1", "ext-2")  # messages the Inbox client delivers
 TIMER_ID = "t1"
@@ -132,17 +134,18 @@ class Plan:
     """Builds one patch of additions on a Turn's State, ids and revision test included."""
 
     def __init__(self, state: dict[str, Any]):
-        self.ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/revision", "value": state["revision"]}]
-        self.next_id: int = state["runtime"]["next_cell_id"]
+        self.patch = Patch(state)
         self.work = False
 
+    @property
+    def ops(self) -> list[dict[str, Any]]:
+        return self.patch.build()
+
     def add(self, cell: dict[str, Any]) -> int:
-        cell = {"id": self.next_id, "previous_id": None, **cell}
-        self.ops.append({"op": "add", "path": "/cells/-", "value": cell})
-        self.next_id += 1
+        """Add ``cell``; returns its id."""
+        self.patch.add(cell)
         self.work = self.work or cell["kind"] in ("cmd", "code")
-        return int(cell["id"])
+        return self.patch.next_id - 1
 
     def effect(self, tag: str) -> int:
         return self.add({"kind": "cmd", "argv": [sys.executable, "effect.py", tag]})

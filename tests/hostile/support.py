@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.kit import ROOT, cli_env
+
 NOBODY = 65534
 
 
@@ -51,17 +52,10 @@ def listing(*folders: Path) -> dict[str, list[str]]:
     return {str(f): sorted(os.listdir(f)) for f in folders}
 
 
-def rio_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RIO_", "ANTHROPIC_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
 def rio(*args: str | bytes, env: dict[str, str] | None = None, cwd: Path | None = None,
         input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
     """``python -m rio_ci.cli ARGS`` with bytes in and out (arguments may be raw bytes)."""
-    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], env=env or rio_env(),
+    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], env=env or cli_env(),
                           cwd=cwd, input=input, capture_output=True, timeout=timeout,
                           check=False)
 
@@ -92,7 +86,7 @@ def _unprivileged_python() -> tuple[list[str], str] | None:
 
 def unprivileged_env(**extra: str) -> dict[str, str]:
     site = [p for p in sys.path if p.endswith("site-packages")]
-    env = rio_env(**extra)
+    env = cli_env(**extra)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *site])
     env["HOME"] = tempfile.gettempdir()
     return env

@@ -15,7 +15,8 @@ from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from tests import session_cli
 from tests.hostile.support import one_error, rio
-from tests.session_cli import New, logged, until
+from tests.kit import until
+from tests.session_cli import New, logged
 
 new = session_cli.new  # the shared fixture
 pytestmark = pytest.mark.slow
@@ -43,7 +44,7 @@ def test_an_owner_whose_file_is_renamed_stops_and_loses_no_acknowledged_commit(
                  logged(sess.log, 'log("second")\nprint("second is running", flush=True)\n'
                                   'import time\ntime.sleep(120)\n'))
     owner = sess.start_work()
-    assert until(lambda: "second is running" in sess.runtime(2).get("stdout", ""), 60)
+    until(lambda: "second is running" in sess.runtime(2).get("stdout", ""), 60)
     # Acknowledged while the Owner runs: a message from another process, and the output
     # above. Both sit in the WAL of the name "s.db" until a checkpoint.
     sess.receive("m-before-the-move", "comment", {"text": "keep me"})
@@ -54,7 +55,7 @@ def test_an_owner_whose_file_is_renamed_stops_and_loses_no_acknowledged_commit(
     assert owner.returncode == 4, out + err
     assert "renamed or removed while open" in json.loads(out.splitlines()[-1])["error"]
     assert "Traceback" not in err
-    assert until(lambda: not sess.token_holders(), 10)  # its Worker stopped with it
+    until(lambda: not sess.token_holders(), 10)  # its Worker stopped with it
 
     state = sess.json("state", str(moved))
     assert [m["id"] for m in state["runtime"]["inbox"]][-1] == "m-before-the-move"
@@ -76,7 +77,7 @@ def test_an_owner_whose_file_is_replaced_stops_and_leaves_the_new_file_alone(
     sess.propose(logged(sess.log, 'log("slow")\nprint("slow", flush=True)\n'
                                   'import time\ntime.sleep(120)\n'))
     owner = sess.start_work()
-    assert until(lambda: "slow" in sess.runtime(1).get("stdout", ""), 60)
+    until(lambda: "slow" in sess.runtime(1).get("stdout", ""), 60)
     os.replace(other.db, sess.db)  # another Session now has the name
 
     out, _ = owner.communicate(timeout=30)

@@ -22,6 +22,7 @@ from tests.hostile.support import (
     unprivileged_env,
     unprivileged_rio,
 )
+from tests.kit import cli_env
 
 COMMANDS = [["work"], ["state"], ["turn"], ["events"], ["show"],
             ["receive", "m1", "comment", "{}"], ["output", "1"]]
@@ -157,7 +158,7 @@ def test_a_read_only_file_system_gives_one_line_errors(tmp_path: Path) -> None:
                           (["new", str(view / "t.db"), "--goal", "g"], 4)):
         done = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c",
                                script, "sh", *command], capture_output=True,
-                              env={**os.environ, "PYTHONPATH": str(Path.cwd())}, check=False)
+                              env=cli_env(), check=False)
         if b"mount:" in done.stderr:
             pytest.skip(f"mounting is not allowed here: {done.stderr.decode()[:200]}")
         reason = one_error(done, code)

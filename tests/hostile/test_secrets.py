@@ -18,13 +18,13 @@ from tests import session_cli
 from tests.hostile.support import (
     one_error,
     rio,
-    rio_env,
     shared_folder,
     unprivileged_env,
     unprivileged_python,
     unprivileged_rio,
 )
-from tests.session_cli import New, base_env, cmd
+from tests.kit import cli_env
+from tests.session_cli import New, cmd
 
 new = session_cli.new  # the shared fixture
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ def cell_that_greps() -> dict[str, object]:
 def test_no_readable_environment_holds_a_credential(new: New, bulk: int) -> None:
     sess = with_secret(new())
     sess.propose(cell_that_greps())
-    env = base_env(**CANARIES, BULKY_PRIVATE_KEY="k" * bulk)
+    env = cli_env(**CANARIES, BULKY_PRIVATE_KEY="k" * bulk)
     out = sess.work(env=env)
     assert out["ran"] == [1]
     report = json.loads(sess.runtime(1)["stdout"])
@@ -111,7 +111,7 @@ def test_printed_credentials_are_redacted_before_they_are_committed(new: New) ->
         print(canaries["ANTHROPIC_API_KEY"], file=sys.stderr, flush=True)
     """)
     sess.propose(cmd(sys.executable, "-c", printer))
-    out = sess.work(env=base_env(**CANARIES))
+    out = sess.work(env=cli_env(**CANARIES))
     assert out["ran"] == [1]
 
     shown = {
@@ -176,5 +176,5 @@ def test_a_forged_secrets_descriptor_stops_the_owner(tmp_path: Path) -> None:
     made = rio("new", str(tmp_path / "s.db"), "--goal", "g", cwd=tmp_path)
     assert made.returncode == 0
     done = rio("work", str(tmp_path / "s.db"), cwd=tmp_path,
-               env=rio_env(RIO_SECRETS_FD="not-a-descriptor"))
+               env=cli_env(RIO_SECRETS_FD="not-a-descriptor"))
     assert "RIO_SECRETS_FD" in one_error(done, 1)

@@ -1,0 +1,124 @@
+"""The helpers every kind of test shares, in one place: the environment of a ``rio-ci``
+subprocess, the poller, a step patch with its ids completed, and the events of a Session file.
+
+Imported as ``tests.kit`` (also from the fault driver and scripts run with this checkout on
+``PYTHONPATH``), so each helper exists once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+# Variables no rio-ci subprocess of a test inherits: RIO_* (a crash point, a Cell's context, a
+# model or config of the developer's shell) and whatever could be a real credential or a real
+# runner (ANTHROPIC_*, GITHUB_*, RUNNER_*). A test that needs one passes it explicitly.
+DROPPED = ("RIO_", "ANTHROPIC_", "GITHUB_", "RUNNER_")
+
+
+def cli_env(*, checkout: bool = True, **extra: str) -> dict[str, str]:
+    """This process's environment without the ``DROPPED`` variables, plus ``extra``.
+
+    With ``checkout`` (the default) it runs this checkout's rio_ci: the repository on
+    ``PYTHONPATH``, this venv's ``bin`` first on ``PATH``, and the local fakes on 127.0.0.1
+    reached without a proxy. ``checkout=False`` only cleans: for a job that installs rio-ci
+    by itself (the act end-to-end tests), where nothing may point at this checkout.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED)}
+    if checkout:
+        env["PYTHONPATH"] = str(ROOT)
+        env["PATH"] = os.pathsep.join(filter(None, [str(VENV_BIN), env.get("PATH")]))
+        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra)
+    return env
+
+
+T = TypeVar("T")
+
+
+def until(predicate: Callable[[], T], timeout: float, what: str = "", *,
+          fail: bool = True, every: float = 0.02) -> T:
+    """Poll ``predicate()`` until it is truthy and return its value.
+
+    After ``timeout`` seconds it fails the test with an assertion naming ``what`` (or the
+    predicate); with ``fail=False`` it returns the last, falsy value instead, for a test to
+    which "not yet" is an answer too.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            assert not fail, f"timed out after {timeout:g} s waiting for {what or predicate}"
+            return value
+        time.sleep(every)
+
+
+class Patch:
+    """A step patch against a State: the ``/revision`` test first, then operations applied
+    in order. New Cells get ``id`` (``runtime.next_cell_id``, +1 per version) and
+    ``previous_id`` (null on add, the replaced id on replace) unless the Cell sets them."""
+
+    def __init__(self, state: dict[str, Any]):
+        self.ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/revision", "value": state["revision"]}]
+        self.next_id: int = state["runtime"]["next_cell_id"]
+        self._ids = [c["id"] for c in state["cells"]]  # ids in array order, as ops apply
+
+    @classmethod
+    def at(cls, revision: int, next_cell_id: int) -> Patch:
+        """A patch for a State known only by its revision and next id (a scripted model's
+        reply written ahead of time); only additions know their ids then."""
+        return cls({"revision": revision, "runtime": {"next_cell_id": next_cell_id},
+                    "cells": []})
+
+    def test(self, path: str, value: Any) -> Patch:
+        self.ops.append({"op": "test", "path": path, "value": value})
+        return self
+
+    def add(self, *cells: dict[str, Any]) -> Patch:
+        for each in cells:
+            cell = {"id": self.next_id, "previous_id": None, **each}
+            self.ops.append({"op": "add", "path": "/cells/-", "value": cell})
+            self._ids.append(cell["id"])
+            self.next_id += 1
+        return self
+
+    def replace(self, index: int, cell: dict[str, Any]) -> Patch:
+        cell = {"id": self.next_id, "previous_id": self._ids[index], **cell}
+        self.ops.append({"op": "replace", "path": f"/cells/{index}", "value": cell})
+        self._ids[index] = cell["id"]
+        self.next_id += 1
+        return self
+
+    def remove(self, index: int) -> Patch:
+        self.ops.append({"op": "remove", "path": f"/cells/{index}"})
+        del self._ids[index]
+        return self
+
+    def op(self, **raw: Any) -> Patch:
+        """Append any operation as written."""
+        self.ops.append(raw)
+        return self
+
+    def build(self) -> list[dict[str, Any]]:
+        return [dict(op) for op in self.ops]
+
+
+def events(db: str | Path) -> list[dict[str, Any]]:
+    """Every event of the Session file ``db``, as rio_ci reads them."""
+    from rio_ci.session import Session
+
+    session = Session.open(Path(db))
+    try:
+        return list(session.journal.events())
+    finally:
+        session.close()
