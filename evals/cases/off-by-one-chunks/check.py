@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.getcwd())
-from chunks import chunks  # noqa: E402
+from chunks import chunks
 
 failures = []
 

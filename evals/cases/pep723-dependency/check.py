@@ -4,9 +4,10 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 failures = []
-source = open("bump.py").read()
+source = Path("bump.py").read_text()
 block = re.search(r"^# /// script$\n((?:^#(?: .*)?$\n)+?)^# ///$", source, re.M)
 if block is None:
     print("bump.py has no PEP 723 block")

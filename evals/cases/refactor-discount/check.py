@@ -3,6 +3,7 @@ import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.getcwd())
 failures = []
@@ -34,10 +35,11 @@ for code in codes:
         failures.append(f"order_total({lines}, {code!r}) changed")
     if orders.quote(3.3, 3, code) != round(original(3.3 * 3, code), 2):
         failures.append(f"quote(3.3, 3, {code!r}) changed")
-source = open("orders.py").read()
+source = Path("orders.py").read_text()
 for rule in ("SAVE10", "HALF", "FIVEOFF", "0.9", "0.5"):
     if rule in source:
-        failures.append(f"orders.py still holds the rule {rule!r}: the rules must live in pricing.py")
+        failures.append(f"orders.py still holds the rule {rule!r}: "
+                        "the rules must live in pricing.py")
 calls = {n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
          for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)}
 if "apply_discount" not in calls:

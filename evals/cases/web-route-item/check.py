@@ -7,10 +7,11 @@ import threading
 import unittest
 import urllib.error
 import urllib.request
+from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 sys.path.insert(0, os.getcwd())
-from app import application  # noqa: E402
+from app import application
 
 
 class Quiet(WSGIRequestHandler):
@@ -37,7 +38,7 @@ with make_server("127.0.0.1", 0, application, handler_class=Quiet) as server:
 suite = unittest.defaultTestLoader.discover(".", pattern="test_app.py")
 if suite.countTestCases() < 3:
     failures.append("test_app.py has no new test (an unknown id answering 404)")
-if "404" not in open("test_app.py").read():
+if "404" not in Path("test_app.py").read_text():
     failures.append("no test in test_app.py checks a 404")
 tests = subprocess.run([sys.executable, "-m", "unittest", "-q"], capture_output=True, text=True)
 if tests.returncode != 0:
