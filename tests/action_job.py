@@ -200,6 +200,13 @@ class Repository:
     def set_script(self, text: str) -> None:
         self.model.write_text(text)
 
+    def labeled_issue(self, model_script: str, title: str = "Fix") -> tuple[int, Job]:
+        """How most stories start: the scripted model's replies, an issue labelled ``rio``,
+        and the job its ``labeled`` event runs. Returns the issue's number and that job."""
+        self.set_script(model_script)
+        issue = self.gh.add_issue(title, labels=("rio",))
+        return issue, self.job("issues", labeled(issue))
+
     # -- jobs ----------------------------------------------------------------------------
 
     def prepare(self, event_name: str, payload: dict[str, Any]) -> Job:

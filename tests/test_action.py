@@ -83,9 +83,7 @@ def test_a_label_other_than_the_trigger_label_does_nothing(repo: Repository,
 def test_a_comment_reaches_the_inbox_once_though_delivered_twice_or_dropped(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(WAIT, WAIT, WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT, WAIT, WAIT))
 
     first = gh.add_comment(issue, "first", user="alice", association="COLLABORATOR")
     repo.job("issue_comment", commented(gh, first))
@@ -136,9 +134,7 @@ def test_a_comment_without_write_access_never_reaches_the_model(repo: Repository
 
 
 def test_rio_stop_ends_the_run_in_failure(repo: Repository, gh: FakeGitHub) -> None:
-    repo.set_script(script(WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT))
     stop = gh.add_comment(issue, "/rio stop", user="alice", association="MEMBER")
 
     job = repo.job("issue_comment", commented(gh, stop))
@@ -157,9 +153,7 @@ def test_rio_stop_ends_the_run_in_failure(repo: Repository, gh: FakeGitHub) -> N
 def test_rio_status_refreshes_the_progress_comment_without_a_model_round(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    first = repo.job("issues", labeled(issue))
+    issue, first = repo.labeled_issue(script(WAIT))
     (before,) = repo.progress_comments(issue)
     assert "actions/runs/1001" in before["body"]
     status = gh.add_comment(issue, "/rio status", user="alice", association="OWNER")
@@ -181,9 +175,7 @@ def test_rio_status_refreshes_the_progress_comment_without_a_model_round(
 
 def test_a_finished_workflow_run_on_the_branch_is_one_check_message(repo: Repository,
                                                                    gh: FakeGitHub) -> None:
-    repo.set_script(script(WAIT, WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     branch = f"rio/issue-{issue}"
     gh.set_branch(branch, "a" * 40)
     run_id = gh.add_workflow_run(branch, "CI", "failure")
@@ -275,9 +267,7 @@ def test_success_opens_one_pull_request_reused_by_later_jobs(repo: Repository,
 def test_comments_on_the_sessions_pull_request_steer_it_but_a_forks_do_not(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(WAIT, WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     ours = gh.add_pull(f"rio/issue-{issue}", "rio's work")
     fork = gh.add_pull(f"rio/issue-{issue}", "a fork's branch", head_repo="eve/demo", user="eve")
 
@@ -297,9 +287,7 @@ def test_comments_on_the_sessions_pull_request_steer_it_but_a_forks_do_not(
 def test_a_tampered_or_corrupted_newest_generation_is_refused_and_the_previous_one_used(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(WAIT, WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    first = repo.job("issues", labeled(issue))
+    issue, first = repo.labeled_issue(script(WAIT, WAIT))
     name = f"rio-session-{issue}"
     assert first.artifact_id is not None
     good = gh.blobs[first.artifact_id]
@@ -341,9 +329,7 @@ def test_when_every_generation_is_refused_nothing_runs_and_the_issue_says_why(
 def test_finish_never_publishes_over_a_generation_newer_than_it_restored(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(WAIT, WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     steer = gh.add_comment(issue, "go on", user="alice", association="OWNER")
 
     job = repo.prepare("issue_comment", commented(gh, steer))

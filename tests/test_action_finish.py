@@ -144,10 +144,7 @@ def test_a_cell_that_forges_success_in_the_session_gets_no_pull_request(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
     repo = Repository(tmp_path, gh, files={".github/rio.yml": "validators: ['test -f ok']\n"})
-    repo.set_script(script([add(code_cell(FORGE))]))
-    issue = gh.add_issue("Fix", labels=("rio",))
-
-    job = repo.job("issues", labeled(issue))
+    issue, job = repo.labeled_issue(script([add(code_cell(FORGE))]))
 
     assert job.run.result["status"] == "succeeded", job.logs  # the forgery fooled the run
     assert gh.pulls == {}
@@ -167,10 +164,7 @@ def test_validators_run_again_in_the_finish_step_before_the_pull_request(
             "sys.exit(n)\"")
     config = f"validators: [{json.dumps(once)}]\n"
     repo = Repository(tmp_path, gh, files={".github/rio.yml": config})
-    repo.set_script(script(WRITE, [conclude()]))
-    issue = gh.add_issue("Fix", labels=("rio",))
-
-    job = repo.job("issues", labeled(issue))
+    _, job = repo.labeled_issue(script(WRITE, [conclude()]))
 
     assert job.run.result["status"] == "succeeded", job.logs
     assert runs.read_text() == "xx"  # at the conclusion, then again in the finish step

@@ -65,9 +65,7 @@ def test_a_maintainer_comment_after_success_starts_a_follow_up_on_the_same_pull_
 def test_a_maintainer_comment_after_a_failure_starts_a_follow_up_too(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT))
     stop = gh.add_comment(issue, "/rio stop", user="alice")
     stopped = repo.job("issue_comment", commented(gh, stop))
     assert stopped.outputs["status"] == "failed"
@@ -85,9 +83,7 @@ def test_a_maintainer_comment_after_a_failure_starts_a_follow_up_too(
 def test_a_comment_that_starts_nothing_costs_no_generation_and_no_push_even_after_a_merge(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(FIX, [conclude()]))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(FIX, [conclude()]))
     (pull,) = gh.pulls
     gh.merge_pull(pull)
     repo.delete_branch(f"rio/issue-{issue}")  # "delete branch" after the merge

@@ -16,10 +16,8 @@ pytestmark = pytest.mark.people(alice="write")
 def test_each_round_is_a_group_in_the_job_log_with_the_output_as_committed(
         tmp_path: Path, gh: FakeGitHub) -> None:
     repo = Repository(tmp_path, gh)
-    repo.set_script(script([add(cmd_cell("echo", "hello from round one"))], [conclude()]))
-    issue = gh.add_issue("Say hello", labels=("rio",))
-
-    job = repo.job("issues", labeled(issue))
+    _, job = repo.labeled_issue(
+        script([add(cmd_cell("echo", "hello from round one"))], [conclude()]), title="Say hello")
 
     log = job.steps[0].stderr
     assert "::group::rio-ci: round 1 (revision 0)" in log

@@ -26,9 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write", eve="read")]
 
 
 def test_workflow_dispatch_resumes_the_issue_it_names(repo: Repository, gh: FakeGitHub) -> None:
-    repo.set_script(script(WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT))
 
     job = repo.job("workflow_dispatch", dispatched(issue))
     nothing = repo.job("workflow_dispatch", dispatched(99))

@@ -82,10 +82,8 @@ def test_a_credential_named_in_pass_env_reaches_cells_and_the_harnesss_never_do(
         show = ("import os; print(sorted(os.environ)); "
                 "print(os.environ.get('DEPLOY_TOKEN', '')[::-1]); "
                 "print('DEPLOY_TOKEN=' + os.environ.get('DEPLOY_TOKEN', ''))")
-        repo.set_script(script([add(cmd_cell("python3", "-c", show))], [conclude()]))
-        issue = gh.add_issue("Deploy", labels=("rio",))
-
-        job = repo.job("issues", labeled(issue))
+        _, job = repo.labeled_issue(
+            script([add(cmd_cell("python3", "-c", show))], [conclude()]), title="Deploy")
 
         printed = "".join(e.get("text", "") for e in repo.events(job) if e["kind"] == "output")
         assert "24-terces-yolped" in printed  # the Cell has the value it was given...
@@ -107,10 +105,8 @@ def test_a_variable_named_in_secrets_is_withheld_from_cells_and_redacted(
                           secrets={"ANTHROPIC_API_KEY": API_KEY, "DEPLOY_HOOK": hook})
         show = ("import os, sys; print(sorted(os.environ)); hook = open('hook.txt').read(); "
                 "print('the hook is ' + hook); sys.stderr.write(hook)")
-        repo.set_script(script([add(cmd_cell("python3", "-c", show))], [conclude()]))
-        issue = gh.add_issue("Deploy", labels=("rio",))
-
-        job = repo.job("issues", labeled(issue))
+        _, job = repo.labeled_issue(
+            script([add(cmd_cell("python3", "-c", show))], [conclude()]), title="Deploy")
 
         printed = "".join(e.get("text", "") for e in repo.events(job) if e["kind"] == "output")
         assert "DEPLOY_HOOK" not in printed  # not in the Cell's environment

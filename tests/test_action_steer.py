@@ -45,9 +45,7 @@ def test_member_and_collaborator_with_read_access_do_not_steer(repo: Repository,
 
 def test_a_first_timer_is_turned_away_without_asking_the_api(repo: Repository,
                                                            gh: FakeGitHub) -> None:
-    repo.set_script(script(WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT))
     first = gh.add_comment(issue, "hello", user="newbie", association="FIRST_TIMER")
 
     job = repo.job("issue_comment", commented(gh, first))
@@ -60,9 +58,7 @@ def test_a_first_timer_is_turned_away_without_asking_the_api(repo: Repository,
 def test_a_strangers_comment_delivers_a_maintainers_comment_whose_event_was_dropped(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(WAIT, WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     gh.add_comment(issue, "please also handle the empty case", user="alice")  # job dropped
     stranger = gh.add_comment(issue, "+1 from a passer-by", user="eve", association="NONE")
 
@@ -80,9 +76,7 @@ def test_a_strangers_comment_delivers_a_maintainers_comment_whose_event_was_drop
 def test_optional_reads_refused_are_a_warning_not_the_end_of_the_job(
     repo: Repository, gh: FakeGitHub, runs: int, check_runs: int
 ) -> None:
-    repo.set_script(script(WAIT, WAIT))
-    issue = gh.add_issue("Fix", labels=("rio",))
-    repo.job("issues", labeled(issue))
+    issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     branch = f"rio/issue-{issue}"
     gh.set_branch(branch, "b" * 40)
     gh.add_workflow_run(branch, "CI", "failure")

@@ -75,10 +75,8 @@ def test_a_waiting_timer_switches_the_sweep_on_after_the_progress_comment(
     if state is not None:
         gh.add_workflow("rio-sweep.yml", state)
     repo = Repository(tmp_path, gh, budget_minutes=0.1)
-    repo.set_script(script(set_timer("look", 1), [add(note_cell("waiting for the Timer"))]))
-    issue = gh.add_issue("Watch", labels=("rio",))
-
-    job = repo.job("issues", labeled(issue))
+    issue, job = repo.labeled_issue(
+        script(set_timer("look", 1), [add(note_cell("waiting for the Timer"))]), title="Watch")
 
     assert job.outputs["status"] == "waiting", job.logs
     dispatches = gh.repository_dispatches
