@@ -46,7 +46,7 @@ from tests.harness_kit import (
     turn_text,
     usage,
 )
-from tests.kit import events
+from tests.kit import cli_env, events
 from tests.run_cli import new_session, rio, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
@@ -281,6 +281,21 @@ def test_an_unpriced_model_refuses_to_start_without_a_price(tmp_path: Path) -> N
     error = status(done.stdout)["error"]
     assert f"anthropic:{UNPRICED}" in error and "--price IN/OUT" in error
     assert events(db) == before  # nothing committed, no Turn prepared
+
+
+def test_an_unpriced_model_is_refused_before_its_credentials_are_looked_at(
+        tmp_path: Path) -> None:
+    """The arguments alone decide that a cost cannot be counted: no key needed to learn it."""
+    db = new_session(tmp_path)
+    before = events(db)
+    env = cli_env()
+    assert not any(name.startswith("ANTHROPIC") for name in env)
+    done = rio("run", str(db), "--model", f"anthropic:{UNPRICED}", env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--price IN/OUT" in status(done.stdout)["error"]
+    keyless = rio("run", str(db), "--model", f"anthropic:{UNPRICED}", "--price", "1/5", env=env)
+    assert keyless.returncode == 1 and "ANTHROPIC_API_KEY" in status(keyless.stdout)["error"]
+    assert events(db) == before
 
 
 @pytest.mark.parametrize("model", [UNPRICED, MODEL])

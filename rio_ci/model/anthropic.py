@@ -90,7 +90,9 @@ class AnthropicModel:
                  price: Price | None = None, api_key: str | None = None,
                  base_url: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
                  timeout: float = 600.0, region: str | None = None,
-                 project: str | None = None) -> None:
+                 project: str | None = None, connect: bool = True) -> None:
+        """``connect=False``: no SDK client (and no credential check): enough to read the
+        model's name and price, not to ask it anything."""
         if provider not in PROVIDERS:
             raise UsageError(f"unknown model provider {provider!r}: use one of {PROVIDERS}")
         gone = table.retired(model)
@@ -108,7 +110,8 @@ class AnthropicModel:
         self.max_tokens = max(1, min(max_tokens, self.info.max_output))
         self._price = price if price is not None else self.info.price_on(provider)
         self._client = _client(provider, self.info, api_key=api_key, base_url=base_url,
-                               timeout=timeout, region=region, project=project)
+                               timeout=timeout, region=region, project=project) \
+            if connect else None
 
     def price(self) -> Price | None:
         return self._price
@@ -131,6 +134,9 @@ class AnthropicModel:
 
     def ask(self, request: ModelRequest) -> ModelReply:
         """Send one streamed request for ``request``'s Turn; see the module docstring."""
+        if self._client is None:
+            raise ModelError(f"{self.name} was built without a client (connect=False)",
+                             transient=False)
         try:
             with self._client.messages.stream(**self.request_params(request)) as stream:
                 message = stream.get_final_message()

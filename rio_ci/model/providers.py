@@ -26,11 +26,12 @@ _PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)$")
 
 
 def build_model(spec: str | None = None, *, effort: str = "high",
-                price: Price | None = None) -> Model:
+                price: Price | None = None, connect: bool = True) -> Model:
     """The ``Model`` that ``spec`` names; ``UsageError`` for a spec that names none.
 
     ``effort`` and ``price`` (``--effort``, ``--price``) apply to Claude models; a script
-    costs nothing and ignores them.
+    costs nothing and ignores them. ``connect=False``: a Claude model without its client
+    (its name and price only).
     """
     kind, _, rest = (spec or DEFAULT_SPEC).partition(":")
     if kind == "scripted":
@@ -44,7 +45,7 @@ def build_model(spec: str | None = None, *, effort: str = "high",
         from rio_ci.model.anthropic import AnthropicModel
 
         return AnthropicModel(rest or table.default_model(), provider=kind, effort=effort,
-                              price=price)
+                              price=price, connect=connect)
     raise UsageError(f"--model must be anthropic[:MODEL], bedrock:MODEL, vertex:MODEL or "
                      f"scripted:FILE; got {spec!r}")
 
@@ -66,12 +67,15 @@ def priced_model(spec: str, *, effort: str, price: Price | None,
     """The model of ``spec`` with a known price: ``price`` (``--price``), else the one an
     earlier run stored in the Session for this model (``stored``, by model name), else the
     model's own. A stored price wins over the table's, so every job of a Session counts cost
-    the same way. Refuses (``UsageError``, exit 2) a model whose cost cannot be counted."""
-    model = build_model(spec, effort=effort, price=price)
-    if price is None and model.name in stored:
-        model = build_model(spec, effort=effort, price=Price(**stored[model.name]))
-    if model.price() is None:
+    the same way. Refuses (``UsageError``, exit 2) a model whose cost cannot be counted,
+    before its credentials are looked at: the arguments alone decide that."""
+    named = build_model(spec, effort=effort, price=price, connect=False)
+    if price is None and named.name in stored:
+        price = Price(**stored[named.name])
+    elif price is None:
+        price = named.price()
+    if price is None:
         raise UsageError(
-            f"{model.name} has no known price, so its cost cannot be counted against the "
+            f"{named.name} has no known price, so its cost cannot be counted against the "
             f"cost_usd budget; give --price IN/OUT (USD per million input / output tokens)")
-    return model
+    return build_model(spec, effort=effort, price=price)
