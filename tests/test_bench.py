@@ -26,6 +26,7 @@ FIGURES = [
     "ratio_step_commit", "ratio_step_commit_p95", "step_samples",
     "round_bookkeeping_ms_p50", "round_bookkeeping_ms_p95", "round_bookkeeping_commits",
     "ratio_round_bookkeeping", "round_samples",
+    "unsynced_commit_ms_after_fold", "unsynced_commit_ms",
     # storage
     "session_bytes_per_round", "content_bytes_per_round", "wal_bytes_per_round",
     "ratio_bytes_per_round", "storage_rounds",

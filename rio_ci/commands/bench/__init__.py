@@ -33,7 +33,7 @@ from rio_ci.commands.bench.cells import (
     measure_recovery,
     measure_silent,
 )
-from rio_ci.commands.bench.commits import measure_rounds, measure_steps
+from rio_ci.commands.bench.commits import measure_fold, measure_rounds, measure_steps
 from rio_ci.commands.bench.storage import measure_artifact, measure_open, measure_storage
 from rio_ci.errors import UsageError
 from rio_ci.github.record import measure_launch_record  # GitHub's launch record, §13.1
@@ -50,7 +50,7 @@ Measure = Callable[[Path, bool], dict[str, Any]]
 # In this order; the GitHub layer measures the cost of its write-ahead launch record per
 # launch (``launch_record_ms``, SPEC §13.1) with its own function.
 MEASURES: tuple[Measure, ...] = (
-    measure_steps, measure_rounds, measure_storage, measure_open, measure_artifact,
+    measure_steps, measure_rounds, measure_fold, measure_storage, measure_open, measure_artifact,
     measure_cells, measure_silent, measure_inbox, measure_recovery, measure_idle,
     measure_launch_record)
 CHART_ROUNDS = 300

@@ -20,13 +20,23 @@ class BareCommits:
             raise RuntimeError("bench: cannot set WAL + synchronous=FULL for the bare commit")
         self._conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
 
-    def commit(self, row: str) -> float:
-        """Seconds for one ``BEGIN IMMEDIATE``, ``INSERT``, ``COMMIT``."""
+    def commit(self, row: str, *, synchronous: str = "FULL") -> float:
+        """Seconds for one ``BEGIN IMMEDIATE``, ``INSERT``, ``COMMIT`` (``NORMAL``: a commit
+        with no fsync of its own, as rio_ci's unsynced ones)."""
+        if synchronous != "FULL":
+            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
         started = time.perf_counter()
         self._conn.execute("BEGIN IMMEDIATE")
         self._conn.execute("INSERT INTO t (data) VALUES (?)", (row,))
         self._conn.execute("COMMIT")
-        return time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        if synchronous != "FULL":
+            self._conn.execute("PRAGMA synchronous = FULL")
+        return elapsed
+
+    def fold(self) -> None:
+        """What the Owner does before each launch: ``wal_checkpoint(FULL)``."""
+        self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
 
     def close(self) -> None:
         self._conn.close()
