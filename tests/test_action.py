@@ -201,15 +201,12 @@ def test_a_finished_workflow_run_on_the_branch_is_one_check_message(repo: Reposi
 def test_finish_checkpoints_the_branch_packs_the_next_generation_and_reports(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    repo.set_script(script(
+    issue, first = repo.labeled_issue(script(
         [add(cmd_cell("python3", "-c", "open('notes.txt', 'w').write('hello')"))],
         WAIT,
         [add(cmd_cell("cat", "notes.txt"))],  # the next job sees the checkpointed file
         WAIT,
     ))
-    issue = gh.add_issue("Fix", labels=("rio",))
-
-    first = repo.job("issues", labeled(issue))
 
     assert sorted(p.name for p in first.artifact_dir.iterdir()) == ["manifest.json",
                                                                    "session.sqlite3"]
@@ -240,13 +237,10 @@ def test_finish_checkpoints_the_branch_packs_the_next_generation_and_reports(
 
 def test_success_opens_one_pull_request_reused_by_later_jobs(repo: Repository,
                                                             gh: FakeGitHub) -> None:
-    repo.set_script(script(
+    issue, done = repo.labeled_issue(script(
         [add(cmd_cell("python3", "-c", "open('fix.py', 'w').write('fixed = True')"))],
         [conclude()],
-    ))
-    issue = gh.add_issue("Fix the bug", labels=("rio",))
-
-    done = repo.job("issues", labeled(issue))
+    ), title="Fix the bug")
     thanks = gh.add_comment(issue, "thanks!", user="alice", association="OWNER")
     later = repo.job("issue_comment", commented(gh, thanks))
 

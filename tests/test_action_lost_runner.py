@@ -114,14 +114,11 @@ def test_a_job_that_lost_the_lease_launches_nothing_and_publishes_nothing(
              "'user.email=x@x', 'commit-tree', tree, '-m', 'another job'], "
              "capture_output=True, check=True).stdout.decode().strip()\n"
              f"subprocess.run(['git', '-C', origin, 'update-ref', {ref!r}, commit], check=True)\n")
-    repo.set_script(script(
+    issue, job = repo.labeled_issue(script(
         [add(code_cell(other))],
         [add(cmd_cell("python3", "-c", f"open({str(side_effects)!r}, 'a').write('ran')"))],
         WAIT,
-    ))
-    issue = gh.add_issue("Fix it", labels=("rio",))
-
-    job = repo.job("issues", labeled(issue))
+    ), title="Fix it")
 
     assert job.run.result["status"] == "error"
     assert "moved since this job read it" in job.run.result["reason"]

@@ -14,7 +14,6 @@ from action_job import (
     code_cell,
     conclude,
     dispatched,
-    labeled,
     messages,
     note_cell,
     script,
@@ -73,15 +72,12 @@ def test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
     repo = Repository(tmp_path, gh, budget_minutes=0.05)  # 3 s: shorter than the Timer
-    repo.set_script(script(
+    issue, first = repo.labeled_issue(script(
         [add(code_cell("import time\nfrom rio_ci.api import timer\n"
                        "timer('look-again', time.time() + 6, {'why': 'look at CI again'})\n"))],
         [add(note_cell("waiting for the Timer"))],
         [conclude()],
-    ))
-    issue = gh.add_issue("Watch CI", labels=("rio",))
-
-    first = repo.job("issues", labeled(issue))
+    ), title="Watch CI")
     wake = float(first.outputs["next-wake"])
     early = repo.job("schedule", SCHEDULE)
     artifact_reads = len([r for r in gh.requests if "/actions/artifacts" in r.path])

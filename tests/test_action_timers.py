@@ -15,7 +15,6 @@ from action_job import (
     add,
     code_cell,
     dispatched,
-    labeled,
     messages,
     note_cell,
     script,
@@ -38,15 +37,12 @@ def test_a_timer_past_the_retention_horizon_is_refused_and_the_artifact_outlives
 ) -> None:
     repo = Repository(tmp_path, gh, files={".github/rio.yml": "retention_days: 5\n"},
                       budget_minutes=0.2)
-    repo.set_script(script(
+    _, job = repo.labeled_issue(script(
         set_timer("far", 6),  # the artifact would be gone (5 days) before it fires
         [add(note_cell("that one was refused; a nearer one"))],
         set_timer("near", 2),
         [add(note_cell("waiting for the Timer"))],
-    ))
-    issue = gh.add_issue("Watch", labels=("rio",))
-
-    job = repo.job("issues", labeled(issue))
+    ), title="Watch")
 
     assert job.outputs["status"] == "waiting", job.logs
     events = repo.events(job)
