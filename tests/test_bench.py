@@ -23,7 +23,8 @@ from tests.kit import ROOT
 FIGURES = [
     # commits
     "step_commit_ms_p50", "step_commit_ms_p95", "bare_commit_ms_p50", "bare_commit_ms_p95",
-    "ratio_step_commit", "ratio_step_commit_p95", "step_samples",
+    "ratio_step_commit", "ratio_step_commit_p95", "step_sql_ms_p50", "ratio_step_sql_commit",
+    "step_samples",
     "round_bookkeeping_ms_p50", "round_bookkeeping_ms_p95", "round_bookkeeping_commits",
     "ratio_round_bookkeeping", "round_samples",
     "unsynced_commit_ms_after_fold", "unsynced_commit_ms",
@@ -40,9 +41,9 @@ FIGURES = [
     # cells
     "code_cell_ms_owner_first", "code_cell_ms_uv_first", "code_cell_ms_owner",
     "code_cell_ms_uv", "cmd_cell_ms_owner", "cmd_cell_ms_bare", "ratio_code_cell_vs_uv",
-    "overhead_ms_cmd_cell", "write_transactions_silent_cell", "inbox_to_turn_ms_p50",
-    "inbox_to_turn_ms_p95", "recovery_ms", "recovery_samples", "idle_owner_rss_mib",
-    "idle_owner_cpu_percent", "idle_worker_processes",
+    "overhead_ms_cmd_cell", "overhead_ms_cmd_cell_floor", "write_transactions_silent_cell",
+    "inbox_to_turn_ms_p50", "inbox_to_turn_ms_p95", "recovery_ms", "recovery_samples",
+    "idle_owner_rss_mib", "idle_owner_cpu_percent", "idle_worker_processes",
     # the GitHub layer
     "launch_record_ms",
 ]

@@ -149,3 +149,44 @@ def test_an_owner_takes_over_a_file_left_with_a_zero_filled_wal(tmp_path: Path) 
     reopened = Session.open(db)
     assert reopened.refresh().watermarks["after"] == "the crash"
     reopened.close()
+
+
+def test_the_owner_sees_its_wal_replaced_or_garbled_through_the_descriptor_it_keeps(
+        tmp_path: Path) -> None:
+    """The guard reads the WAL through a kept descriptor and re-sums a header only when it
+    changed. Still damage: a WAL replaced by an identical copy (another file: SQLite's frames
+    are only reachable through its own descriptor, so they can be folded), one replaced by
+    garbage (its header is read from the new file, not the kept one) and a header garbled
+    in place after it was found valid (neither can be folded)."""
+    db = tmp_path / "s.db"
+    wal = Path(f"{db}-wal")
+    Session.create(db, "g").close()
+    with_copy, with_garbage = tmp_path / "copy", tmp_path / "garbage"
+
+    def replace_with_copy() -> None:
+        shutil.copyfile(wal, with_copy)
+        with_copy.replace(wal)
+
+    def replace_with_garbage() -> None:
+        with_garbage.write_bytes(b"\x5a" * wal.stat().st_size)
+        with_garbage.replace(wal)
+
+    def garble_in_place() -> None:
+        with open(wal, "r+b") as stream:
+            stream.seek(8)
+            stream.write(b"\x00\x00\x00\x00")  # the page size: the checksum no longer fits
+
+    for damage, found in ((replace_with_copy, (f"{wal} was replaced under the Owner", True)),
+                          (replace_with_garbage, (f"{wal}: its header is not a WAL header "
+                                                  "(garbage was written over it)", False)),
+                          (garble_in_place, (f"{wal}: its header checksum is wrong (it was "
+                                             "overwritten)", False))):
+        owner = Owner(str(db))
+        try:
+            owner.session.set_watermark(damage.__name__, "before")
+            assert owner.guard.problem() is None
+            damage()
+            assert owner.guard.problem() == found, damage.__name__
+        finally:
+            owner.close()
+        wal.unlink(missing_ok=True)  # what a damaged WAL left: the next Owner starts afresh

@@ -61,6 +61,7 @@ class Owner:
                 self.stop_running("owner_stopped")
         finally:
             self.session.close()
+            self.guard.close()
             self._ownership.release()
 
     def check_file(self) -> None:

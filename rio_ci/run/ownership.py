@@ -116,7 +116,12 @@ class FileGuard:
 
     ``problem`` returns ``(why, fold)`` or None; ``fold`` says whether our WAL can still be
     folded into the file (it was removed or replaced, so only our open descriptor reaches
-    its intact frames) or must be left alone (the WAL or the file itself is garbled)."""
+    its intact frames) or must be left alone (the WAL or the file itself is garbled).
+
+    The WAL is read through a descriptor kept while its path names the same file (``stat``
+    of the path, then ``pread`` of 32 bytes): opening it for every check cost more than the
+    rest of the check. SQLite keeps no lock on the ``-wal`` file itself, so this descriptor
+    may be closed at any time; :meth:`close` does."""
 
     def __init__(self, ownership: FileOwnership):
         self._fd = ownership.fd
@@ -124,15 +129,23 @@ class FileGuard:
         self.wal = Path(f"{self.path}-wal")
         self._page_size = os.pread(self._fd, 100, 0)[16:18]
         self._size = os.fstat(self._fd).st_size
+        self._wal_fd: int | None = None
+        self._wal_ino = -1
+        self._valid = b""  # the last WAL header found valid: unchanged, it is not re-summed
         # A WAL that is already invalid when the Owner opens the file (a crash on a file
         # system that zero-fills unwritten blocks leaves one) is ignored by SQLite until its
         # first commit rewrites it: while its header stays the same, it is not damage.
         self._stale: bytes | None = None
         self._wal: tuple[int, int, bytes] | None = None  # (inode, size, salts)
         try:
-            self._wal = _wal_state(self.wal)
+            self._wal = self._wal_state()
         except ValueError:
             self._stale = _head(self.wal)
+
+    def close(self) -> None:
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
 
     def problem(self) -> tuple[str, bool] | None:
         header = os.pread(self._fd, 100, 0)
@@ -144,7 +157,7 @@ class FileGuard:
             return f"{self.path} shrank from {self._size} to {size} bytes under the Owner", False
         self._size = size
         try:
-            now = _wal_state(self.wal)
+            now = self._wal_state()
         except ValueError as exc:
             if self._stale is not None and _head(self.wal) == self._stale:
                 return None
@@ -161,6 +174,27 @@ class FileGuard:
             return f"{self.wal} shrank from {before[1]} to {now[1]} bytes under the Owner", False
         return None
 
+    def _wal_state(self) -> tuple[int, int, bytes] | None:
+        """(inode, size, salts) of the WAL file, None when there is none; ValueError when
+        its header is not a WAL header (bad magic or checksum)."""
+        try:
+            info = os.stat(self.wal)
+            if info.st_ino != self._wal_ino:  # first look, or the path names another file
+                self.close()
+                self._wal_fd = os.open(self.wal, os.O_RDONLY | os.O_CLOEXEC)
+                info = os.fstat(self._wal_fd)  # the file opened, if it moved meanwhile
+                self._wal_ino = info.st_ino
+            assert self._wal_fd is not None
+            header = os.pread(self._wal_fd, 32, 0)
+        except FileNotFoundError:
+            self.close()
+            self._wal_ino = -1
+            return None
+        if header != self._valid:
+            _check_wal_header(header)
+            self._valid = header
+        return info.st_ino, info.st_size, header[16:24]
+
 
 def _head(wal: Path) -> bytes | None:
     try:
@@ -170,18 +204,11 @@ def _head(wal: Path) -> bytes | None:
         return None
 
 
-def _wal_state(wal: Path) -> tuple[int, int, bytes] | None:
-    """(inode, size, salts) of a WAL file, None when there is none; ValueError when its
-    header is not a WAL header (bad magic or checksum). Opening and closing the ``-wal``
-    file is harmless: SQLite's locks live on the database and ``-shm`` files."""
-    try:
-        with open(wal, "rb") as stream:
-            info = os.fstat(stream.fileno())
-            header = stream.read(32)
-    except FileNotFoundError:
-        return None
+def _check_wal_header(header: bytes) -> None:
+    """ValueError unless ``header`` (the first 32 bytes of a ``-wal`` file) is empty or a
+    WAL header: SQLite's magic and a matching checksum."""
     if len(header) == 0:
-        return info.st_ino, 0, b""
+        return
     if len(header) < 32:
         raise ValueError("its header is cut short")
     magic = int.from_bytes(header[:4], "big")
@@ -194,4 +221,3 @@ def _wal_state(wal: Path) -> tuple[int, int, bytes] | None:
         s1 = (s1 + int.from_bytes(header[i + 4:i + 8], order) + s0) & 0xFFFFFFFF
     if header[24:32] != s0.to_bytes(4, "big") + s1.to_bytes(4, "big"):
         raise ValueError("its header checksum is wrong (it was overwritten)")
-    return info.st_ino, info.st_size, header[16:24]

@@ -24,6 +24,7 @@ KILL_DEADLINE = 5.0  # seconds from the first signal after which survivors fail 
 _START_TOLERANCE = 0.005  # below one clock tick: equal start times come from the same process
 POLL = 0.05
 _PROC_ENVIRON = os.path.exists("/proc/self/environ")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if _PROC_ENVIRON else 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +55,25 @@ class StopReport:
     killed: tuple[int, ...] = ()
 
 
-def start_stamp(proc: psutil.Process) -> tuple[float, float]:
-    """(create_time, boot_time) read together. psutil derives create_time from the kernel's
-    btime, which moves when the wall clock is stepped; only ``create_time - boot_time``
-    (seconds since boot) is stable, so both are read with the same btime."""
+def start_stamp(pid: int) -> tuple[float, float]:
+    """(create_time, boot_time) of process ``pid``, read together. Both derive from the
+    kernel's btime, which moves when the wall clock is stepped; only ``create_time -
+    boot_time`` (seconds since boot) is stable, so both use the same btime. Where /proc
+    exists they come from one read of ``/proc/PID/stat`` and one of ``/proc/stat`` (psutil
+    reads /proc/stat twice and builds a Process, a sixth of a ``cmd`` launch's own work).
+    psutil.NoSuchProcess when the process is gone."""
+    if _PROC_ENVIRON:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+            with open("/proc/stat", "rb") as system:
+                text = system.read()
+        except (FileNotFoundError, ProcessLookupError):
+            raise psutil.NoSuchProcess(pid) from None
+        at = text.index(b"\nbtime ") + 7
+        boot = float(text[at:text.index(b"\n", at)])
+        return boot + int(fields[19]) / _CLOCK_TICKS, boot  # field 22: starttime, in ticks
+    proc = psutil.Process(pid)
     for _ in range(3):
         before = psutil.boot_time()
         created = proc.create_time()
@@ -245,7 +261,7 @@ def stop_survivors(identity: WorkerIdentity, grace: float = 2.0) -> StopReport:
     try:
         candidate = psutil.Process(identity.pid)
         if candidate.status() != psutil.STATUS_ZOMBIE:
-            created, booted = start_stamp(candidate)
+            created, booted = start_stamp(candidate.pid)
             committed = identity.create_time - identity.boot_time
             if abs((created - booted) - committed) > _START_TOLERANCE:
                 raise RecoveryError(

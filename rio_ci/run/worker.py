@@ -36,7 +36,7 @@ from rio_ci.run.survivors import (
 Stream = Literal["stdout", "stderr"]
 GATE_REFUSED = 125
 # `read` fails on EOF and on a last line without newline, so only a complete "go\n" launches.
-_GATE = 'IFS= read -r line || exit 125\n[ "$line" = go ] || exit 125\nexec "$@"\n'
+GATE = 'IFS= read -r line || exit 125\n[ "$line" = go ] || exit 125\nexec "$@"\n'
 _CHUNK = 65536
 _READ_BUDGET = 1 << 20  # bytes per read_output call, so one chatty stream cannot starve callers
 
@@ -75,7 +75,7 @@ class Worker:
             raise ValueError("a Worker token must be a non-empty string without NUL")
         pipe = subprocess.PIPE
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", _GATE, "rio-worker", *argv],
+            ["/bin/sh", "-c", GATE, "rio-worker", *argv],
             cwd=cwd,
             env={**env, TOKEN_VAR: token},
             stdin=pipe,
@@ -84,7 +84,7 @@ class Worker:
             start_new_session=True,
         )
         try:
-            create_time, boot_time = start_stamp(psutil.Process(proc.pid))
+            create_time, boot_time = start_stamp(proc.pid)
             identity = WorkerIdentity(proc.pid, os.getpgid(proc.pid), create_time, boot_time, token)
         except BaseException:
             proc.kill()  # still at the gate: nothing of argv ran

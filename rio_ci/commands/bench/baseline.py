@@ -1,12 +1,19 @@
-"""The baseline every commit figure is divided by: one row inserted and committed with plain
-``sqlite3`` (WAL, ``synchronous=FULL``, default page size), nothing of rio_ci on top. The only
-module of the bench that touches SQLite itself."""
+"""The baselines: one row inserted and committed with plain ``sqlite3`` (WAL,
+``synchronous=FULL``, default page size), which every commit figure is divided by, and the
+launch protocol done the same way, the floor under a ``cmd`` Cell. Nothing of rio_ci on top;
+the only module of the bench that touches SQLite itself."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
+
+import psutil
+
+from rio_ci.run.worker import GATE
 
 SQLITE_VERSION = sqlite3.sqlite_version
 
@@ -37,6 +44,83 @@ class BareCommits:
     def fold(self) -> None:
         """What the Owner does before each launch: ``wal_checkpoint(FULL)``."""
         self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class BareLaunch:
+    """The floor under a ``cmd`` Cell: the launch protocol of SPEC §5 and the guarantees
+    docs/performance.md names, done with plain ``sqlite3``, ``subprocess``, psutil and /proc
+    reads, nothing of rio_ci's Session, Journal or Owner on top — ``started`` committed
+    (FULL), the fold (``wal_checkpoint(FULL)``), the gated ``/bin/sh`` spawned in its own
+    session, its start time read and committed unsynced, the gate released, the output read
+    to EOF, the process table scanned for the Worker's token and group, the leader reaped,
+    the result committed (FULL)."""
+
+    def __init__(self, path: Path, cwd: Path):
+        self._commits = BareCommits(path)
+        self._cwd = cwd
+        self._env = {**os.environ, "RIO_WORKER_TOKEN": "rio-bench-floor"}
+        self._token = b"\0RIO_WORKER_TOKEN=rio-bench-floor\0"
+
+    def run(self, argv: list[str]) -> float:
+        """Seconds from the ``started`` commit to the result committed."""
+        started = time.perf_counter()
+        self._commits.commit("started")
+        self._commits.fold()
+        pipe = subprocess.PIPE
+        proc = subprocess.Popen(["/bin/sh", "-c", GATE, "rio-worker", *argv], cwd=self._cwd,
+                                env=self._env, stdin=pipe, stdout=pipe, stderr=pipe,
+                                start_new_session=True)
+        created = psutil.Process(proc.pid).create_time()
+        self._commits.commit(f"{proc.pid} {created}", synchronous="NORMAL")
+        out, err = proc.communicate(b"go\n")  # the gate's answer, then output to EOF
+        self._leftovers(proc.pid)
+        self._commits.commit(f"exit {proc.returncode} {len(out) + len(err)}")
+        return time.perf_counter() - started
+
+    def _leftovers(self, pgid: int) -> list[int]:
+        found = []
+        for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            if not name.isdigit() or int(name) == os.getpid():
+                continue
+            try:
+                if os.getpgid(int(name)) == pgid:
+                    found.append(int(name))
+                    continue
+                with open(f"/proc/{name}/environ", "rb") as block:
+                    if self._token in b"\0" + block.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+        return found
+
+    def close(self) -> None:
+        self._commits.close()
+
+
+class BareSteps:
+    """The SQL a step runs, with plain ``sqlite3`` on a Session file that ``Session.create``
+    made (its schema and 8 KiB pages): ``BEGIN IMMEDIATE``, the catch-up ``SELECT``, one
+    event row ``INSERT``ed, ``COMMIT`` (FULL). What a step costs beyond this is rio_ci's
+    Python: admission, encoding, the fold."""
+
+    def __init__(self, path: Path):
+        self._conn = sqlite3.connect(path, isolation_level=None)
+        self._conn.execute("PRAGMA synchronous = FULL")
+        self._last = self._conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+
+    def step(self, data: str) -> float:
+        started = time.perf_counter()
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute("SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq",
+                           (self._last,)).fetchall()
+        self._last = self._conn.execute(
+            "INSERT INTO events (kind, at, ref, data) VALUES ('patch_accepted', ?, NULL, ?)",
+            (time.time(), data)).lastrowid
+        self._conn.execute("COMMIT")
+        return time.perf_counter() - started
 
     def close(self) -> None:
         self._conn.close()

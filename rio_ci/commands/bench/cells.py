@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from rio_ci.commands.bench.baseline import BareLaunch
 from rio_ci.commands.bench.common import (
     CMD,
     CODE,
@@ -34,7 +35,8 @@ from rio_ci.session import Session
 
 def measure_cells(root: Path, quick: bool) -> dict[str, Any]:
     """A trivial code and cmd Cell through an Owner (queued → result committed) vs the
-    same script with bare ``uv run --script`` and the same argv as a bare subprocess."""
+    same script with bare ``uv run --script`` and the same argv as a bare subprocess; and
+    the floor under the ``cmd`` Cell (``BareLaunch``) against the same bare subprocess."""
     (work := root / "work").mkdir()
     db = root / "cells.sqlite3"
     Session.create(db, "bench: per-Execution overhead", cwd=str(work)).close()
@@ -59,22 +61,28 @@ def measure_cells(root: Path, quick: bool) -> dict[str, Any]:
         subprocess.run(argv, cwd=work, capture_output=True, check=True)
         return time.perf_counter() - started
 
+    floor = BareLaunch(root / "floor.sqlite3", work)
     try:
         out: dict[str, Any] = {"code_cell_ms_owner_first": ms(through_owner(CODE)),
                                "code_cell_ms_uv_first": ms(bare(uv_argv))}  # uv builds envs
         pairs: dict[str, list[tuple[float, float]]] = {"code": [], "cmd": []}
+        floors: list[float] = []
         for i in range(-2, 12 if quick else 40):  # two rounds of warm-up
             if i == 0:
-                pairs = {"code": [], "cmd": []}
+                pairs, floors = {"code": [], "cmd": []}, []
             pairs["code"].append((through_owner(CODE), bare(uv_argv)))
-            pairs["cmd"].extend((through_owner(CMD), bare(["true"])) for _ in range(2))
+            for _ in range(2):
+                pairs["cmd"].append((through_owner(CMD), bare(["true"])))
+                floors.append(floor.run(["true"]) - pairs["cmd"][-1][1])
     finally:
         owner.close()
+        floor.close()
     for kind, baseline in (("code", "uv"), ("cmd", "bare")):
         out[f"{kind}_cell_ms_owner"] = ms(statistics.median(a for a, _ in pairs[kind]))
         out[f"{kind}_cell_ms_{baseline}"] = ms(statistics.median(b for _, b in pairs[kind]))
     out["ratio_code_cell_vs_uv"] = round(statistics.median(a / b for a, b in pairs["code"]), 3)
     out["overhead_ms_cmd_cell"] = ms(statistics.median(a - b for a, b in pairs["cmd"]))
+    out["overhead_ms_cmd_cell_floor"] = ms(statistics.median(floors))
     out["cell_pairs"] = {kind: len(samples) for kind, samples in pairs.items()}
     return out
 

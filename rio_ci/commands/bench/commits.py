@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rio_ci.commands.bench.baseline import BareCommits
+from rio_ci.commands.bench.baseline import BareCommits, BareSteps
 from rio_ci.commands.bench.common import NOTE, accept, ms, patch_for, pct
 from rio_ci.commands.bench.drive import execute
 from rio_ci.core import events as ev
@@ -21,11 +21,14 @@ WARM_UP = 20
 
 def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
     """A step (admission + commit) vs a bare one-row WAL+FULL commit, interleaved; the
-    ratio of medians (on a busy disk a pair can straddle two latency modes)."""
+    ratio of medians (on a busy disk a pair can straddle two latency modes). Interleaved
+    with them, the step's SQL alone (``BareSteps``): the floor under a step."""
     session = Session.create(root / "steps.sqlite3", "bench: step admission", cwd=str(root))
     bare = BareCommits(root / "bare-steps.sqlite3")
+    Session.create(root / "sql-steps.sqlite3", "bench: a step's SQL", cwd=str(root)).close()
+    sql = BareSteps(root / "sql-steps.sqlite3")
     accept(session, [{"kind": "note", "text": NOTE}])
-    pairs = []
+    triples = []
     for i in range((200 if quick else 2000) + WARM_UP):
         turn = session.prepare_turn()
         ops = patch_for(turn["state"], [{"kind": "note", "text": f"{NOTE}{i}"}], replace=True)
@@ -34,15 +37,19 @@ def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
         step = time.perf_counter() - started
         if isinstance(receipt, Refused):
             raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
-        pairs.append((step, bare.commit(json.dumps(ops))))
+        row = json.dumps(ops)
+        triples.append((step, bare.commit(row), sql.step(row)))
     session.close()
     bare.close()
-    steps, commits = [a for a, _ in pairs[WARM_UP:]], [b for _, b in pairs[WARM_UP:]]
+    sql.close()
+    steps, commits, sqls = (list(column) for column in zip(*triples[WARM_UP:], strict=True))
     return {"step_commit_ms_p50": ms(pct(steps, 50)), "step_commit_ms_p95": ms(pct(steps, 95)),
             "bare_commit_ms_p50": ms(pct(commits, 50)),
             "bare_commit_ms_p95": ms(pct(commits, 95)),
             "ratio_step_commit": round(pct(steps, 50) / pct(commits, 50), 3),
             "ratio_step_commit_p95": round(pct(steps, 95) / pct(commits, 95), 3),
+            "step_sql_ms_p50": ms(pct(sqls, 50)),
+            "ratio_step_sql_commit": round(pct(sqls, 50) / pct(commits, 50), 3),
             "step_samples": len(steps)}
 
 
