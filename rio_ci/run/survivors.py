@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from rio_ci.errors import RecoveryError
+from rio_ci.run import pidrange
 
 TOKEN_VAR = "RIO_WORKER_TOKEN"
 KILL_DEADLINE = 5.0  # seconds from the first signal after which survivors fail recovery
@@ -55,23 +56,25 @@ class StopReport:
     killed: tuple[int, ...] = ()
 
 
-def start_stamp(pid: int) -> tuple[float, float]:
+def start_stamp(pid: int, boot: float | None = None) -> tuple[float, float]:
     """(create_time, boot_time) of process ``pid``, read together. Both derive from the
     kernel's btime, which moves when the wall clock is stepped; only ``create_time -
-    boot_time`` (seconds since boot) is stable, so both use the same btime. Where /proc
-    exists they come from one read of ``/proc/PID/stat`` and one of ``/proc/stat`` (psutil
-    reads /proc/stat twice and builds a Process, a sixth of a ``cmd`` launch's own work).
-    psutil.NoSuchProcess when the process is gone."""
+    boot_time`` (seconds since boot) is stable, so both use the same btime: ``boot`` if
+    given (read just before the spawn), else read now. Where /proc exists they come from
+    ``/proc/PID/stat`` and ``/proc/stat`` (psutil reads /proc/stat twice and builds a
+    Process, a sixth of a ``cmd`` launch's own work). psutil.NoSuchProcess when the process
+    is gone."""
     if _PROC_ENVIRON:
         try:
             with open(f"/proc/{pid}/stat", "rb") as stat:
                 fields = stat.read().rpartition(b")")[2].split()
-            with open("/proc/stat", "rb") as system:
-                text = system.read()
+            if boot is None:
+                with open("/proc/stat", "rb") as system:
+                    text = system.read()
+                at = text.index(b"\nbtime ") + 7
+                boot = float(text[at:text.index(b"\n", at)])
         except (FileNotFoundError, ProcessLookupError):
             raise psutil.NoSuchProcess(pid) from None
-        at = text.index(b"\nbtime ") + 7
-        boot = float(text[at:text.index(b"\n", at)])
         return boot + int(fields[19]) / _CLOCK_TICKS, boot  # field 22: starttime, in ticks
     proc = psutil.Process(pid)
     for _ in range(3):
@@ -91,21 +94,26 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def _scan(token: str, pgid: int | None, *, prefix: bool = False) -> dict[int, psutil.Process]:
+def _scan(token: str, pgid: int | None, *, prefix: bool = False,
+          mark: pidrange.Mark | None = None) -> dict[int, psutil.Process]:
     """Live processes (not us) carrying ``token`` (or, with ``prefix``, any token starting
     with it) in their environment, or in group ``pgid``. Processes whose environment we may
-    not read are skipped: they cannot be ours."""
+    not read are skipped: they cannot be ours. With the ``mark`` taken at the Worker's spawn,
+    only the pids handed out since are looked at, when those are known for sure
+    (``rio_ci.run.pidrange``); otherwise every process is."""
     found: dict[int, psutil.Process] = {}
     me = os.getpid()
     entry = f"\0{TOKEN_VAR}={token}{'' if prefix else chr(0)}".encode()
-    for pid in psutil.pids():
+    newer = pidrange.since(mark) if mark is not None else None
+    for pid in psutil.pids() if newer is None else newer:
         if pid <= 0 or pid == me:
             continue
         try:
             group = os.getpgid(pid)
             if group == 0:
                 continue  # kernel threads (and a container's init): never a Worker's
-            if group == pgid or _carries(pid, entry):
+            if (group == pgid or _carries(pid, entry)) and (
+                    newer is None or pidrange.thread_group_leader(pid)):
                 proc = psutil.Process(pid)
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found[pid] = proc
@@ -175,17 +183,20 @@ def _parents() -> dict[int, int]:
     return parents
 
 
-def find_token_holders(token: str) -> list[int]:
-    """Sorted pids of live (non-zombie) processes with ``RIO_WORKER_TOKEN=token``."""
-    return sorted(_scan(token, None))
+def find_token_holders(token: str, mark: pidrange.Mark | None = None) -> list[int]:
+    """Sorted pids of live (non-zombie) processes with ``RIO_WORKER_TOKEN=token`` (``mark``:
+    see ``_scan``)."""
+    return sorted(_scan(token, None, mark=mark))
 
 
 def stop_all(
-    targets: Mapping[int, psutil.Process], *, token: str, pgid: int, pinned: bool, grace: float
+    targets: Mapping[int, psutil.Process], *, token: str, pgid: int, pinned: bool, grace: float,
+    mark: pidrange.Mark | None = None,
 ) -> StopReport:
     """SIGTERM ``targets``, their descendants, every token holder and, only if ``pinned``
     (the group id provably still names our group), group ``pgid``; SIGKILL survivors after
-    ``grace`` s. Every pass rescans, so processes forked meanwhile are signalled too. Raises
+    ``grace`` s. Every pass rescans (``mark``: see ``_scan``), so processes forked
+    meanwhile are signalled too. Raises
     RecoveryError listing survivors alive ``KILL_DEADLINE`` s after the first signal (and
     1 s after SIGKILL). A pinned group stays ours for the whole loop: a leader reaped here
     frees its id only once the group is empty, and reuse needs a pid wrap-around."""
@@ -195,7 +206,7 @@ def stop_all(
     killed: set[int] = set()
 
     def gather() -> dict[int, psutil.Process]:
-        found = _scan(token, pgid if pinned else None)
+        found = _scan(token, pgid if pinned else None, mark=mark)
         # children may have neither token nor group
         found.update(descendants_of([*tracked.values(), *found.values()]))
         tracked.update(found)

@@ -23,6 +23,7 @@ from typing import Literal, cast
 
 import psutil
 
+from rio_ci.run import pidrange
 from rio_ci.run.survivors import (
     POLL,
     TOKEN_VAR,
@@ -48,8 +49,10 @@ class Worker:
     reserved, even as a zombie, so signalling the group can never hit a recycled group.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], identity: WorkerIdentity) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], identity: WorkerIdentity,
+                 mark: pidrange.Mark | None = None) -> None:
         """Use :meth:`spawn`."""
+        self.mark = mark  # the kernel's counters before the spawn (rio_ci.run.pidrange)
         assert proc.stdout is not None and proc.stderr is not None
         self._proc = proc
         self._status: int | None = None
@@ -74,6 +77,7 @@ class Worker:
         if not token or "\0" in token:
             raise ValueError("a Worker token must be a non-empty string without NUL")
         pipe = subprocess.PIPE
+        before = pidrange.counters()  # before the leader exists: see rio_ci.run.pidrange
         proc = subprocess.Popen(
             ["/bin/sh", "-c", GATE, "rio-worker", *argv],
             cwd=cwd,
@@ -84,13 +88,13 @@ class Worker:
             start_new_session=True,
         )
         try:
-            create_time, boot_time = start_stamp(proc.pid)
+            create_time, boot_time = start_stamp(proc.pid, before.boot if before else None)
             identity = WorkerIdentity(proc.pid, os.getpgid(proc.pid), create_time, boot_time, token)
         except BaseException:
             proc.kill()  # still at the gate: nothing of argv ran
             proc.communicate()
             raise
-        return cls(proc, identity)
+        return cls(proc, identity, pidrange.Mark(proc.pid, before) if before else None)
 
     def _write_gate(self, line: bytes) -> None:
         """Answer the gate once with ``line`` and close stdin (tests send malformed lines)."""
@@ -188,7 +192,8 @@ class Worker:
                 targets = {leader.pid: leader, **descendants(leader)}
         token, pgid = self.identity.token, self.identity.pgid
         try:
-            return stop_all(targets, token=token, pgid=pgid, pinned=pinned, grace=grace)
+            return stop_all(targets, token=token, pgid=pgid, pinned=pinned, grace=grace,
+                            mark=self.mark)
         finally:
             if self.poll() is not None and self._proc.returncode is None:
                 self._proc.wait()
