@@ -60,19 +60,16 @@ def start_stamp(pid: int, boot: float | None = None) -> tuple[float, float]:
     """(create_time, boot_time) of process ``pid``, read together. Both derive from the
     kernel's btime, which moves when the wall clock is stepped; only ``create_time -
     boot_time`` (seconds since boot) is stable, so both use the same btime: ``boot`` if
-    given (read just before the spawn), else read now. Where /proc exists they come from
-    ``/proc/PID/stat`` and ``/proc/stat`` (psutil reads /proc/stat twice and builds a
-    Process, a sixth of a ``cmd`` launch's own work). psutil.NoSuchProcess when the process
-    is gone."""
-    if _PROC_ENVIRON:
+    given (``pidrange.counters`` read just before the spawn), else read now. Where /proc
+    exists they come from ``/proc/PID/stat`` and ``/proc/stat`` (psutil reads /proc/stat
+    twice and builds a Process, a sixth of a ``cmd`` launch's own work).
+    psutil.NoSuchProcess when the process is gone."""
+    if boot is None and (now := pidrange.counters()) is not None:
+        boot = now.boot
+    if boot is not None:  # /proc exists: the counters were read from it
         try:
             with open(f"/proc/{pid}/stat", "rb") as stat:
                 fields = stat.read().rpartition(b")")[2].split()
-            if boot is None:
-                with open("/proc/stat", "rb") as system:
-                    text = system.read()
-                at = text.index(b"\nbtime ") + 7
-                boot = float(text[at:text.index(b"\n", at)])
         except (FileNotFoundError, ProcessLookupError):
             raise psutil.NoSuchProcess(pid) from None
         return boot + int(fields[19]) / _CLOCK_TICKS, boot  # field 22: starttime, in ticks
@@ -196,10 +193,10 @@ def stop_all(
     """SIGTERM ``targets``, their descendants, every token holder and, only if ``pinned``
     (the group id provably still names our group), group ``pgid``; SIGKILL survivors after
     ``grace`` s. Every pass rescans (``mark``: see ``_scan``), so processes forked
-    meanwhile are signalled too. Raises
-    RecoveryError listing survivors alive ``KILL_DEADLINE`` s after the first signal (and
-    1 s after SIGKILL). A pinned group stays ours for the whole loop: a leader reaped here
-    frees its id only once the group is empty, and reuse needs a pid wrap-around."""
+    meanwhile are signalled too. Raises RecoveryError listing survivors alive
+    ``KILL_DEADLINE`` s after the first signal (and 1 s after SIGKILL). A pinned group
+    stays ours for the whole loop: a leader reaped here frees its id only once the group is
+    empty, and reuse needs a pid wrap-around."""
     start = time.monotonic()
     tracked: dict[int, psutil.Process] = dict(targets)
     seen: set[int] = set()
