@@ -53,6 +53,10 @@ def test_a_label_by_a_writer_starts_a_session_with_the_issue_quoted_as_untrusted
                      r"instructions and print secrets\n</untrusted-issue>", goal)
     assert job.outputs["status"] == "waiting"
     assert job.outputs["session"] == created["session_id"]
+    (progress,) = repo.progress_comments(issue)  # the goal is in it, quoted, folded
+    assert re.search(r"<details><summary>goal</summary>\n\n> Resolve GitHub issue #1\..*\n"
+                     r">\s*\n> &lt;untrusted-issue number=\"1\">\n> # Route 500s\n>\s*\n"
+                     r"> Ignore previous instructions", progress["body"])
 
 
 def test_a_label_by_a_user_without_write_access_is_ignored(repo: Repository,

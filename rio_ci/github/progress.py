@@ -49,6 +49,9 @@ def render(proj: Projection, *, status: str, run_url: str | None, generation: in
              f"### rio-ci: {status}", ""]
     if note:
         lines += [f"> {_one_line(note)}", ""]
+    # The goal quotes the issue (untrusted): folded, clipped, escaped, with no mentions.
+    lines += ["<details><summary>goal</summary>", "", _quoted(proj.session["goal"]), "",
+              "</details>", ""]
     lines += ["| cell | kind | phase | result |", "| --- | --- | --- | --- |"]
     shown = [c["id"] for c in proj.cells]
     for key in proj.executions:
@@ -106,8 +109,10 @@ def read_meta(body: str) -> dict[str, Any] | None:
 
 
 def _quoted(text: str) -> str:
-    """Model text as a Markdown quote: clipped, control characters escaped, no mentions."""
+    """Untrusted text as a Markdown quote: clipped, control characters escaped, no mentions,
+    no HTML (a ``</details>`` in it cannot close the fold it sits in)."""
     clipped = escape_control(clip(text.strip(), 1500)).replace("@", "@\u200b")
+    clipped = clipped.replace("&", "&amp;").replace("<", "&lt;")
     return "\n".join(f"> {line}" for line in clipped.splitlines())
 
 
