@@ -21,7 +21,7 @@ from typing import Any
 
 from rio_ci.errors import ModelError, Rejected, RunEnded
 from rio_ci.live import LiveLog
-from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage
+from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage, strict_reply
 from rio_ci.run.owner import Owner
 
 # An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
@@ -134,7 +134,7 @@ class Harness:
                 thread.join(0.05)
             self.tell()
         if "reply" in box:
-            reply: ModelReply = box["reply"]
+            reply = strict_reply(box["reply"])
             self.session.record_reply(turn["turn_id"], attempt, reply)
             return reply
         self.failed(turn["turn_id"], attempt, state, box["error"])

@@ -79,6 +79,19 @@ def dumps(value: Any, **options: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
 
 
+def finite_copy(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by its spelling (``"inf"``, ``"nan"``):
+    what strict JSON can carry of a value parsed by a lenient parser (Python's reads
+    ``Infinity``, ``NaN`` and ``1e999``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {key: finite_copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_copy(item) for item in value]
+    return value
+
+
 def printable(text: str) -> str:
     """``text`` with every lone surrogate spelled out: ``\\xff`` for a byte of a file name
     that is not UTF-8 (Python decodes it as U+DCFF), ``\\ud800`` for any other. The result

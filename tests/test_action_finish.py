@@ -16,6 +16,7 @@ from action_job import (
     code_cell,
     commented,
     conclude,
+    dispatched,
     labeled,
     messages,
     script,
@@ -75,6 +76,39 @@ def test_finish_persists_before_any_network_call_and_an_outage_loses_nothing(
         assert "not checkpointed" in job.finish.stderr and "No such file" in cat["text"]
     else:  # the API was down, git was not: the checkpoint reached the branch
         assert cat["text"] == "hello"
+
+
+def test_a_success_whose_finish_could_not_reach_github_is_published_by_the_next_job(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    """SPEC §13 "Its final state is always written" and "On success the branch gets a pull
+    request": an outage during finish delays both, and any later job publishes them."""
+    repo = Repository(tmp_path, gh, http=True)
+    repo.set_script(script(WRITE, [conclude()]))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    repo.step(job)
+    gh.fail(r".*", 503)  # the API is down; git over HTTP is not
+    repo.step(job, "finish")
+    repo.upload(job)
+    assert job.finish.code == 0 and job.outputs["status"] == "succeeded", job.logs
+    assert not gh.pulls
+    assert all("### rio-ci: succeeded" not in c["body"] for c in repo.progress_comments(issue))
+    gh.failures.clear()
+
+    later = repo.job("workflow_dispatch", dispatched(issue))
+
+    assert "never reached GitHub; this job publishes it" in later.run.stderr, later.logs
+    (pull,) = gh.pulls
+    assert later.outputs["pull-request"].endswith(f"/pull/{pull}")
+    (progress,) = repo.progress_comments(issue)
+    assert "### rio-ci: succeeded" in progress["body"]
+    assert f"/pull/{pull}" in progress["body"]
+    # Published now: a later job has nothing to do and costs no generation.
+    again = repo.job("workflow_dispatch", dispatched(issue))
+    assert again.outputs.get("status", "ignored") == "ignored", again.logs
+    assert "has ended (success)" in again.run.stderr
+    assert list(gh.pulls) == [pull]
 
 
 # --- refused pushes ---------------------------------------------------------------------------

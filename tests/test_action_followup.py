@@ -62,6 +62,33 @@ def test_a_maintainer_comment_after_success_starts_a_follow_up_on_the_same_pull_
     assert manifest_generation == 2
 
 
+def test_the_label_again_on_an_issue_whose_session_ended_starts_a_new_session(
+    repo: Repository, gh: FakeGitHub
+) -> None:
+    """SPEC §13: a label by a user with write access starts a Session, also after the
+    previous one ended; the new one is told how the previous one ended."""
+    issue, _ = repo.labeled_issue(script(WAIT), title="Fix the parser")
+    stop = gh.add_comment(issue, "/rio stop", user="alice")
+    stopped = repo.job("issue_comment", commented(gh, stop))
+    assert stopped.outputs["status"] == "failed"
+    previous = created(repo.events(stopped))
+    gh.issues[issue]["body"] = "it fails on empty input"  # the issue as it reads now
+    repo.set_script(script(WAIT))
+
+    again = repo.job("issues", labeled(issue))
+
+    assert again.outputs["status"] == "waiting", again.logs
+    events = repo.events(again)
+    session = created(events)
+    assert session["session_id"] != previous["session_id"]
+    assert "# Fix the parser\n\nit fails on empty input" in str(session["goal"])
+    assert "follow-up" not in str(session["goal"])
+    (told,) = messages(events, "previous_session")
+    assert told["payload"]["result"] == "failure"
+    assert told["payload"]["session_id"] == previous["session_id"]
+    assert messages(events, "comment") == []  # "/rio stop" was before the new Session
+
+
 def test_a_maintainer_comment_after_a_failure_starts_a_follow_up_too(
     repo: Repository, gh: FakeGitHub
 ) -> None:

@@ -244,7 +244,8 @@ def synthetic_events() -> list[dict[str, Any]]:
         add("turn_prepared", 100.0 + n, turn_id=turn, delivered=delivered)
         add("model_attempt", 100.0 + n, turn_id=turn)
         add("model_response", 100.0 + n, turn_id=turn, ok=True, usage={
-            "input_tokens": tokens_in, "output_tokens": tokens_out, "cost_usd": cost})
+            "input_tokens": tokens_in, "output_tokens": tokens_out, "cost_usd": cost,
+            "cache_read_tokens": 10 * n, "cache_write_tokens": 3 * n})
         controls = ([{"role": "resolution", "note_id": 9, "target_cell_id": 2}] if n == 4
                     else [])
         add("patch_accepted", 100.0 + n, turn_id=turn, cells=[], controls=controls)
@@ -264,7 +265,9 @@ def test_measure_reads_every_figure_from_the_events() -> None:
     responses = [e for e in events if e["kind"] == "model_response"]
     figures = measure(events)
     assert figures["rounds"] == len(responses)
-    assert figures["input_tokens"] == sum(e["usage"]["input_tokens"] for e in responses)
+    # input as the Session's usage counts it: fresh, cache reads and cache writes
+    assert figures["input_tokens"] == sum(e["usage"]["input_tokens"] + e["usage"][
+        "cache_read_tokens"] + e["usage"]["cache_write_tokens"] for e in responses)
     assert figures["output_tokens"] == sum(e["usage"]["output_tokens"] for e in responses)
     known = [e["usage"]["cost_usd"] for e in responses if e["usage"]["cost_usd"] is not None]
     assert figures["cost_usd"] == pytest.approx(sum(known))

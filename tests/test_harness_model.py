@@ -114,6 +114,13 @@ INVALID = {
                                               "tool_use", 700, 300), "malformed step input"),
     "max_tokens": (lambda f: f.reply_raw([{"type": "text", "text": "Let me think at length"}],
                                          "max_tokens", 700, 300), "cut off at max_tokens"),
+    # The provider's JSON may carry 1e999 (or Infinity): the SDK reads it as infinity.
+    "a number JSON cannot carry": (lambda f: f.reply_raw([{
+        "type": "tool_use", "id": "toolu_i", "name": "step", "input": {"patch": [
+            *patch(0, 1, note("x"))[:-1],
+            {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "x",
+                                                          "n": float("inf")}}]}}],
+        "tool_use", 700, 300), "a number that JSON cannot carry"),
     "refusal": (lambda f: f.reply_raw([{"type": "text", "text": "I can't help with that."}],
                                       "refusal", 700, 300,
                                       stop_details={"type": "refusal", "category": "cyber",

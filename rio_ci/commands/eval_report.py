@@ -55,7 +55,10 @@ def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
         elif kind == "model_response":
             rounds += bool(event.get("ok"))
             usage = event.get("usage") or {}
-            input_tokens += int(usage.get("input_tokens") or 0)
+            # input as the Session counts it (runtime.usage, the tokens budget): cache
+            # reads and writes included
+            input_tokens += sum(int(usage.get(name) or 0) for name in (
+                "input_tokens", "cache_read_tokens", "cache_write_tokens"))
             output_tokens += int(usage.get("output_tokens") or 0)
             if usage.get("cost_usd") is not None:
                 cost += float(usage["cost_usd"])

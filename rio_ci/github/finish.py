@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.errors import RioError
-from rio_ci.github import artifact, gate, timers, workspace
+from rio_ci.github import artifact, gate, progress, timers, workspace
 from rio_ci.github.action import JOB_FILE, write_outputs
 from rio_ci.github.env import ActionEnv, log, warn
 from rio_ci.github.events import branch_for
@@ -106,9 +106,13 @@ def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
     out.update(session=proj.session["id"], next_wake=proj.next_wake(), pull_request=pull)
     if forge is None:
         return out
-    publish_progress(env, forge, session, issue, int(job["generation"]) + 1,
-                     None if proj.ended else "waiting", note="; ".join(notes) or None,
-                     pull_request=pull, final=True)
+    written = publish_progress(env, forge, session, issue, int(job["generation"]) + 1,
+                               None if proj.ended else "waiting",
+                               note="; ".join(notes) or None, pull_request=pull, final=True)
+    if proj.ended and written and (pull is not None or problem is not None
+                                   or not _succeeded(session)):
+        # The end is on GitHub: later jobs need not publish it again (job.py).
+        session.set_watermark(progress.PUBLISHED, int(job["generation"]) + 1)
     if proj.next_wake() is not None:
         try:
             log(f"rio-ci: {timers.wake_sweep(forge)}")

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rio_ci.errors import RioError
 from rio_ci.github import progress, starts, timers, workspace
@@ -47,6 +47,7 @@ from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
 TIMER_REFUSALS = 5  # rounds of "that Timer is too far" a job gives the model before it stops
+Start = Literal["created", "restored", "republish"]
 
 
 def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
@@ -83,14 +84,15 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
                 forge.upsert_comment(issue, progress.MARKER, progress.render_problem(
                     restored["problem"], run_url=env.run_url))
         return {"status": "error", "reason": restored["problem"], "issue": issue}
-    started = _start(env, forge, trigger, writer, issue, db, config, restored["generation"])
-    if isinstance(started, dict):
-        return started
-    launches.begin(restored["generation"] or 0, 0 if started else restored["record_after"])
+    start = _start(env, forge, trigger, writer, issue, db, config, restored["generation"])
+    if isinstance(start, dict):
+        return start
+    created = start == "created"
+    launches.begin(restored["generation"] or 0, 0 if created else restored["record_after"])
     job = {**restored, "issue": issue, "db": str(db), "remote": remote, "started": time.time(),
            "generation": launches.generation, "record_after": launches.after_seq,
            "artifact_name": f"rio-session-{issue}", "retention_days": config.retention_days,
-           "fresh": started or bool(restored["record_imported"])}
+           "fresh": start != "restored" or bool(restored["record_imported"])}
     write_job(env, job)
     log("::group::rio-ci: working tree")
     existed = workspace.check_out(env.workspace, branch_for(issue), remote, env.token)
@@ -121,15 +123,17 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
 
 
 def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: int, db: Path,
-           config: Config, generation: int | None) -> bool | dict[str, Any]:
-    """True: this job created the Session (label, /rio request, follow-up); False: it goes
-    on with the restored one; a dict: there is nothing to do (the step's result)."""
+           config: Config, generation: int | None) -> Start | dict[str, Any]:
+    """``created``: this job created the Session (label, /rio request, follow-up);
+    ``restored``: it goes on with the restored one; ``republish``: the restored run ended but
+    its end never reached GitHub (an outage during its finish), so this job's finish
+    publishes it; a dict: there is nothing to do (the step's result)."""
     body = str(trigger.data.get("body") or "")
     request = request_of(body) if writer and trigger.kind == "comment" else None
     if generation is None:
         if trigger.kind == "start":
             starts.from_issue(env, forge, db, config, issue)
-            return True
+            return "created"
         if request is not None and not trigger.data.get("is_pull_request"):
             starts.from_issue(env, forge, db, config, issue,
                               (str(trigger.actor), str(trigger.data.get("url")), request))
@@ -138,7 +142,7 @@ def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: 
                 session.set_watermark(f"comments:{issue}", trigger.data.get("comment_id"))
             finally:
                 session.close()
-            return True
+            return "created"
         if trigger.kind == "resume":
             try:
                 if timers.clear_next_wake(forge, issue, env.run_url):
@@ -153,15 +157,25 @@ def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: 
     comment = None
     try:
         if not proj.ended:
-            return False
-        comment = starts.follow_up_request(forge, proj, issue)
-        if comment is None and writer and steer_command(body) == "status":
+            return "restored"
+        if trigger.kind != "start":
+            comment = starts.follow_up_request(forge, proj, issue)
+        if comment is None and trigger.kind != "start" and writer and \
+                steer_command(body) == "status":
             publish_progress(env, forge, session, issue, generation, None)
     finally:
         session.close()
+    if trigger.kind == "start":  # the label again, by a writer: a new Session on the issue
+        starts.relabel(env, forge, db, config, proj, issue)
+        return "created"
     if comment is not None:
         starts.follow_up(env, db, config, proj, comment)
-        return True
+        return "created"
+    if not proj.watermarks.get(progress.PUBLISHED) and not (
+            proj.ended["result"] == "success" and proj.watermarks.get("pull_request")):
+        log(f"rio-ci: the end of #{issue}'s run ({proj.ended['result']}) never reached GitHub; "
+            "this job publishes it")
+        return "republish"
     log(f"rio-ci: the run of #{issue} has ended ({proj.ended['result']}) and no maintainer "
         "asked for more; nothing is run")
     return {"status": "ignored", "session": proj.session["id"], "issue": issue,

@@ -20,6 +20,10 @@ from rio_ci.github.forge.base import Forge
 from rio_ci.session import Session
 
 MARKER = "<!-- rio-ci:progress -->"
+# The watermark an ended Session gets once its last progress comment (and, on success, its
+# pull request, or the reason there is none) reached GitHub; until then every job that
+# restores it publishes it again (an outage during finish must not leave it unpublished).
+PUBLISHED = "published"
 _META = re.compile(r"<!-- rio-ci:meta (\{.*?\}) -->")
 
 
@@ -142,18 +146,21 @@ def _recent_output(proj: Projection) -> str:
 
 def publish_progress(env: ActionEnv, forge: Forge, session: Session, issue: int,
                      generation: int, outcome: str | None, *, note: str | None = None,
-                     pull_request: str | None = None, final: bool = False) -> None:
-    """Rewrite the progress comment from committed facts. A failed write is logged, never
-    fatal: the work and the Session matter more than the report."""
+                     pull_request: str | None = None, final: bool = False) -> bool:
+    """Rewrite the progress comment from committed facts; whether it was written. A failed
+    write is logged, never fatal: the work and the Session matter more than the report."""
     proj = session.refresh()
     status = status_of(proj, outcome)
     body = render(proj, status=status, run_url=env.run_url, generation=generation,
                   operation=f"{proj.session['id']}:{proj.last_seq}", note=note,
                   pull_request=pull_request)
+    written = True
     try:
         forge.upsert_comment(issue, MARKER, body)
     except RioError as exc:
         log(f"::warning::rio-ci: the progress comment was not written: {exc}")
+        written = False
     if final and env.summary is not None:
         with env.summary.open("a") as stream:
             stream.write(body.replace(MARKER, "") + "\n")
+    return written

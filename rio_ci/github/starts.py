@@ -3,6 +3,8 @@
 - the trigger label on an issue, by a user with write access: goal = the issue;
 - ``/rio <request>`` by a maintainer on an issue without a Session: goal = the issue + the
   request, and the issue gets the trigger label (the sweep only looks at labelled issues);
+- the trigger label again, by a user with write access, on an issue whose Session ended: a
+  new Session on the issue as it reads now, with what the follow-up keeps (below);
 - a maintainer's comment on the issue or its pull request after the run ended (success or
   failure): a follow-up Session on the same branch, whose goal is the previous goal + the
   comment as a follow-up request, and whose first Turn is told how the previous Session
@@ -21,6 +23,7 @@ from rio_ci.github.env import ActionEnv, Config, log
 from rio_ci.github.events import goal_for, requested_goal, steer_command
 from rio_ci.github.forge.base import Comment, Forge
 from rio_ci.github.intake import is_ours, may_steer
+from rio_ci.github.progress import PUBLISHED
 from rio_ci.session import Session
 
 CONCLUSION_CHARS = 2000
@@ -71,17 +74,35 @@ def follow_up(env: ActionEnv, db: Path, config: Config, previous: Projection,
     older generations of the artifact)."""
     goal = requested_goal(previous.session["goal"], comment.author, comment.url,
                           comment.body, follow_up=True)
+    _succeed(env, db, config, goal, previous, {f"comments:{comment.issue}": comment.id})
+    log(f"rio-ci: follow-up Session for @{comment.author}'s comment {comment.id} (the previous "
+        f"Session {previous.session['id']} ended in {(previous.ended or {}).get('result')})")
+
+
+def relabel(env: ActionEnv, forge: Forge, db: Path, config: Config, previous: Projection,
+            issue: int) -> None:
+    """The trigger label put on an issue whose Session ended: a new Session on the issue as
+    it reads now, on the same branch and pull request, told how the previous one ended."""
+    info = forge.issue(issue)
+    _succeed(env, db, config, goal_for(issue, info.title, info.body), previous, {})
+    log(f"rio-ci: #{issue} labelled again: a new Session (the previous Session "
+        f"{previous.session['id']} ended in {(previous.ended or {}).get('result')})")
+
+
+def _succeed(env: ActionEnv, db: Path, config: Config, goal: str, previous: Projection,
+             marks: dict[str, Any]) -> None:
+    """Replace the ended Session at ``db`` with a new one for ``goal`` (the previous one
+    stays in the older generations of the artifact), which keeps its watermarks (the same
+    pull request, only newer comments) and starts with how it ended."""
     session = create(env, db, config, goal)
     try:
         session.receive(f"previous:{previous.session['id']}", "previous_session",
                         conclusion_of(previous))
-        for name, value in sorted(previous.watermarks.items()):
-            session.set_watermark(name, value)
-        session.set_watermark(f"comments:{comment.issue}", comment.id)
+        for name, value in sorted({**previous.watermarks, **marks}.items()):
+            if name != PUBLISHED:
+                session.set_watermark(name, value)
     finally:
         session.close()
-    log(f"rio-ci: follow-up Session for @{comment.author}'s comment {comment.id} (the previous "
-        f"Session {previous.session['id']} ended in {(previous.ended or {}).get('result')})")
 
 
 def conclusion_of(proj: Projection) -> dict[str, Any]:

@@ -14,8 +14,10 @@ A provider answers one attempt of one Turn in one of three ways:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
+
+from rio_ci.jsonio import dumps, finite_copy
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,19 @@ class Model(Protocol):
         """Return a complete reply or raise ``rio_ci.errors.ModelError``. Must not retry by
         itself: the harness persists attempts and backoff."""
         ...
+
+
+def strict_reply(reply: ModelReply) -> ModelReply:
+    """``reply`` as the Journal can hold it. A provider's JSON parser is lenient (it reads
+    ``1e999`` as infinity, and ``NaN``): a reply whose patch or record holds a number strict
+    JSON cannot carry becomes an invalid reply, its record keeping the number's spelling, so
+    it is committed and billed like any other and the model is told why."""
+    try:
+        dumps([reply.patch, reply.raw, reply.usage.to_dict()])
+        return reply
+    except ValueError:
+        why = ("malformed step input: it holds a number that JSON cannot carry (NaN, Infinity "
+               "or one too large for a 64-bit float); write such values as strings.")
+        raw = finite_copy(reply.raw)
+        raw["invalid"] = reply.invalid or why
+        return replace(reply, patch=None, raw=raw, invalid=reply.invalid or why)
