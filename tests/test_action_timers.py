@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from action_job import (
+    WAIT,
     Repository,
     add,
     code_cell,
     dispatched,
+    labeled,
     messages,
     note_cell,
     script,
@@ -105,3 +107,24 @@ def test_a_dispatched_job_that_finds_no_session_clears_the_next_wake(
     assert '"next_wake": null' in comment["body"] and "gone" in comment["body"]
     assert sweep.run.result == {"status": "swept", "dispatched": []}
     assert gh.dispatches == []
+
+
+def test_a_session_whose_artifacts_all_expired_is_gone_and_a_label_starts_anew(
+    repo: Repository, gh: FakeGitHub
+) -> None:
+    """GitHub keeps listing an artifact past its retention, marked expired: that is a
+    Session gone (docs/github.md), not a damaged one that blocks the issue."""
+    issue, first = repo.labeled_issue(script(WAIT))
+    for data in gh.artifacts.values():
+        data["expired"] = True
+    repo.set_script(script(WAIT))
+
+    resumed = repo.job("workflow_dispatch", dispatched(issue))
+    again = repo.job("issues", labeled(issue))
+
+    assert resumed.run.result["status"] == "ignored", resumed.logs
+    assert "expired (artifact retention)" in resumed.run.stderr
+    assert "refused" not in resumed.logs
+    assert again.outputs["status"] == "waiting", again.logs
+    (created,) = [e for e in repo.events(again) if e["kind"] == "session_created"]
+    assert created["session_id"] != first.outputs["session"]

@@ -282,6 +282,9 @@ def _remove(paths: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
+EXPIRED = "expired"  # the reason given for an artifact past its retention
+
+
 @dataclass(frozen=True)
 class RefusedGeneration:
     """One generation ``restore_newest`` refused; ``generation`` is None when its manifest
@@ -340,7 +343,7 @@ def _try(
 ) -> tuple[Manifest | str, int | None]:
     """The candidate's verified Manifest, or why it was refused and the generation it claims."""
     if candidate.expired:
-        return "expired", None
+        return EXPIRED, None
     if candidate.size_in_bytes > max_bytes + MANIFEST_MAX_BYTES:
         return f"{candidate.size_in_bytes} bytes, over the {max_bytes}-byte limit", None
     zip_path = work_dir / f"{candidate.id}.zip"

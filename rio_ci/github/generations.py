@@ -32,12 +32,18 @@ def restore(env: ActionEnv, forge: Forge, issue: int, db: Path,
     # Every generation that exists now; finish treats any other one as a newer job's.
     seen = [a.id for a in forge.artifacts(name)]
     result = artifact.restore_newest(forge, name, env.state_dir / "restore")
+    # GitHub keeps listing an artifact past its retention, marked expired: a Session whose
+    # generations all expired is gone (docs/github.md), not damaged.
+    damaged = [r for r in result.rejected if r.reason != artifact.EXPIRED]
     rejected = [str(r) for r in result.rejected]
-    for rejection in rejected:
+    for rejection in damaged:
         log(f"::error::rio-ci: {name}: {rejection}")
-    if result.restored is None and rejected:
+    if result.restored is None and damaged:
         return {"problem": f"every saved generation of {name} was refused; the newest: "
                            f"{rejected[0]}. Nothing was run."}
+    if result.restored is None and rejected:
+        log(f"rio-ci: every saved generation of {name} expired (artifact retention): its "
+            "Session is gone")
     generation, artifact_id, after = 0, None, 0
     db.unlink(missing_ok=True)
     if result.restored is not None:
