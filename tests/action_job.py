@@ -64,6 +64,7 @@ def workflow_run(branch: str, run_id: int, repo: str, conclusion: str = "failure
     return {"action": "completed", "sender": {"login": "alice"},
             "workflow_run": {"id": run_id, "name": "CI", "head_branch": branch,
                              "conclusion": conclusion,
+                             "html_url": f"https://github.test/{repo}/actions/runs/{run_id}",
                              "head_repository": {"full_name": repo}}}
 
 

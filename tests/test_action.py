@@ -202,6 +202,26 @@ def test_a_finished_workflow_run_on_the_branch_is_one_check_message(repo: Reposi
 # --- finish: persistence, branch, outputs -----------------------------------------------------
 
 
+def test_a_finished_run_reaches_the_inbox_from_its_event_when_listing_runs_is_refused(
+        repo: Repository, gh: FakeGitHub) -> None:
+    """SPEC §13: a completed workflow_run on the Session's branch is an Inbox message; the
+    re-scan's listing is optional (§13.1), so the event itself must carry it."""
+    issue, _ = repo.labeled_issue(script(WAIT, WAIT))
+    branch = f"rio/issue-{issue}"
+    gh.set_branch(branch, "a" * 40)
+    run_id = gh.add_workflow_run(branch, "CI", "failure")
+    gh.fail(rf"/repos/{gh.repo}/actions/runs", 403)  # no actions: read on this token
+
+    job = repo.job("workflow_run", workflow_run(branch, run_id, gh.repo))
+
+    assert job.outputs.get("status") == "waiting", job.logs
+    assert "optional read" in job.run.stderr
+    (check,) = messages(repo.events(job), "check")
+    assert check["id"] == f"check:workflow_run:{run_id}"
+    assert (check["payload"]["name"], check["payload"]["conclusion"]) == ("CI", "failure")
+    assert check["payload"]["url"].endswith(f"/actions/runs/{run_id}")
+
+
 def test_finish_checkpoints_the_branch_packs_the_next_generation_and_reports(
     repo: Repository, gh: FakeGitHub
 ) -> None:

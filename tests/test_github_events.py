@@ -14,6 +14,7 @@ from rio_ci.github.events import (
     quote_untrusted,
     steer_command,
 )
+from rio_ci.github.forge.base import Check
 
 REPO = "octo/demo"
 
@@ -51,6 +52,27 @@ def test_finished_runs_on_a_session_branch_are_checks(event: str) -> None:
     assert classify(event, {"action": "requested", event: body}, "rio", REPO).kind == "ignore"
     other = {**body, "head_branch": "main"}
     assert classify(event, {"action": "completed", event: other}, "rio", REPO).kind == "ignore"
+
+
+def test_a_finished_run_carries_what_the_rescan_would_list_but_an_actions_check_not() -> None:
+    body = {"id": 901, "name": "CI", "conclusion": "failure", "head_branch": "rio/issue-12",
+            "html_url": "https://github.test/octo/demo/actions/runs/901",
+            "head_repository": {"full_name": REPO}}
+    run = classify("workflow_run", {"action": "completed", "workflow_run": body}, "rio", REPO)
+    assert run.data["check"] == Check(901, "workflow_run", "CI", "failure",
+                                      body["html_url"], "rio/issue-12")
+    suite = {"id": 77, "conclusion": "success", "head_branch": "rio/issue-12",
+             "app": {"slug": "ci-app", "name": "CI app"}}
+    found = classify("check_suite", {"action": "completed", "check_suite": suite}, "rio", REPO)
+    assert found.data["check"] == Check(77, "check_suite", "CI app", "success", "",
+                                        "rio/issue-12")
+    # A job of a workflow run: the run is the observation (the re-scan leaves these out too).
+    job = {**suite, "name": "test", "app": {"slug": "github-actions"}}
+    actions = classify("check_run", {"action": "completed", "check_run": job}, "rio", REPO)
+    assert actions.kind == "check" and actions.data["check"] is None
+    no_id = classify("workflow_run", {"action": "completed", "workflow_run": {
+        **body, "id": "901"}}, "rio", REPO)
+    assert no_id.kind == "check" and no_id.data["check"] is None
 
 
 def test_a_check_run_reads_the_branch_of_its_suite() -> None:

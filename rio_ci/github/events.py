@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from rio_ci.github.forge.base import Check
+
 BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)$")
 # author_association values that can only belong to someone without write access, so a
 # comment may be dropped before asking the permission API. NONE and CONTRIBUTOR are not
@@ -78,7 +80,8 @@ def classify(event_name: str, payload: dict[str, Any], trigger_label: str,
         head = (body.get("head_repository") or {}).get("full_name")
         if repository and head and head != repository:
             return Trigger("ignore", reason=f"{event_name} on {branch!r} of the fork {head}")
-        return Trigger("check", issue=issue, actor=sender)
+        return Trigger("check", issue=issue, actor=sender,
+                       data={"check": _finished(event_name, body, str(branch))})
     if event_name == "schedule":
         return Trigger("sweep")
     if event_name == "workflow_dispatch":
@@ -87,6 +90,22 @@ def classify(event_name: str, payload: dict[str, Any], trigger_label: str,
             return Trigger("ignore", reason="workflow_dispatch needs an 'issue' input (a number)")
         return Trigger("resume", issue=int(raw), actor=sender)
     return Trigger("ignore", reason=f"event {event_name!r} is not handled")
+
+
+def _finished(event_name: str, body: dict[str, Any], branch: str) -> Check | None:
+    """The finished run or check an event reports, as the re-scan would list it (the same
+    kind and id, so the Inbox takes it once), or None when the event cannot say (a check
+    made by GitHub Actions: the workflow run it belongs to is the observation)."""
+    number = body.get("id")
+    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+        return None
+    app = (body.get("app") or {}).get("slug")
+    if event_name != "workflow_run" and app == "github-actions":
+        return None
+    name = body.get("name") or (body.get("app") or {}).get("name") or event_name
+    return Check(id=number, kind=event_name, name=str(name),
+                 conclusion=str(body.get("conclusion") or ""),
+                 url=str(body.get("html_url") or ""), head_branch=branch)
 
 
 def _number(issue: dict[str, Any]) -> int | None:

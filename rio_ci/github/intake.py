@@ -10,7 +10,7 @@ from rio_ci.errors import Rejected, RunEnded
 from rio_ci.github import progress
 from rio_ci.github.env import log
 from rio_ci.github.events import NEVER_WRITERS, branch_for, quote_untrusted, steer_command
-from rio_ci.github.forge.base import Comment, Forge
+from rio_ci.github.forge.base import Check, Comment, Forge
 from rio_ci.run.owner import Owner
 
 WRITERS = frozenset({"admin", "maintain", "write"})
@@ -34,19 +34,24 @@ def is_ours(comment: Comment) -> bool:
 
 
 def take_in(owner: Owner, forge: Forge, issue: int,
-            warn: Callable[[str], None] | None = None) -> None:
+            warn: Callable[[str], None] | None = None, reported: Check | None = None) -> None:
     """Re-scan comments (issue and pull request) and checks; each observation enters the
     Inbox once, under a stable id. Listing checks is optional: a 403 or 404 there goes to
-    ``warn``. Comments advance a watermark (their ids rise in the order
-    they are written); checks do not — runs finish out of id order — and rely on the
-    message id alone. A full Inbox stops the scan without advancing past what it refused."""
+    ``warn``, and the finished run or check this job's own event ``reported`` still enters
+    (under the id the listing would give it). Comments advance a watermark (their ids rise
+    in the order they are written); checks do not — runs finish out of id order — and rely
+    on the message id alone. A full Inbox stops the scan without advancing past what it
+    refused."""
     session = owner.session
     marks = session.proj.watermarks
     numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
     try:
         for number in numbers:
             _take_comments(owner, forge, number)
-        for check in forge.checks(branch_for(issue), warn=warn):
+        listed = forge.checks(branch_for(issue), warn=warn)
+        for check in sorted({(c.kind, c.id): c for c in [*([reported] if reported else []),
+                                                          *listed]}.values(),
+                            key=lambda c: c.id):
             if session.refresh().ended:
                 return
             session.receive(f"check:{check.kind}:{check.id}", "check", {

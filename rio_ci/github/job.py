@@ -198,7 +198,8 @@ def _work(env: ActionEnv, forge: Forge, owner: Owner, job: dict[str, Any], trigg
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
-    take_in(owner, forge, issue, warn=lambda message: warn(env, message))
+    take_in(owner, forge, issue, warn=lambda message: warn(env, message),
+            reported=trigger.data.get("check"))
     if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
         (env.state_dir / JOB_FILE).unlink(missing_ok=True)
         if writer and steer_command(str(trigger.data.get("body") or "")) == "status":
