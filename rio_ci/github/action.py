@@ -20,21 +20,15 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from rio_ci.github import progress
-from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.env import JOB_FILE, RUN_OUTPUTS, ActionEnv, write_outputs
 from rio_ci.github.forge.base import Forge
+from rio_ci.github.sweep import sweep
 
-JOB_FILE = "job.json"
 FAILING = frozenset({"failed", "error", "interrupted"})
-OUTPUTS = {"status": "status", "session": "session", "next-wake": "next_wake",
-           "pull-request": "pull_request", "artifact-name": "artifact_name",
-           "retention-days": "retention_days"}
-RUN_OUTPUTS = ("status", "session", "next-wake", "pull-request", "artifact-name")
 
 
 def action_command(phase: str, *, emit: Callable[[Any], None],
@@ -78,36 +72,4 @@ def github_forge(env: ActionEnv) -> Forge:
     return GitHubForge(env.repository, env.token, env.api_url, throttle=not local)
 
 
-def sweep(env: ActionEnv, forge: Forge) -> dict[str, Any]:
-    """Resume every labelled Session whose Timer is due, each in its own job. Decided from
-    the progress comment's metadata alone: no journal is downloaded. (The shipped sweep is
-    rio-sweep.yml, a few lines of shell that also switch it off; this is the same decision
-    for a workflow that runs ``rio-ci action`` on ``schedule``.)"""
-    now, dispatched = time.time(), []
-    for issue in forge.issues_with_label(env.trigger_label):
-        comment = forge.find_comment(issue.number, progress.MARKER)
-        meta = progress.read_meta(comment.body) if comment else None
-        wake = meta.get("next_wake") if meta else None
-        due = isinstance(wake, int | float) and not isinstance(wake, bool) and wake <= now
-        if meta and not meta.get("ended") and due:
-            forge.dispatch(env.workflow_file, env.ref_name or "main", {"issue": str(issue.number)})
-            dispatched.append(issue.number)
-    log(f"rio-ci: sweep dispatched {dispatched or 'nothing'}")
-    return {"status": "swept", "dispatched": dispatched}
-
-
-def write_outputs(env: ActionEnv, result: dict[str, Any], only: tuple[str, ...] = ()) -> None:
-    """Append the step's outputs to ``GITHUB_OUTPUT`` (all of them, or the names in
-    ``only``). Written twice in one step, a name takes its last value."""
-    if env.output is None:
-        return
-    with env.output.open("a") as stream:
-        for name, key in OUTPUTS.items():
-            if only and name not in only:
-                continue
-            value = result.get(key)
-            text = "" if value is None else str(value)
-            stream.write(f"{name}={text.splitlines()[0] if text else ''}\n")
-
-
-__all__ = ["action_command", "sweep", "write_outputs"]
+__all__ = ["action_command"]

@@ -25,6 +25,11 @@ DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
 DEFAULT_RETENTION_DAYS = 90  # GitHub's default artifact retention (1-90 public, 1-400 private)
+JOB_FILE = "job.json"  # what the run step hands the finish step, in state_dir
+OUTPUTS = {"status": "status", "session": "session", "next-wake": "next_wake",
+           "pull-request": "pull_request", "artifact-name": "artifact_name",
+           "retention-days": "retention_days"}
+RUN_OUTPUTS = ("status", "session", "next-wake", "pull-request", "artifact-name")
 
 
 @dataclass(frozen=True)
@@ -199,3 +204,17 @@ def warn(env: ActionEnv, message: str) -> None:
     if env.summary is not None:
         with env.summary.open("a") as stream:
             stream.write(f"> **Warning** (rio-ci): {line}\n\n")
+
+
+def write_outputs(env: ActionEnv, result: dict[str, Any], only: tuple[str, ...] = ()) -> None:
+    """Append the step's outputs to ``GITHUB_OUTPUT`` (all of them, or the names in
+    ``only``). Written twice in one step, a name takes its last value."""
+    if env.output is None:
+        return
+    with env.output.open("a") as stream:
+        for name, key in OUTPUTS.items():
+            if only and name not in only:
+                continue
+            value = result.get(key)
+            text = "" if value is None else str(value)
+            stream.write(f"{name}={text.splitlines()[0] if text else ''}\n")

@@ -23,8 +23,7 @@ from typing import Any
 
 from rio_ci.errors import RioError
 from rio_ci.github import artifact, gate, progress, timers, workspace
-from rio_ci.github.action import JOB_FILE, write_outputs
-from rio_ci.github.env import ActionEnv, log, warn
+from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
 from rio_ci.github.events import branch_for
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import newer_generations, rejections_note, take_over

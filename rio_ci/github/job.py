@@ -25,8 +25,7 @@ from typing import Any, Literal
 
 from rio_ci.errors import RioError
 from rio_ci.github import progress, starts, timers, workspace
-from rio_ci.github.action import JOB_FILE, sweep
-from rio_ci.github.env import ActionEnv, Config, log, warn
+from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, warn
 from rio_ci.github.events import (
     Trigger,
     branch_for,
@@ -40,6 +39,7 @@ from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
+from rio_ci.github.sweep import sweep
 from rio_ci.harness import Harness
 from rio_ci.live import LiveLog
 from rio_ci.model.providers import parse_price, priced_model
