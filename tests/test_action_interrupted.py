@@ -51,13 +51,14 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
 
     assert first.run.code != 0
     assert first.finish.code == 0, first.finish.stderr
-    assert first.outputs["status"] == "waiting"
+    assert first.outputs["status"] == "interrupted"  # the composite's output: finish's
     assert first.outputs["artifact-name"] == f"rio-session-{issue}"
     unknown = [m for m in messages(repo.events(first), "execution")
                if m["payload"]["type"] == "UnknownExecution"]
     assert [(m["payload"]["cell_id"], m["payload"]["reason"]) for m in unknown] == [(1, reason)]
     (comment,) = repo.progress_comments(issue)
     assert "UnknownExecution" in comment["body"]
+    assert "### rio-ci: paused" in comment["body"]  # the UnknownExecution pauses the queue
 
     steer = gh.add_comment(issue, "carry on, please", user="alice", association="COLLABORATOR")
     second = repo.job("issue_comment", commented(gh, steer))
@@ -81,3 +82,16 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     assert second.outputs["pull-request"] == pull["html_url"]
     assert repo.branch_file(f"rio/issue-{issue}", "fixed.txt") == "ok"
     assert len(repo.progress_comments(issue)) == 1
+
+
+def test_a_job_whose_time_budget_runs_out_says_deadline(tmp_path: Path, gh: FakeGitHub) -> None:
+    """The composite's ``status`` output is the finish step's: ``deadline`` when the time
+    budget ran out with work left (docs/github.md "Outputs"), not ``waiting``."""
+    repo = Repository(tmp_path, gh, budget_minutes=0.05)
+    repo.set_script(script([add(cmd_cell("sleep", "10"))], [conclude()]))
+    issue = gh.add_issue("Slow", labels=("rio",))
+
+    job = repo.job("issues", labeled(issue))
+
+    assert job.run.result["status"] == "deadline", job.logs
+    assert job.finish.code == 0 and job.outputs["status"] == "deadline"

@@ -50,7 +50,7 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
         try:
             owner.recover()
             timers.refuse_far_timers(owner.session, job["retention_days"])
-            packed = _persist(env, job["db"], result, generation)
+            packed = _persist(env, job["db"], result, generation, job)
             write_outputs(env, result, FIRST_OUTPUTS)
             if job.get("fenced"):
                 log(f"::error::rio-ci: {result['reason']}; this job's Session is kept as the "
@@ -63,7 +63,7 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
     finally:  # also when publishing failed: what it committed is saved before finish exits
         if packed is not None:
             if _last_seq(job["db"]) != packed:  # a push_refused message, validator results
-                _persist(env, job["db"], result, generation)
+                _persist(env, job["db"], result, generation, job)
             write_outputs(env, result)
     return result
 
@@ -101,12 +101,12 @@ def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
     elif _succeeded(session) and forge is not None:
         pull = _pull_request(env, forge, session, issue, notes)
     proj = session.refresh()
-    out.setdefault("status", _status(proj.ended))
+    out.setdefault("status", _status(proj.ended, job))
     out.update(session=proj.session["id"], next_wake=proj.next_wake(), pull_request=pull)
     if forge is None:
         return out
     written = publish_progress(env, forge, session, issue, int(job["generation"]) + 1,
-                               None if proj.ended else "waiting",
+                               None if proj.ended else _status(None, job),
                                note="; ".join(notes) or None, pull_request=pull, final=True)
     if proj.ended and written and (pull is not None or problem is not None
                                    or not _succeeded(session)):
@@ -167,14 +167,15 @@ def _pull_request(env: ActionEnv, forge: Forge, session: Session, issue: int,
     return url
 
 
-def _persist(env: ActionEnv, db: str, result: dict[str, Any], generation: int) -> int:
+def _persist(env: ActionEnv, db: str, result: dict[str, Any], generation: int,
+             job: dict[str, Any]) -> int:
     """Write generation + 1 into the artifact directory (no network); returns the seq it
     holds. The Owner may hold the Session meanwhile: the snapshot is SQLite's backup."""
     reader = Session.open(db)
     try:
         proj = reader.refresh()
         result.update(session=proj.session["id"], next_wake=proj.next_wake(),
-                      status=result.get("status") or _status(proj.ended))
+                      status=result.get("status") or _status(proj.ended, job))
         if env.artifact_dir.exists():
             shutil.rmtree(env.artifact_dir)
         artifact.pack(Path(db), env.artifact_dir, generation=generation + 1,
@@ -198,10 +199,14 @@ def _succeeded(session: Session) -> bool:
     return bool(ended and ended["result"] == "success")
 
 
-def _status(ended: dict[str, Any] | None) -> str:
-    if not ended:
-        return "waiting"
-    return "succeeded" if ended["result"] == "success" else "failed"
+def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
+    """The job's status: how the run ended, else how its rounds stopped — ``waiting``,
+    ``deadline`` (the time budget ran out), ``interrupted`` (cancelled; also when the run
+    step left no outcome: it was cut off)."""
+    if ended:
+        return "succeeded" if ended["result"] == "success" else "failed"
+    outcome = job.get("outcome")
+    return outcome if outcome in ("waiting", "deadline", "error") else "interrupted"
 
 
 def _int(text: str) -> int | None:

@@ -109,7 +109,10 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     owners.append(owner)
     restore_signals = handle_signals(owner.interrupted)
     try:
-        return _work(env, forge, owner, job, trigger, writer, pull_request)
+        result = _work(env, forge, owner, job, trigger, writer, pull_request)
+        if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
+            write_job(env, {**job, "outcome": result.get("status")})
+        return result
     except RecordError as exc:
         log(f"::error::rio-ci: {exc}")
         if isinstance(exc, Fenced):  # another job writes this Session: publish nothing

@@ -37,6 +37,10 @@ def status_of(proj: Projection, outcome: str | None) -> str:
         return "waiting until " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(wake))
     if outcome == "waiting":
         return "waiting for a comment or a check"
+    if outcome == "deadline":
+        return "waiting for the next job (this one's time budget ran out)"
+    if outcome == "interrupted":
+        return "waiting for the next job (this one was cut off)"
     return "running"
 
 
