@@ -231,13 +231,12 @@ class Harness:
         """The most one attempt can cost: a full context in, all of it written to the cache
         (the dearest kind of input), and a full reply out. An attempt whose outcome is
         unknown is counted at this price, never as free."""
-        price = self.model.price()
-        if price is None:
-            return 0.0  # run refuses to start an unpriced model with a cost budget
         context_tokens = self.session.limits["context_bytes"] // 2 + PROMPT_TOKENS
-        worst = Usage(cache_write_tokens=context_tokens, output_tokens=MAX_REPLY_TOKENS)
-        return max(price.cost(worst), price.cost(Usage(input_tokens=context_tokens,
-                                                       output_tokens=MAX_REPLY_TOKENS)))
+        # priced by the model, whose long-prompt tier (if any) applies to a long context
+        costs = [self.model.cost(Usage(output_tokens=MAX_REPLY_TOKENS, **{kind: context_tokens}))
+                 for kind in ("cache_write_tokens", "input_tokens")]
+        # run refuses to start an unpriced model with a cost budget
+        return max((c for c in costs if c is not None), default=0.0)
 
     def wait_until(self, when: float) -> Outcome | None:
         while time.time() < when:

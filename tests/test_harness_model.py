@@ -382,6 +382,28 @@ def test_an_attempt_of_unknown_cost_counts_against_the_budget_at_its_bound(
     assert usage(db)["unknown_cost_attempts"] == 1
 
 
+def test_the_bound_of_an_attempt_uses_the_long_prompt_tier_when_the_context_reaches_it(
+        tmp_path: Path) -> None:
+    """SPEC §4.1: unknown-cost attempts count against the budget conservatively. A model
+    whose long prompts cost more is bounded at that dearer price once the context can hold
+    a prompt past its threshold."""
+    info = table.lookup("claude-haiku-5-5")
+    assert info is not None and info.long_prompt is not None and info.price is not None
+    threshold, long_price = info.long_prompt
+    context_bytes = 2 * (threshold + 20_000)  # so the context holds a prompt past it
+    db = new_session(tmp_path, f"context_bytes={context_bytes}")
+    owner = Owner(str(db))
+    try:
+        harness = Harness(owner, AnthropicModel("claude-haiku-5-5", connect=False))
+        tokens = context_bytes // 2 + PROMPT_TOKENS
+        assert tokens > threshold
+        worst = Usage(cache_write_tokens=tokens, output_tokens=MAX_REPLY_TOKENS)
+        assert harness.attempt_bound() == pytest.approx(long_price.cost(worst))
+        assert long_price.cost(worst) > info.price.cost(worst)
+    finally:
+        owner.close()
+
+
 # --- what every request carries ------------------------------------------------------------------
 
 

@@ -116,6 +116,9 @@ class AnthropicModel:
     def price(self) -> Price | None:
         return self._price
 
+    def cost(self, usage: Usage) -> float | None:
+        return None if self._price is None else self.info.cost(usage, self._price)
+
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API parameters for ``request`` (everything but ``stream``)."""
         params: dict[str, Any] = {
@@ -196,7 +199,7 @@ class AnthropicModel:
         usage = Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
                       cache_write_tokens=u.cache_creation_input_tokens or 0,
                       cache_read_tokens=u.cache_read_input_tokens or 0)
-        cost = None if self._price is None else self.info.cost(usage, self._price)
+        cost = self.cost(usage)
         usage = Usage(usage.input_tokens, usage.output_tokens, usage.cache_write_tokens,
                       usage.cache_read_tokens, cost)
         raw = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,

@@ -106,6 +106,10 @@ class Model(Protocol):
         """What this model costs, or None when unknown."""
         ...
 
+    def cost(self, usage: Usage) -> float | None:
+        """What ``usage`` costs with this model (its price tiers included), or None."""
+        ...
+
     def ask(self, request: ModelRequest) -> ModelReply:
         """Return a complete reply or raise ``rio_ci.errors.ModelError``. Must not retry by
         itself: the harness persists attempts and backoff."""

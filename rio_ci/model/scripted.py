@@ -61,6 +61,9 @@ class ScriptedModel:
     def price(self) -> Price | None:
         return Price(0.0, 0.0, 0.0, 0.0)  # a script costs nothing
 
+    def cost(self, usage: Usage) -> float | None:
+        return 0.0
+
     def ask(self, request: ModelRequest) -> ModelReply:
         k = request.round_index
         if k > len(self.rounds):

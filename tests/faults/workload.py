@@ -222,6 +222,9 @@ class AdaptiveModel:
 
         return Price(0.0, 0.0, 0.0, 0.0)
 
+    def cost(self, usage: Any) -> float:
+        return 0.0
+
     def ask(self, request: Any) -> Any:
         from rio_ci.model.base import ModelReply, Usage
 
