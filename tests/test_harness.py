@@ -10,8 +10,10 @@ request with ``ReceivedRequest.state()`` / ``user_text``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -385,6 +387,34 @@ def test_cost_budget_counts_known_cost(tmp_path: Path) -> None:
     assert used["unknown_cost_attempts"] == 0
     assert status(done.stdout)["status"] == "failed"
     assert "cost budget" in kinds(events(db), "run_ended")[0]["reason"]
+
+
+def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> None:
+    """SPEC §9 ``storage_bytes``: the harness checks the Session's size before each model
+    round; past it the run ends in failure and no further round is asked."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    fresh = new_session(probe)  # what a new Session weighs, and its page size
+    with contextlib.closing(sqlite3.connect(f"file:{fresh}?mode=ro", uri=True)) as db_file:
+        page = int(db_file.execute("PRAGMA page_size").fetchone()[0])
+        start = int(db_file.execute("PRAGMA page_count").fetchone()[0]) * page
+    # Room for less than one round's output: round 1 runs, and the check trips after it.
+    db = new_session(tmp_path, f"storage_bytes={start + page}")
+    script = write_script(tmp_path, [[add(cmd(sys.executable, "-c", f"print('x' * {2 * page})"))]
+                                     for _ in range(3)] + [[conclusion("success")]])
+    done = rio("run", str(db), "--model", f"scripted:{script}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert status(done.stdout)["status"] == "failed"
+    evs = events(db)
+    reason = kinds(evs, "run_ended")[0]["reason"]
+    assert reason.startswith("storage budget exhausted"), reason
+    assert len(kinds(evs, "model_attempt")) == 1  # nothing asked after the check tripped
+    assert [e["cell_id"] for e in kinds(evs, "execution_finished")] == [1]
+    assert kinds(evs, "execution_finished")[0]["result"]["type"] == "success"
+    # The ending is final: a restart asks nothing and commits nothing.
+    again = rio("run", str(db), "--model", f"scripted:{script}")
+    assert status(again.stdout)["status"] == "failed"
+    assert len(events(db)) == len(evs)
 
 
 def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(

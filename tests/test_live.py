@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,9 +24,10 @@ from rio_ci.commands.show import render_text
 from rio_ci.github import progress
 from rio_ci.live import LiveLog
 from rio_ci.session import Session
+from tests.faults import checks, runner
 from tests.harness_kit import DONE, MODEL, WatchedFake, cmd, cost, kinds, patch
-from tests.kit import events, until
-from tests.run_cli import new_session, rio, spawn, status
+from tests.kit import cli_env, events, until
+from tests.run_cli import new_session, rio, spawn, status, write_script
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
 # tests/conftest.py marks test_harness.py.
@@ -175,3 +178,46 @@ def test_the_rationale_is_committed_and_shown(tmp_path: Path, where: str) -> Non
             session.close()
         assert "> Tests pass now; concluding." in body and "@octocat" not in body
         assert "@\u200boctocat" in body  # quoted, and no notification for anyone
+
+
+def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
+    """SPEC §5, §15: nothing is shown to the model or a user before it is committed. The run
+    dies (SIGKILL) with a chunk read from the Cell but not committed: neither its live log nor
+    ``show``, ``output`` or ``events`` show that chunk, before or after the next Owner turns
+    the Execution into an UnknownExecution."""
+    db = new_session(tmp_path)
+    session = Session.open(db)
+    session_id = session.proj.session["id"]
+    session.close()
+    left, right = uuid.uuid4().hex[:12], uuid.uuid4().hex[:12]
+    marker = f"{left}-{right}"  # printed by the Cell; never written whole in its argv
+    # The script stays alive past the output flush, so the chunk goes through record_output
+    # (not the result's commit), and silent after it, so only the next Owner ends it.
+    printer = cmd("sh", "-c", 'printf "%s-%s\\n" "$1" "$2"; exec sleep 60', "sh", left, right)
+    script = write_script(tmp_path, [[{"op": "add", "path": "/cells/-", "value": printer}]])
+    try:
+        run = rio("run", str(db), "--model", f"scripted:{script}",
+                  env=cli_env(RIO_CRASH_AT="output_before_commit"))
+        assert run.returncode == -signal.SIGKILL, run.stdout + run.stderr
+        assert "[1] started" in run.stderr  # the live log did tell the run so far
+        assert marker not in run.stderr + run.stdout
+
+        def shown() -> str:
+            return "".join(rio(*args).stdout for args in (
+                ("show", str(db)), ("show", str(db), "--json"),
+                ("output", str(db), "1"), ("output", str(db), "1", "--stream", "stderr"),
+                ("events", str(db))))
+
+        assert marker not in shown()
+        assert checks.leftover_workers(session_id), "the Worker outlived the crashed run"
+        again = rio("work", str(db))  # the next Owner: recovery
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert marker not in again.stdout + again.stderr
+        (finished,) = kinds(events(db), "execution_finished")
+        assert finished["result"]["type"] == "UnknownExecution"
+        assert not checks.leftover_workers(session_id)
+        after = shown()
+        assert "UnknownExecution" in after and marker not in after
+    finally:
+        for pid in checks.leftover_workers(session_id):
+            runner.kill_tree(pid)

@@ -25,7 +25,7 @@ from rio_ci.errors import UncertainCommit
 from rio_ci.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.vfs import RecordingVFS, recorded_session
-from tests.faults.workload import EFFECT, Plan
+from tests.faults.workload import Plan
 from tests.kit import cli_env, until
 
 ERRORS = {
@@ -157,20 +157,39 @@ def test_rio_ci_receive_with_failing_fsync_acknowledges_nothing(disk_path: Path)
     assert sum(e["kind"] == "message_received" for e in assert_consistent(disk_path / "s.db")) == 1
 
 
-SLOW = EFFECT.replace('range(6)', 'range(100)')  # prints for 10 s unless stopped
+# Prints one line, then one more once ``poke`` exists (the output commit that fails), then
+# sleeps without touching its pipes: no broken pipe can end it, so once its Owner is gone only
+# the Owner's own stop of the Worker leaves no Worker behind.
+QUIET = '''"""Record the run, print twice, then stay alive and silent."""
+import os
+import time
+
+fd = os.open("effects.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+os.write(fd, f"{os.environ.get('RIO_CELL_ID')} quiet {os.getpid()}\\n".encode())
+os.fsync(fd)
+os.close(fd)
+print("started", flush=True)
+while not os.path.exists("poke"):
+    time.sleep(0.02)
+print("poked", flush=True)
+time.sleep(60)
+print("done", flush=True)
+'''
 
 
 @pytest.mark.parametrize("failure", ["posix/io/sync/*", "posix/io/rw/pwrite*"])
 def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
         disk_path: Path, failure: str, fault_report: dict[str, Any]) -> None:
+    """SPEC §10: a commit whose outcome is uncertain stops the Owner's local Workers. The
+    script outlives its Owner unless stopped, so "no Worker left" is the Owner's doing."""
     fiu_run, fiu_ctrl = fiu(), shutil.which("fiu-ctrl")
     assert fiu_ctrl
-    (disk_path / "effect.py").write_text(SLOW)
+    (disk_path / "effect.py").write_text(QUIET)
     db = disk_path / "s.db"
     session = Session.create(db, "fiu owner", cwd=str(disk_path))
     turn = session.prepare_turn()
     plan = Plan(turn["state"])
-    plan.effect("slow")
+    plan.effect("quiet")
     assert isinstance(session.step(turn["turn_id"], plan.ops), Receipt)
     session_id = session.proj.session["id"]
     session.close()
@@ -180,16 +199,20 @@ def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         until(lambda: (disk_path / "effects.log").exists(), 20)
-        time.sleep(0.3)  # some output committed
+        time.sleep(0.3)  # "started" committed
+        assert checks.leftover_workers(session_id), "the Worker runs before the failure"
         subprocess.run([fiu_ctrl, "-f", ctrl, "-c", f"enable name={failure}", str(owner.pid)],
                        check=True, timeout=10)
+        (disk_path / "poke").touch()  # "poked": an output commit that fails
         out, err = owner.communicate(timeout=30)
+        assert owner.returncode == 4, err
+        assert "outcome is unknown" in json.loads(out.splitlines()[-1])["error"]
+        until(lambda: not checks.leftover_workers(session_id), 5,
+              "the Worker to stop with its Owner's failed commit")
     finally:
         runner.kill_tree(owner.pid)
-    assert owner.returncode == 4, err
-    assert "outcome is unknown" in json.loads(out.splitlines()[-1])["error"]
-    until(lambda: not checks.leftover_workers(session_id), 5,
-          "the Worker to stop with its Owner's failed commit")
+        for pid in checks.leftover_workers(session_id):  # the Worker, if the Owner left it
+            runner.kill_tree(pid)
     before = {e["cell_id"]: e["result"]["type"] for e in assert_consistent(db)
               if e["kind"] == "execution_finished"}
     again = cli("work", str(db), cwd=disk_path)  # a new Owner, storage healthy again
