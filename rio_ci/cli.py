@@ -15,10 +15,12 @@ import shlex
 import sys
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 from rio_ci import jsonio
+from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Refused
 from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.errors import Rejected, RioError, UsageError
@@ -44,6 +46,15 @@ def _emit(value: Any) -> None:
     if not jsonio.emit(value):
         raise RioError("the Session holds a number that is not JSON (NaN or Infinity), "
                        "so it cannot be printed as JSON")
+
+
+def _out(args: argparse.Namespace, value: Any) -> None:
+    """Print a command's result: one line of JSON, or readable lines with ``--human``.
+    Errors never come here: they stay one JSON line whatever the flags."""
+    if args.human:
+        jsonio.write_stdout(render(value) + "\n")
+    else:
+        _emit(value)
 
 
 def _read_json(text: str | bytes, what: str) -> Any:
@@ -120,12 +131,12 @@ def cmd_new(args: argparse.Namespace) -> int:
                                  limits=limits, pass_env=args.pass_env, secrets=args.secret)
     except FileExistsError as exc:
         raise RioError(str(exc)) from None
-    _emit({"session": session.proj.session["id"], "db": str(session.journal.path)})
+    _out(args, {"session": session.proj.session["id"], "db": str(session.journal.path)})
     return 0
 
 
 def cmd_turn(args: argparse.Namespace) -> int:
-    _emit(Session.open(args.db).prepare_turn())
+    _out(args, Session.open(args.db).prepare_turn())
     return 0
 
 
@@ -134,12 +145,11 @@ def cmd_step(args: argparse.Namespace) -> int:
     try:
         result = Session.open(args.db).step(args.turn_id, patch)
     except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
-        _emit({"rejected": str(exc), "error": str(exc)})
-        return 3
-    if isinstance(result, Refused):
+        result = Refused(str(exc))
+    if isinstance(result, Refused):  # the failure line: JSON, like an error, even --human
         _emit({"rejected": result.reason})
         return 3
-    _emit(result.to_dict())
+    _out(args, result.to_dict())
     return 0
 
 
@@ -161,26 +171,31 @@ def _read_input(path: str) -> bytes:
 def cmd_receive(args: argparse.Namespace) -> int:
     payload = _read_json(args.payload, "PAYLOAD_JSON")
     ack = Session.open(args.db).receive(args.id, args.kind, payload)
-    _emit({"id": ack["id"], "seq": ack["seq"]})
+    _out(args, {"id": ack["id"], "seq": ack["seq"]})
     return 0
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    _emit(Session.open(args.db).state())
+    _out(args, Session.open(args.db).state())
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
     session = Session.open(args.db)
-    for event in session.journal.events(after=args.after):
-        _emit(event)
+    for n, event in enumerate(session.journal.events(after=args.after)):
+        if args.human and n:
+            jsonio.write_stdout("\n")  # a blank line between events
+        _out(args, event)
     return 0
 
 
 def cmd_output(args: argparse.Namespace) -> int:
-    text = Session.open(args.db).output(args.cell, args.stream)
+    from rio_ci.commands.show import no_output
+
+    session = Session.open(args.db)
+    text = session.output(args.cell, args.stream)
     if text is None:
-        raise RioError(f"cell {args.cell} has no Execution in {args.db}")
+        raise RioError(no_output(session, args.cell, args.db))
     if args.human:
         jsonio.write_stdout(text)
     else:
@@ -205,14 +220,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_work(args: argparse.Namespace) -> int:
     from rio_ci.commands.run import work_command
 
-    return work_command(args.db, timeout=args.timeout, emit=_emit)
+    return work_command(args.db, timeout=args.timeout, emit=partial(_out, args))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from rio_ci.commands.run import run_command
 
     return run_command(args.db, args.model, deadline=args.deadline, price=args.price,
-                       effort=args.effort, emit=_emit)
+                       effort=args.effort, emit=partial(_out, args))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -238,7 +253,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_action(args: argparse.Namespace) -> int:
     from rio_ci.github.action import action_command
 
-    return action_command(args.phase, emit=_emit)
+    return action_command(args.phase, emit=partial(_out, args))
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
@@ -262,7 +277,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rio-ci", description=(
         "A durable autonomous coding agent: one SQLite Session, one step tool. "
-        "Every command prints JSON (show prints text unless --json)."))
+        "Every command prints JSON, or readable text with --human (show prints text "
+        "unless --json); errors are one JSON line."))
     parser.add_argument("--version", action="version", version="rio-ci 0.1.0")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     specs: dict[str, argparse.ArgumentParser] = {
@@ -321,16 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cell", type=_bounded_int(0, MAX_SEQ, "CELL"), help="the Cell id")
     p.add_argument("--stream", choices=["stdout", "stderr"], default="stdout",
                    help="which stream (default stdout)")
-    p.add_argument("--human", action="store_true", help="print the text itself, not JSON")
-    p = specs["show"]
-    p.add_argument("db")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--human", action="store_true", help="readable text (the default)")
-    p = specs["demo"]
-    p.add_argument("dir", nargs="?", help="a new directory for the demo (default: a fresh one)")
-    p.add_argument("--human", action="store_true", help="only the story, no JSON")
+    specs["show"].add_argument("db")
+    specs["demo"].add_argument("dir", nargs="?",
+                               help="a new directory for the demo (default: a fresh one)")
     p = specs["bench"]
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
     p.add_argument("--dir", help="where to measure (default: a folder under the current one)")
     p.add_argument("--chart", metavar="SVG", help="also draw Session size against rounds")
@@ -348,13 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="rio-eval",
                    help="where report.json, report.md, report.svg, Sessions and logs go "
                         "(default: ./rio-eval)")
-    p.add_argument("--json", action="store_true", help="print JSON (default: a Markdown table)")
     p.add_argument("--timeout", type=_seconds, default=1800.0,
                    help="seconds per trial, all runs included (default 1800)")
     p = specs["action"]
     p.add_argument("phase", nargs="?", choices=["run", "finish", "sweep"], default="run",
                    help="run (default): restore and run rounds; finish: persist and report; "
                         "sweep: resume Sessions with a due Timer")
+    add_output_flags(specs)
     return parser
 
 

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -185,14 +185,16 @@ class Journal:
     def catch_up(self) -> None:
         """Fold events committed by any process since the projection's last seq."""
         self._check()
-        for seq, kind, data in self._rows(
-                "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq",
-                (self.proj.last_seq,)):
+        for seq, kind, data in self._rows("SELECT seq, kind, data FROM events WHERE seq > ? "
+                                          "ORDER BY seq", (self.proj.last_seq,)):
             sessionfile.fold(self.proj, seq, kind, data, self.path)
 
-    def events(self, after: int = 0, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE seq > ? ORDER BY "
-                              "seq LIMIT ?", (after, -1 if limit is None else limit)):
+    def events(self, after: int = 0, limit: int | None = None,
+               kinds: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
+        """Events after seq ``after``, in order; only those of ``kinds`` when any are given."""
+        only = f" AND kind IN ({','.join('?' * len(kinds))})" if kinds else ""
+        for row in self._rows(f"SELECT seq, kind, at, data FROM events WHERE seq > ?{only} ORDER "
+                              "BY seq LIMIT ?", (after, *kinds, -1 if limit is None else limit)):
             yield self._event(*row)
 
     def find(self, ref: str, kind: str, after: int = 0) -> dict[str, Any] | None:
@@ -209,9 +211,8 @@ class Journal:
             yield self._event(*row)
 
     def kinds_of(self, seqs: set[int]) -> dict[int, str]:
-        marks = ",".join("?" * len(seqs))  # SQLite takes an empty list too
-        return dict(self._rows(f"SELECT seq, kind FROM events WHERE seq IN ({marks})",
-                               sorted(seqs)))
+        return dict(self._rows("SELECT seq, kind FROM events WHERE seq IN "  # () is valid SQL
+                               f"({','.join('?' * len(seqs))})", sorted(seqs)))
 
     def size_bytes(self) -> int:
         count, size = (next(self._rows(f"PRAGMA {n}"))[0] for n in ("page_count", "page_size"))
@@ -231,8 +232,7 @@ class Journal:
     # --- writing -------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, crash_before: str | None = None, *,
-              synced: bool = True) -> Iterator[Writer]:
+    def write(self, crash_before: str | None = None, *, synced: bool = True) -> Iterator[Writer]:
         """One ``BEGIN IMMEDIATE`` transaction, caught up first; an exception rolls back, an
         error at COMMIT poisons the Journal until ``reopen()``. ``synced=False``: no fsync at
         COMMIT; safe from any crash, and from a power cut once a later synced commit covers it."""

@@ -617,8 +617,8 @@ def test_a_different_patch_for_an_accepted_turn_is_a_conflict(rio: Any) -> None:
     events = rio("events", "s.db").stdout
     code_, out, _ = rio("step", "s.db", turn["turn_id"], "-",
                         input=Patch(turn["state"]).add(note("b")).build())
-    assert code_ == 3
-    assert "conflict" in (out.get("rejected") or out.get("error"))
+    assert code_ == 3 and list(out) == ["rejected"]  # SPEC §11: only {"rejected": reason}
+    assert "conflict" in out["rejected"]
     assert rio("events", "s.db").stdout == events
 
 
@@ -628,8 +628,8 @@ def test_an_unknown_turn_is_rejected(rio: Any) -> None:
     events = rio("events", "s.db").stdout
     code_, out, _ = rio("step", "s.db", "turn-1-nosuchturn", "-",
                         input=Patch(turn["state"]).build())
-    assert code_ == 3
-    assert "unknown Turn" in (out.get("rejected") or out.get("error"))
+    assert code_ == 3 and list(out) == ["rejected"]  # SPEC §11: only {"rejected": reason}
+    assert "unknown Turn" in out["rejected"]
     assert rio("events", "s.db").stdout == events
 
 

@@ -78,6 +78,22 @@ def test_demo_session_can_be_read_with_rio_ci_events(
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
 
 
+def test_show_on_the_demo_session_lists_every_execution_with_its_resolution(
+        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    root, _ = demo
+    db = root / "session.sqlite3"
+    evs = events(db)
+    finished = {str(e["cell_id"]): e["result"] for e in evs if e["kind"] == "execution_finished"}
+    (unknown,) = [k for k, r in finished.items() if r["type"] == "UnknownExecution"]
+    (note_id,) = [c["note_id"] for e in evs if e["kind"] == "patch_accepted"
+                  for c in e["controls"] if c["role"] == "resolution"]
+    shown = json.loads(rio("show", str(db), "--json").stdout)["executions"]
+    assert {k: ex["result"] for k, ex in shown.items()} == finished
+    assert shown[unknown]["resolved_by"] == note_id
+    text = rio("show", str(db)).stdout
+    assert f"[{unknown}] code" in text and f"resolved by cell {note_id}" in text
+
+
 @pytest.mark.parametrize("target", [".", "keep.txt"], ids=["non-empty-dir", "a-file"])
 def test_demo_refuses_anything_but_a_fresh_directory(tmp_path: Path, target: str) -> None:
     (tmp_path / "keep.txt").write_text("mine")

@@ -1,14 +1,62 @@
 """``rio-ci show``: a readable summary of a Session (committed facts only). Everything a
-Cell or a model wrote is printed with its terminal control characters escaped."""
+Cell or a model wrote is printed with its terminal control characters escaped.
+
+It lists every Execution the Journal holds. The projection keeps only those the State may
+show (in context, not finished, or unresolved) and drops the rest once settled; ``show``
+reads those from their events, in one pass over the Journal's ``patch_accepted`` and
+``execution_finished`` rows (a long Session has many, and is shown in linear time)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rio_ci.core.projection import Projection
+from rio_ci.core.state import EXECUTABLE
 from rio_ci.core.text import clip, escape_control
 from rio_ci.core.view import retained
 from rio_ci.live import describe
 from rio_ci.session import Session
+
+
+def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
+    """Every Execution committed up to ``proj.last_seq``, by Cell id (in id order): the
+    projection's own, and those it dropped, rebuilt from their events as ``{cell_id, cell,
+    phase, result, result_seq, resolved_by}`` (no output: ``rio-ci output`` reads it)."""
+    versions: dict[int, dict[str, Any]] = {}  # executable Cell versions by id
+    resolutions: dict[int, int] = {}  # target Cell id -> the first resolution note
+    dropped: dict[int, dict[str, Any]] = {}
+    for event in session.journal.events(kinds=("patch_accepted", "execution_finished")):
+        if event["seq"] > proj.last_seq:  # committed by another process since: not shown
+            break
+        if event["kind"] == "patch_accepted":
+            versions.update((c["id"], c) for c in event["cells"] if c["kind"] in EXECUTABLE)
+            for control in event["controls"]:
+                if control["role"] == "resolution":
+                    resolutions.setdefault(control["target_cell_id"], control["note_id"])
+        elif str(event["cell_id"]) not in proj.executions:
+            dropped.setdefault(event["cell_id"], {
+                "cell_id": event["cell_id"], "cell": versions[event["cell_id"]],
+                "phase": "finished", "result": event["result"], "result_seq": event["seq"],
+                "resolved_by": None})
+    for cell_id, ex in dropped.items():
+        ex["resolved_by"] = resolutions.get(cell_id)
+    every = {**proj.executions, **{str(k): ex for k, ex in dropped.items()}}
+    return {k: every[k] for k in sorted(every, key=int)}
+
+
+def no_output(session: Session, cell_id: int, db: str) -> str:
+    """Why ``rio-ci output`` has no text for ``cell_id``: its Execution was never launched
+    (cancelled before launch, or still queued), or it has none."""
+    proj = session.refresh()
+    finished = session.journal.find(str(cell_id), "execution_finished")
+    if finished is not None:
+        result = finished["result"]
+        return (f"cell {cell_id} was {result['type']} before it was launched "
+                f"({result.get('reason')}): it has no output")
+    ex = proj.executions.get(str(cell_id))
+    if ex is not None and ex["phase"] == "queued":
+        return f"cell {cell_id} is queued and has not been launched yet: it has no output"
+    return f"cell {cell_id} has no Execution in {db}"
 
 
 def summary(session: Session) -> dict[str, Any]:
@@ -20,7 +68,7 @@ def summary(session: Session) -> dict[str, Any]:
         "revision": proj.revision,
         "cells": proj.cells,
         "executions": {k: {key: ex[key] for key in ("phase", "result", "resolved_by")}
-                       for k, ex in proj.executions.items()},
+                       for k, ex in executions(session, proj).items()},
         "inbox": proj.inbox,
         "timers": list(proj.timers.values()),
         "pause": proj.pause,
@@ -43,15 +91,16 @@ def render_text(session: Session) -> str:
         lines.append(f"paused by {proj.pause}")
     lines.append("")
     lines.append("cells:")
+    every = executions(session, proj)
     for cell in proj.cells:
         lines.append(f"  [{cell['id']}] {describe(cell)}")
-        ex = proj.executions.get(str(cell["id"]))
+        ex = every.get(str(cell["id"]))
         if ex:
             lines.extend(_execution_lines(ex))
-    others = [ex for k, ex in proj.executions.items()
-              if int(k) not in {c["id"] for c in proj.cells}]
+    heads = {c["id"] for c in proj.cells}
+    others = [ex for k, ex in every.items() if int(k) not in heads]
     if others:
-        lines.append("executions of cells no longer in context:")
+        lines.append("executions of cells no longer in context (replaced or removed):")
         for ex in others:
             lines.append(f"  [{ex['cell_id']}] {describe(ex['cell'])}")
             lines.extend(_execution_lines(ex))
@@ -84,6 +133,8 @@ def _execution_lines(ex: dict[str, Any]) -> list[str]:
     if ex["resolved_by"]:
         status += f", resolved by cell {ex['resolved_by']}"
     lines = [f"      {status}"]
+    if "stdout" not in ex:  # one the projection dropped: `rio-ci output` reads its output
+        return lines
     for stream in ("stdout", "stderr"):
         # Escaped before it is cut into lines: a carriage return (or any other character
         # splitlines() breaks at) must not start a line of its own that looks like ours.
