@@ -247,7 +247,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rio_ci.commands.eval import eval_command
 
     return eval_command(args.cases, spec=args.model, trials=args.trials, crash=args.crash,
-                        out=args.out, as_json=args.json, timeout=args.timeout, emit=_emit)
+                        out=args.out, as_json=args.json, timeout=args.timeout, emit=_emit,
+                        price=args.price, effort=args.effort)
 
 
 def cmd_action(args: argparse.Namespace) -> int:
@@ -321,12 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
                         "vertex:MODEL or scripted:FILE (a YAML list of patches)")
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
-    p.add_argument("--price", metavar="IN/OUT",
-                   help="USD per million input / output tokens, for a model without a known "
-                        "price (stored in the Session)")
-    p.add_argument("--effort", default="high",
-                   help="how hard the model thinks: low, medium, high (default), xhigh or "
-                        "max, where the model offers it")
+    for q in (p, specs["eval"]):  # eval passes them on to each run
+        q.add_argument("--price", metavar="IN/OUT", help="USD per million input / output "
+                       "tokens, for a model without a known price (stored in the Session)")
+        q.add_argument("--effort", default="high", help="how hard the model thinks: low, "
+                       "medium, high (default), xhigh or max, where the model offers it")
     specs["state"].add_argument("db")
     p = specs["events"]
     p.add_argument("db")

@@ -19,7 +19,9 @@ from rio_ci.commands.eval_report import measure, summarise, write_reports
 from rio_ci.errors import UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import complete, load_script
-from tests.kit import events
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.harness_kit import DONE, KEY, UNPRICED, patch
+from tests.kit import cli_env, events
 from tests.run_cli import rio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,6 +178,27 @@ def test_eval_exits_2_with_a_clear_error_before_any_trial(tmp_path: Path) -> Non
     assert done.returncode == 2 and "needs an oracle" in done.stdout
     done = rio("eval", str(tmp_path), "--model", "scripted:oracle")
     assert done.returncode == 2 and "no case.yml" in done.stdout
+
+
+@pytest.mark.slow
+def test_eval_passes_price_and_effort_on_to_every_run(tmp_path: Path) -> None:
+    """An unpriced model (bedrock:…, vertex:…, a new id) needs ``--price`` to run at all
+    (SPEC §4.1); eval takes it, and ``--effort``, and gives them to each ``rio-ci run``."""
+    case = make_case(tmp_path / "cases", "hello", GOOD)
+    done_patch = patch(0, 1, DONE)
+    model = f"anthropic:{UNPRICED}"
+    refused = rio("eval", str(case), "--model", model, "--out", str(tmp_path / "no"))
+    assert refused.returncode == 2 and "--price" in refused.stdout
+    with FakeAnthropic() as fake:
+        fake.reply_patch(done_patch, input_tokens=1_000_000, output_tokens=0)
+        env = {**cli_env(), "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": fake.base_url}
+        done = rio("eval", str(case), "--model", model, "--price", "3/15", "--effort", "low",
+                   "--out", str(tmp_path / "out"), "--json", env=env, timeout=120)
+        (request,) = fake.requests
+    assert done.returncode == 0, done.stdout + done.stderr
+    (trial,) = json.loads(done.stdout.strip().splitlines()[-1])["trials"]
+    assert trial["passed"] and trial["cost_usd"] == pytest.approx(3.0)  # 1M input at $3
+    assert request.body["output_config"]["effort"] == "low"
 
 
 def test_every_shipped_case_and_oracle_loads() -> None:

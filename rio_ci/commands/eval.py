@@ -55,6 +55,7 @@ class Settings:
     out: Path
     timeout: float  # seconds per trial, all runs included
     env: dict[str, str]
+    run_args: tuple[str, ...] = ()  # passed on to every rio-ci run
 
     @property
     def mode(self) -> str:
@@ -62,7 +63,9 @@ class Settings:
 
 
 def eval_command(paths: list[str], *, spec: str, trials: int, crash: bool, out: str,
-                 as_json: bool, timeout: float, emit: Callable[[Any], None]) -> int:
+                 as_json: bool, timeout: float, emit: Callable[[Any], None],
+                 price: str | None = None, effort: str = "high") -> int:
+    """``price`` and ``effort`` are passed on to every ``rio-ci run``."""
     if trials < 1:
         raise UsageError("--trials must be at least 1")
     if timeout <= 0:
@@ -70,7 +73,8 @@ def eval_command(paths: list[str], *, spec: str, trials: int, crash: bool, out: 
     cases = find_cases(paths)
     specs = {case.name: case.model_spec(spec) for case in cases}  # fails early, before trials
     settings = Settings(spec=spec, crash=crash, out=Path(out).resolve(), timeout=timeout,
-                        env=child_environment())
+                        env=child_environment(),
+                        run_args=(*(("--price", price) if price else ()), "--effort", effort))
     for kind in ("sessions", "logs"):
         shutil.rmtree(settings.out / kind / settings.mode, ignore_errors=True)
         (settings.out / kind / settings.mode).mkdir(parents=True, exist_ok=True)
@@ -180,7 +184,8 @@ def drive(db: Path, spec: str, settings: Settings, log: IO[str]) -> tuple[str, b
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return "timeout", crashed
-        argv = [*rio_ci(), "run", str(db), "--model", spec, "--deadline", f"{remaining:.1f}"]
+        argv = [*rio_ci(), "run", str(db), "--model", spec, "--deadline", f"{remaining:.1f}",
+                *settings.run_args]
         log.write(f"$ {shlex.join(argv)}\n")
         log.flush()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, env=settings.env,
