@@ -20,7 +20,8 @@ from rio_ci.errors import UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import complete, load_script
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.harness_kit import DONE, KEY, UNPRICED, patch
+from tests.harness_kit import DONE, KEY, UNPRICED
+from tests.harness_kit import patch as first_patch
 from tests.kit import cli_env, events
 from tests.run_cli import rio
 
@@ -185,7 +186,7 @@ def test_eval_passes_price_and_effort_on_to_every_run(tmp_path: Path) -> None:
     """An unpriced model (bedrock:…, vertex:…, a new id) needs ``--price`` to run at all
     (SPEC §4.1); eval takes it, and ``--effort``, and gives them to each ``rio-ci run``."""
     case = make_case(tmp_path / "cases", "hello", GOOD)
-    done_patch = patch(0, 1, DONE)
+    done_patch = first_patch(0, 1, DONE)
     model = f"anthropic:{UNPRICED}"
     refused = rio("eval", str(case), "--model", model, "--out", str(tmp_path / "no"))
     assert refused.returncode == 2 and "--price" in refused.stdout
