@@ -19,6 +19,14 @@ def test_a_wrong_token_fails_at_construction(gh: FakeGitHub) -> None:
     assert caught.value.status == 401
 
 
+def test_the_default_branch_is_the_repositorys_own() -> None:
+    """The pull request's base and the sweep's dispatch ref when ``GITHUB_REF_NAME`` is not
+    set: the repository's default branch, whatever its name, not an assumed ``main``."""
+    with FakeGitHub(default_branch="trunk") as fake:
+        forge = GitHubForge(fake.repo, fake.token, fake.api_url, throttle=False)
+        assert forge.default_branch() == "trunk"
+
+
 def test_permission_is_the_collaborator_level_or_none(gh: FakeGitHub, forge: GitHubForge) -> None:
     gh.add_collaborator("alice", "write")
     gh.add_collaborator("bob", "read")

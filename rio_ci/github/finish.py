@@ -154,7 +154,8 @@ def _pull_request(env: ActionEnv, forge: Forge, session: Session, issue: int,
     try:
         info = forge.issue(issue)
         url = forge.open_pull_request(
-            branch_for(issue), env.ref_name or "main", f"Fixes #{issue}: {info.title}"[:250],
+            branch_for(issue), env.ref_name or forge.default_branch(),
+            f"Fixes #{issue}: {info.title}"[:250],
             f"Fixes #{issue}\n\nOpened by rio-ci (Session {session_id}).\n"
             f"<!-- rio-ci:op {session_id}:pull -->")
     except RioError as exc:

@@ -75,6 +75,10 @@ class Forge(Protocol):
         """Open a pull request from ``branch``, or return the URL of the open one."""
         ...
 
+    def default_branch(self) -> str:
+        """The repository's default branch (read when the repository was opened)."""
+        ...
+
     def artifacts(self, name: str) -> list[Artifact]:
         """Artifacts with exactly this name, newest first."""
         ...

@@ -304,6 +304,9 @@ class GitHubForge:
             return pull.html_url
         return None
 
+    def default_branch(self) -> str:
+        return str(self._repo.default_branch or "main")
+
     def dispatch(self, workflow: str, ref: str, inputs: dict[str, str]) -> None:
         with _failing(f"dispatching {workflow} on {ref}"):
             self._repo.get_workflow(workflow).create_dispatch(ref, inputs, throw=True)
