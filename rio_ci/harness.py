@@ -59,7 +59,7 @@ class Harness:
     def run(self, deadline: float | None = None) -> Outcome:
         """Rounds until the run ends, waits, is interrupted or passes ``deadline``
         (a ``time.monotonic()`` value)."""
-        self.deadline = deadline
+        self.deadline = self.owner.deadline = deadline
         self.owner.recover()
         while True:
             stop = self.supervise_until_idle()
@@ -248,6 +248,8 @@ class Harness:
         return None
 
     def interrupted(self) -> Outcome | None:
+        if self.session.proj.ended:  # a deadline passing as the run ends does not hide it
+            return self.ended()
         if self.owner.interrupted.is_set():
             return Outcome("interrupted", reason="signal")
         if self.deadline is not None and time.monotonic() > self.deadline:

@@ -417,6 +417,23 @@ def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> Non
     assert len(events(db)) == len(evs)
 
 
+def test_a_deadline_cuts_validators_off_and_a_run_that_ends_says_so(tmp_path: Path) -> None:
+    """SPEC §11: ``run`` works until the run ends, waits, or the deadline passes, and its
+    last line says which. A validator running at the deadline is cut off (the Control waits
+    for the next run): it used to run to its end, the run then succeeded, and ``run`` said
+    ``deadline``."""
+    db = tmp_path / "s.db"
+    done = rio("new", str(db), "--goal", "slow validator", "--cwd", str(tmp_path),
+               "--validator", f"{sys.executable} -c 'import time; time.sleep(20)'")
+    assert done.returncode == 0, done.stdout + done.stderr
+    script = write_script(tmp_path, [[conclusion("success")]])
+    started = time.monotonic()
+    cut = rio("run", str(db), "--model", f"scripted:{script}", "--deadline", "2")
+    assert time.monotonic() - started < 12, "the validator ran past the deadline"
+    assert status(cut.stdout)["status"] == "deadline", cut.stdout + cut.stderr
+    assert not kinds(events(db), "run_ended")  # the Control is still pending
+
+
 def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(
         fake: WatchedFake, session_db: Path) -> None:
     fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1.5")), input_tokens=100,

@@ -206,14 +206,19 @@ class Capture:
         return result
 
 
-def run_to_end(watch: Watch, seconds: float, interrupted: threading.Event) -> int | str:
+def run_to_end(watch: Watch, seconds: float, interrupted: threading.Event,
+               stop_at: float | None = None) -> int | str:
     """Watch until the Worker ends (its exit status), or stop it and say why not
-    (``"timeout"``, ``"interrupted"``). For validators, which commit once at the end."""
+    (``"timeout"`` after ``seconds``; ``"interrupted"`` when ``interrupted`` is set or the
+    ``time.monotonic()`` value ``stop_at`` — the Owner's own deadline — passes). For
+    validators, which commit once at the end."""
     deadline = time.monotonic() + seconds
     while True:
         code = watch.poll(0.05)
         if code is not None:
             return code
-        if interrupted.is_set() or time.monotonic() > deadline:
+        now = time.monotonic()
+        cut = interrupted.is_set() or (stop_at is not None and now > stop_at)
+        if cut or now > deadline:
             watch.stop()
-            return "interrupted" if interrupted.is_set() else "timeout"
+            return "interrupted" if cut else "timeout"

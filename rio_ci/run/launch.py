@@ -110,8 +110,9 @@ class Launch:
         return found is not None
 
     def validator(self, note_id: int, index: int, argv: list[str],
-                  interrupted: threading.Event) -> dict[str, Any]:
-        """Run one validator under the same supervision; commit and return its result."""
+                  interrupted: threading.Event, stop_at: float | None = None) -> dict[str, Any]:
+        """Run one validator under the same supervision; commit and return its result
+        (``stop_at``: see ``run_to_end``)."""
         session = self.session
         watch = None
         result: dict[str, Any]
@@ -123,7 +124,7 @@ class Launch:
         else:
             worker.release()
             watch = Watch(worker, session.limits["output_bytes"], self.secrets)
-            end = run_to_end(watch, session.limits["execution_seconds"], interrupted)
+            end = run_to_end(watch, session.limits["execution_seconds"], interrupted, stop_at)
             if isinstance(end, str):
                 result = {"type": "error", "exit_code": None, "reason": end}
             else:

@@ -54,6 +54,9 @@ class Owner:
         self.running: Capture | None = None  # the Execution whose Worker runs now
         self.ran: list[int] = []
         self.interrupted = threading.Event()
+        # A time.monotonic() value past which validators are cut off like an interruption
+        # (work --timeout, run --deadline): the Control waits for the next Owner.
+        self.deadline: float | None = None
 
     def close(self) -> None:
         try:
@@ -161,12 +164,14 @@ class Owner:
         problems = proj.success_problems()
         if not problems:
             for index, argv in enumerate(proj.session["validators"]):
-                result = self.launch.validator(note, index, argv, self.interrupted)
+                result = self.launch.validator(note, index, argv, self.interrupted,
+                                               self.deadline)
                 if result["type"] != "success":
                     why = result.get("reason") or f"exit {result.get('exit_code')}"
                     problems.append(f"validator {index} ({' '.join(argv)}) failed: {why}")
                     break
-        if self.interrupted.is_set():
+        if self.interrupted.is_set() or (self.deadline is not None
+                                         and time.monotonic() > self.deadline):
             return  # an interrupted validator proves nothing: the Control stays pending
         # Validators take time: the Session judges again what others committed meanwhile.
         self.session.conclude_success(note, problems)
@@ -240,6 +245,7 @@ class Owner:
     def work(self, timeout: float | None = None) -> dict[str, Any]:
         """Recover, then run until nothing is runnable (``rio-ci work``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.deadline = deadline
         self.recover()
         while not self.interrupted.is_set():
             if deadline is not None and time.monotonic() > deadline:
