@@ -201,11 +201,11 @@ class Harness:
             return Outcome("waiting", next_wake=wake)
         if self.external_wakeups:
             return Outcome("waiting")
-        if proj.idle_streak >= self.session.limits["model_attempts"]:
-            self.owner.end_in_failure(f"invalid idle {proj.idle_streak} times in a row: "
-                                      "no work, no Timer, no external wake-up source")
-            return None
         self.session.record_idle(IDLE_REASON)
+        streak = self.session.refresh().idle_streak
+        if streak >= self.session.limits["model_attempts"]:  # this one is the last allowed
+            self.owner.end_in_failure(f"invalid idle {streak} times in a row: "
+                                      "no work, no Timer, no external wake-up source")
         return None
 
     def over_budget(self) -> str | None:
