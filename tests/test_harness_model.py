@@ -332,6 +332,16 @@ def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path,
         given.cost(Usage(1000, 100)),
         given.cost(Usage(2000, 300))])
     assert usage(db)["unknown_cost_attempts"] == 0
+    # The same price again is fine; another is refused before anything runs (a price of 0
+    # would lift the cost budget of a Session that has been counting at 4/20).
+    same = rio("run", str(db), "--model", f"anthropic:{model}", "--price", "4/20",
+               env=cli_env(ANTHROPIC_API_KEY=KEY))
+    assert same.returncode == 0, same.stdout + same.stderr
+    before = len(events(db))
+    other = rio("run", str(db), "--model", f"anthropic:{model}", "--price", "0/0",
+                env=cli_env(ANTHROPIC_API_KEY=KEY))
+    assert other.returncode == 2 and "already counts" in other.stdout, other.stdout
+    assert len(events(db)) == before and len(kinds(events(db), "price_set")) == 1
 
 
 def test_effort_reaches_the_request(tmp_path: Path) -> None:

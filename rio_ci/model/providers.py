@@ -70,10 +70,16 @@ def priced_model(spec: str, *, effort: str, price: Price | None,
     the same way. Refuses (``UsageError``, exit 2) a model whose cost cannot be counted,
     before its credentials are looked at: the arguments alone decide that."""
     named = build_model(spec, effort=effort, price=price, connect=False)
-    if price is None and named.name in stored:
-        price = Price(**stored[named.name])
-    elif price is None:
-        price = named.price()
+    kept = Price(**stored[named.name]) if named.name in stored else None
+    if price is not None and kept is not None and price != kept:
+        # Usage already counted at the stored price: another one would change what the
+        # budgets count mid-Session (a price of 0 would lift cost_usd altogether).
+        raise UsageError(
+            f"this Session already counts {named.name} at {kept.input:g}/{kept.output:g} USD "
+            f"per million input/output tokens (stored by an earlier run); --price "
+            f"{price.input:g}/{price.output:g} would change how its budgets are counted")
+    if price is None:
+        price = kept or named.price()
     if price is None:
         raise UsageError(
             f"{named.name} has no known price, so its cost cannot be counted against the "
