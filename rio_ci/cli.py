@@ -124,13 +124,13 @@ def cmd_new(args: argparse.Namespace) -> int:
                 raise UsageError(f"{flag} {name!r} is not an environment variable name")
     if args.cwd is not None and not Path(args.cwd).is_dir():
         raise UsageError(f"--cwd {args.cwd}: not a directory")
-    if not args.goal.strip():
-        raise UsageError("--goal must not be blank")
     try:
         session = Session.create(args.db, args.goal, cwd=args.cwd, validators=validators,
                                  limits=limits, pass_env=args.pass_env, secrets=args.secret)
     except FileExistsError as exc:
         raise RioError(str(exc)) from None
+    except ValueError as exc:  # a Session that could never work: nothing is created
+        raise UsageError(f"--goal/--limit: {exc}") from None
     _out(args, {"session": session.proj.session["id"], "db": str(session.journal.path)})
     return 0
 

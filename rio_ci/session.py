@@ -22,6 +22,7 @@ from rio_ci.core import events as ev
 from rio_ci.core.admission import Encoded, Facts, Receipt, Refused, decide, encode, unwrap
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
+from rio_ci.core.reducer import creation_problem
 from rio_ci.core.state import (
     compact,
     encoded_size,
@@ -49,13 +50,13 @@ class Session:
                validators: list[list[str]] | None = None, limits: Limits | None = None,
                pass_env: list[str] | None = None, secrets: list[str] | None = None,
                synchronous: str = "FULL", session_id: str | None = None) -> Session:
-        if not goal.strip():
-            raise ValueError("the goal must not be blank")
         session_id = session_id or uuid.uuid4().hex
         first = ev.session_created({
             "session_id": session_id, "goal": goal, "cwd": str(Path(cwd or os.getcwd()).resolve()),
             "validators": validators or [], "limits": (limits or Limits()).to_dict(),
             "pass_env": sorted(set(pass_env or [])), "secrets": sorted(set(secrets or []))})
+        if (problem := creation_problem(first.data)) is not None:
+            raise ValueError(problem)
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
 
     @classmethod

@@ -108,3 +108,30 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
     assert (tmp_path / "second.txt").read_text() == printed(2, 1000)
     assert [e["result"]["type"] for e in kinds(events(db), "execution_finished")] == [
         "success"] * (rounds + 1)
+
+
+def test_a_message_too_large_for_the_context_is_delivered_cut_and_says_so(
+        tmp_path: Path) -> None:
+    """SPEC §4.1: the State never exceeds ``context_bytes``; §15: over a limit, explicit
+    truncation, never silent. With odd limits (``output_bytes`` near ``context_bytes``) one
+    message alone may not fit: it is delivered with its payload cut and its full size."""
+    db = new_session(tmp_path, "context_bytes=20000", "output_bytes=16000")
+    (step := tmp_path / "note.json").write_text(json.dumps(
+        {"patch": patch(0, 1, {"kind": "note", "text": "n" * 9000})}))
+    turn = json.loads(rio("turn", str(db)).stdout)
+    assert rio("step", str(db), turn["turn_id"], str(step)).returncode == 0
+    body = "y" * 15000
+    assert rio("receive", str(db), "big", "comment", json.dumps({"b": body})).returncode == 0
+
+    turn = json.loads(rio("turn", str(db)).stdout)
+
+    assert turn["delivered"] == ["big"]
+    assert encoded_size(turn["state"]) <= 20000
+    (shown,) = turn["state"]["runtime"]["inbox"]
+    payload = shown["payload"]
+    assert payload["truncated"] is True and payload["payload_bytes"] == len(
+        json.dumps({"b": body}))
+    assert payload["head"].startswith('{"b": "yyy') and len(payload["head"]) < len(body)
+    # The whole message stays in the Journal.
+    (received,) = [e for e in events(db) if e["kind"] == "message_received"]
+    assert received["message"]["payload"] == {"b": body}

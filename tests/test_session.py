@@ -14,6 +14,7 @@ from conftest import end_run, note, sha256
 
 from rio_ci.session import Session
 from tests.kit import Patch
+from tests.run_cli import rio
 
 
 @pytest.fixture
@@ -306,3 +307,16 @@ def test_a_missing_session_file_is_a_storage_error(rio: Any, tmp_path: Path) -> 
     code, out, _ = rio("state", "nope.db")
     assert code == 4 and "no such Session" in out["error"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_session_whose_first_state_fills_the_context_is_refused(tmp_path: Path) -> None:
+    """A goal (with limits and validators) that alone fills ``context_bytes`` would leave
+    every Turn over the budget and every patch rejected: ``new`` refuses it, creating
+    nothing (exit 2), instead of a Session that can never work."""
+    db = tmp_path / "s.db"
+    done = rio("new", str(db), "--goal", "g" * 5000, "--limit", "context_bytes=3000")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no Turn could be shown" in json.loads(done.stdout)["error"]
+    assert not db.exists() and list(tmp_path.iterdir()) == []
+    assert rio("new", str(db), "--goal", "g" * 500, "--limit",
+               "context_bytes=3000").returncode == 0

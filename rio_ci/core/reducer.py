@@ -11,7 +11,7 @@ from typing import Any, cast
 from rio_ci.core import events as ev
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
-from rio_ci.core.state import EXECUTABLE, is_unresolved
+from rio_ci.core.state import EXECUTABLE, encoded_size, is_unresolved
 from rio_ci.core.view import render
 
 RATIONALE_KEPT = 4000  # characters of the last rationale the projection keeps for reports
@@ -280,3 +280,19 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "watermark": _watermark,
 }
 assert tuple(_HANDLERS) == ev.KINDS
+
+
+def creation_problem(data: dict[str, Any]) -> str | None:
+    """Why a Session created with ``data`` (a ``session_created`` event's) could never work,
+    or None: a blank goal, or a first State — goal, limits, validators, nothing else yet —
+    that fills ``context_bytes``, so that no Turn could be shown and no patch accepted."""
+    if not str(data["goal"]).strip():
+        return "the goal must not be blank"
+    proj = Projection()
+    apply(proj, 1, "session_created", data)
+    size, limit = encoded_size(render(proj, [])), proj.limits["context_bytes"]
+    if size >= limit:
+        return (f"the goal, limits and validators alone take {size} bytes of the State, "
+                f"context_bytes={limit}: no Turn could be shown, no patch accepted; shorten "
+                "the goal or raise context_bytes")
+    return None

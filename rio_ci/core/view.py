@@ -9,6 +9,7 @@ keeps everything it retained.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rio_ci.core.projection import Projection
@@ -80,11 +81,32 @@ def select_inbox(proj: Projection) -> list[dict[str, Any]]:
     budget = proj.limits["context_bytes"] - encoded_size(everything_masked)
     chosen: list[dict[str, Any]] = []
     for message in proj.inbox[:MAX_DELIVERED]:
-        budget -= encoded_size(message) + 1
-        if budget < 0 and chosen:
-            break
+        size = encoded_size(message) + 1
+        if size > budget:
+            if chosen:
+                break
+            # The first message alone is too large (odd limits: output_bytes near
+            # context_bytes): delivered cut, saying so, never silently and never over.
+            message = clipped_message(message, budget - 1)
+            size = encoded_size(message) + 1
+        budget -= size
         chosen.append(message)
     return chosen
+
+
+def clipped_message(message: dict[str, Any], room: int) -> dict[str, Any]:
+    """``message`` with its payload replaced by the start of the payload's JSON, cut to
+    fit ``room`` bytes with the rest of the message, and the payload's full size: the
+    whole message stays in the Journal (``rio-ci state``, ``events``)."""
+    text = json.dumps(message["payload"], ensure_ascii=False, allow_nan=False)
+    payload: dict[str, Any] = {"truncated": True, "payload_bytes": len(text.encode()),
+                               "head": ""}
+    shell = {**message, "payload": payload}
+    free = max(0, room - encoded_size(shell))
+    head = text.encode()[:free].decode("utf-8", "ignore")
+    while head and encoded_size({**shell, "payload": {**payload, "head": head}}) > room:
+        head = head[: len(head) * 9 // 10]  # JSON escapes make the head longer than its text
+    return {**shell, "payload": {**payload, "head": head}}
 
 
 def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
