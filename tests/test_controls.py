@@ -369,6 +369,8 @@ def test_failure_cancels_queued_work_and_keeps_the_uncertainty(new: New) -> None
     assert ended["result"] == "failure"
     assert ended["unresolved"] == [{"cell_id": 1, "reason": unknown["reason"],
                                     "evidence_refs": unknown["evidence_refs"]}]
+    shown = sess.run("show", str(sess.db))  # the readable summary keeps the list too
+    assert f"unresolved: cell 1 ({unknown['reason']})" in shown.stdout, shown.stdout
     assert sess.lines() == []
     assert_terminal(sess, code=1)
 

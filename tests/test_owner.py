@@ -111,7 +111,16 @@ def test_program_not_found_is_an_error_that_pauses(new: New) -> None:
     out = sess.work()
     assert out["ran"] == [1] and out["pending"] == [2] and out["paused_by"] == "execution:1"
     result = sess.result(1)
-    assert result["type"] == "error" and result["reason"].startswith("launch_failed")
+    assert result["type"] == "error"
+    assert result["reason"] == "launch_failed: program not found: rio-no-such-program-anywhere"
+
+
+def test_a_program_that_is_not_executable_says_so(new: New) -> None:
+    sess = new()
+    (sess.cwd / "tool.sh").write_text("echo hi\n")  # no exec bit
+    sess.propose(cmd("./tool.sh"))
+    sess.work()
+    assert sess.result(1)["reason"] == "launch_failed: program not executable: ./tool.sh"
 
 
 # --- output -----------------------------------------------------------------------------

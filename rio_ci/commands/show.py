@@ -87,6 +87,9 @@ def render_text(session: Session) -> str:
              f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}"]
     if proj.ended:
         lines.append(f"ENDED: {proj.ended['result']} — {escape_control(proj.ended['reason'])}")
+        for left in proj.ended.get("unresolved") or []:  # the uncertainty a failure keeps
+            lines.append(f"  unresolved: cell {left.get('cell_id')} "
+                         f"({escape_control(str(left.get('reason')))})")
     elif proj.pause:
         lines.append(f"paused by {proj.pause}")
     lines.append("")

@@ -95,7 +95,8 @@ class Launch:
         argv = list(cell["argv"])
         if not self._found_program(argv[0], env.get("PATH")) and not (
                 "/" in argv[0] and os.access(Path(cwd, argv[0]), os.X_OK)):
-            return argv, f"program not found: {argv[0]}"
+            exists = "/" in argv[0] and Path(cwd, argv[0]).is_file()
+            return argv, f"program {'not executable' if exists else 'not found'}: {argv[0]}"
         return argv, None
 
     def _found_program(self, program: str, path: str | None) -> bool:
