@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rio_ci.github.forge.local import LocalForge
 from tests.kit import events
 from tests.run_cli import rio
 
@@ -30,6 +31,24 @@ def test_demo_succeeds_and_tells_where_the_session_is(
     assert db.is_file() and db.parent == root.resolve()
     assert str(db) in done.stderr  # the story names the Session file
     assert "UnknownExecution" in done.stderr and "SIGKILL" in done.stderr
+
+
+def test_the_demo_works_an_issue_of_the_local_forge_and_publishes_there(
+        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """SPEC §12: the demo starts a Session with the scripted model and the local forge; the
+    progress comment and the pull request of its success land there."""
+    _, done = demo
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    forge = LocalForge(Path(summary["forge"]).parent)
+    (issue,) = forge.issues_with_label("rio")
+    (created,) = [e for e in events(Path(summary["db"])) if e["kind"] == "session_created"]
+    assert f"# {issue.title}" in created["goal"] and issue.body in created["goal"]
+    progress = forge.find_comment(issue.number, "<!-- rio-ci:progress -->")
+    assert progress is not None and "### rio-ci: succeeded" in progress.body
+    (pull,) = forge.pull_requests()
+    assert summary["pull_request"] == pull["url"] and pull["head"] == f"rio/issue-{issue.number}"
+    assert pull["body"].startswith(f"Fixes #{issue.number}")
+    assert "-    return a - b\n+    return a + b" in pull["body"]  # the fix's diff
 
 
 def test_demo_journal_shows_one_interruption_resolved_and_a_validated_success(

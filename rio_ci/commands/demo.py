@@ -1,13 +1,16 @@
 """``rio-ci demo``: the offline end-to-end demonstration (SPEC §12).
 
-A small project with a failing test; a Session with the scripted model and a validator;
-the Owner is SIGKILLed while a script runs; the resumed run reports an UnknownExecution,
-the model inspects, resolves with evidence, writes a new version of the fix, the validator
-passes and the run concludes in success. No network, no key, no GitHub.
+A small project with a failing test and an issue about it in the local forge
+(``rio_ci.github.forge.local``); a Session on that issue with the scripted model and a
+validator; the Owner is SIGKILLed while a script runs; the resumed run reports an
+UnknownExecution, the model inspects, resolves with evidence, writes a new version of the
+fix, the validator passes and the run concludes in success; the progress comment and the
+pull request (with the fix's diff) land in the local forge. No network, no key, no GitHub.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import signal
 import subprocess
@@ -19,8 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.errors import RioError, UsageError
+from rio_ci.github import progress
+from rio_ci.github.events import branch_for, goal_for
+from rio_ci.github.forge.local import LocalForge
 from rio_ci.session import Session
 
+ISSUE_TITLE = "add() returns the difference"
+ISSUE_BODY = "test_calc.py fails: add(2, 3) gives -1. It must return the sum."
 CALC = '''def add(a, b):
     """Return the sum of a and b."""
     return a - b
@@ -80,15 +88,19 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     project.mkdir()
     (project / "calc.py").write_text(CALC)
     (project / "test_calc.py").write_text(TEST)
+    forge = LocalForge.create(root / "forge", "local/demo", people={"maintainer": "admin"})
+    issue = forge.add_issue(ISSUE_TITLE, ISSUE_BODY, "maintainer", labels=("rio",))
     marker = root / "fix-started"
     py = json.dumps(sys.executable)
     slow = json.dumps(FIX.format(marker=marker, pause=30))
     fast = json.dumps(FIX.format(marker=root / "fix-second-version", pause=0))
     script = root / "model.yaml"
     script.write_text(SCRIPT.format(py=py, slow=slow, fast=fast))
-    Session.create(db, "Make test_calc.py pass: add() must return the sum.", cwd=str(project),
+    goal = goal_for(issue.number, issue.title, issue.body, "local forge")
+    Session.create(db, goal, cwd=str(project),
                    validators=[[sys.executable, "-m", "unittest", "-q"]]).close()
-    tell(f"1. A project with a failing test in {project}; Session file {db}.")
+    tell(f"1. A project with a failing test in {project}, and issue #{issue.number} about it "
+         f"in the local forge {forge.path}; Session file {db}.")
 
     command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model", f"scripted:{script}"]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -115,11 +127,37 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     tell("5. The model inspected calc.py, resolved the uncertainty citing "
          f"{', '.join(facts['evidence'])}, and wrote a new version of the fix.")
     tell(f"6. Validator: {facts['validator']}. Run {status['status']}.")
-    tell(f"Look around: rio-ci show {db}  ·  rio-ci events {db}")
-    summary = {"status": status["status"], "db": str(db), "dir": str(root), **facts}
+    pull = _publish(forge, issue.number, db, project)
+    tell(f"7. In the local forge: the progress comment on issue #{issue.number}"
+         + (f", and the pull request {pull} with the fix's diff." if pull else "."))
+    tell(f"Look around: rio-ci show {db}  ·  rio-ci events {db}  ·  {forge.path}")
+    summary = {"status": status["status"], "db": str(db), "dir": str(root), **facts,
+               "forge": str(forge.path), "pull_request": pull}
     if not human:
         emit(summary)
     return 0 if status["status"] == "succeeded" else 1
+
+
+def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | None:
+    """What the GitHub layer's finish step does, on the local forge: the progress comment
+    (from committed facts) and, on success, the pull request, here carrying the diff."""
+    session = Session.open(db)
+    try:
+        proj = session.refresh()
+        forge.upsert_comment(number, progress.MARKER, progress.render(
+            proj, status=progress.status_of(proj, None), run_url=None, generation=1,
+            operation=f"{proj.session['id']}:{proj.last_seq}"))
+        if not (proj.ended and proj.ended["result"] == "success"):
+            return None
+    finally:
+        session.close()
+    diff = "".join(difflib.unified_diff(CALC.splitlines(keepends=True),
+                                        (project / "calc.py").read_text().splitlines(
+                                            keepends=True), "a/calc.py", "b/calc.py"))
+    title = forge.issue(number).title
+    return forge.open_pull_request(branch_for(number), forge.default_branch(),
+                                   f"Fixes #{number}: {title}",
+                                   f"Fixes #{number}\n\n```diff\n{diff}```\n")
 
 
 def _fresh_directory(directory: str | None) -> Path:
