@@ -168,15 +168,18 @@ class Session:
         crash_point("accept_after_commit")
         return receipt
 
-    def _closed_turn(self, w: Writer, turn_id: str, ops: Any, encoded: Encoded) -> Receipt:
-        """A step for a Turn not open: the same patch's Receipt, else why not (patches equal
-        by value match too: written with other key order, or fingerprinted by older rio-ci)."""
+    def _closed_turn(self, w: Writer, turn_id: str, ops: Any,
+                     encoded: Encoded) -> Receipt | Refused:
+        """A step for a Turn not open: the same patch's Receipt (equal by value too), else
+        why not; a conflict is recorded like any rejection (digest, size, reason: SPEC §3)."""
         prepared = self.journal.find(turn_id, "turn_prepared")
         accepted = prepared and self.journal.find(turn_id, "patch_accepted", prepared["seq"])
         if accepted:
             if accepted["digest"] == encoded.digest or json_equal(accepted["patch"], ops):
                 return Receipt.of(accepted)
-            raise Rejected(f"conflict: Turn {turn_id} already accepted a different patch")
+            why = f"conflict: Turn {turn_id} already accepted a different patch"
+            w.append(ev.patch_rejected(turn_id, why, encoded.digest, encoded.size))
+            return Refused(why)
         _not_ended(w, "no new patches")
         raise Rejected(f"unknown Turn {turn_id}" if prepared is None else
                        f"Turn {turn_id} is closed")
@@ -325,8 +328,7 @@ class Session:
         return seq
 
     def mark_lost(self, lost: Sequence[tuple[int, str]]) -> None:
-        """Recovery: every ``started`` Execution among ``lost`` (cell id, reason) becomes an
-        UnknownExecution, once."""
+        """Recovery: each ``started`` one of ``lost`` (cell, reason) ends UnknownExecution."""
         with self.journal.write() as w:
             for cell_id, reason in lost:
                 if w.proj.executions[str(cell_id)]["phase"] == "started":
@@ -391,8 +393,7 @@ def _append_output(w: Writer, cell_id: int, pieces: Sequence[ev.OutputPiece]) ->
 
 
 def _finish(w: Writer, cell_id: int, result: ev.Result) -> int:
-    """A result and its Inbox notice as one event. An UnknownExecution's evidence_refs name
-    that very event."""
+    """A result and its Inbox notice as one event (an UnknownExecution's evidence: it)."""
     seq = w.proj.last_seq + 1
     if result["type"] == "UnknownExecution":
         result = {**result, "evidence_refs": [f"session:event:{seq}"]}

@@ -619,7 +619,27 @@ def test_a_different_patch_for_an_accepted_turn_is_a_conflict(rio: Any) -> None:
                         input=Patch(turn["state"]).add(note("b")).build())
     assert code_ == 3 and list(out) == ["rejected"]  # SPEC §11: only {"rejected": reason}
     assert "conflict" in out["rejected"]
-    assert rio("events", "s.db").stdout == events
+    # SPEC §3: the rejection reason is recorded, as digest + size + reason (§15).
+    (added,) = rio("events", "s.db", "--after", str(len(events.splitlines()))).lines
+    assert added["kind"] == "patch_rejected" and added["reason"] == out["rejected"]
+    assert added["turn_id"] == turn["turn_id"] and added["size"] > 0
+    assert len(added["digest"]) == 64 and "patch" not in added
+
+
+def test_a_revision_test_compares_numbers_by_value(rio: Any) -> None:
+    """RFC 6902 ``test``: 0.0 equals 0 (a JSON encoder may write either); a boolean does not
+    equal 1."""
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    as_float = [{"op": "test", "path": "/revision", "value": 0.0},
+                *Patch(turn["state"]).add(note("a")).build()[1:]]
+    done = rio("step", "s.db", turn["turn_id"], "-", input={"patch": as_float})
+    assert done.code == 0 and done.out["revision"] == 1, done.stdout
+    turn = rio("turn", "s.db").out  # at revision 1, where true == 1 in Python
+    as_true = [{"op": "test", "path": "/revision", "value": True},
+               *Patch(turn["state"]).add(note("b")).build()[1:]]
+    refused = rio("step", "s.db", turn["turn_id"], "-", input={"patch": as_true})
+    assert refused.code == 3 and "revision test failed" in refused.out["rejected"]
 
 
 def test_an_unknown_turn_is_rejected(rio: Any) -> None:

@@ -21,7 +21,6 @@ from rio_ci.core.state import (
     NOT_FINITE,
     compact,
     encoded_size,
-    is_int,
     is_unresolved,
     json_equal,
     lenient,
@@ -156,7 +155,9 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
     first = ops[0]
     if first["op"] != "test" or first["path"] != "/revision":
         raise _Reject("the first operation must be {op: test, path: /revision, value: N}")
-    if not is_int(first["value"]) or first["value"] != snapshot["revision"]:
+    value = first["value"]  # RFC 6902 compares numbers by value: 3.0 is 3, true is not 1
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or value != snapshot["revision"]:
         raise _Reject(
             f"revision test failed: the Turn's snapshot is at revision {snapshot['revision']}"
         )
