@@ -5,6 +5,7 @@ the only module of the bench that touches SQLite itself."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -101,15 +102,24 @@ class BareLaunch:
 
 
 class BareSteps:
-    """The SQL a step runs, with plain ``sqlite3`` on a Session file that ``Session.create``
-    made (its schema and 8 KiB pages): ``BEGIN IMMEDIATE``, the catch-up ``SELECT``, one
-    event row ``INSERT``ed, ``COMMIT`` (FULL). What a step costs beyond this is rio_ci's
-    Python: admission, encoding, the fold."""
+    """The SQL a step runs, with plain ``sqlite3``: ``BEGIN IMMEDIATE``, the catch-up
+    ``SELECT``, one event row ``INSERT``ed, ``COMMIT`` (FULL), in a file of its own laid out
+    as ``template`` (a Session file ``Session.create`` made: its tables, index and page
+    size), which is only read. What a step costs beyond this is rio_ci's Python: admission,
+    encoding, the fold. No Session is written to here: events have one writer."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, template: Path):
+        with contextlib.closing(sqlite3.connect(f"file:{template}?mode=ro", uri=True)) as src:
+            page = src.execute("PRAGMA page_size").fetchone()[0]
+            schema = [row[0] for row in src.execute(
+                "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")]
         self._conn = sqlite3.connect(path, isolation_level=None)
+        self._conn.execute(f"PRAGMA page_size = {int(page)}")
+        self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = FULL")
-        self._last = self._conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+        for statement in schema:
+            self._conn.execute(statement)
+        self._last = 0
 
     def step(self, data: str) -> float:
         started = time.perf_counter()
@@ -118,7 +128,7 @@ class BareSteps:
                            (self._last,)).fetchall()
         self._last = self._conn.execute(
             "INSERT INTO events (kind, at, ref, data) VALUES ('patch_accepted', ?, NULL, ?)",
-            (time.time(), data)).lastrowid
+            (time.time(), data)).lastrowid or self._last
         self._conn.execute("COMMIT")
         return time.perf_counter() - started
 

@@ -25,8 +25,7 @@ def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
     with them, the step's SQL alone (``BareSteps``): the floor under a step."""
     session = Session.create(root / "steps.sqlite3", "bench: step admission", cwd=str(root))
     bare = BareCommits(root / "bare-steps.sqlite3")
-    Session.create(root / "sql-steps.sqlite3", "bench: a step's SQL", cwd=str(root)).close()
-    sql = BareSteps(root / "sql-steps.sqlite3")
+    sql = BareSteps(root / "sql-steps.sqlite3", template=root / "steps.sqlite3")
     accept(session, [{"kind": "note", "text": NOTE}])
     triples = []
     for i in range((200 if quick else 2000) + WARM_UP):
