@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from rio_ci.core.projection import Projection
 from rio_ci.github.events import (
     branch_for,
     classify,
@@ -15,6 +16,7 @@ from rio_ci.github.events import (
     steer_command,
 )
 from rio_ci.github.forge.base import Check
+from rio_ci.github.progress import status_of
 
 REPO = "octo/demo"
 
@@ -126,3 +128,18 @@ def test_steer_commands_are_whole_comments() -> None:
     assert steer_command("  /rio   status \n") == "status"
     for text in ("/rio stop now", "please /rio stop", "/rio", "/rio restart", "/RIO stop"):
         assert steer_command(text) is None
+
+
+def test_the_progress_status_says_how_an_unfinished_job_stopped() -> None:
+    """The finish step passes how the rounds stopped: a job cut off or out of time says the
+    next job goes on, not that it waits for a comment; a pause and an ending win."""
+    proj = Projection(session={"id": "s"})
+    assert status_of(proj, "waiting") == "waiting for a comment or a check"
+    assert status_of(proj, "deadline") == \
+        "waiting for the next job (this one's time budget ran out)"
+    assert status_of(proj, "interrupted") == "waiting for the next job (this one was cut off)"
+    assert status_of(proj, None) == "running"
+    proj.pause = "execution:1"
+    assert status_of(proj, "deadline") == "paused"
+    proj.ended = {"result": "success", "reason": "conclusion accepted"}
+    assert status_of(proj, "interrupted") == "succeeded"

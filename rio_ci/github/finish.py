@@ -109,7 +109,7 @@ def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
                                None if proj.ended else _status(None, job),
                                note="; ".join(notes) or None, pull_request=pull, final=True)
     if proj.ended and written and (pull is not None or problem is not None
-                                   or not _succeeded(session)):
+                                   or proj.ended["result"] != "success"):
         # The end is on GitHub: later jobs need not publish it again (job.py).
         session.set_watermark(progress.PUBLISHED, int(job["generation"]) + 1)
     if proj.next_wake() is not None:
