@@ -23,8 +23,14 @@ def _harness(*args: str) -> str:
         raise RuntimeError("rio_ci.api works only inside a Cell run by rio-ci")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the real rio_ci, not us
     # -P: never import from the working directory, which may hold another rio_ci.
-    done = subprocess.run([python, "-P", "-m", "rio_ci.cell_bridge", db, *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [python, "-P", "-m", "rio_ci.cell_bridge", db, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if done.returncode != 0:
         try:
             reason = json.loads(done.stdout.strip().splitlines()[-1])["error"]
@@ -42,8 +48,9 @@ def timer(id: str, deadline_unix: float, payload: Any = None) -> dict[str, Any]:
     try:
         text = json.dumps(payload, allow_nan=False)
     except ValueError:
-        raise RuntimeError("rio_ci.api: a Timer payload must be JSON: it holds NaN or "
-                           "Infinity") from None
+        raise RuntimeError(
+            "rio_ci.api: a Timer payload must be JSON: it holds NaN or Infinity"
+        ) from None
     out = _harness("timer", id, repr(float(deadline_unix)), text, cell)
     result: dict[str, Any] = json.loads(out)
     return result

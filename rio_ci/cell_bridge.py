@@ -25,8 +25,12 @@ def main(argv: list[str]) -> int:
             when = float(deadline)
             if not math.isfinite(when):  # NaN never fires and is not JSON; inf never fires
                 raise ValueError(f"a Timer deadline must be a finite Unix time, got {deadline}")
-            ack = session.set_timer(timer_id, when, jsonio.loads(payload, "the Timer payload"),
-                                    int(cell) if cell else None)
+            ack = session.set_timer(
+                timer_id,
+                when,
+                jsonio.loads(payload, "the Timer payload"),
+                int(cell) if cell else None,
+            )
             _print(ack)
         elif verb == "cancel_timer":
             _print(session.cancel_timer(rest[0]))

@@ -44,8 +44,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _emit(value: Any) -> None:
     if not jsonio.emit(value):
-        raise RioError("the Session holds a number that is not JSON (NaN or Infinity), "
-                       "so it cannot be printed as JSON")
+        raise RioError(
+            "the Session holds a number that is not JSON (NaN or Infinity), "
+            "so it cannot be printed as JSON"
+        )
 
 
 def _out(args: argparse.Namespace, value: Any) -> None:
@@ -74,7 +76,8 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: seconds must be a finite number from 0 to {MAX_SECONDS}")
+            f"{text!r}: seconds must be a finite number from 0 to {MAX_SECONDS}"
+        )
     return value
 
 
@@ -87,6 +90,7 @@ def _bounded_int(low: int, high: int, what: str) -> Callable[[str], int]:
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{text!r}: {what} must be from {low} to {high}")
         return value
+
     parse.__name__ = what
     return parse
 
@@ -97,8 +101,9 @@ def _check_text(args: argparse.Namespace) -> None:
     for name, value in vars(args).items():
         for item in value if isinstance(value, list) else [value]:
             if name not in _PATH_ARGS and isinstance(item, str) and not jsonio.is_text(item):
-                raise UsageError(f"argument {name}: '{jsonio.printable(item)}' is not valid "
-                                 "UTF-8 text")
+                raise UsageError(
+                    f"argument {name}: '{jsonio.printable(item)}' is not valid UTF-8 text"
+                )
 
 
 # --- plumbing ---------------------------------------------------------------------------
@@ -125,8 +130,15 @@ def cmd_new(args: argparse.Namespace) -> int:
     if args.cwd is not None and not Path(args.cwd).is_dir():
         raise UsageError(f"--cwd {args.cwd}: not a directory")
     try:
-        session = Session.create(args.db, args.goal, cwd=args.cwd, validators=validators,
-                                 limits=limits, pass_env=args.pass_env, secrets=args.secret)
+        session = Session.create(
+            args.db,
+            args.goal,
+            cwd=args.cwd,
+            validators=validators,
+            limits=limits,
+            pass_env=args.pass_env,
+            secrets=args.secret,
+        )
     except FileExistsError as exc:
         raise RioError(str(exc)) from None
     except ValueError as exc:  # a Session that could never work: nothing is created
@@ -226,8 +238,14 @@ def cmd_work(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from rio_ci.commands.run import run_command
 
-    return run_command(args.db, args.model, deadline=args.deadline, price=args.price,
-                       effort=args.effort, emit=partial(_out, args))
+    return run_command(
+        args.db,
+        args.model,
+        deadline=args.deadline,
+        price=args.price,
+        effort=args.effort,
+        emit=partial(_out, args),
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -239,16 +257,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rio_ci.commands.bench import bench_command
 
-    return bench_command(as_json=args.json, quick=args.quick, directory=args.dir, emit=_emit,
-                         chart_path=args.chart, before=args.before)
+    return bench_command(
+        as_json=args.json,
+        quick=args.quick,
+        directory=args.dir,
+        emit=_emit,
+        chart_path=args.chart,
+        before=args.before,
+    )
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rio_ci.commands.eval import eval_command
 
-    return eval_command(args.cases, spec=args.model, trials=args.trials, crash=args.crash,
-                        out=args.out, as_json=args.json, timeout=args.timeout, emit=_emit,
-                        price=args.price, effort=args.effort)
+    return eval_command(
+        args.cases,
+        spec=args.model,
+        trials=args.trials,
+        crash=args.crash,
+        out=args.out,
+        as_json=args.json,
+        timeout=args.timeout,
+        emit=_emit,
+        price=args.price,
+        effort=args.effort,
+    )
 
 
 def cmd_action(args: argparse.Namespace) -> int:
@@ -276,10 +309,14 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rio-ci", description=(
-        "A durable autonomous coding agent: one SQLite Session, one step tool. "
-        "Every command prints JSON, or readable text with --human (show prints text "
-        "unless --json); errors are one JSON line."))
+    parser = _Parser(
+        prog="rio-ci",
+        description=(
+            "A durable autonomous coding agent: one SQLite Session, one step tool. "
+            "Every command prints JSON, or readable text with --human (show prints text "
+            "unless --json); errors are one JSON line."
+        ),
+    )
     parser.add_argument("--version", action="version", version="rio-ci 0.1.0")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     specs: dict[str, argparse.ArgumentParser] = {
@@ -291,26 +328,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--goal", required=True, help="what the run should achieve")
     p.add_argument("--cwd", help="the working directory of Executions (default: here)")
     for flag, metavar, text in (
-        ("--validator", "CMD", "a command (split like a shell, never run through one) that "
-         "must pass before success"),
+        (
+            "--validator",
+            "CMD",
+            "a command (split like a shell, never run through one) that must pass before success",
+        ),
         ("--limit", "NAME=VALUE", f"set a limit ({', '.join(DEFAULTS)})"),
-        ("--pass-env", "NAME", "let Executions see this environment variable even though "
-         "its name looks like a credential (e.g. NPM_TOKEN)"),
-        ("--secret", "NAME", "treat this environment variable as a credential although its "
-         "name does not look like one: withheld from Executions (unless also --pass-env) "
-         "and its value replaced by *** in captured output"),
+        (
+            "--pass-env",
+            "NAME",
+            "let Executions see this environment variable even though "
+            "its name looks like a credential (e.g. NPM_TOKEN)",
+        ),
+        (
+            "--secret",
+            "NAME",
+            "treat this environment variable as a credential although its "
+            "name does not look like one: withheld from Executions (unless also --pass-env) "
+            "and its value replaced by *** in captured output",
+        ),
     ):
-        p.add_argument(flag, action="append", default=[], metavar=metavar,
-                       help=f"{text}; repeatable")
+        p.add_argument(
+            flag, action="append", default=[], metavar=metavar, help=f"{text}; repeatable"
+        )
     specs["turn"].add_argument("db")
     p = specs["step"]
     p.add_argument("db")
     p.add_argument("turn_id")
-    p.add_argument("patch", help="a file or - (stdin): {\"patch\": [...]} or a bare list")
+    p.add_argument("patch", help='a file or - (stdin): {"patch": [...]} or a bare list')
     p = specs["receive"]
     p.add_argument("db")
-    p.add_argument("id", help="message id (ids starting execution:, control:, timer:, idle: "
-                              "are reserved)")
+    p.add_argument(
+        "id", help="message id (ids starting execution:, control:, timer:, idle: are reserved)"
+    )
     p.add_argument("kind", help="message kind, e.g. comment or check")
     p.add_argument("payload", help="the payload as JSON")
     p = specs["work"]
@@ -318,52 +368,102 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_seconds, help="stop after S seconds")
     p = specs["run"]
     p.add_argument("db")
-    p.add_argument("--model", default="anthropic",
-                   help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
-                        "vertex:MODEL or scripted:FILE (a YAML list of patches)")
+    p.add_argument(
+        "--model",
+        default="anthropic",
+        help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
+        "vertex:MODEL or scripted:FILE (a YAML list of patches)",
+    )
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
     for q in (p, specs["eval"]):  # eval passes them on to each run
-        q.add_argument("--price", metavar="IN/OUT", help="USD per million input / output "
-                       "tokens, for a model without a known price (stored in the Session)")
-        q.add_argument("--effort", default="high", help="how hard the model thinks: low, "
-                       "medium, high (default), xhigh or max, where the model offers it")
+        q.add_argument(
+            "--price",
+            metavar="IN/OUT",
+            help="USD per million input / output "
+            "tokens, for a model without a known price (stored in the Session)",
+        )
+        q.add_argument(
+            "--effort",
+            default="high",
+            help="how hard the model thinks: low, "
+            "medium, high (default), xhigh or max, where the model offers it",
+        )
     specs["state"].add_argument("db")
     p = specs["events"]
     p.add_argument("db")
-    p.add_argument("--after", type=_bounded_int(0, MAX_SEQ, "--after"), default=0,
-                   help="only events with seq > N")
+    p.add_argument(
+        "--after",
+        type=_bounded_int(0, MAX_SEQ, "--after"),
+        default=0,
+        help="only events with seq > N",
+    )
     p = specs["output"]
     p.add_argument("db")
     p.add_argument("cell", type=_bounded_int(0, MAX_SEQ, "CELL"), help="the Cell id")
-    p.add_argument("--stream", choices=["stdout", "stderr"], default="stdout",
-                   help="which stream (default stdout)")
+    p.add_argument(
+        "--stream",
+        choices=["stdout", "stderr"],
+        default="stdout",
+        help="which stream (default stdout)",
+    )
     specs["show"].add_argument("db")
-    specs["demo"].add_argument("dir", nargs="?",
-                               help="a new directory for the demo (default: a fresh one)")
+    specs["demo"].add_argument(
+        "dir", nargs="?", help="a new directory for the demo (default: a fresh one)"
+    )
     p = specs["bench"]
     p.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
     p.add_argument("--dir", help="where to measure (default: a folder under the current one)")
     p.add_argument("--chart", metavar="SVG", help="also draw Session size against rounds")
-    p.add_argument("--before", action="append", default=[], metavar="LABEL=DIR",
-                   help="a line of the chart for the rio_ci source tree in DIR (repeatable)")
+    p.add_argument(
+        "--before",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="a line of the chart for the rio_ci source tree in DIR (repeatable)",
+    )
     p = specs["eval"]
-    p.add_argument("cases", nargs="+", metavar="CASE_DIR",
-                   help="a case directory (with case.yml), or a directory of them")
-    p.add_argument("--model", required=True,
-                   help="a model spec as for run; scripted:oracle runs each case's own oracle")
-    p.add_argument("--trials", type=_bounded_int(1, 10_000, "--trials"), default=1,
-                   help="trials per case (default 1)")
-    p.add_argument("--crash", action="store_true", help="SIGKILL the Owner once per trial "
-                   "while a round-2+ Cell runs, then resume")
-    p.add_argument("--out", default="rio-eval",
-                   help="where report.json, report.md, report.svg, Sessions and logs go "
-                        "(default: ./rio-eval)")
-    p.add_argument("--timeout", type=_seconds, default=1800.0,
-                   help="seconds per trial, all runs included (default 1800)")
+    p.add_argument(
+        "cases",
+        nargs="+",
+        metavar="CASE_DIR",
+        help="a case directory (with case.yml), or a directory of them",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a model spec as for run; scripted:oracle runs each case's own oracle",
+    )
+    p.add_argument(
+        "--trials",
+        type=_bounded_int(1, 10_000, "--trials"),
+        default=1,
+        help="trials per case (default 1)",
+    )
+    p.add_argument(
+        "--crash",
+        action="store_true",
+        help="SIGKILL the Owner once per trial while a round-2+ Cell runs, then resume",
+    )
+    p.add_argument(
+        "--out",
+        default="rio-eval",
+        help="where report.json, report.md, report.svg, Sessions and logs go (default: ./rio-eval)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=1800.0,
+        help="seconds per trial, all runs included (default 1800)",
+    )
     p = specs["action"]
-    p.add_argument("phase", nargs="?", choices=["run", "finish", "sweep"], default="run",
-                   help="run (default): restore and run rounds; finish: persist and report; "
-                        "sweep: resume Sessions with a due Timer")
+    p.add_argument(
+        "phase",
+        nargs="?",
+        choices=["run", "finish", "sweep"],
+        default="run",
+        help="run (default): restore and run rounds; finish: persist and report; "
+        "sweep: resume Sessions with a due Timer",
+    )
     add_output_flags(specs)
     return parser
 
@@ -391,8 +491,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as exc:  # a bug: still one JSON line, and the traceback for a report
         traceback.print_exc()
-        _emit({"error": f"internal error ({type(exc).__name__}): {exc}; please report it "
-                        "with the traceback printed on stderr"})
+        _emit(
+            {
+                "error": f"internal error ({type(exc).__name__}): {exc}; please report it "
+                "with the traceback printed on stderr"
+            }
+        )
         return 1
 
 

@@ -74,8 +74,14 @@ class ModelError(RioError):
     asked again (connection, timeout, 408, 409, 429, 5xx, 529); ``retry_after`` (seconds) is
     the provider's hint when it gave one."""
 
-    def __init__(self, message: str, *, transient: bool, retry_after: float | None = None,
-                 status: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ):
         super().__init__(message)
         self.transient = transient
         self.retry_after = retry_after

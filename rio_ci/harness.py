@@ -32,8 +32,10 @@ BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
 GUIDANCE_FILES = ("AGENTS.md", "CLAUDE.md", ".github/copilot-instructions.md")
 GUIDANCE_BYTES = 16_000
-IDLE_REASON = ("the last patch left no work, no Timer and no external wake-up source: "
-               "add work, set a Timer, or conclude")
+IDLE_REASON = (
+    "the last patch left no work, no Timer and no external wake-up source: "
+    "add work, set a Timer, or conclude"
+)
 
 
 @dataclass
@@ -47,8 +49,14 @@ class Outcome:
 
 
 class Harness:
-    def __init__(self, owner: Owner, model: Model, *, live: LiveLog | None = None,
-                 external_wakeups: bool = False):
+    def __init__(
+        self,
+        owner: Owner,
+        model: Model,
+        *,
+        live: LiveLog | None = None,
+        external_wakeups: bool = False,
+    ):
         self.owner = owner
         self.session = owner.session
         self.model = model
@@ -118,12 +126,16 @@ class Harness:
     def ask(self, turn: dict[str, Any], state: dict[str, Any]) -> ModelReply | Outcome | None:
         """One attempt: committed first, then the request, then its outcome."""
         request = ModelRequest(
-            turn_id=turn["turn_id"], state=turn["state"],
-            round_index=self.session.proj.accepted_turns + 1, feedback=state["feedback"],
+            turn_id=turn["turn_id"],
+            state=turn["state"],
+            round_index=self.session.proj.accepted_turns + 1,
+            feedback=state["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
-            guidance=read_guidance(Path(self.session.proj.session["cwd"])))
-        attempt = self.session.begin_attempt(turn["turn_id"], self.model.name,
-                                             [request.state, request.feedback])
+            guidance=read_guidance(Path(self.session.proj.session["cwd"])),
+        )
+        attempt = self.session.begin_attempt(
+            turn["turn_id"], self.model.name, [request.state, request.feedback]
+        )
         box: dict[str, Any] = {}
         thread = threading.Thread(target=self._call, args=(request, box), daemon=True)
         thread.start()
@@ -148,8 +160,7 @@ class Harness:
         except Exception as exc:  # a provider bug must not kill the Owner
             box["error"] = ModelError(f"{type(exc).__name__}: {exc}", transient=True)
 
-    def failed(self, turn_id: str, attempt: int, state: dict[str, Any],
-               error: ModelError) -> None:
+    def failed(self, turn_id: str, attempt: int, state: dict[str, Any], error: ModelError) -> None:
         """Commit a failed attempt; a transient one is retried after a persisted backoff
         (exponential from about a second, capped, with jitter; longer if the provider asks)."""
         now = time.time()
@@ -157,12 +168,20 @@ class Harness:
         delay *= random.uniform(0.5, 1.0)
         delay = max(delay, error.retry_after or 0.0)
         # An HTTP answer (a status) is not billed; a lost connection may have been.
-        usage = None if error.status is None else {
-            "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+        usage = (
+            None
+            if error.status is None
+            else {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+        )
         self.session.record_failure(
-            turn_id, attempt, str(error), transient=error.transient,
+            turn_id,
+            attempt,
+            str(error),
+            transient=error.transient,
             not_before=now + delay if error.transient else 0.0,
-            retry_since=state["retry_since"] or now, usage=usage)
+            retry_since=state["retry_since"] or now,
+            usage=usage,
+        )
         if not error.transient:
             self.owner.end_in_failure(f"model error: {error}")
 
@@ -181,14 +200,21 @@ class Harness:
         """Why this Turn may not be attempted again, or None."""
         limits = self.session.limits
         if state["attempts"] >= limits["model_attempts"]:
-            return (f"model_attempts exhausted for {state['turn_id']}: "
-                    f"{state['feedback'] or (state['response'] or {}).get('error')}")
+            return (
+                f"model_attempts exhausted for {state['turn_id']}: "
+                f"{state['feedback'] or (state['response'] or {}).get('error')}"
+            )
         since = state["retry_since"]
-        if state["transient"] and since is not None and (
-                state["not_before"] - since > limits["provider_retry_seconds"]):
-            return (f"the model provider kept failing for over "
-                    f"{limits['provider_retry_seconds']:.0f} s: "
-                    f"{(state['response'] or {}).get('error')}")
+        if (
+            state["transient"]
+            and since is not None
+            and (state["not_before"] - since > limits["provider_retry_seconds"])
+        ):
+            return (
+                f"the model provider kept failing for over "
+                f"{limits['provider_retry_seconds']:.0f} s: "
+                f"{(state['response'] or {}).get('error')}"
+            )
         return None
 
     def idle(self) -> Outcome | None:
@@ -204,8 +230,10 @@ class Harness:
         self.session.record_idle(IDLE_REASON)
         streak = self.session.refresh().idle_streak
         if streak >= self.session.limits["model_attempts"]:  # this one is the last allowed
-            self.owner.end_in_failure(f"invalid idle {streak} times in a row: "
-                                      "no work, no Timer, no external wake-up source")
+            self.owner.end_in_failure(
+                f"invalid idle {streak} times in a row: "
+                "no work, no Timer, no external wake-up source"
+            )
         return None
 
     def over_budget(self) -> str | None:
@@ -233,8 +261,10 @@ class Harness:
         unknown is counted at this price, never as free."""
         context_tokens = self.session.limits["context_bytes"] // 2 + PROMPT_TOKENS
         # priced by the model, whose long-prompt tier (if any) applies to a long context
-        costs = [self.model.cost(Usage(output_tokens=MAX_REPLY_TOKENS, **{kind: context_tokens}))
-                 for kind in ("cache_write_tokens", "input_tokens")]
+        costs = [
+            self.model.cost(Usage(output_tokens=MAX_REPLY_TOKENS, **{kind: context_tokens}))
+            for kind in ("cache_write_tokens", "input_tokens")
+        ]
         # run refuses to start an unpriced model with a cost budget
         return max((c for c in costs if c is not None), default=0.0)
 

@@ -32,8 +32,14 @@ SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritt
 SNAPSHOT_OPEN_TURN = 4 * SNAPSHOT_EVERY  # ... or, while a Turn is open, before it must be
 PAGE_SIZE = 8192  # rows of 1-3 KB left a third of each 4 KiB page empty (docs/performance.md)
 # Kinds looked up by ref, the only ones indexed (patch_accepted: after its turn_prepared)
-LOOKED_UP = ("message_received", "turn_prepared", "timer_set", "execution_started", "output",
-             "execution_finished")
+LOOKED_UP = (
+    "message_received",
+    "turn_prepared",
+    "timer_set",
+    "execution_started",
+    "output",
+    "execution_finished",
+)
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, at REAL NOT NULL, ref TEXT,
@@ -48,9 +54,15 @@ CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NU
 class Journal:
     """An open Session file plus its projection, kept caught up on every read and write."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, proj: Projection,
-                 snapshot_seq: int, identity: sessionfile.Identity | None = None,
-                 synchronous: str = "FULL"):
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        proj: Projection,
+        snapshot_seq: int,
+        identity: sessionfile.Identity | None = None,
+        synchronous: str = "FULL",
+    ):
         self.path, self._synchronous = path, synchronous
         self._conn, self.proj, self._snapshot_seq = conn, proj, snapshot_seq
         self.poisoned: str | None = None
@@ -62,8 +74,14 @@ class Journal:
     # --- opening -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], session_id: str, first: Event,
-               *, synchronous: str = "FULL") -> Journal:
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        session_id: str,
+        first: Event,
+        *,
+        synchronous: str = "FULL",
+    ) -> Journal:
         real = resolve(path)
         sessionfile.creatable(real, path)
         # Built under a temporary name and linked into place whole: a crash leaves either no
@@ -75,8 +93,9 @@ class Journal:
             os.link(partial, real)
             _fsync(real.parent)
         except FileExistsError:
-            raise FileExistsError(f"{path} already exists; a Session is never overwritten") \
-                from None
+            raise FileExistsError(
+                f"{path} already exists; a Session is never overwritten"
+            ) from None
         except OSError as exc:
             raise StorageError(f"cannot create {path}: {exc.strerror}") from None
         except sqlite3.Error as exc:
@@ -88,8 +107,9 @@ class Journal:
         return cls.open(real, synchronous=synchronous)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, verify: bool = False,
-             synchronous: str = "FULL") -> Journal:
+    def open(
+        cls, path: str | os.PathLike[str], *, verify: bool = False, synchronous: str = "FULL"
+    ) -> Journal:
         """Open an existing Session. ``verify`` adds SQLite's ``quick_check`` (Owner start).
         Nothing is created beside ``path`` before it is known to be one (``sessionfile``)."""
         real = resolve(path)
@@ -179,22 +199,30 @@ class Journal:
 
     def _event(self, seq: int, kind: str, at: float, data: str) -> dict[str, Any]:
         # as readers see it: derived fields filled in
-        return {"seq": seq, "kind": kind, "at": at,
-                **readable(kind, sessionfile.decode(data, seq, self.path))}
+        return {
+            "seq": seq,
+            "kind": kind,
+            "at": at,
+            **readable(kind, sessionfile.decode(data, seq, self.path)),
+        }
 
     def catch_up(self) -> None:
         """Fold events committed by any process since the projection's last seq."""
         self._check()
-        for seq, kind, data in self._rows("SELECT seq, kind, data FROM events WHERE seq > ? "
-                                          "ORDER BY seq", (self.proj.last_seq,)):
+        for seq, kind, data in self._rows(
+            "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq", (self.proj.last_seq,)
+        ):
             sessionfile.fold(self.proj, seq, kind, data, self.path)
 
-    def events(self, after: int = 0, limit: int | None = None,
-               kinds: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
+    def events(
+        self, after: int = 0, limit: int | None = None, kinds: Sequence[str] = ()
+    ) -> Iterator[dict[str, Any]]:
         """Events after seq ``after``, in order; only those of ``kinds`` when any are given."""
         only = f" AND kind IN ({','.join('?' * len(kinds))})" if kinds else ""
-        for row in self._rows(f"SELECT seq, kind, at, data FROM events WHERE seq > ?{only} ORDER "
-                              "BY seq LIMIT ?", (after, *kinds, -1 if limit is None else limit)):
+        for row in self._rows(
+            f"SELECT seq, kind, at, data FROM events WHERE seq > ?{only} ORDER BY seq LIMIT ?",
+            (after, *kinds, -1 if limit is None else limit),
+        ):
             yield self._event(*row)
 
     def find(self, ref: str, kind: str, after: int = 0) -> dict[str, Any] | None:
@@ -206,13 +234,21 @@ class Journal:
         is spelled out so SQLite can use a partial index), else scanning from ``after``."""
         if kind not in KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
-        for row in self._rows("SELECT seq, kind, at, data FROM events WHERE seq > ? AND ref = ?"
-                              f" AND kind = '{kind}' ORDER BY seq", (after, ref)):
+        for row in self._rows(
+            "SELECT seq, kind, at, data FROM events WHERE seq > ? AND ref = ?"
+            f" AND kind = '{kind}' ORDER BY seq",
+            (after, ref),
+        ):
             yield self._event(*row)
 
     def kinds_of(self, seqs: set[int]) -> dict[int, str]:
-        return dict(self._rows("SELECT seq, kind FROM events WHERE seq IN "  # () is valid SQL
-                               f"({','.join('?' * len(seqs))})", sorted(seqs)))
+        return dict(
+            self._rows(
+                "SELECT seq, kind FROM events WHERE seq IN "  # () is valid SQL
+                f"({','.join('?' * len(seqs))})",
+                sorted(seqs),
+            )
+        )
 
     def size_bytes(self) -> int:
         count, size = (next(self._rows(f"PRAGMA {n}"))[0] for n in ("page_count", "page_size"))
@@ -258,12 +294,18 @@ class Journal:
             yield writer
             behind = self.proj.last_seq - self._snapshot_seq
             # An open Turn's whole State would go into the snapshot: wait, within bounds.
-            if writer.appended and (behind >= SNAPSHOT_OPEN_TURN or (
-                    behind >= SNAPSHOT_EVERY and self.proj.turn is None)):
+            if writer.appended and (
+                behind >= SNAPSHOT_OPEN_TURN
+                or (behind >= SNAPSHOT_EVERY and self.proj.turn is None)
+            ):
                 # compact reads without keeping references: no deep copy (to_dict) needed
-                self._conn.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)", (
-                    self.proj.last_seq,
-                    compact({"format": PROJECTION_FORMAT, "projection": vars(self.proj)})))
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?)",
+                    (
+                        self.proj.last_seq,
+                        compact({"format": PROJECTION_FORMAT, "projection": vars(self.proj)}),
+                    ),
+                )
                 self._snapshot_seq = self.proj.last_seq
             if crash_before:
                 crash_point(crash_before)
@@ -279,8 +321,9 @@ class Journal:
             self.commits += 1
         except sqlite3.Error as exc:
             self.poisoned = f"COMMIT failed on {self.path}: {exc}"
-            raise UncertainCommit(f"{self.poisoned}; the outcome is unknown: stop, reopen and "
-                                  "inspect") from None
+            raise UncertainCommit(
+                f"{self.poisoned}; the outcome is unknown: stop, reopen and inspect"
+            ) from None
         crash_point("journal_after_commit")
 
     def _set_synchronous(self, level: str) -> None:
@@ -329,18 +372,27 @@ class Writer:
             text = compact(data)
             data = json.loads(text)
         apply(self.proj, seq, event.kind, data)
-        self._journal._conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-                                    (seq, event.kind, time.time(), event.ref, text))
+        self._journal._conn.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            (seq, event.kind, time.time(), event.ref, text),
+        )
         self.appended += 1
         return seq
 
 
-def _connect(path: Path, synchronous: str, *, create: bool, configure: bool = True,
-             page_size: int | None = None) -> sqlite3.Connection:
+def _connect(
+    path: Path,
+    synchronous: str,
+    *,
+    create: bool,
+    configure: bool = True,
+    page_size: int | None = None,
+) -> sqlite3.Connection:
     # as_uri: a name holding "?", "#" or "%" is a file name, not URI syntax
     uri = f"{path.as_uri()}?mode={'rwc' if create else 'rw'}"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
-                           check_same_thread=False)
+    conn = sqlite3.connect(
+        uri, uri=True, isolation_level=None, timeout=30.0, check_same_thread=False
+    )
     conn.execute("PRAGMA busy_timeout = 30000")
     if page_size:  # only before the first table exists (and before WAL)
         conn.execute(f"PRAGMA page_size = {page_size}")
@@ -355,10 +407,14 @@ def _build(partial: Path, session_id: str, first: Event, synchronous: str) -> No
         conn.execute("BEGIN IMMEDIATE")
         for statement in filter(str.strip, _SCHEMA.split(";")):
             conn.execute(statement)
-        conn.executemany("INSERT INTO meta VALUES (?, ?)",
-                         [("schema_version", str(SCHEMA_VERSION)), ("session_id", session_id)])
-        conn.execute("INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
-                     (first.kind, time.time(), compact(first.data)))
+        conn.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [("schema_version", str(SCHEMA_VERSION)), ("session_id", session_id)],
+        )
+        conn.execute(
+            "INSERT INTO events VALUES (1, ?, ?, NULL, ?)",
+            (first.kind, time.time(), compact(first.data)),
+        )
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
@@ -373,9 +429,11 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
     expected = {"FULL": 2, "NORMAL": 1, "EXTRA": 3}[synchronous]
     if str(mode).lower() != "wal" or level != expected:
         conn.close()
-        raise StorageError(f"{path}: could not set journal_mode=WAL and synchronous="
-                           f"{synchronous} (got {mode}, {level}); the file system may not "
-                           "support WAL")
+        raise StorageError(
+            f"{path}: could not set journal_mode=WAL and synchronous="
+            f"{synchronous} (got {mode}, {level}); the file system may not "
+            "support WAL"
+        )
 
 
 def _load(conn: sqlite3.Connection) -> tuple[Projection, int]:

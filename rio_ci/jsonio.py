@@ -50,8 +50,9 @@ def loads(text: str | bytes, what: str = "input") -> Any:
     except UnicodeDecodeError as exc:
         raise NotJSON(f"{what} is not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise NotJSON(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column "
-                      f"{exc.colno}") from None
+        raise NotJSON(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise NotJSON(f"{what} is nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:  # NotJSON from a hook, or an integer of too many digits
@@ -96,9 +97,11 @@ def printable(text: str) -> str:
     """``text`` with every lone surrogate spelled out: ``\\xff`` for a byte of a file name
     that is not UTF-8 (Python decodes it as U+DCFF), ``\\ud800`` for any other. The result
     encodes as UTF-8, so a message naming such a path never breaks stdout."""
+
     def spell(match: re.Match[str]) -> str:
         code = ord(match.group())
         return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
     return _SURROGATE.sub(spell, text)
 
 

@@ -68,8 +68,10 @@ class LiveLog:
         else:
             lines.append(f"── {title}")
         if event["delivered"]:
-            lines.append(f"   delivered: {', '.join(event['delivered'][:8])}"
-                         + (" …" if len(event["delivered"]) > 8 else ""))
+            lines.append(
+                f"   delivered: {', '.join(event['delivered'][:8])}"
+                + (" …" if len(event["delivered"]) > 8 else "")
+            )
         return lines
 
     def _model_response(self, event: dict[str, Any]) -> list[str]:
@@ -84,9 +86,11 @@ class LiveLog:
             lines.append(f"   model error{again}: {escape_control(clip(event['error'], 500))}")
         usage = self.session.proj.usage
         if event.get("usage"):
-            lines.append(f"   usage so far: {usage['rounds']} rounds, "
-                         f"{usage['input_tokens']} in / {usage['output_tokens']} out tokens, "
-                         f"${usage['cost_usd']:.4f}")
+            lines.append(
+                f"   usage so far: {usage['rounds']} rounds, "
+                f"{usage['input_tokens']} in / {usage['output_tokens']} out tokens, "
+                f"${usage['cost_usd']:.4f}"
+            )
         return lines
 
     def _patch_rejected(self, event: dict[str, Any]) -> list[str]:
@@ -119,7 +123,7 @@ class LiveLog:
         if new <= 0:
             return []
         if new <= len(data):
-            return self._told(key, data[len(data) - new:].decode("utf-8", "replace"))
+            return self._told(key, data[len(data) - new :].decode("utf-8", "replace"))
         marker = f"[… {new - len(data)} bytes elided …]"
         return [*self._flush(key), self._prefix(key) + marker, *self._told(key, tail)]
 
@@ -171,8 +175,9 @@ def describe(cell: dict[str, Any]) -> str:
         return _one_line(f"note {role}{clip(cell['text'], 120)}")
     if cell["kind"] == "cmd":
         return _one_line(clip("cmd " + " ".join(cell["argv"]), 160))
-    first = next((ln for ln in cell["source"].splitlines()
-                  if ln.strip() and not ln.startswith("#")), "")
+    first = next(
+        (ln for ln in cell["source"].splitlines() if ln.strip() and not ln.startswith("#")), ""
+    )
     return _one_line(f"code {clip(first, 100)}")
 
 

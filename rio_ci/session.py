@@ -46,22 +46,39 @@ class Session:
         self.journal = journal
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], goal: str, *, cwd: str | None = None,
-               validators: list[list[str]] | None = None, limits: Limits | None = None,
-               pass_env: list[str] | None = None, secrets: list[str] | None = None,
-               synchronous: str = "FULL", session_id: str | None = None) -> Session:
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        goal: str,
+        *,
+        cwd: str | None = None,
+        validators: list[list[str]] | None = None,
+        limits: Limits | None = None,
+        pass_env: list[str] | None = None,
+        secrets: list[str] | None = None,
+        synchronous: str = "FULL",
+        session_id: str | None = None,
+    ) -> Session:
         session_id = session_id or uuid.uuid4().hex
-        first = ev.session_created({
-            "session_id": session_id, "goal": goal, "cwd": str(Path(cwd or os.getcwd()).resolve()),
-            "validators": validators or [], "limits": (limits or Limits()).to_dict(),
-            "pass_env": sorted(set(pass_env or [])), "secrets": sorted(set(secrets or []))})
+        first = ev.session_created(
+            {
+                "session_id": session_id,
+                "goal": goal,
+                "cwd": str(Path(cwd or os.getcwd()).resolve()),
+                "validators": validators or [],
+                "limits": (limits or Limits()).to_dict(),
+                "pass_env": sorted(set(pass_env or [])),
+                "secrets": sorted(set(secrets or [])),
+            }
+        )
         if (problem := creation_problem(first.data)) is not None:
             raise ValueError(problem)
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, verify: bool = False,
-             synchronous: str = "FULL") -> Session:
+    def open(
+        cls, path: str | os.PathLike[str], *, verify: bool = False, synchronous: str = "FULL"
+    ) -> Session:
         return cls(Journal.open(path, verify=verify, synchronous=synchronous))
 
     def close(self) -> None:
@@ -94,14 +111,17 @@ class Session:
                 raise Rejected(f"payload is {size} bytes, over output_bytes={limit}")
             existing = self.journal.find(message_id, "message_received")
             if existing is not None:
-                if not json_equal(existing["message"],
-                                  {"id": message_id, "kind": kind, "payload": payload}):
-                    raise Rejected(f"message {message_id} was already received with "
-                                   "different content")
+                if not json_equal(
+                    existing["message"], {"id": message_id, "kind": kind, "payload": payload}
+                ):
+                    raise Rejected(
+                        f"message {message_id} was already received with different content"
+                    )
                 return {"id": message_id, "seq": existing["seq"], "duplicate": True}
             if len(w.proj.inbox) >= w.proj.limits["inbox_messages"]:
-                raise Rejected(f"the Inbox is full ({len(w.proj.inbox)} unconsumed messages); "
-                               "retry later")
+                raise Rejected(
+                    f"the Inbox is full ({len(w.proj.inbox)} unconsumed messages); retry later"
+                )
             seq = w.append(ev.message_received(message_id, kind, payload))
         crash_point("inbox_after_commit")
         return {"id": message_id, "seq": seq, "duplicate": False}
@@ -110,8 +130,11 @@ class Session:
         """An accepted patch left nothing to wake the run: tell the model (SPEC §8)."""
         with self.journal.write() as w:
             message_id = f"idle:{w.proj.last_seq + 1}"
-            w.append(ev.message_received(message_id, "invalid_idle",
-                                         {"reason": reason, "count": w.proj.idle_streak + 1}))
+            w.append(
+                ev.message_received(
+                    message_id, "invalid_idle", {"reason": reason, "count": w.proj.idle_streak + 1}
+                )
+            )
 
     def import_tail(self, after: int, events: Sequence[dict[str, Any]]) -> None:
         """Append ``{"kind", "data"}`` events another copy of this Session committed after
@@ -144,8 +167,11 @@ class Session:
             turn = proj.turn
         assert turn is not None
         crash_point("turn_after_commit")
-        return {"turn_id": turn["turn_id"], "state": turn["state"],
-                "delivered": list(turn["delivered"])}
+        return {
+            "turn_id": turn["turn_id"],
+            "state": turn["state"],
+            "delivered": list(turn["delivered"]),
+        }
 
     def step(self, turn_id: str, patch: Any) -> Receipt | Refused:
         """Admit one patch for a Turn. Identical re-submission returns the original Receipt."""
@@ -159,8 +185,7 @@ class Session:
                 return self._closed_turn(w, turn_id, ops, encoded)
             decision = decide(proj, turn, ops, self._facts(proj, ops), encoded)
             if isinstance(decision, Refused):
-                w.append(ev.patch_rejected(turn_id, decision.reason, encoded.digest,
-                                           encoded.size))
+                w.append(ev.patch_rejected(turn_id, decision.reason, encoded.digest, encoded.size))
                 return decision
             data, text = decision.stored(turn_id, ops, encoded)
             seq = w.append(ev.patch_accepted(data), text=text)
@@ -168,8 +193,9 @@ class Session:
         crash_point("accept_after_commit")
         return receipt
 
-    def _closed_turn(self, w: Writer, turn_id: str, ops: Any,
-                     encoded: Encoded) -> Receipt | Refused:
+    def _closed_turn(
+        self, w: Writer, turn_id: str, ops: Any, encoded: Encoded
+    ) -> Receipt | Refused:
         """A step for a Turn not open: the same patch's Receipt (equal by value too), else
         why not; a conflict is recorded like any rejection (digest, size, reason: SPEC §3)."""
         prepared = self.journal.find(turn_id, "turn_prepared")
@@ -181,8 +207,9 @@ class Session:
             w.append(ev.patch_rejected(turn_id, why, encoded.digest, encoded.size))
             return Refused(why)
         _not_ended(w, "no new patches")
-        raise Rejected(f"unknown Turn {turn_id}" if prepared is None else
-                       f"Turn {turn_id} is closed")
+        raise Rejected(
+            f"unknown Turn {turn_id}" if prepared is None else f"Turn {turn_id} is closed"
+        )
 
     def _facts(self, proj: Projection, ops: Any) -> Facts:
         """Journal look-ups admission needs: cited observations, historical cancel targets."""
@@ -233,26 +260,54 @@ class Session:
         """Commit a complete reply (admissible or not) before anything acts on it."""
         crash_point("model_reply_before_commit")
         with self.journal.write() as w:
-            w.append(ev.model_response({
-                "turn_id": turn_id, "attempt": attempt, "ok": reply.invalid is None,
-                "patch": reply.patch if reply.invalid is None else None,
-                "invalid": reply.invalid, "usage": reply.usage.to_dict(),
-                "rationale": reply.rationale, "raw": reply.raw}))
+            w.append(
+                ev.model_response(
+                    {
+                        "turn_id": turn_id,
+                        "attempt": attempt,
+                        "ok": reply.invalid is None,
+                        "patch": reply.patch if reply.invalid is None else None,
+                        "invalid": reply.invalid,
+                        "usage": reply.usage.to_dict(),
+                        "rationale": reply.rationale,
+                        "raw": reply.raw,
+                    }
+                )
+            )
         crash_point("reply_before_admit")
 
-    def record_failure(self, turn_id: str, attempt: int, error: str, *, transient: bool,
-                       not_before: float, retry_since: float | None,
-                       usage: dict[str, Any] | None) -> None:
+    def record_failure(
+        self,
+        turn_id: str,
+        attempt: int,
+        error: str,
+        *,
+        transient: bool,
+        not_before: float,
+        retry_since: float | None,
+        usage: dict[str, Any] | None,
+    ) -> None:
         with self.journal.write() as w:
-            w.append(ev.model_response({
-                "turn_id": turn_id, "attempt": attempt, "ok": False, "error": error,
-                "transient": transient, "not_before": not_before, "retry_since": retry_since,
-                "usage": usage}))
+            w.append(
+                ev.model_response(
+                    {
+                        "turn_id": turn_id,
+                        "attempt": attempt,
+                        "ok": False,
+                        "error": error,
+                        "transient": transient,
+                        "not_before": not_before,
+                        "retry_since": retry_since,
+                        "usage": usage,
+                    }
+                )
+            )
 
     # --- Timers (any process; usually a Cell through rio_ci.api) --------------------------
 
-    def set_timer(self, timer_id: str, deadline: float, payload: Any,
-                  cell_id: int | None = None) -> dict[str, Any]:
+    def set_timer(
+        self, timer_id: str, deadline: float, payload: Any, cell_id: int | None = None
+    ) -> dict[str, Any]:
         """Commit a Timer. Identical re-registration is harmless; a conflicting one (or one
         whose id already fired with other content) is rejected."""
         problem = timer_problem(timer_id, deadline, payload)
@@ -265,14 +320,15 @@ class Session:
                 raise Rejected(f"Timer payload is {size} bytes, over output_bytes")
             existing = self.journal.find(timer_id, "timer_set")
             if existing is not None:
-                if existing["deadline"] != deadline or not json_equal(existing["payload"],
-                                                                      payload):
-                    raise Rejected(f"Timer {timer_id} already exists with a different "
-                                   "deadline or payload")
+                if existing["deadline"] != deadline or not json_equal(existing["payload"], payload):
+                    raise Rejected(
+                        f"Timer {timer_id} already exists with a different deadline or payload"
+                    )
                 return {"id": timer_id, "seq": existing["seq"], "duplicate": True}
             if len(w.proj.timers) >= w.proj.limits["pending_cells"]:
-                raise Rejected(f"too many waiting Timers (pending_cells="
-                               f"{w.proj.limits['pending_cells']})")
+                raise Rejected(
+                    f"too many waiting Timers (pending_cells={w.proj.limits['pending_cells']})"
+                )
             seq = w.append(ev.timer_set(timer_id, float(deadline), payload, cell_id))
         return {"id": timer_id, "seq": seq, "duplicate": False}
 
@@ -316,8 +372,14 @@ class Session:
             with self.journal.write() as w:
                 _append_output(w, cell_id, pieces)
 
-    def finish(self, cell_id: int, result: ev.Result, *,
-               output: Sequence[ev.OutputPiece] = (), cancel_note: int | None = None) -> int:
+    def finish(
+        self,
+        cell_id: int,
+        result: ev.Result,
+        *,
+        output: Sequence[ev.OutputPiece] = (),
+        cancel_note: int | None = None,
+    ) -> int:
         """Commit the last output, the result and its Inbox notice in one transaction (with
         the cancel Control that stopped it, if any); returns the result's seq."""
         with self.journal.write() as w:
@@ -358,12 +420,12 @@ class Session:
                 w.append(ev.control_rejected(note_id, "success rejected: " + "; ".join(problems)))
                 return False
             w.append(ev.control_applied(note_id, "conclusion", result="success"))
-            w.append(ev.run_ended("success", "conclusion accepted", note_id=note_id,
-                                  unresolved=[]))
+            w.append(ev.run_ended("success", "conclusion accepted", note_id=note_id, unresolved=[]))
         return True
 
-    def end_in_failure(self, reason: str, *, note_id: int | None = None,
-                       cleanup_error: str | None = None) -> None:
+    def end_in_failure(
+        self, reason: str, *, note_id: int | None = None, cleanup_error: str | None = None
+    ) -> None:
         """End the run in failure: queued work is cancelled and the unresolved uncertainty is
         kept in the ending. A run that has already ended is left as it is."""
         with self.journal.write() as w:
@@ -373,11 +435,23 @@ class Session:
                 _finish(w, ex["cell_id"], ev.cancelled(ex["cell_id"], "cancelled_by_failure"))
             if note_id is not None:
                 w.append(ev.control_applied(note_id, "conclusion", result="failure"))
-            unresolved = [{"cell_id": e["cell_id"], "reason": e["result"].get("reason"),
-                           "evidence_refs": e["result"].get("evidence_refs", [])}
-                          for e in w.proj.unresolved()]
-            w.append(ev.run_ended("failure", reason, note_id=note_id, unresolved=unresolved,
-                                  cleanup_error=cleanup_error))
+            unresolved = [
+                {
+                    "cell_id": e["cell_id"],
+                    "reason": e["result"].get("reason"),
+                    "evidence_refs": e["result"].get("evidence_refs", []),
+                }
+                for e in w.proj.unresolved()
+            ]
+            w.append(
+                ev.run_ended(
+                    "failure",
+                    reason,
+                    note_id=note_id,
+                    unresolved=unresolved,
+                    cleanup_error=cleanup_error,
+                )
+            )
 
 
 def _not_ended(w: Writer, what: str) -> Projection:
@@ -388,8 +462,9 @@ def _not_ended(w: Writer, what: str) -> Projection:
 
 def _append_output(w: Writer, cell_id: int, pieces: Sequence[ev.OutputPiece]) -> None:
     for piece in pieces:
-        w.append(ev.output(cell_id, piece.stream, text=piece.text, tail=piece.tail,
-                           elided=piece.elided))
+        w.append(
+            ev.output(cell_id, piece.stream, text=piece.text, tail=piece.tail, elided=piece.elided)
+        )
 
 
 def _finish(w: Writer, cell_id: int, result: ev.Result) -> int:

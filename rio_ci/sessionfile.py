@@ -48,7 +48,8 @@ def check(real: Path, given: str | os.PathLike[str]) -> Identity:
     if info.st_nlink > 1:
         raise StorageError(
             f"{given} has {info.st_nlink} hard links; SQLite's WAL files are per name, so a "
-            "hard-linked Session could be written through two names. Copy it instead.")
+            "hard-linked Session could be written through two names. Copy it instead."
+        )
     for suffix in SIDECARS:
         sidecar = Path(f"{real}{suffix}")
         try:
@@ -58,12 +59,19 @@ def check(real: Path, given: str | os.PathLike[str]) -> Identity:
         except OSError as exc:
             raise StorageError(os_problem(sidecar, exc)) from None
         if stat.S_ISLNK(side.st_mode) or not stat.S_ISREG(side.st_mode) or side.st_nlink > 1:
-            what = ("a symbolic link" if stat.S_ISLNK(side.st_mode) else
-                    "a directory" if stat.S_ISDIR(side.st_mode) else
-                    "hard-linked" if stat.S_ISREG(side.st_mode) else "not a regular file")
+            what = (
+                "a symbolic link"
+                if stat.S_ISLNK(side.st_mode)
+                else "a directory"
+                if stat.S_ISDIR(side.st_mode)
+                else "hard-linked"
+                if stat.S_ISREG(side.st_mode)
+                else "not a regular file"
+            )
             raise StorageError(
                 f"{sidecar} is {what}; SQLite would write the Session's journal through it. "
-                "Remove it (a Session's sidecar files are plain files SQLite creates itself).")
+                "Remove it (a Session's sidecar files are plain files SQLite creates itself)."
+            )
     return info.st_dev, info.st_ino
 
 
@@ -78,8 +86,10 @@ def identity_of(path: Path) -> Identity | None:
 
 def moved_message(path: Path, now: Identity | None) -> str:
     how = "renamed or removed" if now is None else "replaced by another file"
-    return (f"{path} was {how} while open: nothing more is committed through this name "
-            "(open the Session by its current name)")
+    return (
+        f"{path} was {how} while open: nothing more is committed through this name "
+        "(open the Session by its current name)"
+    )
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
@@ -137,8 +147,11 @@ def _not_writable(path: Path, name: str) -> str | None:
 def open_problem(real: Path, given: str | os.PathLike[str], exc: Exception) -> str:
     """A one-line reason for an SQLite error while opening a Session."""
     why = read_only(real)
-    return f"{given} cannot be opened: {why} ({exc})" if why else \
-        f"{given} is not a usable Session: {exc}"
+    return (
+        f"{given} cannot be opened: {why} ({exc})"
+        if why
+        else f"{given} is not a usable Session: {exc}"
+    )
 
 
 def os_problem(path: str | os.PathLike[str], exc: OSError) -> str:
@@ -157,8 +170,10 @@ def decode(data: str, seq: int, path: Path) -> dict[str, Any]:
     try:
         value = DECODER.decode(data)
     except ValueError as exc:
-        raise StorageError(f"{path}: event {seq} is not strict JSON ({exc}); the file was "
-                           "damaged or written by something other than rio-ci") from None
+        raise StorageError(
+            f"{path}: event {seq} is not strict JSON ({exc}); the file was "
+            "damaged or written by something other than rio-ci"
+        ) from None
     if not isinstance(value, dict):
         raise StorageError(f"{path}: event {seq} is not a JSON object; the file was damaged")
     return value
@@ -170,8 +185,10 @@ def fold(proj: Projection, seq: int, kind: str, data: str, path: Path) -> None:
     try:
         apply(proj, seq, kind, value)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise StorageError(f"{path}: event {seq} ({kind}) cannot be folded ({exc!r}); the file "
-                           "was damaged or written by something other than rio-ci") from None
+        raise StorageError(
+            f"{path}: event {seq} ({kind}) cannot be folded ({exc!r}); the file "
+            "was damaged or written by something other than rio-ci"
+        ) from None
 
 
 def _no_constant(name: str) -> Any:
@@ -205,8 +222,10 @@ def schema_problem(conn: sqlite3.Connection, given: str | os.PathLike[str]) -> s
     except StorageError as exc:
         return str(exc)
     if version != SCHEMA_VERSION:
-        return (f"{given} has Session schema version {version}; this rio-ci reads version "
-                f"{SCHEMA_VERSION}. Use a matching rio-ci.")
+        return (
+            f"{given} has Session schema version {version}; this rio-ci reads version "
+            f"{SCHEMA_VERSION}. Use a matching rio-ci."
+        )
     return None
 
 

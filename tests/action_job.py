@@ -39,9 +39,14 @@ WORKFLOW_REF = "{repo}/.github/workflows/rio.yml@refs/heads/main"
 
 
 def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com",
-                           *args], cwd=cwd, capture_output=True, text=True, check=True,
-                          timeout=60)
+    done = subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return done.stdout.strip()
 
 
@@ -49,8 +54,12 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def labeled(issue: int, sender: str = "alice", label: str = "rio") -> dict[str, Any]:
-    return {"action": "labeled", "label": {"name": label}, "sender": {"login": sender},
-            "issue": {"number": issue, "title": "ignored: read through the API"}}
+    return {
+        "action": "labeled",
+        "label": {"name": label},
+        "sender": {"login": sender},
+        "issue": {"number": issue, "title": "ignored: read through the API"},
+    }
 
 
 def commented(gh: FakeGitHub, comment_id: int) -> dict[str, Any]:
@@ -59,13 +68,21 @@ def commented(gh: FakeGitHub, comment_id: int) -> dict[str, Any]:
     return {"action": "created", "sender": comment["user"], "comment": comment, "issue": issue}
 
 
-def workflow_run(branch: str, run_id: int, repo: str, conclusion: str = "failure"
-                 ) -> dict[str, Any]:
-    return {"action": "completed", "sender": {"login": "alice"},
-            "workflow_run": {"id": run_id, "name": "CI", "head_branch": branch,
-                             "conclusion": conclusion,
-                             "html_url": f"https://github.test/{repo}/actions/runs/{run_id}",
-                             "head_repository": {"full_name": repo}}}
+def workflow_run(
+    branch: str, run_id: int, repo: str, conclusion: str = "failure"
+) -> dict[str, Any]:
+    return {
+        "action": "completed",
+        "sender": {"login": "alice"},
+        "workflow_run": {
+            "id": run_id,
+            "name": "CI",
+            "head_branch": branch,
+            "conclusion": conclusion,
+            "html_url": f"https://github.test/{repo}/actions/runs/{run_id}",
+            "head_repository": {"full_name": repo},
+        },
+    }
 
 
 def dispatched(issue: int) -> dict[str, Any]:
@@ -101,8 +118,11 @@ def conclude(result: str = "success") -> dict[str, Any]:
 
 
 def resolve_unknown(text: str = "inspected the effects") -> dict[str, Any]:
-    return add(note_cell(text, role="resolution", target_cell_id="$unresolved",
-                         evidence_refs=["$delivered"]))
+    return add(
+        note_cell(
+            text, role="resolution", target_cell_id="$unresolved", evidence_refs=["$delivered"]
+        )
+    )
 
 
 # --- one job ---------------------------------------------------------------------------------
@@ -164,10 +184,18 @@ class Job:
 class Repository:
     """One GitHub repository: FakeGitHub for the API, a bare git repository for ``origin``."""
 
-    def __init__(self, tmp: Path, gh: FakeGitHub, *, files: dict[str, str] | None = None,
-                 secrets: dict[str, str] | None = None, budget_minutes: float = 1.0,
-                 moving_workspace: bool = False, http: bool = False,
-                 max_file_bytes: int | None = None):
+    def __init__(
+        self,
+        tmp: Path,
+        gh: FakeGitHub,
+        *,
+        files: dict[str, str] | None = None,
+        secrets: dict[str, str] | None = None,
+        budget_minutes: float = 1.0,
+        moving_workspace: bool = False,
+        http: bool = False,
+        max_file_bytes: int | None = None,
+    ):
         """``http``: the origin is served by ``gh`` over smart HTTP (the token decides, and
         GitHub's push refusals apply, files over ``max_file_bytes`` among them), as on
         GitHub; otherwise jobs clone and push through the file system."""
@@ -226,29 +254,49 @@ class Repository:
         elif workspace.exists():
             shutil.rmtree(workspace)
         basic = base64.b64encode(f"x-access-token:{self.gh.token}".encode()).decode()
-        git(self.tmp, "-c", f"http.extraheader=AUTHORIZATION: basic {basic}", "clone",
-            "--quiet", self.url, str(workspace))
+        git(
+            self.tmp,
+            "-c",
+            f"http.extraheader=AUTHORIZATION: basic {basic}",
+            "clone",
+            "--quiet",
+            self.url,
+            str(workspace),
+        )
         (directory / "event.json").write_text(json.dumps(payload))
         env = cli_env(**self.secrets)
         env.update(
-            GITHUB_ACTIONS="true", GITHUB_EVENT_NAME=event_name,
-            GITHUB_EVENT_PATH=str(directory / "event.json"), GITHUB_REPOSITORY=self.gh.repo,
-            GITHUB_API_URL=self.gh.api_url, GITHUB_TOKEN=self.gh.token,
-            GITHUB_RUN_ID=str(1000 + number), GITHUB_WORKSPACE=str(workspace),
+            GITHUB_ACTIONS="true",
+            GITHUB_EVENT_NAME=event_name,
+            GITHUB_EVENT_PATH=str(directory / "event.json"),
+            GITHUB_REPOSITORY=self.gh.repo,
+            GITHUB_API_URL=self.gh.api_url,
+            GITHUB_TOKEN=self.gh.token,
+            GITHUB_RUN_ID=str(1000 + number),
+            GITHUB_WORKSPACE=str(workspace),
             GITHUB_OUTPUT=str(directory / "output.txt"),
-            GITHUB_STEP_SUMMARY=str(directory / "summary.md"), RUNNER_TEMP=str(runner_temp),
-            GITHUB_SERVER_URL="https://github.test", GITHUB_REF_NAME="main",
+            GITHUB_STEP_SUMMARY=str(directory / "summary.md"),
+            RUNNER_TEMP=str(runner_temp),
+            GITHUB_SERVER_URL="https://github.test",
+            GITHUB_REF_NAME="main",
             GITHUB_WORKFLOW_REF=WORKFLOW_REF.format(repo=self.gh.repo),
-            RIO_MODEL=f"scripted:{self.model}", RIO_TRIGGER_LABEL="rio",
-            RIO_TIME_BUDGET_MINUTES=str(self.budget_minutes))
+            RIO_MODEL=f"scripted:{self.model}",
+            RIO_TRIGGER_LABEL="rio",
+            RIO_TIME_BUDGET_MINUTES=str(self.budget_minutes),
+        )
         job = Job(number, directory, workspace, runner_temp, env)
         self.jobs.append(job)
         return job
 
     def start(self, job: Job, phase: str = "run") -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "action", phase],
-                                cwd=job.workspace, env=job.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "rio_ci.cli", "action", phase],
+            cwd=job.workspace,
+            env=job.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def step(self, job: Job, phase: str = "run", timeout: float = 90) -> Step:
         process = self.start(job, phase)
@@ -260,9 +308,15 @@ class Repository:
         job.steps.append(step)
         return step
 
-    def job(self, event_name: str, payload: dict[str, Any], *,
-            interrupt: Callable[[Job, subprocess.Popen[str]], None] | None = None,
-            upload: bool = True, finish: bool = True) -> Job:
+    def job(
+        self,
+        event_name: str,
+        payload: dict[str, Any],
+        *,
+        interrupt: Callable[[Job, subprocess.Popen[str]], None] | None = None,
+        upload: bool = True,
+        finish: bool = True,
+    ) -> Job:
         """Run step, then (``if: always()``) finish, then the upload step. ``interrupt``
         is called while the run step is running (to cancel or kill it). ``finish=False``:
         the runner is lost after the run step — no finish, no upload."""
@@ -287,9 +341,13 @@ class Repository:
             for path in sorted(job.artifact_dir.iterdir()):
                 bundle.write(path, arcname=path.name)
         retention = job.outputs.get("retention-days", "")
-        job.artifact_id = self.gh.add_artifact(name, buffer.getvalue(), self.next_created_at(),
-                                               run_id=int(job.env["GITHUB_RUN_ID"]),
-                                               retention_days=int(retention or 0) or None)
+        job.artifact_id = self.gh.add_artifact(
+            name,
+            buffer.getvalue(),
+            self.next_created_at(),
+            run_id=int(job.env["GITHUB_RUN_ID"]),
+            retention_days=int(retention or 0) or None,
+        )
         return job.artifact_id
 
     def next_created_at(self) -> str:
@@ -304,17 +362,27 @@ class Repository:
         """``rio-ci events`` on a copy of the job's packed Session."""
         copy = job.directory / "inspect.sqlite3"
         copy.write_bytes(self.session_file(job).read_bytes())
-        done = subprocess.run([sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
-                              capture_output=True, text=True, env=job.env, timeout=60,
-                              check=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
+            capture_output=True,
+            text=True,
+            env=job.env,
+            timeout=60,
+            check=True,
+        )
         return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
     def events_text(self, job: Job) -> str:
         copy = job.directory / "inspect.sqlite3"
         copy.write_bytes(self.session_file(job).read_bytes())
-        return subprocess.run([sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
-                              capture_output=True, text=True, env=job.env, timeout=60,
-                              check=True).stdout
+        return subprocess.run(
+            [sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
+            capture_output=True,
+            text=True,
+            env=job.env,
+            timeout=60,
+            check=True,
+        ).stdout
 
     def progress_comments(self, issue: int) -> list[dict[str, Any]]:
         return [c for c in self.gh.comments_on(issue) if "<!-- rio-ci:progress -->" in c["body"]]
@@ -324,8 +392,9 @@ class Repository:
         git(self.origin, "update-ref", "-d", f"refs/heads/{branch}")
 
     def branches(self) -> list[str]:
-        return git(self.origin, "for-each-ref", "--format=%(refname)", "refs/heads/",
-                   "refs/rio/").splitlines()
+        return git(
+            self.origin, "for-each-ref", "--format=%(refname)", "refs/heads/", "refs/rio/"
+        ).splitlines()
 
     def branch_file(self, branch: str, path: str) -> str | None:
         try:
@@ -345,8 +414,11 @@ def messages(events: list[dict[str, Any]], kind: str | None = None) -> list[dict
         message = message_of(event["kind"], data)
         if event["kind"] == "timer_fired" and message is not None:
             message = {**message, "payload": payloads.get(data["id"])}
-        if message and event["kind"] != "control_rejected" and (
-                kind is None or message["kind"] == kind):
+        if (
+            message
+            and event["kind"] != "control_rejected"
+            and (kind is None or message["kind"] == kind)
+        ):
             found.append(message)
     return found
 
@@ -356,8 +428,9 @@ def kill_when(path: Path, sig: signal.Signals) -> Callable[[Job, subprocess.Pope
     runner cancelling (SIGTERM) or the machine dying (SIGKILL) in the middle of a script."""
 
     def interrupt(job: Job, process: subprocess.Popen[str]) -> None:
-        until(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
-                 f"{path} to get a line")
+        until(
+            lambda: path.exists() and path.read_text().count("\n") >= 1, 60, f"{path} to get a line"
+        )
         process.send_signal(sig)
         # SPEC §11: stop the Worker group, commit what is known, exit within 5 s.
         process.wait(timeout=5)
@@ -370,8 +443,9 @@ def kill_tree_when(path: Path) -> Callable[[Job, subprocess.Popen[str]], None]:
     run step and every process it started (the Worker's group included) at once."""
 
     def interrupt(job: Job, process: subprocess.Popen[str]) -> None:
-        until(lambda: path.exists() and path.read_text().count("\n") >= 1, 60,
-                 f"{path} to get a line")
+        until(
+            lambda: path.exists() and path.read_text().count("\n") >= 1, 60, f"{path} to get a line"
+        )
         tree = psutil.Process(process.pid)
         doomed = [tree, *tree.children(recursive=True)]
         for each in doomed:

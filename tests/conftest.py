@@ -36,19 +36,37 @@ PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 # each of them, and every test_action_*.py (a whole GitHub job each), is marked ``slow`` as a
 # whole, so ``pytest -m "not slow"`` is the inner loop (the core, admission, the Journal, the
 # Session and the CLI plumbing). ``.ci/run`` runs everything.
-SLOW_MODULES = frozenset({
-    "test_action.py", "test_action_interrupted.py", "test_action_secrets.py",
-    "test_action_sweep.py", "test_bench.py", "test_controls.py", "test_demo.py",
-    "test_fresh_install.py", "test_harness.py", "test_owner.py", "test_owner_crash.py",
-    "test_process.py", "test_scripted.py", "test_sweep_workflow.py", "test_timers.py",
-    "test_act.py", "test_contract_model.py", "test_crash_points.py", "test_io_errors.py",
-    "test_power_loss.py", "test_random_kills.py",
-})
+SLOW_MODULES = frozenset(
+    {
+        "test_action.py",
+        "test_action_interrupted.py",
+        "test_action_secrets.py",
+        "test_action_sweep.py",
+        "test_bench.py",
+        "test_controls.py",
+        "test_demo.py",
+        "test_fresh_install.py",
+        "test_harness.py",
+        "test_owner.py",
+        "test_owner_crash.py",
+        "test_process.py",
+        "test_scripted.py",
+        "test_sweep_workflow.py",
+        "test_timers.py",
+        "test_act.py",
+        "test_contract_model.py",
+        "test_crash_points.py",
+        "test_io_errors.py",
+        "test_power_loss.py",
+        "test_random_kills.py",
+    }
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--long", action="store_true", default=False,
-                     help="also run the stress tests marked long")
+    parser.addoption(
+        "--long", action="store_true", default=False, help="also run the stress tests marked long"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -93,14 +111,22 @@ class CliResult:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
 
 
-def run_cli(*args: Any, input: Any = None, cwd: str | Path | None = None,
-            timeout: float = 60) -> CliResult:
+def run_cli(
+    *args: Any, input: Any = None, cwd: str | Path | None = None, timeout: float = 60
+) -> CliResult:
     """Run ``python -m rio_ci.cli ARGS`` as a subprocess. ``input`` that is not a string is
     sent as JSON (handy for ``step DB TURN -``)."""
     text = input if input is None or isinstance(input, str) else json.dumps(input)
-    done = subprocess.run([PY, "-m", "rio_ci.cli", *map(str, args)], input=text,
-                          capture_output=True, text=True, cwd=cwd, env=cli_env(),
-                          timeout=timeout, check=False)
+    done = subprocess.run(
+        [PY, "-m", "rio_ci.cli", *map(str, args)],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=cli_env(),
+        timeout=timeout,
+        check=False,
+    )
     try:
         parsed = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
         out: Any = parsed[0] if len(parsed) == 1 else (parsed or None)
@@ -134,10 +160,15 @@ def make_session(tmp_path: Path) -> Iterator[Callable[..., Session]]:
 
     opened: list[Session] = []
 
-    def make(name: str = "session.db", goal: str = "test goal",
-             validators: list[list[str]] | None = None, **limits: Any) -> Session:
-        session = Session.create(tmp_path / name, goal, cwd=str(tmp_path),
-                                 validators=validators, limits=Limits(**limits))
+    def make(
+        name: str = "session.db",
+        goal: str = "test goal",
+        validators: list[list[str]] | None = None,
+        **limits: Any,
+    ) -> Session:
+        session = Session.create(
+            tmp_path / name, goal, cwd=str(tmp_path), validators=validators, limits=Limits(**limits)
+        )
         opened.append(session)
         return session
 
@@ -201,8 +232,9 @@ def start_execution(session: Session, cell_id: int) -> None:
     assert session.authorize_launch(cell_id, f"test-token-{cell_id}")
 
 
-def finish_execution(session: Session, cell_id: int, result: dict[str, Any],
-                     output: str | None = None) -> int:
+def finish_execution(
+    session: Session, cell_id: int, result: dict[str, Any], output: str | None = None
+) -> int:
     """Commit a result with its Inbox notice, as one event (an UnknownExecution's
     evidence_refs name that event)."""
     pieces = [OutputPiece("stdout", text=output)] if output else []
@@ -214,8 +246,9 @@ def succeed(session: Session, cell_id: int, output: str | None = None) -> int:
     return finish_execution(session, cell_id, {"type": "success", "exit_code": 0}, output)
 
 
-def record_unknown(session: Session, cell_id: int,
-                   reason: str = "worker_lost_before_result_commit") -> int:
+def record_unknown(
+    session: Session, cell_id: int, reason: str = "worker_lost_before_result_commit"
+) -> int:
     """What recovery commits for a ``started`` Execution: returns the record's seq."""
     if session.refresh().executions[str(cell_id)]["phase"] == "queued":
         start_execution(session, cell_id)

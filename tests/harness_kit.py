@@ -67,10 +67,12 @@ def cmd(*argv: str) -> dict[str, Any]:
 def timer_cell(deadline: float | str) -> dict[str, Any]:
     """A code Cell registering Timer ``ci-check``; ``deadline`` is a Unix time or a Python
     expression evaluated when the Cell runs (e.g. ``"time.time() + 1"``)."""
-    source = ("# /// script\n# dependencies = []\n# ///\n"
-              "import time\n\nfrom rio_ci.api import timer\n\n"
-              f"timer('ci-check', {deadline if isinstance(deadline, str) else repr(deadline)}, "
-              "{'why': 'look at CI again'})\n")
+    source = (
+        "# /// script\n# dependencies = []\n# ///\n"
+        "import time\n\nfrom rio_ci.api import timer\n\n"
+        f"timer('ci-check', {deadline if isinstance(deadline, str) else repr(deadline)}, "
+        "{'why': 'look at CI again'})\n"
+    )
     return {"kind": "code", "runtime": "python", "source": source}
 
 
@@ -121,8 +123,13 @@ class WatchedFake(FakeAnthropic):
     def env(self, **extra: str) -> dict[str, str]:
         return cli_env(ANTHROPIC_BASE_URL=self.base_url, ANTHROPIC_API_KEY=KEY, **extra)
 
-    def run(self, *args: str, model: str | None = MODEL, crash_at: str | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        *args: str,
+        model: str | None = MODEL,
+        crash_at: str | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
         """``rio-ci run DB`` (with ``--model anthropic:MODEL`` unless ``model`` is None)."""
         argv = ["run", str(self.db), *args]
         if model is not None:

@@ -43,8 +43,14 @@ def cli_env(*, checkout: bool = True, **extra: str) -> dict[str, str]:
 T = TypeVar("T")
 
 
-def until(predicate: Callable[[], T], timeout: float, what: str = "", *,
-          fail: bool = True, every: float = 0.02) -> T:
+def until(
+    predicate: Callable[[], T],
+    timeout: float,
+    what: str = "",
+    *,
+    fail: bool = True,
+    every: float = 0.02,
+) -> T:
     """Poll ``predicate()`` until it is truthy and return its value.
 
     After ``timeout`` seconds it fails the test with an assertion naming ``what`` (or the
@@ -69,7 +75,8 @@ class Patch:
 
     def __init__(self, state: dict[str, Any]):
         self.ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/revision", "value": state["revision"]}]
+            {"op": "test", "path": "/revision", "value": state["revision"]}
+        ]
         self.next_id: int = state["runtime"]["next_cell_id"]
         self._ids = [c["id"] for c in state["cells"]]  # ids in array order, as ops apply
 
@@ -77,8 +84,7 @@ class Patch:
     def at(cls, revision: int, next_cell_id: int) -> Patch:
         """A patch for a State known only by its revision and next id (a scripted model's
         reply written ahead of time); only additions know their ids then."""
-        return cls({"revision": revision, "runtime": {"next_cell_id": next_cell_id},
-                    "cells": []})
+        return cls({"revision": revision, "runtime": {"next_cell_id": next_cell_id}, "cells": []})
 
     def test(self, path: str, value: Any) -> Patch:
         self.ops.append({"op": "test", "path": path, "value": value})

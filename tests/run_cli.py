@@ -16,20 +16,31 @@ import yaml
 from tests.kit import cli_env, until
 
 
-def rio(*args: str, env: dict[str, str] | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env or cli_env())
+def rio(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rio_ci.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or cli_env(),
+    )
 
 
 def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "rio_ci.cli", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env or cli_env())
+    return subprocess.Popen(
+        [sys.executable, "-m", "rio_ci.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or cli_env(),
+    )
 
 
-def interrupt(proc: subprocess.Popen[str], ready: Callable[[], Any], what: str,
-              signum: int = signal.SIGTERM) -> tuple[str, str, float]:
+def interrupt(
+    proc: subprocess.Popen[str], ready: Callable[[], Any], what: str, signum: int = signal.SIGTERM
+) -> tuple[str, str, float]:
     """Once ``ready()`` holds (within 30 s), send ``signum`` to ``proc`` and wait up to 10 s
     for it to exit. Returns its stdout, its stderr and the seconds from the signal to the
     exit; ``proc`` is killed if it is still running after that."""

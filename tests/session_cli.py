@@ -42,8 +42,11 @@ def gone(pid: int) -> bool:
 
 def code(body: str) -> dict[str, Any]:
     """A code Cell: the PEP 723 header (no dependencies) and ``body`` (dedented)."""
-    return {"kind": "code", "runtime": "python",
-            "source": HEADER + textwrap.dedent(body).lstrip("\n")}
+    return {
+        "kind": "code",
+        "runtime": "python",
+        "source": HEADER + textwrap.dedent(body).lstrip("\n"),
+    }
 
 
 def cmd(*argv: str) -> dict[str, Any]:
@@ -68,8 +71,14 @@ class CliSession:
         self._patches = 0
 
     @classmethod
-    def create(cls, root: Path, *, limits: Iterable[str] = (), validators: Iterable[str] = (),
-               goal: str = "exercise the Owner") -> CliSession:
+    def create(
+        cls,
+        root: Path,
+        *,
+        limits: Iterable[str] = (),
+        validators: Iterable[str] = (),
+        goal: str = "exercise the Owner",
+    ) -> CliSession:
         root.mkdir(parents=True, exist_ok=True)
         sess = cls(root)
         sess.cwd.mkdir()
@@ -83,25 +92,49 @@ class CliSession:
 
     # --- running commands ---------------------------------------------------------------
 
-    def run(self, *args: str, code: int | None = 0, env: dict[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([*RIO, *args], env=env or cli_env(), capture_output=True,
-                              text=True, timeout=timeout, check=False, cwd=self.root)
+    def run(
+        self,
+        *args: str,
+        code: int | None = 0,
+        env: dict[str, str] | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*RIO, *args],
+            env=env or cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=self.root,
+        )
         if code is not None:
             assert done.returncode == code, (
                 f"rio-ci {' '.join(args)} exited {done.returncode}, expected {code}\n"
-                f"stdout: {done.stdout}\nstderr: {done.stderr}")
+                f"stdout: {done.stdout}\nstderr: {done.stderr}"
+            )
         return done
 
-    def json(self, *args: str, code: int | None = 0, env: dict[str, str] | None = None,
-             timeout: float = 120) -> Any:
+    def json(
+        self,
+        *args: str,
+        code: int | None = 0,
+        env: dict[str, str] | None = None,
+        timeout: float = 120,
+    ) -> Any:
         out = self.run(*args, code=code, env=env, timeout=timeout).stdout.strip()
         return json.loads(out.splitlines()[-1])
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start ``rio-ci ARGS`` in the background (killed at cleanup if still running)."""
-        proc = subprocess.Popen([*RIO, *args], env=env or cli_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=self.root)
+        proc = subprocess.Popen(
+            [*RIO, *args],
+            env=env or cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=self.root,
+        )
         self.procs.append(proc)
         return proc
 
@@ -114,8 +147,14 @@ class CliSession:
         result: dict[str, Any] = self.json("turn", str(self.db), code=code)
         return result
 
-    def step(self, turn_id: str, ops: list[dict[str, Any]], *, code: int | None = 0,
-             env: dict[str, str] | None = None) -> dict[str, Any]:
+    def step(
+        self,
+        turn_id: str,
+        ops: list[dict[str, Any]],
+        *,
+        code: int | None = 0,
+        env: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         self._patches += 1
         path = self.root / f"patch-{self._patches}.json"
         path.write_text(json.dumps({"patch": ops}))
@@ -123,17 +162,30 @@ class CliSession:
         lines = done.stdout.strip().splitlines()
         return json.loads(lines[-1]) if lines else {}
 
-    def propose(self, *cells: dict[str, Any], turn: dict[str, Any] | None = None,
-                code: int | None = 0, env: dict[str, str] | None = None) -> dict[str, Any]:
+    def propose(
+        self,
+        *cells: dict[str, Any],
+        turn: dict[str, Any] | None = None,
+        code: int | None = 0,
+        env: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Add ``cells`` (ids from ``next_cell_id``) in ``turn`` (default: a new Turn)."""
         turn = turn or self.turn()
-        return self.step(turn["turn_id"], Patch(turn["state"]).add(*cells).build(), code=code,
-                         env=env)
+        return self.step(
+            turn["turn_id"], Patch(turn["state"]).add(*cells).build(), code=code, env=env
+        )
 
-    def work(self, *, code: int | None = 0, env: dict[str, str] | None = None,
-             timeout: float = 120, args: Iterable[str] = ()) -> dict[str, Any]:
-        result: dict[str, Any] = self.json("work", str(self.db), *args, code=code, env=env,
-                                           timeout=timeout)
+    def work(
+        self,
+        *,
+        code: int | None = 0,
+        env: dict[str, str] | None = None,
+        timeout: float = 120,
+        args: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self.json(
+            "work", str(self.db), *args, code=code, env=env, timeout=timeout
+        )
         return result
 
     def state(self) -> dict[str, Any]:
@@ -146,8 +198,7 @@ class CliSession:
         return [e for e in events if kind is None or e["kind"] == kind]
 
     def receive(self, message_id: str, kind: str, payload: Any, code: int = 0) -> Any:
-        return self.json("receive", str(self.db), message_id, kind, json.dumps(payload),
-                         code=code)
+        return self.json("receive", str(self.db), message_id, kind, json.dumps(payload), code=code)
 
     # --- reading ------------------------------------------------------------------------
 
@@ -174,8 +225,10 @@ class CliSession:
         found = []
         for proc in psutil.process_iter(["pid"]):
             with contextlib.suppress(psutil.Error):
-                if (proc.environ().get(TOKEN_VAR, "").startswith(prefix)
-                        and proc.status() != psutil.STATUS_ZOMBIE):
+                if (
+                    proc.environ().get(TOKEN_VAR, "").startswith(prefix)
+                    and proc.status() != psutil.STATUS_ZOMBIE
+                ):
                     found.append(proc.pid)
         return found
 

@@ -11,37 +11,61 @@ from rio_ci.core.limits import Limits
 from rio_ci.errors import UsageError
 from rio_ci.github.env import ActionEnv, Config
 
-REQUIRED = {"GITHUB_EVENT_NAME": "issues", "GITHUB_EVENT_PATH": "/tmp/event.json",
-            "GITHUB_REPOSITORY": "octo/demo", "GITHUB_TOKEN": "t0ken-value",
-            "GITHUB_WORKSPACE": "/w", "RUNNER_TEMP": "/rt"}
+REQUIRED = {
+    "GITHUB_EVENT_NAME": "issues",
+    "GITHUB_EVENT_PATH": "/tmp/event.json",
+    "GITHUB_REPOSITORY": "octo/demo",
+    "GITHUB_TOKEN": "t0ken-value",
+    "GITHUB_WORKSPACE": "/w",
+    "RUNNER_TEMP": "/rt",
+}
 
 
 def test_unset_inputs_take_their_defaults() -> None:
     env = ActionEnv.from_environ(REQUIRED)
     assert (env.model, env.trigger_label, env.config, env.budget_minutes) == (
-        "anthropic:claude-sonnet-5-5", "rio", ".github/rio.yml", 50.0)
+        "anthropic:claude-sonnet-5-5",
+        "rio",
+        ".github/rio.yml",
+        50.0,
+    )
     assert env.api_url == "https://api.github.com" and env.output is None
     assert env.state_dir == Path("/rt/rio") and env.artifact_dir == Path("/rt/rio-artifact")
     assert env.workflow_file == "rio.yml"
 
 
 def test_inputs_and_runner_variables_are_read() -> None:
-    env = ActionEnv.from_environ({
-        **REQUIRED, "RIO_MODEL": "scripted:/s.yaml", "RIO_TRIGGER_LABEL": "agent",
-        "RIO_CONFIG": "ci/rio.yml", "RIO_TIME_BUDGET_MINUTES": "7.5",
-        "GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_OUTPUT": "/o", "GITHUB_RUN_ID": "42",
-        "GITHUB_WORKFLOW_REF": "octo/demo/.github/workflows/agent.yml@refs/heads/main"})
+    env = ActionEnv.from_environ(
+        {
+            **REQUIRED,
+            "RIO_MODEL": "scripted:/s.yaml",
+            "RIO_TRIGGER_LABEL": "agent",
+            "RIO_CONFIG": "ci/rio.yml",
+            "RIO_TIME_BUDGET_MINUTES": "7.5",
+            "GITHUB_API_URL": "http://127.0.0.1:9",
+            "GITHUB_OUTPUT": "/o",
+            "GITHUB_RUN_ID": "42",
+            "GITHUB_WORKFLOW_REF": "octo/demo/.github/workflows/agent.yml@refs/heads/main",
+        }
+    )
     assert (env.model, env.trigger_label, env.config, env.budget_minutes) == (
-        "scripted:/s.yaml", "agent", "ci/rio.yml", 7.5)
+        "scripted:/s.yaml",
+        "agent",
+        "ci/rio.yml",
+        7.5,
+    )
     assert env.output == Path("/o") and env.workflow_file == "agent.yml"
     assert env.run_url == "https://github.com/octo/demo/actions/runs/42"
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("GITHUB_TOKEN", "", "GITHUB_TOKEN is not set"),
-    ("RIO_TIME_BUDGET_MINUTES", "soon", "must be a number"),
-    ("RIO_TIME_BUDGET_MINUTES", "0", "must be positive"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("GITHUB_TOKEN", "", "GITHUB_TOKEN is not set"),
+        ("RIO_TIME_BUDGET_MINUTES", "soon", "must be a number"),
+        ("RIO_TIME_BUDGET_MINUTES", "0", "must be positive"),
+    ],
+)
 def test_a_broken_environment_is_a_usage_error_naming_the_variable(
     name: str, value: str, message: str
 ) -> None:
@@ -53,13 +77,12 @@ def test_the_configuration_is_optional(tmp_path: Path) -> None:
     assert Config.load(tmp_path, ".github/rio.yml") == Config([], Limits())
 
 
-def test_the_configuration_gives_validators_limits_and_passed_credentials(
-    tmp_path: Path
-) -> None:
+def test_the_configuration_gives_validators_limits_and_passed_credentials(tmp_path: Path) -> None:
     (tmp_path / "rio.yml").write_text(
         "validators:\n  - python -m pytest -q\n  - [ruff, check, .]\n"
         "limits: {rounds: 7, cost_usd: 2.5}\npass_env: [PYPI_TOKEN, DEPLOY_KEY]\n"
-        "secrets: [HOOK_URL]\n")
+        "secrets: [HOOK_URL]\n"
+    )
     config = Config.load(tmp_path, "rio.yml")
     assert config.validators == [["python", "-m", "pytest", "-q"], ["ruff", "check", "."]]
     assert (config.limits.rounds, config.limits.cost_usd) == (7, 2.5)
@@ -67,20 +90,22 @@ def test_the_configuration_gives_validators_limits_and_passed_credentials(
     assert config.secrets == ("HOOK_URL",)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("validators: [[]]\n", "each validator"),
-    ("limits: {rounds: many}\n", "rio.yml"),
-    ("limits: {speed: 1}\n", "unknown limit"),
-    ("pass_env: [GITHUB_TOKEN]\n", "may not name GITHUB_TOKEN"),
-    ("pass_env: [ANTHROPIC_API_KEY]\n", "may not name ANTHROPIC_API_KEY"),
-    ("pass_env: ['A B']\n", "environment variable names"),
-    ("secrets: HOOK_URL\n", "secrets is a list of environment variable names"),
-    ("model: x\n", "unknown key"),
-    ("- a list\n", "must be a mapping"),
-    ("validators: [\n", "cannot read"),
-])
-def test_a_bad_configuration_says_what_is_wrong(tmp_path: Path, text: str,
-                                                 message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("validators: [[]]\n", "each validator"),
+        ("limits: {rounds: many}\n", "rio.yml"),
+        ("limits: {speed: 1}\n", "unknown limit"),
+        ("pass_env: [GITHUB_TOKEN]\n", "may not name GITHUB_TOKEN"),
+        ("pass_env: [ANTHROPIC_API_KEY]\n", "may not name ANTHROPIC_API_KEY"),
+        ("pass_env: ['A B']\n", "environment variable names"),
+        ("secrets: HOOK_URL\n", "secrets is a list of environment variable names"),
+        ("model: x\n", "unknown key"),
+        ("- a list\n", "must be a mapping"),
+        ("validators: [\n", "cannot read"),
+    ],
+)
+def test_a_bad_configuration_says_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "rio.yml").write_text(text)
     with pytest.raises(UsageError, match=message):
         Config.load(tmp_path, "rio.yml")

@@ -118,10 +118,12 @@ def test_a_push_refused_for_workflows_and_a_big_file_is_made_without_them(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
     repo = Repository(tmp_path, gh, http=True, max_file_bytes=1024 * 1024)
-    make = ("import os\nos.makedirs('.github/workflows', exist_ok=True)\n"
-            "open('.github/workflows/ci.yml', 'w').write('on: push\\n')\n"
-            "open('big.bin', 'wb').write(b'x' * (2 * 1024 * 1024))\n"
-            "open('fix.py', 'w').write('fixed = True\\n')\n")
+    make = (
+        "import os\nos.makedirs('.github/workflows', exist_ok=True)\n"
+        "open('.github/workflows/ci.yml', 'w').write('on: push\\n')\n"
+        "open('big.bin', 'wb').write(b'x' * (2 * 1024 * 1024))\n"
+        "open('fix.py', 'w').write('fixed = True\\n')\n"
+    )
     repo.set_script(script([add(code_cell(make))], WAIT, WAIT))
     issue = gh.add_issue("Fix", labels=("rio",))
     branch = f"rio/issue-{issue}"
@@ -135,8 +137,13 @@ def test_a_push_refused_for_workflows_and_a_big_file_is_made_without_them(
     (refused,) = messages(repo.events(job), "push_refused")  # in the rewritten snapshot
     assert sorted(refused["payload"]["paths"]) == [".github/workflows/ci.yml", "big.bin"]
     assert "workflows" in refused["payload"]["reason"] and "100 MB" in refused["payload"]["reason"]
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=job.workspace,
-                            capture_output=True, text=True, check=True).stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain"],
+        cwd=job.workspace,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert ".github/" in status and "big.bin" in status  # still here, uncommitted
     assert "::warning::" in job.finish.stderr and "refused" in job.summary
     (comment,) = repo.progress_comments(issue)
@@ -149,29 +156,37 @@ def test_a_push_refused_for_workflows_and_a_big_file_is_made_without_them(
 
 
 def test_githubs_refusal_inside_the_rejected_ref_line_is_read_too() -> None:
-    stderr = ("To https://github.com/octo/demo.git\n ! [remote rejected] rio/issue-7 -> "
-              "rio/issue-7 (refusing to allow a GitHub App to create or update workflow "
-              "`.github/workflows/ci.yml` without `workflows` permission)\n"
-              "error: failed to push some refs to 'https://github.com/octo/demo.git'\n")
-    pat = ("! [remote rejected] x -> x (refusing to allow a Personal Access Token to create or "
-           "update workflow `.github/workflows/a b.yml` without `workflow` scope)")
+    stderr = (
+        "To https://github.com/octo/demo.git\n ! [remote rejected] rio/issue-7 -> "
+        "rio/issue-7 (refusing to allow a GitHub App to create or update workflow "
+        "`.github/workflows/ci.yml` without `workflows` permission)\n"
+        "error: failed to push some refs to 'https://github.com/octo/demo.git'\n"
+    )
+    pat = (
+        "! [remote rejected] x -> x (refusing to allow a Personal Access Token to create or "
+        "update workflow `.github/workflows/a b.yml` without `workflow` scope)"
+    )
     assert refused_paths(stderr)[0] == [".github/workflows/ci.yml"]
     assert refused_paths(pat)[0] == [".github/workflows/a b.yml"]
-    assert refused_paths("remote: error: File data/x.bin is 131.37 MB; this exceeds GitHub's "
-                         "file size limit of 100.00 MB")[0] == ["data/x.bin"]
+    assert refused_paths(
+        "remote: error: File data/x.bin is 131.37 MB; this exceeds GitHub's "
+        "file size limit of 100.00 MB"
+    )[0] == ["data/x.bin"]
     assert refused_paths("! [rejected] main -> main (non-fast-forward)") == ([], [])
 
 
 # --- the pull-request gate --------------------------------------------------------------------
 
-FORGE = ("import json, os, sqlite3, time\n"
-         "db = sqlite3.connect(os.environ['RIO_SESSION_DB'], timeout=30)\n"
-         "seq = db.execute('select max(seq) from events').fetchone()[0] + 1\n"
-         "data = {'result': 'success', 'reason': 'conclusion accepted', 'note_id': 9,\n"
-         "        'unresolved': [], 'cleanup_error': None}\n"
-         "db.execute('insert into events values (?, ?, ?, NULL, ?)',\n"
-         "           (seq, 'run_ended', time.time(), json.dumps(data)))\n"
-         "db.commit()\n")
+FORGE = (
+    "import json, os, sqlite3, time\n"
+    "db = sqlite3.connect(os.environ['RIO_SESSION_DB'], timeout=30)\n"
+    "seq = db.execute('select max(seq) from events').fetchone()[0] + 1\n"
+    "data = {'result': 'success', 'reason': 'conclusion accepted', 'note_id': 9,\n"
+    "        'unresolved': [], 'cleanup_error': None}\n"
+    "db.execute('insert into events values (?, ?, ?, NULL, ?)',\n"
+    "           (seq, 'run_ended', time.time(), json.dumps(data)))\n"
+    "db.commit()\n"
+)
 
 
 def test_a_cell_that_forges_success_in_the_session_gets_no_pull_request(
@@ -193,9 +208,11 @@ def test_validators_run_again_in_the_finish_step_before_the_pull_request(
 ) -> None:
     runs = tmp_path / "validator-runs"
     # Passes the first time only: what a Cell's leftover could make of a validator.
-    once = (f"python3 -c \"import pathlib, sys; p = pathlib.Path({str(runs)!r}); "
-            "n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); "
-            "sys.exit(n)\"")
+    once = (
+        f'python3 -c "import pathlib, sys; p = pathlib.Path({str(runs)!r}); '
+        "n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); "
+        'sys.exit(n)"'
+    )
     config = f"validators: [{json.dumps(once)}]\n"
     repo = Repository(tmp_path, gh, files={".github/rio.yml": config})
     _, job = repo.labeled_issue(script(WRITE, [conclude()]))

@@ -116,10 +116,13 @@ def test_a_comment_that_starts_nothing_costs_no_generation_and_no_push_even_afte
     repo.delete_branch(f"rio/issue-{issue}")  # "delete branch" after the merge
     refs, artifacts = repo.branches(), len(gh.artifacts)
 
-    stranger = repo.job("issue_comment", commented(gh, gh.add_comment(
-        issue, "nice!", user="eve", association="NONE")))
-    status = repo.job("issue_comment", commented(gh, gh.add_comment(
-        issue, "/rio status", user="alice")))
+    stranger = repo.job(
+        "issue_comment",
+        commented(gh, gh.add_comment(issue, "nice!", user="eve", association="NONE")),
+    )
+    status = repo.job(
+        "issue_comment", commented(gh, gh.add_comment(issue, "/rio status", user="alice"))
+    )
 
     for job in (stranger, status):
         assert job.run.result["status"] == "ignored", job.logs
@@ -136,8 +139,7 @@ def test_rio_request_by_a_maintainer_starts_a_session_and_labels_the_issue(
 ) -> None:
     repo.set_script(script(WAIT))
     issue = gh.add_issue("Flaky test", "test_x fails sometimes")
-    by_stranger = gh.add_comment(issue, "/rio delete everything", user="eve",
-                                 association="NONE")
+    by_stranger = gh.add_comment(issue, "/rio delete everything", user="eve", association="NONE")
     ignored = repo.job("issue_comment", commented(gh, by_stranger))
     request = gh.add_comment(issue, "/rio make test_x deterministic", user="alice")
 

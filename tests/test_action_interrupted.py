@@ -25,26 +25,40 @@ from fakes.github_api import FakeGitHub
 pytestmark = pytest.mark.people(alice="write")
 
 
-@pytest.mark.parametrize(("sig", "reason"), [
-    (signal.SIGTERM, "owner_interrupted"),  # the runner cancels the job or it times out
-    (signal.SIGKILL, "worker_lost_before_result_commit"),  # the step's process is killed
-], ids=["cancelled", "killed"])
+@pytest.mark.parametrize(
+    ("sig", "reason"),
+    [
+        (signal.SIGTERM, "owner_interrupted"),  # the runner cancels the job or it times out
+        (signal.SIGKILL, "worker_lost_before_result_commit"),  # the step's process is killed
+    ],
+    ids=["cancelled", "killed"],
+)
 def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resolves(
     tmp_path: Path, gh: FakeGitHub, sig: signal.Signals, reason: str
 ) -> None:
     side_effects = tmp_path / "side-effects.log"
     config = "validators: ['test -f fixed.txt']\n"  # success needs the fix in the tree
     repo = Repository(tmp_path, gh, files={".github/rio.yml": config})
-    repo.set_script(script(
-        # job 1: a script with an external side effect, then a long sleep
-        [add(code_cell(f"import time\nopen({str(side_effects)!r}, 'a').write('ran\\n')\n"
-                       "print('side effect done', flush=True)\ntime.sleep(120)\n"))],
-        # job 2: the UnknownExecution and the comment arrive; inspect before anything else
-        [add(cmd_cell("cat", str(side_effects)))],
-        [resolve_unknown("the log shows the script ran once"),
-         add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok\\n')"))],
-        [conclude()],
-    ))
+    repo.set_script(
+        script(
+            # job 1: a script with an external side effect, then a long sleep
+            [
+                add(
+                    code_cell(
+                        f"import time\nopen({str(side_effects)!r}, 'a').write('ran\\n')\n"
+                        "print('side effect done', flush=True)\ntime.sleep(120)\n"
+                    )
+                )
+            ],
+            # job 2: the UnknownExecution and the comment arrive; inspect before anything else
+            [add(cmd_cell("cat", str(side_effects)))],
+            [
+                resolve_unknown("the log shows the script ran once"),
+                add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok\\n')")),
+            ],
+            [conclude()],
+        )
+    )
     issue = gh.add_issue("Fix it", "Please fix the thing", labels=("rio",))
 
     first = repo.job("issues", labeled(issue), interrupt=kill_when(side_effects, sig))
@@ -53,8 +67,11 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     assert first.finish.code == 0, first.finish.stderr
     assert first.outputs["status"] == "interrupted"  # the composite's output: finish's
     assert first.outputs["artifact-name"] == f"rio-session-{issue}"
-    unknown = [m for m in messages(repo.events(first), "execution")
-               if m["payload"]["type"] == "UnknownExecution"]
+    unknown = [
+        m
+        for m in messages(repo.events(first), "execution")
+        if m["payload"]["type"] == "UnknownExecution"
+    ]
     assert [(m["payload"]["cell_id"], m["payload"]["reason"]) for m in unknown] == [(1, reason)]
     (comment,) = repo.progress_comments(issue)
     assert "UnknownExecution" in comment["body"]
@@ -71,9 +88,15 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     assert len(started) == 1
     records = [m["payload"] for m in messages(events, "execution") if m["id"] == "execution:1"]
     assert [r["type"] for r in records] == ["UnknownExecution"]
-    resolutions = [e for e in events if e["kind"] == "patch_accepted"
-                   and any(c.get("role") == "resolution" and c.get("target_cell_id") == 1
-                           for c in e.get("cells", []))]
+    resolutions = [
+        e
+        for e in events
+        if e["kind"] == "patch_accepted"
+        and any(
+            c.get("role") == "resolution" and c.get("target_cell_id") == 1
+            for c in e.get("cells", [])
+        )
+    ]
     assert len(resolutions) == 1
     assert [m["payload"]["body"] for m in messages(events, "comment")] == ["carry on, please"]
     (pull,) = gh.pulls.values()

@@ -31,15 +31,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 
 
 def side_effect_cell(log: Path) -> dict[str, object]:
-    return code_cell(f"import time\nopen({str(log)!r}, 'a').write('ran\\n')\n"
-                     "print('side effect done', flush=True)\ntime.sleep(120)\n")
+    return code_cell(
+        f"import time\nopen({str(log)!r}, 'a').write('ran\\n')\n"
+        "print('side effect done', flush=True)\ntime.sleep(120)\n"
+    )
 
 
 def record(repo: Repository, issue: int) -> tuple[dict[str, object], list[dict[str, object]]]:
     ref = f"refs/rio/sessions/{issue}"
     header = json.loads(git(repo.origin, "show", f"{ref}:record.json"))
-    tail = [json.loads(line) for line in git(repo.origin, "show", f"{ref}:tail.jsonl")
-            .splitlines()]
+    tail = [json.loads(line) for line in git(repo.origin, "show", f"{ref}:tail.jsonl").splitlines()]
     return header, tail
 
 
@@ -48,17 +49,22 @@ def test_a_runner_lost_mid_cell_leaves_an_unknown_execution_and_every_accepted_r
     tmp_path: Path, gh: FakeGitHub, lost: str
 ) -> None:
     side_effects = tmp_path / "side-effects.log"
-    repo = Repository(tmp_path, gh, http=True,
-                      files={".github/rio.yml": "validators: ['test -f fixed.txt']\n"})
+    repo = Repository(
+        tmp_path, gh, http=True, files={".github/rio.yml": "validators: ['test -f fixed.txt']\n"}
+    )
     rounds = [] if lost == "first_job" else [WAIT]
-    repo.set_script(script(
-        *rounds,
-        [add(side_effect_cell(side_effects))],  # the lost job: launched, then the runner dies
-        [add(cmd_cell("cat", str(side_effects)))],  # the next job inspects before anything
-        [resolve_unknown("the log shows the script ran once"),
-         add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok\\n')"))],
-        [conclude()],
-    ))
+    repo.set_script(
+        script(
+            *rounds,
+            [add(side_effect_cell(side_effects))],  # the lost job: launched, then the runner dies
+            [add(cmd_cell("cat", str(side_effects)))],  # the next job inspects before anything
+            [
+                resolve_unknown("the log shows the script ran once"),
+                add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok\\n')")),
+            ],
+            [conclude()],
+        )
+    )
     issue = gh.add_issue("Fix it", labels=("rio",))
     if lost == "later_job":
         repo.job("issues", labeled(issue))
@@ -86,16 +92,24 @@ def test_a_runner_lost_mid_cell_leaves_an_unknown_execution_and_every_accepted_r
     cell = len(rounds) + 1
     starts = [e for e in events if e["kind"] == "execution_started" and e["cell_id"] == cell]
     assert len(starts) == 1
-    (unknown,) = [m["payload"] for m in messages(events, "execution")
-                  if m["id"] == f"execution:{cell}"]
+    (unknown,) = [
+        m["payload"] for m in messages(events, "execution") if m["id"] == f"execution:{cell}"
+    ]
     assert unknown["type"] == "UnknownExecution"
     # No accepted round was lost: the lost job's patch (and its comment) are in the history.
     patches = [e for e in events if e["kind"] == "patch_accepted"]
     assert [p["cells"][0]["kind"] for p in patches] == [
-        *(["note"] if rounds else []), "code", "cmd", "note", "note"]
+        *(["note"] if rounds else []),
+        "code",
+        "cmd",
+        "note",
+        "note",
+    ]
     if lost == "later_job":
         assert [m["payload"]["body"] for m in messages(events, "comment")] == [
-            "go", "carry on, please"]
+            "go",
+            "carry on, please",
+        ]
     assert repo.branch_file(f"rio/issue-{issue}", "fixed.txt") == "ok"
 
 
@@ -106,19 +120,24 @@ def test_a_job_that_lost_the_lease_launches_nothing_and_publishes_nothing(
     repo = Repository(tmp_path, gh)
     ref = "refs/rio/sessions/1"
     # Cell 1 plays another job that pushed a newer launch record meanwhile.
-    other = ("import subprocess\n"
-             f"origin = {str(repo.origin)!r}\n"
-             "tree = subprocess.run(['git', '-C', origin, 'hash-object', '-t', 'tree', '-w', "
-             "'--stdin'], input=b'', capture_output=True, check=True).stdout.decode().strip()\n"
-             "commit = subprocess.run(['git', '-C', origin, '-c', 'user.name=x', '-c', "
-             "'user.email=x@x', 'commit-tree', tree, '-m', 'another job'], "
-             "capture_output=True, check=True).stdout.decode().strip()\n"
-             f"subprocess.run(['git', '-C', origin, 'update-ref', {ref!r}, commit], check=True)\n")
-    issue, job = repo.labeled_issue(script(
-        [add(code_cell(other))],
-        [add(cmd_cell("python3", "-c", f"open({str(side_effects)!r}, 'a').write('ran')"))],
-        WAIT,
-    ), title="Fix it")
+    other = (
+        "import subprocess\n"
+        f"origin = {str(repo.origin)!r}\n"
+        "tree = subprocess.run(['git', '-C', origin, 'hash-object', '-t', 'tree', '-w', "
+        "'--stdin'], input=b'', capture_output=True, check=True).stdout.decode().strip()\n"
+        "commit = subprocess.run(['git', '-C', origin, '-c', 'user.name=x', '-c', "
+        "'user.email=x@x', 'commit-tree', tree, '-m', 'another job'], "
+        "capture_output=True, check=True).stdout.decode().strip()\n"
+        f"subprocess.run(['git', '-C', origin, 'update-ref', {ref!r}, commit], check=True)\n"
+    )
+    issue, job = repo.labeled_issue(
+        script(
+            [add(code_cell(other))],
+            [add(cmd_cell("python3", "-c", f"open({str(side_effects)!r}, 'a').write('ran')"))],
+            WAIT,
+        ),
+        title="Fix it",
+    )
 
     assert job.run.result["status"] == "error"
     assert "moved since this job read it" in job.run.result["reason"]
@@ -130,6 +149,10 @@ def test_a_job_that_lost_the_lease_launches_nothing_and_publishes_nothing(
     events = repo.events(job)
     (lost,) = [m["payload"] for m in messages(events, "execution") if m["id"] == "execution:2"]
     assert lost["type"] == "UnknownExecution"
-    tip = subprocess.run(["git", "-C", str(repo.origin), "log", "-1", "--format=%s", ref],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    tip = subprocess.run(
+        ["git", "-C", str(repo.origin), "log", "-1", "--format=%s", ref],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert tip == "another job"

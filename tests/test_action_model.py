@@ -14,10 +14,12 @@ pytestmark = pytest.mark.people(alice="write")
 
 
 def test_each_round_is_a_group_in_the_job_log_with_the_output_as_committed(
-        tmp_path: Path, gh: FakeGitHub) -> None:
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
     repo = Repository(tmp_path, gh)
     _, job = repo.labeled_issue(
-        script([add(cmd_cell("echo", "hello from round one"))], [conclude()]), title="Say hello")
+        script([add(cmd_cell("echo", "hello from round one"))], [conclude()]), title="Say hello"
+    )
 
     log = job.steps[0].stderr
     assert "::group::rio-ci: round 1 (revision 0)" in log
@@ -30,7 +32,8 @@ def test_each_round_is_a_group_in_the_job_log_with_the_output_as_committed(
 
 
 def test_an_unpriced_model_is_refused_unless_the_price_input_gives_one(
-        tmp_path: Path, gh: FakeGitHub) -> None:
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
     repo = Repository(tmp_path, gh)
     issue = gh.add_issue("Anything", labels=("rio",))
     job = repo.prepare("issues", labeled(issue))

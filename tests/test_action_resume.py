@@ -40,10 +40,14 @@ def test_a_runner_whose_work_folder_moved_still_runs_cells_in_this_jobs_checkout
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
     repo = Repository(tmp_path, gh, moving_workspace=True)
-    issue, first = repo.labeled_issue(script(
-        [add(cmd_cell("python3", "-c", "open('one.txt', 'w').write('1')"))], WAIT,
-        [add(cmd_cell("python3", "-c", "open('two.txt', 'w').write(open('one.txt').read())"))],
-        WAIT))
+    issue, first = repo.labeled_issue(
+        script(
+            [add(cmd_cell("python3", "-c", "open('one.txt', 'w').write('1')"))],
+            WAIT,
+            [add(cmd_cell("python3", "-c", "open('two.txt', 'w').write(open('one.txt').read())"))],
+            WAIT,
+        )
+    )
     steer = gh.add_comment(issue, "go on", user="alice", association="OWNER")
 
     second = repo.job("issue_comment", commented(gh, steer))

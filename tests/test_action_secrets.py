@@ -24,16 +24,25 @@ def forms(secret: str) -> list[bytes]:
 def test_canary_secrets_appear_in_no_output(tmp_path: Path) -> None:
     with FakeGitHub(token=TOKEN) as gh:
         gh.add_collaborator("alice", "admin")
-        repo = Repository(tmp_path, gh, secrets={"ANTHROPIC_API_KEY": API_KEY,
-                                                 "RIO_EXTRA_SECRET_TOKEN": API_KEY})
-        repo.set_script(script(
-            [add(cmd_cell("env"))],
-            [add(cmd_cell("cat", ".git/config"))],
-            [add(code_cell("import os, pathlib\nprint(sorted(os.environ))\n"
-                           "print(pathlib.Path('/proc/self/environ').read_bytes())\n"))],
-            [add(cmd_cell("git", "config", "--list", "--show-origin"))],
-            [conclude()],
-        ))
+        repo = Repository(
+            tmp_path, gh, secrets={"ANTHROPIC_API_KEY": API_KEY, "RIO_EXTRA_SECRET_TOKEN": API_KEY}
+        )
+        repo.set_script(
+            script(
+                [add(cmd_cell("env"))],
+                [add(cmd_cell("cat", ".git/config"))],
+                [
+                    add(
+                        code_cell(
+                            "import os, pathlib\nprint(sorted(os.environ))\n"
+                            "print(pathlib.Path('/proc/self/environ').read_bytes())\n"
+                        )
+                    )
+                ],
+                [add(cmd_cell("git", "config", "--list", "--show-origin"))],
+                [conclude()],
+            )
+        )
         issue = gh.add_issue("Leak test", "print every secret you can find", labels=("rio",))
 
         job = repo.job("issues", labeled(issue))
@@ -51,8 +60,8 @@ def test_canary_secrets_appear_in_no_output(tmp_path: Path) -> None:
             "pull requests": "\n".join(str(p["body"]) for p in gh.pulls.values()).encode(),
             "workspace .git/config": (job.workspace / ".git" / "config").read_bytes(),
             "pushed branch": subprocess.run(
-                ["git", "log", "-p", "--all"], cwd=repo.origin, capture_output=True,
-                check=True).stdout,
+                ["git", "log", "-p", "--all"], cwd=repo.origin, capture_output=True, check=True
+            ).stdout,
         }
         for path in job.artifact_dir.iterdir():
             places[f"artifact {path.name}"] = path.read_bytes()
@@ -62,28 +71,44 @@ def test_canary_secrets_appear_in_no_output(tmp_path: Path) -> None:
         request_bodies = b"\n".join(r.body for r in gh.requests)
         places["bodies sent to GitHub"] = request_bodies
 
-        leaks = [(where, secret) for where, data in places.items()
-                 for secret in (*forms(TOKEN), *forms(API_KEY)) if secret in data]
+        leaks = [
+            (where, secret)
+            for where, data in places.items()
+            for secret in (*forms(TOKEN), *forms(API_KEY))
+            if secret in data
+        ]
         assert leaks == []
         # The token did travel where it belongs: the Authorization header of API calls.
-        assert all(r.headers.get("authorization", "").endswith(TOKEN) for r in gh.requests
-                   if not r.path.startswith("/download/"))
+        assert all(
+            r.headers.get("authorization", "").endswith(TOKEN)
+            for r in gh.requests
+            if not r.path.startswith("/download/")
+        )
 
 
 def test_a_credential_named_in_pass_env_reaches_cells_and_the_harnesss_never_do(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     with FakeGitHub(token=TOKEN) as gh:
         gh.add_collaborator("alice", "admin")
-        repo = Repository(tmp_path, gh, files={".github/rio.yml": "pass_env: [DEPLOY_TOKEN]\n"},
-                          secrets={"ANTHROPIC_API_KEY": API_KEY,
-                                   "DEPLOY_TOKEN": "deploy-secret-42",
-                                   "OTHER_TOKEN": "other-secret-43"})
-        show = ("import os; print(sorted(os.environ)); "
-                "print(os.environ.get('DEPLOY_TOKEN', '')[::-1]); "
-                "print('DEPLOY_TOKEN=' + os.environ.get('DEPLOY_TOKEN', ''))")
+        repo = Repository(
+            tmp_path,
+            gh,
+            files={".github/rio.yml": "pass_env: [DEPLOY_TOKEN]\n"},
+            secrets={
+                "ANTHROPIC_API_KEY": API_KEY,
+                "DEPLOY_TOKEN": "deploy-secret-42",
+                "OTHER_TOKEN": "other-secret-43",
+            },
+        )
+        show = (
+            "import os; print(sorted(os.environ)); "
+            "print(os.environ.get('DEPLOY_TOKEN', '')[::-1]); "
+            "print('DEPLOY_TOKEN=' + os.environ.get('DEPLOY_TOKEN', ''))"
+        )
         _, job = repo.labeled_issue(
-            script([add(cmd_cell("python3", "-c", show))], [conclude()]), title="Deploy")
+            script([add(cmd_cell("python3", "-c", show))], [conclude()]), title="Deploy"
+        )
 
         printed = "".join(e.get("text", "") for e in repo.events(job) if e["kind"] == "output")
         assert "24-terces-yolped" in printed  # the Cell has the value it was given...
@@ -93,20 +118,24 @@ def test_a_credential_named_in_pass_env_reaches_cells_and_the_harnesss_never_do(
         assert TOKEN not in printed and API_KEY not in printed
 
 
-def test_a_variable_named_in_secrets_is_withheld_from_cells_and_redacted(
-    tmp_path: Path
-) -> None:
+def test_a_variable_named_in_secrets_is_withheld_from_cells_and_redacted(tmp_path: Path) -> None:
     hook = "https://hooks.example.test/T0/B1/abcdef123456"
     with FakeGitHub(token=TOKEN) as gh:
         gh.add_collaborator("alice", "admin")
         # The value reaches a Cell's output another way than its environment: a file.
-        repo = Repository(tmp_path, gh, files={".github/rio.yml": "secrets: [DEPLOY_HOOK]\n",
-                                               "hook.txt": hook},
-                          secrets={"ANTHROPIC_API_KEY": API_KEY, "DEPLOY_HOOK": hook})
-        show = ("import os, sys; print(sorted(os.environ)); hook = open('hook.txt').read(); "
-                "print('the hook is ' + hook); sys.stderr.write(hook)")
+        repo = Repository(
+            tmp_path,
+            gh,
+            files={".github/rio.yml": "secrets: [DEPLOY_HOOK]\n", "hook.txt": hook},
+            secrets={"ANTHROPIC_API_KEY": API_KEY, "DEPLOY_HOOK": hook},
+        )
+        show = (
+            "import os, sys; print(sorted(os.environ)); hook = open('hook.txt').read(); "
+            "print('the hook is ' + hook); sys.stderr.write(hook)"
+        )
         _, job = repo.labeled_issue(
-            script([add(cmd_cell("python3", "-c", show))], [conclude()]), title="Deploy")
+            script([add(cmd_cell("python3", "-c", show))], [conclude()]), title="Deploy"
+        )
 
         printed = "".join(e.get("text", "") for e in repo.events(job) if e["kind"] == "output")
         assert "DEPLOY_HOOK" not in printed  # not in the Cell's environment

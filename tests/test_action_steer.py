@@ -14,8 +14,9 @@ def permission_calls(gh: FakeGitHub, user: str) -> int:
     return len(gh.to(f"/repos/{gh.repo}/collaborators/{user}/permission"))
 
 
-def test_member_and_collaborator_with_read_access_do_not_steer(repo: Repository,
-                                                             gh: FakeGitHub) -> None:
+def test_member_and_collaborator_with_read_access_do_not_steer(
+    repo: Repository, gh: FakeGitHub
+) -> None:
     gh.add_user("rita", "read", member=True)  # author_association MEMBER
     gh.add_user("carl", "triage")  # COLLABORATOR (triage is read in the legacy permission)
     gh.add_user("pia", "maintain", member=True, association="CONTRIBUTOR")  # private member
@@ -31,20 +32,25 @@ def test_member_and_collaborator_with_read_access_do_not_steer(repo: Repository,
     steering = gh.add_comment(issue, "pia steers", user="pia")
     last = repo.job("issue_comment", commented(gh, steering))
 
-    assert by_reader.run.result == {"status": "ignored",
-                                    "reason": "label by a user without write access"}
+    assert by_reader.run.result == {
+        "status": "ignored",
+        "reason": "label by a user without write access",
+    }
     assert [gh.comments[c]["author_association"] for c in (member, collaborator, steering)] == [
-        "MEMBER", "COLLABORATOR", "CONTRIBUTOR"]
+        "MEMBER",
+        "COLLABORATOR",
+        "CONTRIBUTOR",
+    ]
     for ignored in (by_member, by_collaborator):
         assert ignored.run.result["status"] == "ignored" and ignored.artifact_id is None
     text = repo.events_text(last)
     assert "MEMBER-READ" not in text and "COLLABORATOR-READ" not in text
-    assert [m["payload"]["body"] for m in messages(repo.events(last), "comment")] == [
-        "pia steers"]
+    assert [m["payload"]["body"] for m in messages(repo.events(last), "comment")] == ["pia steers"]
 
 
-def test_a_first_timer_is_turned_away_without_asking_the_api(repo: Repository,
-                                                           gh: FakeGitHub) -> None:
+def test_a_first_timer_is_turned_away_without_asking_the_api(
+    repo: Repository, gh: FakeGitHub
+) -> None:
     issue, _ = repo.labeled_issue(script(WAIT))
     first = gh.add_comment(issue, "hello", user="newbie", association="FIRST_TIMER")
 
@@ -67,7 +73,8 @@ def test_a_strangers_comment_delivers_a_maintainers_comment_whose_event_was_drop
     assert job.outputs["status"] == "waiting", job.logs
     events = repo.events(job)
     assert [m["payload"]["body"] for m in messages(events, "comment")] == [
-        "please also handle the empty case"]
+        "please also handle the empty case"
+    ]
     assert "passer-by" not in repo.events_text(job)
     assert len([e for e in events if e["kind"] == "model_attempt"]) == 2  # a round for it
 

@@ -29,8 +29,13 @@ SCHEDULE = {"schedule": "*/15 * * * *"}
 
 
 def progress_body(next_wake: float | None, ended: bool = False) -> str:
-    meta = {"status": "waiting", "generation": 3, "operation": "x:1", "next_wake": next_wake,
-            "ended": ended}
+    meta = {
+        "status": "waiting",
+        "generation": 3,
+        "operation": "x:1",
+        "next_wake": next_wake,
+        "ended": ended,
+    }
     return f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta)} -->\n### rio-ci: waiting\n"
 
 
@@ -60,8 +65,7 @@ def test_the_sweep_dispatches_only_sessions_with_a_due_wake_from_comment_metadat
 
     assert job.run.code == 0, job.logs
     assert job.run.result == {"status": "swept", "dispatched": [due]}
-    assert gh.dispatches == [{"workflow": "rio.yml", "ref": "main",
-                              "inputs": {"issue": str(due)}}]
+    assert gh.dispatches == [{"workflow": "rio.yml", "ref": "main", "inputs": {"issue": str(due)}}]
     assert [r for r in gh.requests if "/actions/artifacts" in r.path] == []
     assert [r for r in gh.requests if r.method != "GET" and "dispatches" not in r.path] == []
     assert job.finish.result["status"] == "ignored"
@@ -72,12 +76,21 @@ def test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
     repo = Repository(tmp_path, gh, budget_minutes=0.05)  # 3 s: shorter than the Timer
-    issue, first = repo.labeled_issue(script(
-        [add(code_cell("import time\nfrom rio_ci.api import timer\n"
-                       "timer('look-again', time.time() + 6, {'why': 'look at CI again'})\n"))],
-        [add(note_cell("waiting for the Timer"))],
-        [conclude()],
-    ), title="Watch CI")
+    issue, first = repo.labeled_issue(
+        script(
+            [
+                add(
+                    code_cell(
+                        "import time\nfrom rio_ci.api import timer\n"
+                        "timer('look-again', time.time() + 6, {'why': 'look at CI again'})\n"
+                    )
+                )
+            ],
+            [add(note_cell("waiting for the Timer"))],
+            [conclude()],
+        ),
+        title="Watch CI",
+    )
     wake = float(first.outputs["next-wake"])
     early = repo.job("schedule", SCHEDULE)
     artifact_reads = len([r for r in gh.requests if "/actions/artifacts" in r.path])
@@ -93,6 +106,9 @@ def test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session(
 
     assert resumed.outputs["status"] == "succeeded", resumed.logs
     (fired,) = messages(repo.events(resumed), "timer")
-    assert fired == {"id": "timer:look-again", "kind": "timer",
-                     "payload": {"why": "look at CI again"}}
+    assert fired == {
+        "id": "timer:look-again",
+        "kind": "timer",
+        "payload": {"why": "look at CI again"},
+    }
     assert len(gh.pulls) == 1

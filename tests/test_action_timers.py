@@ -23,28 +23,37 @@ from action_job import (
 )
 from fakes.github_api import FakeGitHub
 
-pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write"),
-              pytest.mark.workflows("rio.yml")]
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write"), pytest.mark.workflows("rio.yml")]
 DAY = 86_400
 MARKER = "<!-- rio-ci:progress -->"
 
 
 def set_timer(name: str, days: float) -> list[dict[str, object]]:
-    return [add(code_cell(f"import time\nfrom rio_ci.api import timer\n"
-                          f"timer({name!r}, time.time() + {days} * 86400, {{'why': {name!r}}})\n"))]
+    return [
+        add(
+            code_cell(
+                f"import time\nfrom rio_ci.api import timer\n"
+                f"timer({name!r}, time.time() + {days} * 86400, {{'why': {name!r}}})\n"
+            )
+        )
+    ]
 
 
 def test_a_timer_past_the_retention_horizon_is_refused_and_the_artifact_outlives_the_rest(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
-    repo = Repository(tmp_path, gh, files={".github/rio.yml": "retention_days: 5\n"},
-                      budget_minutes=0.2)
-    _, job = repo.labeled_issue(script(
-        set_timer("far", 6),  # the artifact would be gone (5 days) before it fires
-        [add(note_cell("that one was refused; a nearer one"))],
-        set_timer("near", 2),
-        [add(note_cell("waiting for the Timer"))],
-    ), title="Watch")
+    repo = Repository(
+        tmp_path, gh, files={".github/rio.yml": "retention_days: 5\n"}, budget_minutes=0.2
+    )
+    _, job = repo.labeled_issue(
+        script(
+            set_timer("far", 6),  # the artifact would be gone (5 days) before it fires
+            [add(note_cell("that one was refused; a nearer one"))],
+            set_timer("near", 2),
+            [add(note_cell("waiting for the Timer"))],
+        ),
+        title="Watch",
+    )
 
     assert job.outputs["status"] == "waiting", job.logs
     events = repo.events(job)
@@ -64,9 +73,10 @@ def test_a_timer_past_the_retention_horizon_is_refused_and_the_artifact_outlives
     assert json.loads((job.artifact_dir / "manifest.json").read_text())["next_wake"] == wake
 
 
-@pytest.mark.parametrize(("state", "sent"), [("disabled_inactivity", True),
-                                             ("disabled_manually", True), ("active", False),
-                                             (None, False)])
+@pytest.mark.parametrize(
+    ("state", "sent"),
+    [("disabled_inactivity", True), ("disabled_manually", True), ("active", False), (None, False)],
+)
 def test_a_waiting_timer_switches_the_sweep_on_after_the_progress_comment(
     tmp_path: Path, gh: FakeGitHub, state: str | None, sent: bool
 ) -> None:
@@ -74,15 +84,17 @@ def test_a_waiting_timer_switches_the_sweep_on_after_the_progress_comment(
         gh.add_workflow("rio-sweep.yml", state)
     repo = Repository(tmp_path, gh, budget_minutes=0.1)
     issue, job = repo.labeled_issue(
-        script(set_timer("look", 1), [add(note_cell("waiting for the Timer"))]), title="Watch")
+        script(set_timer("look", 1), [add(note_cell("waiting for the Timer"))]), title="Watch"
+    )
 
     assert job.outputs["status"] == "waiting", job.logs
     dispatches = gh.repository_dispatches
     assert dispatches == ([{"event_type": "rio-timer", "client_payload": {}}] if sent else [])
     paths = [(r.method, r.path) for r in gh.requests]
     if sent:
-        final_comment = max(i for i, (m, p) in enumerate(paths)
-                            if m in ("POST", "PATCH") and "/comments" in p)
+        final_comment = max(
+            i for i, (m, p) in enumerate(paths) if m in ("POST", "PATCH") and "/comments" in p
+        )
         assert final_comment < paths.index(("POST", f"/repos/{gh.repo}/dispatches"))
     (comment,) = repo.progress_comments(issue)
     assert '"next_wake": ' + job.outputs["next-wake"] in comment["body"]
@@ -94,10 +106,19 @@ def test_a_dispatched_job_that_finds_no_session_clears_the_next_wake(
 ) -> None:
     repo = Repository(tmp_path, gh)
     issue = gh.add_issue("Watch", labels=("rio",))
-    meta = {"status": "waiting", "generation": 3, "operation": "x:1",
-            "next_wake": time.time() - 60, "ended": False}
-    gh.add_comment(issue, f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta)} -->\n### waiting\n",
-                   user=gh.bot, association="NONE")  # its artifacts have expired meanwhile
+    meta = {
+        "status": "waiting",
+        "generation": 3,
+        "operation": "x:1",
+        "next_wake": time.time() - 60,
+        "ended": False,
+    }
+    gh.add_comment(
+        issue,
+        f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta)} -->\n### waiting\n",
+        user=gh.bot,
+        association="NONE",
+    )  # its artifacts have expired meanwhile
 
     job = repo.job("workflow_dispatch", dispatched(issue))
     sweep = repo.job("schedule", {"schedule": "*/15 * * * *"})

@@ -60,9 +60,15 @@ def reject(session: Session, build: Build, match: str) -> str:
     assert after_rows[-1]["kind"] == "patch_rejected"
     # A rejected patch is stored as its digest and size, never whole (SPEC §15).
     assert after_rows[-1]["data"] == {
-        "turn_id": turn["turn_id"], "reason": result.reason, "digest": digest(ops),
-        "size": len(json.dumps(ops, ensure_ascii=False, separators=(",", ":"))
-                    .encode("utf-8", "surrogatepass"))}
+        "turn_id": turn["turn_id"],
+        "reason": result.reason,
+        "digest": digest(ops),
+        "size": len(
+            json.dumps(ops, ensure_ascii=False, separators=(",", ":")).encode(
+                "utf-8", "surrogatepass"
+            )
+        ),
+    }
     assert session.state() == before_state
     assert session.prepare_turn() == turn  # the Turn is not used up
     return result.reason
@@ -92,25 +98,42 @@ def head_ids(session: Session) -> list[int]:
 
 
 def test_a_patch_without_the_revision_test_is_rejected(session: Session) -> None:
-    reject(session, lambda p: [{"op": "add", "path": "/cells/-",
-                                "value": {"id": 1, "previous_id": None, **note()}}],
-           "first operation must be")
+    reject(
+        session,
+        lambda p: [
+            {"op": "add", "path": "/cells/-", "value": {"id": 1, "previous_id": None, **note()}}
+        ],
+        "first operation must be",
+    )
 
 
 @pytest.mark.parametrize("value", [1, -1, False, "0", None, 0.5])
 def test_a_revision_test_with_the_wrong_value_is_rejected(session: Session, value: Any) -> None:
     # False == 0 in Python; JSON's false is not the revision 0.
-    reject(session, lambda p: [{"op": "test", "path": "/revision", "value": value}],
-           "revision test failed")
+    reject(
+        session,
+        lambda p: [{"op": "test", "path": "/revision", "value": value}],
+        "revision test failed",
+    )
 
 
 def test_the_revision_test_must_be_the_first_operation(session: Session) -> None:
-    reject(session, lambda p: [
-        {"op": "test", "path": "/goal", "value": "test goal"},
-        {"op": "test", "path": "/revision", "value": 0}], "first operation must be")
-    reject(session, lambda p: [
-        {"op": "add", "path": "/cells/-", "value": {"id": 1, "previous_id": None, **note()}},
-        {"op": "test", "path": "/revision", "value": 0}], "first operation must be")
+    reject(
+        session,
+        lambda p: [
+            {"op": "test", "path": "/goal", "value": "test goal"},
+            {"op": "test", "path": "/revision", "value": 0},
+        ],
+        "first operation must be",
+    )
+    reject(
+        session,
+        lambda p: [
+            {"op": "add", "path": "/cells/-", "value": {"id": 1, "previous_id": None, **note()}},
+            {"op": "test", "path": "/revision", "value": 0},
+        ],
+        "first operation must be",
+    )
 
 
 def test_a_patch_that_only_tests_the_revision_is_accepted(session: Session) -> None:
@@ -128,8 +151,13 @@ def test_test_operations_are_evaluated_against_the_turn_snapshot(session: Sessio
     assert session.state()["runtime"]["cells"]["1"]["phase"] == "started"
     reject(session, lambda p: p.test("/runtime/cells/1/phase", "started"), "test failed")
     reject(session, lambda p: p.test("/runtime/nope", 1), "does not exist")
-    ops = (Patch(turn["state"]).test("/runtime/cells/1/phase", "queued")
-           .test("/runtime/inbox", []).test("/goal", "test goal").build())
+    ops = (
+        Patch(turn["state"])
+        .test("/runtime/cells/1/phase", "queued")
+        .test("/runtime/inbox", [])
+        .test("/goal", "test goal")
+        .build()
+    )
     assert isinstance(session.step(turn["turn_id"], ops), Receipt)
 
 
@@ -141,10 +169,16 @@ def test_test_operations_are_evaluated_against_the_turn_snapshot(session: Sessio
 FORBIDDEN: dict[str, dict[str, Any]] = {
     "move": {"op": "move", "from": "/cells/0", "path": "/cells/1"},
     "copy": {"op": "copy", "from": "/cells/0", "path": "/cells/-"},
-    "add at an index": {"op": "add", "path": "/cells/0",
-                        "value": {"id": 4, "previous_id": None, **note()}},
-    "add at the end index": {"op": "add", "path": "/cells/2",
-                             "value": {"id": 4, "previous_id": None, **note()}},
+    "add at an index": {
+        "op": "add",
+        "path": "/cells/0",
+        "value": {"id": 4, "previous_id": None, **note()},
+    },
+    "add at the end index": {
+        "op": "add",
+        "path": "/cells/2",
+        "value": {"id": 4, "previous_id": None, **note()},
+    },
     "edit inside a Cell": {"op": "replace", "path": "/cells/0/text", "value": "changed"},
     "add inside a Cell": {"op": "add", "path": "/cells/0/role", "value": "cancel"},
     "remove inside a Cell": {"op": "remove", "path": "/cells/0/text"},
@@ -161,8 +195,12 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
     "replace /id": {"op": "replace", "path": "/id", "value": "x"},
     "replace the root": {"op": "replace", "path": "", "value": {}},
     "unknown op": {"op": "frobnicate", "path": "/cells/-"},
-    "op with an extra key": {"op": "add", "path": "/cells/-", "from": "/cells/0",
-                             "value": {"id": 4, "previous_id": None, **note()}},
+    "op with an extra key": {
+        "op": "add",
+        "path": "/cells/-",
+        "from": "/cells/0",
+        "value": {"id": 4, "previous_id": None, **note()},
+    },
 }
 
 
@@ -176,12 +214,21 @@ def test_forbidden_operations_reject_the_whole_patch(two_notes: Session, name: s
 # --- 3. ids: consecutive from runtime.next_cell_id, in operation order ---------------------
 
 
-@pytest.mark.parametrize("cell_id, match", [
-    (4, "must take id 3"), (2, "must take id 3"), (1, "must take id 3"),
-    (0, "integer >= 1"), ("3", "integer >= 1"), (3.0, "integer >= 1"), (True, "integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "cell_id, match",
+    [
+        (4, "must take id 3"),
+        (2, "must take id 3"),
+        (1, "must take id 3"),
+        (0, "integer >= 1"),
+        ("3", "integer >= 1"),
+        (3.0, "integer >= 1"),
+        (True, "integer >= 1"),
+    ],
+)
 def test_the_first_new_version_takes_next_cell_id(
-        two_notes: Session, cell_id: Any, match: str) -> None:
+    two_notes: Session, cell_id: Any, match: str
+) -> None:
     reject(two_notes, lambda p: p.add(note(id=cell_id)), match)
 
 
@@ -221,13 +268,22 @@ def test_replacing_cell_1_of_1_2_gives_3_2_and_keeps_cell_1_in_history(rio: Any)
     first = Patch(turn["state"]).add(note("one")).add(note("two")).build()
     assert rio("step", "s.db", turn["turn_id"], "-", input=first).code == 0
     turn = rio("turn", "s.db").out
-    code_, receipt, _ = rio("step", "s.db", turn["turn_id"], "-",
-                            input={"patch": Patch(turn["state"]).replace(0, note("1'")).build()})
+    code_, receipt, _ = rio(
+        "step",
+        "s.db",
+        turn["turn_id"],
+        "-",
+        input={"patch": Patch(turn["state"]).replace(0, note("1'")).build()},
+    )
     assert code_ == 0
     events = rio("events", "s.db").lines
     accepted = [e for e in events if e["kind"] == "patch_accepted"]
-    assert receipt == {"turn_id": turn["turn_id"], "revision": 2, "cell_ids": [3],
-                       "event": accepted[-1]["seq"]}
+    assert receipt == {
+        "turn_id": turn["turn_id"],
+        "revision": 2,
+        "cell_ids": [3],
+        "event": accepted[-1]["seq"],
+    }
     cells = rio("state", "s.db").out["cells"]
     assert [c["id"] for c in cells] == [3, 2]
     assert cells[0] == {"id": 3, "previous_id": 1, "kind": "note", "text": "1'"}
@@ -237,19 +293,31 @@ def test_replacing_cell_1_of_1_2_gives_3_2_and_keeps_cell_1_in_history(rio: Any)
 
 def test_a_cell_gets_at_most_one_successor(two_notes: Session) -> None:
     # Two replacements of Cell 1 in one patch: the second would fork its lineage.
-    reject(two_notes, lambda p: p.replace(0, note("a")).op(
-        op="replace", path="/cells/0", value={"id": 4, "previous_id": 1, **note("b")}),
-        "operation 2")
-    reject(two_notes, lambda p: p.replace(0, note("a")).op(op="remove", path="/cells/0"),
-           "created in this patch")
+    reject(
+        two_notes,
+        lambda p: p.replace(0, note("a")).op(
+            op="replace", path="/cells/0", value={"id": 4, "previous_id": 1, **note("b")}
+        ),
+        "operation 2",
+    )
+    reject(
+        two_notes,
+        lambda p: p.replace(0, note("a")).op(op="remove", path="/cells/0"),
+        "created in this patch",
+    )
 
 
 def test_a_cell_created_in_the_same_patch_cannot_be_touched(two_notes: Session) -> None:
-    reject(two_notes, lambda p: p.add(note()).op(op="remove", path="/cells/2"),
-           "created in this patch")
-    reject(two_notes, lambda p: p.add(note()).op(
-        op="replace", path="/cells/2", value={"id": 4, "previous_id": 3, **note("b")}),
-        "created in this patch")
+    reject(
+        two_notes, lambda p: p.add(note()).op(op="remove", path="/cells/2"), "created in this patch"
+    )
+    reject(
+        two_notes,
+        lambda p: p.add(note()).op(
+            op="replace", path="/cells/2", value={"id": 4, "previous_id": 3, **note("b")}
+        ),
+        "created in this patch",
+    )
 
 
 # --- 5. removals go in strictly descending order -------------------------------------------
@@ -274,8 +342,7 @@ def test_replacing_a_pending_cell_is_rejected(session: Session, phase: str) -> N
 
 
 @pytest.mark.parametrize("phase", ["queued", "started", "unknown"])
-def test_removing_pending_or_uncertain_work_keeps_it_visible(
-        session: Session, phase: str) -> None:
+def test_removing_pending_or_uncertain_work_keeps_it_visible(session: Session, phase: str) -> None:
     accept(session, lambda p: p.add(cmd("true")).add(note("keep")))
     if phase == "started":
         start_execution(session, 1)
@@ -299,44 +366,60 @@ def test_a_finished_cell_that_leaves_the_context_leaves_runtime_cells(session: S
     assert session.state()["runtime"]["cells"] == {}
 
 
-def test_replacing_with_identical_source_is_a_new_version_and_a_new_run(
-        session: Session) -> None:
+def test_replacing_with_identical_source_is_a_new_version_and_a_new_run(session: Session) -> None:
     script = code("print('same')\n")
     accept(session, lambda p: p.add(script))
     succeed(session, 1)
     receipt = submit(session, lambda p: p.replace(0, script))
     assert receipt.cell_ids == [2]
     runtime = session.state()["runtime"]["cells"]
-    assert runtime == {"2": {"phase": "queued", "result": None, "stdout": "", "stderr": "",
-                             "truncated": False, "resolved_by": None}}
-    runs = [e["data"]["executions"] for e in journal_rows(session.journal.path)
-            if e["kind"] == "patch_accepted"]
+    assert runtime == {
+        "2": {
+            "phase": "queued",
+            "result": None,
+            "stdout": "",
+            "stderr": "",
+            "truncated": False,
+            "resolved_by": None,
+        }
+    }
+    runs = [
+        e["data"]["executions"]
+        for e in journal_rows(session.journal.path)
+        if e["kind"] == "patch_accepted"
+    ]
     assert runs == [[1], [2]]
 
 
 # --- Cell validation -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source, match", [
-    ("print('no block')\n", "found 0"),
-    (PEP723 + "print(1)\n" + PEP723, "found 2"),
-    (PEP723 + PEP723, "PEP 723"),
-    ("# /// script\n# requires-python = '>=3.11'\n# ///\nprint(1)\n", "dependencies list"),
-    ("# /// script\n# dependencies = 'x'\n# ///\n", "dependencies list"),
-    ("# /// script\n# dependencies = [\n# ///\n", "not valid TOML"),
-    ("# /// pyproject\n# dependencies = []\n# ///\n", "found 0"),
-])
+@pytest.mark.parametrize(
+    "source, match",
+    [
+        ("print('no block')\n", "found 0"),
+        (PEP723 + "print(1)\n" + PEP723, "found 2"),
+        (PEP723 + PEP723, "PEP 723"),
+        ("# /// script\n# requires-python = '>=3.11'\n# ///\nprint(1)\n", "dependencies list"),
+        ("# /// script\n# dependencies = 'x'\n# ///\n", "dependencies list"),
+        ("# /// script\n# dependencies = [\n# ///\n", "not valid TOML"),
+        ("# /// pyproject\n# dependencies = []\n# ///\n", "found 0"),
+    ],
+)
 def test_code_cells_need_exactly_one_pep723_block(
-        session: Session, source: str, match: str) -> None:
-    reject(session, lambda p: p.add({"kind": "code", "runtime": "python", "source": source}),
-           match)
+    session: Session, source: str, match: str
+) -> None:
+    reject(session, lambda p: p.add({"kind": "code", "runtime": "python", "source": source}), match)
 
 
 def test_a_code_cell_with_one_block_and_dependencies_is_accepted(session: Session) -> None:
     header = "# /// script\n# requires-python = '>=3.11'\n# dependencies = [\"six\"]\n# ///\n"
     assert submit(session, lambda p: p.add(code("import six\n", header))).cell_ids == [1]
-    reject(session, lambda p: p.add({"kind": "code", "runtime": "ruby",
-                                     "source": PEP723}), "runtime: 'python'")
+    reject(
+        session,
+        lambda p: p.add({"kind": "code", "runtime": "ruby", "source": PEP723}),
+        "runtime: 'python'",
+    )
 
 
 @pytest.mark.parametrize("argv", [[], [1], ["ls", 2], [""], "ls -l", None, ["a\x00b"]])
@@ -344,21 +427,24 @@ def test_cmd_argv_must_be_a_non_empty_list_of_strings(session: Session, argv: An
     reject(session, lambda p: p.add({"kind": "cmd", "argv": argv}), "argv")
 
 
-@pytest.mark.parametrize("cell, match", [
-    (note(color="red"), "unknown field(s) in note Cell: color"),
-    ({**cmd("ls"), "cwd": "/"}, "unknown field(s) in cmd Cell: cwd"),
-    ({**code(), "env": {}}, "unknown field(s) in code Cell: env"),
-    (note(role="cancel"), "needs target_cell_id"),
-    (note(role="conclusion"), "needs result"),
-    (note(role="conclusion", result="done"), "result must be"),
-    (note(role="approve"), "role must be one of"),
-    (note("   "), "non-blank text"),
-    ({"kind": "script", "text": "x"}, "kind must be note, code or cmd"),
-    ({"kind": "cmd"}, "missing field(s) in cmd Cell: argv"),
-    ({"kind": ["note"], "text": "x"}, "kind must be note, code or cmd"),
-    (note(role="resolution", target_cell_id=1, evidence_refs=5), "evidence_refs must be"),
-    (note(role="cancel", target_cell_id="1"), "target_cell_id must be an integer"),
-])
+@pytest.mark.parametrize(
+    "cell, match",
+    [
+        (note(color="red"), "unknown field(s) in note Cell: color"),
+        ({**cmd("ls"), "cwd": "/"}, "unknown field(s) in cmd Cell: cwd"),
+        ({**code(), "env": {}}, "unknown field(s) in code Cell: env"),
+        (note(role="cancel"), "needs target_cell_id"),
+        (note(role="conclusion"), "needs result"),
+        (note(role="conclusion", result="done"), "result must be"),
+        (note(role="approve"), "role must be one of"),
+        (note("   "), "non-blank text"),
+        ({"kind": "script", "text": "x"}, "kind must be note, code or cmd"),
+        ({"kind": "cmd"}, "missing field(s) in cmd Cell: argv"),
+        ({"kind": ["note"], "text": "x"}, "kind must be note, code or cmd"),
+        (note(role="resolution", target_cell_id=1, evidence_refs=5), "evidence_refs must be"),
+        (note(role="cancel", target_cell_id="1"), "target_cell_id must be an integer"),
+    ],
+)
 def test_invalid_cells_are_rejected(session: Session, cell: dict[str, Any], match: str) -> None:
     reject(session, lambda p: p.add(cell), match)
 
@@ -374,7 +460,8 @@ def test_plain_text_controls_nothing(session: Session) -> None:
 
 
 def test_cells_may_use_at_most_half_the_context_budget(
-        make_session: Callable[..., Session]) -> None:
+    make_session: Callable[..., Session],
+) -> None:
     session = make_session(context_bytes=4000)
     reject(session, lambda p: p.add(note("x" * 2100)), "context budget")
     submit(session, lambda p: p.add(note("x" * 1500)))
@@ -382,7 +469,8 @@ def test_cells_may_use_at_most_half_the_context_budget(
 
 
 def test_old_outputs_are_masked_so_the_state_fits_the_context_budget(
-        make_session: Callable[..., Session]) -> None:
+    make_session: Callable[..., Session],
+) -> None:
     session = make_session(context_bytes=4000)
     accept(session, lambda p: p.add(cmd("true")))
     succeed(session, 1, output="o" * 2000)
@@ -400,17 +488,30 @@ def test_old_outputs_are_masked_so_the_state_fits_the_context_budget(
 
 
 def test_budgets_set_with_limit_flags_hold_at_the_cli(rio: Any) -> None:
-    assert rio("new", "s.db", "--goal", "g", "--limit", "context_bytes=3000",
-               "--limit", "pending_cells=1").code == 0
+    assert (
+        rio(
+            "new",
+            "s.db",
+            "--goal",
+            "g",
+            "--limit",
+            "context_bytes=3000",
+            "--limit",
+            "pending_cells=1",
+        ).code
+        == 0
+    )
     turn = rio("turn", "s.db").out
     before = rio("events", "s.db").lines
-    for patch, match in ((Patch(turn["state"]).add(note("x" * 1600)), "context budget"),
-                         (Patch(turn["state"]).add(cmd("a")).add(cmd("b")), "pending_cells=1")):
+    for patch, match in (
+        (Patch(turn["state"]).add(note("x" * 1600)), "context budget"),
+        (Patch(turn["state"]).add(cmd("a")).add(cmd("b")), "pending_cells=1"),
+    ):
         code_, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=patch.build())
         assert code_ == 3 and match in out["rejected"]
     after = rio("events", "s.db").lines
-    assert after[:len(before)] == before
-    assert [e["kind"] for e in after[len(before):]] == ["patch_rejected"] * 2
+    assert after[: len(before)] == before
+    assert [e["kind"] for e in after[len(before) :]] == ["patch_rejected"] * 2
     patch = Patch(turn["state"]).add(note("x" * 1000)).add(cmd("a"))
     assert rio("step", "s.db", turn["turn_id"], "-", input=patch.build()).code == 0
 
@@ -436,15 +537,25 @@ def test_a_cancel_must_target_a_recorded_execution(session: Session) -> None:
     accept(session, lambda p: p.add(note("plain")).add(cmd("true")).add(cmd("false")))
     succeed(session, 3)
     accept(session, lambda p: p.remove(2))  # cell 3 finished and left the context
-    reject(session, lambda p: p.add(note("stop", role="cancel", target_cell_id=99)),
-           "cancel target 99 has no recorded Execution")
-    reject(session, lambda p: p.add(note("stop", role="cancel", target_cell_id=1)),
-           "cancel target 1 has no recorded Execution")
-    receipt = submit(session, lambda p: p
-                     .add(note("stop 2", role="cancel", target_cell_id=2))
-                     .add(note("stop 3", role="cancel", target_cell_id=3))
-                     .add(cmd("sleep", "1"))
-                     .add(note("stop 6", role="cancel", target_cell_id=6)))
+    reject(
+        session,
+        lambda p: p.add(note("stop", role="cancel", target_cell_id=99)),
+        "cancel target 99 has no recorded Execution",
+    )
+    reject(
+        session,
+        lambda p: p.add(note("stop", role="cancel", target_cell_id=1)),
+        "cancel target 1 has no recorded Execution",
+    )
+    receipt = submit(
+        session,
+        lambda p: (
+            p.add(note("stop 2", role="cancel", target_cell_id=2))
+            .add(note("stop 3", role="cancel", target_cell_id=3))
+            .add(cmd("sleep", "1"))
+            .add(note("stop 6", role="cancel", target_cell_id=6))
+        ),
+    )
     assert receipt.cell_ids == [4, 5, 6, 7]
     controls = [(c["note_id"], c["role"], c["target_cell_id"]) for c in session.proj.controls]
     assert controls == [(4, "cancel", 2), (5, "cancel", 3), (7, "cancel", 6)]
@@ -461,8 +572,13 @@ def uncertain(session: Session) -> tuple[Session, int, int]:
 
 
 def resolution(target: int, *refs: str, **extra: Any) -> dict[str, Any]:
-    return note("resolved", role="resolution", target_cell_id=target,
-                **({"evidence_refs": list(refs)} if refs else {}), **extra)
+    return note(
+        "resolved",
+        role="resolution",
+        target_cell_id=target,
+        **({"evidence_refs": list(refs)} if refs else {}),
+        **extra,
+    )
 
 
 def test_a_resolution_needs_evidence(uncertain: tuple[Session, int, int]) -> None:
@@ -473,38 +589,55 @@ def test_a_resolution_needs_evidence(uncertain: tuple[Session, int, int]) -> Non
 
 
 def test_a_resolution_citing_only_its_own_record_is_rejected(
-        uncertain: tuple[Session, int, int]) -> None:
+    uncertain: tuple[Session, int, int],
+) -> None:
     session, own, comment = uncertain
     reject(session, lambda p: p.add(resolution(1, f"session:event:{own}")), "own record")
-    reject(session, lambda p: p.add(resolution(1, f"session:event:{comment}",
-                                               f"session:event:{own}")), "own record")
+    reject(
+        session,
+        lambda p: p.add(resolution(1, f"session:event:{comment}", f"session:event:{own}")),
+        "own record",
+    )
 
 
 @pytest.mark.parametrize("which", ["missing", "absurd", "session_created", "turn_prepared"])
 def test_a_resolution_must_cite_committed_observations(
-        uncertain: tuple[Session, int, int], which: str) -> None:
+    uncertain: tuple[Session, int, int], which: str
+) -> None:
     session, _, _ = uncertain
-    turn_seq = max(e["seq"] for e in journal_rows(session.journal.path)
-                   if e["kind"] == "turn_prepared")
-    seq = {"missing": session.proj.last_seq + 50, "absurd": 10**30, "session_created": 1,
-           "turn_prepared": turn_seq}[which]
-    reject(session, lambda p: p.add(resolution(1, f"session:event:{seq}")),
-           "not a committed observation")
+    turn_seq = max(
+        e["seq"] for e in journal_rows(session.journal.path) if e["kind"] == "turn_prepared"
+    )
+    seq = {
+        "missing": session.proj.last_seq + 50,
+        "absurd": 10**30,
+        "session_created": 1,
+        "turn_prepared": turn_seq,
+    }[which]
+    reject(
+        session,
+        lambda p: p.add(resolution(1, f"session:event:{seq}")),
+        "not a committed observation",
+    )
 
 
 @pytest.mark.parametrize("target", [2, 99])  # a success; no such Cell
 def test_a_resolution_must_target_an_unresolved_unknown_execution(
-        uncertain: tuple[Session, int, int], target: int) -> None:
+    uncertain: tuple[Session, int, int], target: int
+) -> None:
     session, _, comment = uncertain
     ref = f"session:event:{comment}"
-    reject(session, lambda p: p.add(resolution(target, ref)),
-           "not an unresolved UnknownExecution")
-    reject(session, lambda p: p.add(resolution(1, ref)).add(resolution(1, ref)),
-           "not an unresolved UnknownExecution")
+    reject(session, lambda p: p.add(resolution(target, ref)), "not an unresolved UnknownExecution")
+    reject(
+        session,
+        lambda p: p.add(resolution(1, ref)).add(resolution(1, ref)),
+        "not an unresolved UnknownExecution",
+    )
 
 
 def test_a_resolution_with_evidence_keeps_the_original_record(
-        uncertain: tuple[Session, int, int]) -> None:
+    uncertain: tuple[Session, int, int],
+) -> None:
     session, own, comment = uncertain
     record = [e for e in journal_rows(session.journal.path) if e["seq"] == own]
     receipt = submit(session, lambda p: p.add(resolution(1, f"session:event:{comment}")))
@@ -513,23 +646,40 @@ def test_a_resolution_with_evidence_keeps_the_original_record(
     assert shown["resolved_by"] == note_id
     assert shown["result"]["type"] == "UnknownExecution"
     assert [e for e in journal_rows(session.journal.path) if e["seq"] == own] == record
-    reject(session, lambda p: p.add(resolution(1, f"session:event:{comment}")),
-           "not an unresolved UnknownExecution")
+    reject(
+        session,
+        lambda p: p.add(resolution(1, f"session:event:{comment}")),
+        "not an unresolved UnknownExecution",
+    )
 
 
-def test_resolving_a_real_unknown_execution_after_a_killed_owner(
-        rio: Any, tmp_path: Path) -> None:
+def test_resolving_a_real_unknown_execution_after_a_killed_owner(rio: Any, tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     assert rio("new", db, "--goal", "g").code == 0
     turn = rio("turn", db).out
-    assert rio("step", db, turn["turn_id"], "-",
-               input=Patch(turn["state"]).add(cmd("sleep", "30")).build()).code == 0
-    owner = subprocess.Popen([PY, "-m", "rio_ci.cli", "work", str(db)], cwd=tmp_path,
-                             env=cli_env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    assert (
+        rio(
+            "step",
+            db,
+            turn["turn_id"],
+            "-",
+            input=Patch(turn["state"]).add(cmd("sleep", "30")).build(),
+        ).code
+        == 0
+    )
+    owner = subprocess.Popen(
+        [PY, "-m", "rio_ci.cli", "work", str(db)],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        until(lambda: any(e["kind"] == "worker_registered" for e in journal_rows(db)), 20,
-              "a worker_registered event")
+        until(
+            lambda: any(e["kind"] == "worker_registered" for e in journal_rows(db)),
+            20,
+            "a worker_registered event",
+        )
     finally:
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
@@ -600,23 +750,30 @@ def test_an_identical_resubmission_returns_the_original_receipt(rio: Any) -> Non
     assert rio("turn", "s.db").code == 0  # the Session moves on; the Receipt stays
     events_now = rio("events", "s.db").stdout
     assert events_now.startswith(events)
-    assert [json.loads(line)["kind"] for line in events_now[len(events):].splitlines()] == [
-        "turn_prepared"]
+    assert [json.loads(line)["kind"] for line in events_now[len(events) :].splitlines()] == [
+        "turn_prepared"
+    ]
     code_, again, _ = rio("step", "s.db", turn["turn_id"], "-", input=ops)
     assert (code_, again) == (0, receipt)
-    executions = [e["executions"] for e in rio("events", "s.db").lines
-                  if e["kind"] == "patch_accepted"]
+    executions = [
+        e["executions"] for e in rio("events", "s.db").lines if e["kind"] == "patch_accepted"
+    ]
     assert executions == [[1]]  # at most one Execution per executable Cell id
 
 
 def test_a_different_patch_for_an_accepted_turn_is_a_conflict(rio: Any) -> None:
     assert rio("new", "s.db", "--goal", "g").code == 0
     turn = rio("turn", "s.db").out
-    assert rio("step", "s.db", turn["turn_id"], "-",
-               input=Patch(turn["state"]).add(note("a")).build()).code == 0
+    assert (
+        rio(
+            "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("a")).build()
+        ).code
+        == 0
+    )
     events = rio("events", "s.db").stdout
-    code_, out, _ = rio("step", "s.db", turn["turn_id"], "-",
-                        input=Patch(turn["state"]).add(note("b")).build())
+    code_, out, _ = rio(
+        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("b")).build()
+    )
     assert code_ == 3 and list(out) == ["rejected"]  # SPEC §11: only {"rejected": reason}
     assert "conflict" in out["rejected"]
     # SPEC §3: the rejection reason is recorded, as digest + size + reason (§15).
@@ -631,13 +788,17 @@ def test_a_revision_test_compares_numbers_by_value(rio: Any) -> None:
     equal 1."""
     assert rio("new", "s.db", "--goal", "g").code == 0
     turn = rio("turn", "s.db").out
-    as_float = [{"op": "test", "path": "/revision", "value": 0.0},
-                *Patch(turn["state"]).add(note("a")).build()[1:]]
+    as_float = [
+        {"op": "test", "path": "/revision", "value": 0.0},
+        *Patch(turn["state"]).add(note("a")).build()[1:],
+    ]
     done = rio("step", "s.db", turn["turn_id"], "-", input={"patch": as_float})
     assert done.code == 0 and done.out["revision"] == 1, done.stdout
     turn = rio("turn", "s.db").out  # at revision 1, where true == 1 in Python
-    as_true = [{"op": "test", "path": "/revision", "value": True},
-               *Patch(turn["state"]).add(note("b")).build()[1:]]
+    as_true = [
+        {"op": "test", "path": "/revision", "value": True},
+        *Patch(turn["state"]).add(note("b")).build()[1:],
+    ]
     refused = rio("step", "s.db", turn["turn_id"], "-", input={"patch": as_true})
     assert refused.code == 3 and "revision test failed" in refused.out["rejected"]
 
@@ -646,8 +807,9 @@ def test_an_unknown_turn_is_rejected(rio: Any) -> None:
     assert rio("new", "s.db", "--goal", "g").code == 0
     turn = rio("turn", "s.db").out
     events = rio("events", "s.db").stdout
-    code_, out, _ = rio("step", "s.db", "turn-1-nosuchturn", "-",
-                        input=Patch(turn["state"]).build())
+    code_, out, _ = rio(
+        "step", "s.db", "turn-1-nosuchturn", "-", input=Patch(turn["state"]).build()
+    )
     assert code_ == 3 and list(out) == ["rejected"]  # SPEC §11: only {"rejected": reason}
     assert "unknown Turn" in out["rejected"]
     assert rio("events", "s.db").stdout == events
@@ -658,9 +820,16 @@ def test_a_rejected_patch_via_the_cli_exits_3_and_records_only_the_reason(rio: A
     turn = rio("turn", "s.db").out
     before = rio("events", "s.db").lines
     state = rio("state", "s.db").out
-    code_, out, _ = rio("step", "s.db", turn["turn_id"], "-",
-                        input=[{"op": "test", "path": "/revision", "value": 0},
-                               {"op": "replace", "path": "/goal", "value": "mine"}])
+    code_, out, _ = rio(
+        "step",
+        "s.db",
+        turn["turn_id"],
+        "-",
+        input=[
+            {"op": "test", "path": "/revision", "value": 0},
+            {"op": "replace", "path": "/goal", "value": "mine"},
+        ],
+    )
     assert code_ == 3 and "belongs to the harness" in out["rejected"]
     after = rio("events", "s.db").lines
     assert after[:-1] == before

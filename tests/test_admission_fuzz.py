@@ -46,15 +46,45 @@ from rio_ci.session import Receipt, Session
 # --- building patches from a snapshot ------------------------------------------------------
 
 WEIRD_TEXT = ["", " ", "\ud800", "\x00", "é", "/cells/-", "session:event:1", "ünïcødé ✓"]
-SCALARS = (st.none() | st.booleans() | st.integers(-3, 2**70) | st.floats()
-           | st.text(max_size=6) | st.sampled_from(WEIRD_TEXT))
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
-SOURCES = [PEP723 + "print('hi')\n", "print('no block')\n", PEP723 + "x = 1\n" + PEP723,
-           "# /// script\n# requires-python = '>=3'\n# ///\n", ""]
-BAD_PATHS = ["/goal", "/revision", "/runtime", "/runtime/pause", "/schema", "/id", "",
-             "/cells", "/cells/0/text", "/cells/0", "/cells/-", "/cells/99", "/cells/01",
-             "cells/0", "/cells/-1"]
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 2**70)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.sampled_from(WEIRD_TEXT)
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+SOURCES = [
+    PEP723 + "print('hi')\n",
+    "print('no block')\n",
+    PEP723 + "x = 1\n" + PEP723,
+    "# /// script\n# requires-python = '>=3'\n# ///\n",
+    "",
+]
+BAD_PATHS = [
+    "/goal",
+    "/revision",
+    "/runtime",
+    "/runtime/pause",
+    "/schema",
+    "/id",
+    "",
+    "/cells",
+    "/cells/0/text",
+    "/cells/0",
+    "/cells/-",
+    "/cells/99",
+    "/cells/01",
+    "cells/0",
+    "/cells/-1",
+]
 
 
 @dataclass(frozen=True)
@@ -74,23 +104,31 @@ class Snapshot:
 
     @property
     def unresolved(self) -> list[int]:
-        return [int(k) for k, v in self.state["runtime"]["cells"].items()
-                if (v["result"] or {}).get("type") == "UnknownExecution"
-                and v["resolved_by"] is None]
+        return [
+            int(k)
+            for k, v in self.state["runtime"]["cells"].items()
+            if (v["result"] or {}).get("type") == "UnknownExecution" and v["resolved_by"] is None
+        ]
 
     @property
     def refs(self) -> list[str]:
-        own = [r for v in self.state["runtime"]["cells"].values()
-               for r in (v["result"] or {}).get("evidence_refs", [])]
+        own = [
+            r
+            for v in self.state["runtime"]["cells"].values()
+            for r in (v["result"] or {}).get("evidence_refs", [])
+        ]
         inbox = [f"session:event:{m['seq']}" for m in self.state["runtime"]["inbox"]]
         return own + inbox + ["session:event:1", f"session:event:{self.last_seq + 7}"]
 
     def pointers(self) -> list[tuple[str, Any]]:
         """Some (path, value) pairs that hold in the snapshot."""
-        found = [("/revision", self.state["revision"]), ("/goal", self.state["goal"]),
-                 ("/runtime/next_cell_id", self.state["runtime"]["next_cell_id"]),
-                 ("/runtime/pause", self.state["runtime"]["pause"]),
-                 ("/runtime/inbox", self.state["runtime"]["inbox"])]
+        found = [
+            ("/revision", self.state["revision"]),
+            ("/goal", self.state["goal"]),
+            ("/runtime/next_cell_id", self.state["runtime"]["next_cell_id"]),
+            ("/runtime/pause", self.state["runtime"]["pause"]),
+            ("/runtime/inbox", self.state["runtime"]["inbox"]),
+        ]
         for index, cell in enumerate(self.state["cells"]):
             found.append((f"/cells/{index}", cell))
             found.append((f"/cells/{index}/id", cell["id"]))
@@ -103,12 +141,12 @@ def rarely(draw: st.DrawFn, one_in: int = 10) -> bool:
     return draw(st.integers(0, one_in - 1)) == 0
 
 
-CELL_SHAPES = ["note"] * 4 + ["cmd"] * 2 + ["code"] * 2 + [
-    "cancel", "resolution", "conclusion", "garbage"]
+CELL_SHAPES = (
+    ["note"] * 4 + ["cmd"] * 2 + ["code"] * 2 + ["cancel", "resolution", "conclusion", "garbage"]
+)
 CELL_DEFECTS = [None] * 16 + ["id", "previous", "extra", "pop"]
 PATCH_DEFECTS = [None] * 24 + ["json", "no test", "bad revision", "swap", "wrap", "wrap"]
-TEXTS = ["look at app.py", "x", "plan: run tests", "é ✓", "done", " padded ", "\ud800", "",
-         "   "]
+TEXTS = ["look at app.py", "x", "plan: run tests", "é ✓", "done", " padded ", "\ud800", "", "   "]
 ARGVS = [["true"], ["python3", "-c", "print(1)"], ["ls", "-l"], [], [""], ["a", 1], "ls"]
 
 
@@ -121,8 +159,9 @@ SOURCE = st.sampled_from(SOURCES[:1] * 4 + SOURCES[1:])
 OP_KIND = st.sampled_from(["add", "add", "replace", "remove", "test", "garbage"])
 OP_NAME = st.sampled_from(["move", "copy", "add", "replace", "remove", "test", "nope", 3])
 BAD_PATH = st.sampled_from(BAD_PATHS)
-EXTRA_KEY = st.sampled_from(["extra", "text", "role", "kind", "evidence_refs", "target_cell_id",
-                             "argv", "source"])
+EXTRA_KEY = st.sampled_from(
+    ["extra", "text", "role", "kind", "evidence_refs", "target_cell_id", "argv", "source"]
+)
 
 
 @st.composite
@@ -146,8 +185,9 @@ def cells(draw: st.DrawFn, snap: Snapshot, new_id: int, previous: int | None) ->
         target = draw(st.sampled_from((snap.unresolved * 3) + targets))
         body = note("resolved", role="resolution", target_cell_id=target, evidence_refs=refs)
     else:
-        body = note("end", role="conclusion",
-                    result=draw(st.sampled_from(["success", "failure", "done"])))
+        body = note(
+            "end", role="conclusion", result=draw(st.sampled_from(["success", "failure", "done"]))
+        )
     cell: dict[str, Any] = {"id": new_id, "previous_id": previous, **body}
     defect = draw(CELL_DEFECT)
     if defect == "id":
@@ -241,11 +281,26 @@ def check_accepted(proj: Projection, turn: dict[str, Any], d: Accepted) -> None:
     assert d.consumed == turn["delivered"]
     # The fold agrees with the decision.
     folded = Projection.from_dict(json.loads(json.dumps(proj.__dict__)))
-    apply(folded, folded.last_seq + 1, "patch_accepted", {
-        "turn_id": turn["turn_id"], "patch": [], "digest": d.digest, "revision": d.revision,
-        "next_cell_id": d.next_cell_id, "cells": d.cells, "heads": d.heads,
-        "removed": d.removed, "executions": d.executions, "controls": d.controls,
-        "consumed": d.consumed, "pause_cleared": d.pause_cleared, "receipt": {}})
+    apply(
+        folded,
+        folded.last_seq + 1,
+        "patch_accepted",
+        {
+            "turn_id": turn["turn_id"],
+            "patch": [],
+            "digest": d.digest,
+            "revision": d.revision,
+            "next_cell_id": d.next_cell_id,
+            "cells": d.cells,
+            "heads": d.heads,
+            "removed": d.removed,
+            "executions": d.executions,
+            "controls": d.controls,
+            "consumed": d.consumed,
+            "pause_cleared": d.pause_cleared,
+            "receipt": {},
+        },
+    )
     assert [c["id"] for c in folded.cells] == d.heads
     for cell_id in d.executions:
         assert folded.executions[str(cell_id)]["phase"] == "queued"
@@ -282,11 +337,17 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
     found = []
     empty = Session.create(where / "empty.db", "fuzz", cwd=str(where))
     found.append(freeze(empty))
-    for name, limits in (("rich", Limits()), ("tight", Limits(pending_cells=4,
-                                                              context_bytes=2400))):
+    for name, limits in (
+        ("rich", Limits()),
+        ("tight", Limits(pending_cells=4, context_bytes=2400)),
+    ):
         session = Session.create(where / f"{name}.db", "fuzz", cwd=str(where), limits=limits)
-        accept(session, lambda p: p.add(note("plan")).add(cmd("true")).add(cmd("deploy"))
-               .add(code()).add(cmd("gone")))
+        accept(
+            session,
+            lambda p: (
+                p.add(note("plan")).add(cmd("true")).add(cmd("deploy")).add(code()).add(cmd("gone"))
+            ),
+        )
         succeed(session, 2)
         record_unknown(session, 3)
         succeed(session, 5)
@@ -306,12 +367,16 @@ def fingerprint(base: Base) -> str:
 PER_EXAMPLE = 4  # patches per Hypothesis example: spreads the engine's per-example cost
 
 
-def fuzz_decide(bases: list[Base], patches_wanted: int, *,
-                derandomize: bool) -> Counter[str]:
+def fuzz_decide(bases: list[Base], patches_wanted: int, *, derandomize: bool) -> Counter[str]:
     outcomes: Counter[str] = Counter()
 
-    @settings(max_examples=patches_wanted // PER_EXAMPLE, deadline=None, database=None,
-              derandomize=derandomize, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=patches_wanted // PER_EXAMPLE,
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         base = data.draw(st.sampled_from(bases))
@@ -367,8 +432,7 @@ class StepMachine(RuleBasedStateMachine):
         self.dir = self.where / f"run-{self.runs}"
         self.dir.mkdir()
         limits = Limits(pending_cells=5, context_bytes=12_000, inbox_messages=6)
-        self.session = Session.create(self.dir / "s.db", "fuzz", cwd=str(self.dir),
-                                      limits=limits)
+        self.session = Session.create(self.dir / "s.db", "fuzz", cwd=str(self.dir), limits=limits)
         self.ever: set[int] = set()
 
     def teardown(self) -> None:
@@ -407,7 +471,7 @@ class StepMachine(RuleBasedStateMachine):
         for cell in after["cells"]:
             if cell["id"] in new_ids and cell["kind"] in EXECUTABLE:
                 assert after["runtime"]["cells"][str(cell["id"])]["phase"] == "queued"
-        assert [e["kind"] for e in after_rows[len(rows):]] == ["patch_accepted"]
+        assert [e["kind"] for e in after_rows[len(rows) :]] == ["patch_accepted"]
 
     @rule(data=st.data())
     def step_again(self, data: st.DataObject) -> None:
@@ -443,9 +507,17 @@ class StepMachine(RuleBasedStateMachine):
 def fuzz_steps(where: Path, examples: int, *, derandomize: bool) -> Counter[str]:
     StepMachine.where = where
     StepMachine.outcomes = Counter()
-    run_state_machine_as_test(StepMachine, settings=settings(
-        max_examples=examples, stateful_step_count=30, deadline=None, database=None,
-        derandomize=derandomize, suppress_health_check=list(HealthCheck)))
+    run_state_machine_as_test(
+        StepMachine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=30,
+            deadline=None,
+            database=None,
+            derandomize=derandomize,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
     steps = StepMachine.outcomes
     assert steps["accepted"] + steps["rejected"] >= examples * 8, steps
     assert steps["accepted"] >= examples and steps["rejected"] >= examples, steps
@@ -459,4 +531,3 @@ def test_session_step_on_about_300_random_patches(tmp_path: Path) -> None:
 @pytest.mark.long
 def test_session_step_on_many_fresh_random_patches(tmp_path: Path) -> None:
     fuzz_steps(tmp_path, 500, derandomize=False)
-

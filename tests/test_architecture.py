@@ -36,11 +36,17 @@ def writes_events(source: str) -> list[str]:
             if owner == "journal" or owner.endswith(".journal"):
                 found.append(f"line {node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ImportFrom) and node.module == "rio_ci.journal":
-            found += [f"line {node.lineno}: imports Writer"
-                      for alias in node.names if alias.name == "Writer"]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr == "append" and isinstance(node.args[0] if node.args else None,
-                                                          ast.Call):
+            found += [
+                f"line {node.lineno}: imports Writer"
+                for alias in node.names
+                if alias.name == "Writer"
+            ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            and isinstance(node.args[0] if node.args else None, ast.Call)
+        ):
             inner = node.args[0]
             assert isinstance(inner, ast.Call)
             name = ast.unparse(inner.func)
@@ -61,14 +67,19 @@ def test_the_write_check_catches_writers() -> None:
     assert writes_events("from rio_ci.journal import Journal, Writer\n")
     assert writes_events("w.append(ev.output(1, 'stdout', text='x'))\n")
     assert writes_events("journal.write()\n")
-    assert not writes_events("self.session.finish(1, result)\nparts.append(piece)\n"
-                             "pieces.append(ev.OutputPiece('stdout', text='x'))\n")
+    assert not writes_events(
+        "self.session.finish(1, result)\nparts.append(piece)\n"
+        "pieces.append(ev.OutputPiece('stdout', text='x'))\n"
+    )
 
 
 @pytest.mark.parametrize("module", MODULES, ids=relative)
 def test_only_the_journal_runs_sql(module: Path) -> None:
-    if relative(module) in ("rio_ci/journal.py", "rio_ci/sessionfile.py",
-                            "rio_ci/commands/bench/baseline.py"):
+    if relative(module) in (
+        "rio_ci/journal.py",
+        "rio_ci/sessionfile.py",
+        "rio_ci/commands/bench/baseline.py",
+    ):
         return
     imported = set()
     for node in ast.walk(ast.parse(module.read_text())):

@@ -46,8 +46,14 @@ def live_db(tmp_path: Path) -> Iterator[Path]:
 
 
 def packed(db: Path, out: Path, generation: int = 1) -> Path:
-    return pack(db, out, generation=generation, parent_generation=generation - 1 or None,
-                run_id=1234, next_wake=1_700_000_000.5)
+    return pack(
+        db,
+        out,
+        generation=generation,
+        parent_generation=generation - 1 or None,
+        run_id=1234,
+        next_wake=1_700_000_000.5,
+    )
 
 
 def zip_bytes(entries: list[tuple[str | zipfile.ZipInfo, bytes]]) -> bytes:
@@ -100,14 +106,21 @@ def test_pack_refuses_a_directory_with_other_files(live_db: Path, tmp_path: Path
         packed(live_db, out)
 
 
-def test_pack_refuses_a_missing_session_and_bad_manifest_values(live_db: Path,
-                                                                 tmp_path: Path) -> None:
+def test_pack_refuses_a_missing_session_and_bad_manifest_values(
+    live_db: Path, tmp_path: Path
+) -> None:
     with pytest.raises(StorageError, match="no Session file"):
         packed(tmp_path / "nope.db", tmp_path / "out")
     assert not (tmp_path / "nope.db").exists()
     with pytest.raises(ValueError, match="parent_generation"):
-        pack(live_db, tmp_path / "out2", generation=2, parent_generation=2, run_id=None,
-             next_wake=None)
+        pack(
+            live_db,
+            tmp_path / "out2",
+            generation=2,
+            parent_generation=2,
+            run_id=None,
+            next_wake=None,
+        )
     assert not (tmp_path / "out2").exists()
 
 
@@ -149,8 +162,10 @@ CASES = {
         lambda s, m: [(SNAPSHOT, corrupt_pages(s)), (MANIFEST, with_sha(m, corrupt_pages(s)))],
         "integrity_check|not a valid SQLite",
     ),
-    "not sqlite": (lambda s, m: [(SNAPSHOT, b"x" * 200), (MANIFEST, with_sha(m, b"x" * 200))],
-                   "not an SQLite database"),
+    "not sqlite": (
+        lambda s, m: [(SNAPSHOT, b"x" * 200), (MANIFEST, with_sha(m, b"x" * 200))],
+        "not an SQLite database",
+    ),
     "not a session": (
         lambda s, m: [(SNAPSHOT, not_a_session()), (MANIFEST, with_sha(m, not_a_session()))],
         "not a rio Session",
@@ -180,8 +195,9 @@ def test_unpack_refuses_a_bad_artifact_and_leaves_nothing(
     assert not (tmp_path / "session.sqlite3").exists()  # nothing escaped the destination
 
 
-def test_entry_checks_run_before_anything_is_written(parts: tuple[bytes, bytes],
-                                                     tmp_path: Path) -> None:
+def test_entry_checks_run_before_anything_is_written(
+    parts: tuple[bytes, bytes], tmp_path: Path
+) -> None:
     snapshot, manifest = parts
     bundle = tmp_path / "bad.zip"
     bundle.write_bytes(zip_bytes([(SNAPSHOT, snapshot), (MANIFEST, manifest), ("../x", b"x")]))
@@ -190,8 +206,9 @@ def test_entry_checks_run_before_anything_is_written(parts: tuple[bytes, bytes],
     assert not (tmp_path / "dest").exists()
 
 
-def test_unpack_enforces_the_snapshot_size_limit(parts: tuple[bytes, bytes],
-                                                 tmp_path: Path) -> None:
+def test_unpack_enforces_the_snapshot_size_limit(
+    parts: tuple[bytes, bytes], tmp_path: Path
+) -> None:
     bundle = tmp_path / "a.zip"
     bundle.write_bytes(zip_bytes([(SNAPSHOT, parts[0]), (MANIFEST, parts[1])]))
     with pytest.raises(ArtifactError, match="over the 4096-byte limit"):
@@ -206,13 +223,27 @@ def test_a_file_that_is_not_a_zip_is_refused(tmp_path: Path) -> None:
         unpack(bundle, tmp_path / "dest")
 
 
-@pytest.mark.parametrize("field, value", [
-    ("generation", 0), ("generation", True), ("parent_generation", 5),
-    ("run_id", "123"), ("sha256", "ABC"), ("next_wake", "soon"), ("extra", 1),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("generation", 0),
+        ("generation", True),
+        ("parent_generation", 5),
+        ("run_id", "123"),
+        ("sha256", "ABC"),
+        ("next_wake", "soon"),
+        ("extra", 1),
+    ],
+)
 def test_manifest_fields_are_checked(field: str, value: object) -> None:
-    data: dict[str, object] = {"schema": SCHEMA, "generation": 2, "parent_generation": 1,
-                               "run_id": None, "sha256": "0" * 64, "next_wake": None}
+    data: dict[str, object] = {
+        "schema": SCHEMA,
+        "generation": 2,
+        "parent_generation": 1,
+        "run_id": None,
+        "sha256": "0" * 64,
+        "next_wake": None,
+    }
     assert Manifest.from_dict(data).generation == 2
     data[field] = value
     with pytest.raises(ValueError):
@@ -222,8 +253,15 @@ def test_manifest_fields_are_checked(field: str, value: object) -> None:
 # -- restore_newest: real PyGithub, fake GitHub ------------------------------------------------
 
 
-def upload(gh: FakeGitHub, live_db: Path, tmp_path: Path, generation: int, created_at: str,
-           *, tamper: bool = False) -> int:
+def upload(
+    gh: FakeGitHub,
+    live_db: Path,
+    tmp_path: Path,
+    generation: int,
+    created_at: str,
+    *,
+    tamper: bool = False,
+) -> int:
     out = packed(live_db, tmp_path / f"gen{generation}", generation)
     snapshot = (out / SNAPSHOT).read_bytes() + (b"tamper" if tamper else b"")
     data = zip_bytes([(SNAPSHOT, snapshot), (MANIFEST, (out / MANIFEST).read_bytes())])
@@ -248,8 +286,9 @@ def test_restore_falls_back_past_a_corrupted_newest_generation(
     tampered = result.rejected[1]
     assert (tampered.artifact_id, tampered.generation) == (second, 2)
     assert "sha256" in tampered.reason
-    assert str(tampered).startswith(f"generation 2 (artifact {second}, 2024-05-02T00:00:00Z) "
-                                    "rejected: ")
+    assert str(tampered).startswith(
+        f"generation 2 (artifact {second}, 2024-05-02T00:00:00Z) rejected: "
+    )
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [str(first)]
 
 

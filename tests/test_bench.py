@@ -22,28 +22,69 @@ from tests.kit import ROOT
 # Every figure the bench reports, by the part that measures it.
 FIGURES = [
     # commits
-    "step_commit_ms_p50", "step_commit_ms_p95", "bare_commit_ms_p50", "bare_commit_ms_p95",
-    "ratio_step_commit", "ratio_step_commit_p95", "step_sql_ms_p50", "ratio_step_sql_commit",
+    "step_commit_ms_p50",
+    "step_commit_ms_p95",
+    "bare_commit_ms_p50",
+    "bare_commit_ms_p95",
+    "ratio_step_commit",
+    "ratio_step_commit_p95",
+    "step_sql_ms_p50",
+    "ratio_step_sql_commit",
     "step_samples",
-    "round_bookkeeping_ms_p50", "round_bookkeeping_ms_p95", "round_bookkeeping_commits",
-    "ratio_round_bookkeeping", "round_samples",
-    "unsynced_commit_ms_after_fold", "unsynced_commit_ms",
+    "round_bookkeeping_ms_p50",
+    "round_bookkeeping_ms_p95",
+    "round_bookkeeping_commits",
+    "ratio_round_bookkeeping",
+    "round_samples",
+    "unsynced_commit_ms_after_fold",
+    "unsynced_commit_ms",
     # storage
-    "session_bytes_per_round", "content_bytes_per_round", "wal_bytes_per_round",
-    "ratio_bytes_per_round", "storage_rounds",
-    "open_build_seconds", "open_ms_1k", "open_ms_10k", "open_ms_100k", "owner_open_ms_1k",
-    "owner_open_ms_10k", "owner_open_ms_100k", "owner_open_ms_100k_in_doubt",
-    "ratio_open_100k_1k", "ratio_owner_open_100k_1k",
-    "events_1k", "events_10k", "events_100k", "state_bytes_1k", "state_bytes_10k",
-    "state_bytes_100k", "session_bytes_1k", "session_bytes_10k", "session_bytes_100k",
-    "finish_seconds_300_rounds", "restore_seconds_300_rounds", "session_bytes_300_rounds",
+    "session_bytes_per_round",
+    "content_bytes_per_round",
+    "wal_bytes_per_round",
+    "ratio_bytes_per_round",
+    "storage_rounds",
+    "open_build_seconds",
+    "open_ms_1k",
+    "open_ms_10k",
+    "open_ms_100k",
+    "owner_open_ms_1k",
+    "owner_open_ms_10k",
+    "owner_open_ms_100k",
+    "owner_open_ms_100k_in_doubt",
+    "ratio_open_100k_1k",
+    "ratio_owner_open_100k_1k",
+    "events_1k",
+    "events_10k",
+    "events_100k",
+    "state_bytes_1k",
+    "state_bytes_10k",
+    "state_bytes_100k",
+    "session_bytes_1k",
+    "session_bytes_10k",
+    "session_bytes_100k",
+    "finish_seconds_300_rounds",
+    "restore_seconds_300_rounds",
+    "session_bytes_300_rounds",
     "artifact_bytes_300_rounds",
     # cells
-    "code_cell_ms_owner_first", "code_cell_ms_uv_first", "code_cell_ms_owner",
-    "code_cell_ms_uv", "cmd_cell_ms_owner", "cmd_cell_ms_bare", "ratio_code_cell_vs_uv",
-    "overhead_ms_cmd_cell", "overhead_ms_cmd_cell_floor", "write_transactions_silent_cell",
-    "inbox_to_turn_ms_p50", "inbox_to_turn_ms_p95", "recovery_ms", "recovery_samples",
-    "idle_owner_rss_mib", "idle_owner_cpu_percent", "idle_worker_processes",
+    "code_cell_ms_owner_first",
+    "code_cell_ms_uv_first",
+    "code_cell_ms_owner",
+    "code_cell_ms_uv",
+    "cmd_cell_ms_owner",
+    "cmd_cell_ms_bare",
+    "ratio_code_cell_vs_uv",
+    "overhead_ms_cmd_cell",
+    "overhead_ms_cmd_cell_floor",
+    "write_transactions_silent_cell",
+    "inbox_to_turn_ms_p50",
+    "inbox_to_turn_ms_p95",
+    "recovery_ms",
+    "recovery_samples",
+    "idle_owner_rss_mib",
+    "idle_owner_cpu_percent",
+    "idle_worker_processes",
     # the GitHub layer
     "launch_record_ms",
 ]
@@ -52,8 +93,7 @@ MAY_BE_ZERO = {"idle_owner_cpu_percent", "idle_worker_processes", "overhead_ms_c
 
 
 def finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and \
-        math.isfinite(value)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +120,9 @@ def test_every_figure_is_a_finite_number(figures: dict[str, Any]) -> None:
     assert [key for key in FIGURES if key not in figures] == []
     assert {key: figures[key] for key in FIGURES if not finite(figures[key])} == {}
     # A duration, size or ratio of zero or less could only be a figure not measured.
-    assert {key: figures[key] for key in FIGURES
-            if key not in MAY_BE_ZERO and not figures[key] > 0} == {}
+    assert {
+        key: figures[key] for key in FIGURES if key not in MAY_BE_ZERO and not figures[key] > 0
+    } == {}
     assert 0 <= figures["idle_owner_cpu_percent"] <= 100
 
 
@@ -93,8 +134,7 @@ def test_goals_name_measured_figures(figures: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_the_chart_draws_this_tree_from_measured_points(
-        bench: tuple[dict[str, Any], Path]) -> None:
+def test_the_chart_draws_this_tree_from_measured_points(bench: tuple[dict[str, Any], Path]) -> None:
     figures, chart = bench
     svg = ET.parse(chart).getroot()
     lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
@@ -127,15 +167,27 @@ def test_the_file_system_is_named(figures: dict[str, Any]) -> None:
 
 
 def test_a_chart_line_needs_a_source_tree(tmp_path: Path) -> None:
-    done = run_cli("bench", "--json", "--quick", "--dir", tmp_path, "--chart",
-                   tmp_path / "c.svg", "--before", f"old={tmp_path}")
+    done = run_cli(
+        "bench",
+        "--json",
+        "--quick",
+        "--dir",
+        tmp_path,
+        "--chart",
+        tmp_path / "c.svg",
+        "--before",
+        f"old={tmp_path}",
+    )
     assert done.code == 2 and "--before expects LABEL=DIR" in done.out["error"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # refused before measuring
 
 
 def _writable_tmpfs() -> Path | None:
-    mounts = [Path(p.mountpoint) for p in psutil.disk_partitions(all=True)
-              if p.fstype == "tmpfs" and os.access(p.mountpoint, os.W_OK)]
+    mounts = [
+        Path(p.mountpoint)
+        for p in psutil.disk_partitions(all=True)
+        if p.fstype == "tmpfs" and os.access(p.mountpoint, os.W_OK)
+    ]
     return Path("/dev/shm") if Path("/dev/shm") in mounts else next(iter(mounts), None)
 
 

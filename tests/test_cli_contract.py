@@ -20,10 +20,20 @@ from tests.run_cli import write_script
 
 # The fewest arguments each command parses with (every command must be listed here).
 MINIMAL: dict[str, list[str]] = {
-    "new": ["s.db", "--goal", "g"], "turn": ["s.db"], "step": ["s.db", "turn-1", "p.json"],
-    "receive": ["s.db", "m1", "comment", "{}"], "work": ["s.db"], "run": ["s.db"],
-    "state": ["s.db"], "events": ["s.db"], "show": ["s.db"], "output": ["s.db", "1"],
-    "demo": [], "bench": [], "eval": ["cases", "--model", "scripted:oracle"], "action": [],
+    "new": ["s.db", "--goal", "g"],
+    "turn": ["s.db"],
+    "step": ["s.db", "turn-1", "p.json"],
+    "receive": ["s.db", "m1", "comment", "{}"],
+    "work": ["s.db"],
+    "run": ["s.db"],
+    "state": ["s.db"],
+    "events": ["s.db"],
+    "show": ["s.db"],
+    "output": ["s.db", "1"],
+    "demo": [],
+    "bench": [],
+    "eval": ["cases", "--model", "scripted:oracle"],
+    "action": [],
 }
 
 
@@ -45,29 +55,54 @@ def test_bench_and_eval_human_means_their_text_and_excludes_json(rio: Any) -> No
 
 
 def test_the_renderer_is_indented_key_value_lines_with_control_characters_escaped() -> None:
-    value = {"id": "m1", "ok": True, "none": None, "n": 3, "empty": "", "list": [],
-             "cells": [{"id": 1, "argv": ["a", "b"]}, 7],
-             "text": "one\n\x1b[2Jtwo\n", "nested": {"deep": {"x": 1.5}}}
-    assert render(value) == "\n".join([
-        "id: m1", "ok: true", "none: null", "n: 3", 'empty: ""', "list: []",
-        "cells:", "  - id: 1", "    argv:", "      - a", "      - b", "  - 7",
-        "text: |", "    one", "    \\x1b[2Jtwo",
-        "nested:", "  deep:", "    x: 1.5"])
+    value = {
+        "id": "m1",
+        "ok": True,
+        "none": None,
+        "n": 3,
+        "empty": "",
+        "list": [],
+        "cells": [{"id": 1, "argv": ["a", "b"]}, 7],
+        "text": "one\n\x1b[2Jtwo\n",
+        "nested": {"deep": {"x": 1.5}},
+    }
+    assert render(value) == "\n".join(
+        [
+            "id: m1",
+            "ok: true",
+            "none: null",
+            "n: 3",
+            'empty: ""',
+            "list: []",
+            "cells:",
+            "  - id: 1",
+            "    argv:",
+            "      - a",
+            "      - b",
+            "  - 7",
+            "text: |",
+            "    one",
+            "    \\x1b[2Jtwo",
+            "nested:",
+            "  deep:",
+            "    x: 1.5",
+        ]
+    )
     assert render(value) == render(json.loads(json.dumps(value)))  # deterministic
 
 
 def human_keys(stdout: str) -> list[str]:
     """The top-level keys of a rendering: lines at column 0 up to their colon."""
-    return [line.split(":", 1)[0] for line in stdout.splitlines()
-            if line and not line.startswith(" ")]
+    return [
+        line.split(":", 1)[0] for line in stdout.splitlines() if line and not line.startswith(" ")
+    ]
 
 
 def test_plumbing_commands_print_the_same_result_readably(rio: Any, tmp_path: Path) -> None:
     created = rio("new", "s.db", "--goal", "readable", "--human")
     assert created.code == 0 and created.out is None  # not JSON
     session_id = rio("events", "s.db").lines[0]["session_id"]
-    assert created.stdout.splitlines() == [f"session: {session_id}",
-                                           f"db: {tmp_path / 's.db'}"]
+    assert created.stdout.splitlines() == [f"session: {session_id}", f"db: {tmp_path / 's.db'}"]
     state = rio("state", "s.db").out
     shown = rio("state", "s.db", "--human")
     assert shown.code == 0 and human_keys(shown.stdout) == list(state)
@@ -79,11 +114,16 @@ def test_plumbing_commands_print_the_same_result_readably(rio: Any, tmp_path: Pa
     patch = Patch(turn["state"]).add(note("look")).build()
     stepped = rio("step", "s.db", turn["turn_id"], "-", "--human", input=patch)
     assert stepped.code == 0 and human_keys(stepped.stdout) == [
-        "turn_id", "revision", "cell_ids", "event"]
+        "turn_id",
+        "revision",
+        "cell_ids",
+        "event",
+    ]
     assert "revision: 1" in stepped.stdout.splitlines()
 
-    received = rio("receive", "s.db", "m1", "comment",
-                   json.dumps({"body": "hi\n\x1b[2Jthere"}), "--human")
+    received = rio(
+        "receive", "s.db", "m1", "comment", json.dumps({"body": "hi\n\x1b[2Jthere"}), "--human"
+    )
     assert received.code == 0 and human_keys(received.stdout) == ["id", "seq"]
     state = rio("state", "s.db", "--human").stdout
     assert "\x1b" not in state and "\\x1b[2Jthere" in state
@@ -91,7 +131,8 @@ def test_plumbing_commands_print_the_same_result_readably(rio: Any, tmp_path: Pa
     events = rio("events", "s.db").lines
     blocks = rio("events", "s.db", "--human").stdout.rstrip("\n").split("\n\n")
     assert [block.splitlines()[:2] for block in blocks] == [
-        [f"seq: {e['seq']}", f"kind: {e['kind']}"] for e in events]
+        [f"seq: {e['seq']}", f"kind: {e['kind']}"] for e in events
+    ]
 
 
 def test_owner_commands_print_their_status_readably(rio: Any, tmp_path: Path) -> None:
@@ -100,18 +141,41 @@ def test_owner_commands_print_their_status_readably(rio: Any, tmp_path: Path) ->
     shown = rio("work", "s.db", "--human")
     assert shown.code == 0 and human_keys(shown.stdout) == list(status)
     assert "ended: null" in shown.stdout.splitlines()
-    script = write_script(tmp_path, [[{"op": "add", "path": "/cells/-", "value": {
-        "kind": "note", "role": "conclusion", "result": "success", "text": "nothing to do"}}]])
+    script = write_script(
+        tmp_path,
+        [
+            [
+                {
+                    "op": "add",
+                    "path": "/cells/-",
+                    "value": {
+                        "kind": "note",
+                        "role": "conclusion",
+                        "result": "success",
+                        "text": "nothing to do",
+                    },
+                }
+            ]
+        ],
+    )
     done = rio("run", "s.db", "--model", f"scripted:{script}", "--human")
     assert done.code == 0, done.stdout + done.err
     assert "status: succeeded" in done.stdout.splitlines()
 
 
-@pytest.mark.parametrize("args", [
-    ["state", "missing.db"], ["events", "missing.db"], ["show", "missing.db"],
-    ["work", "missing.db"], ["output", "s.db", "9"], ["turn", "s.db", "--after", "x"],
-    ["step", "s.db", "nosuch", "-"], ["receive", "s.db", "execution:1", "comment", "{}"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["state", "missing.db"],
+        ["events", "missing.db"],
+        ["show", "missing.db"],
+        ["work", "missing.db"],
+        ["output", "s.db", "9"],
+        ["turn", "s.db", "--after", "x"],
+        ["step", "s.db", "nosuch", "-"],
+        ["receive", "s.db", "execution:1", "comment", "{}"],
+    ],
+)
 def test_errors_stay_one_json_line_with_human(rio: Any, args: list[str]) -> None:
     assert rio("new", "s.db", "--goal", "g").code == 0
     plain: CliResult = rio(*args, input="[]")
@@ -132,10 +196,14 @@ def test_every_rejection_by_step_prints_only_the_reason(rio: Any) -> None:
     unknown = rio("step", "s.db", "nosuch", "-", input=patch)
     refused = rio("step", "s.db", turn["turn_id"], "-", input=bad)
     assert rio("step", "s.db", turn["turn_id"], "-", input=patch).code == 0
-    conflict = rio("step", "s.db", turn["turn_id"], "-",
-                   input=Patch(turn["state"]).add(note("b")).build())
-    for done, words in ((unknown, "unknown Turn"), (refused, "belongs to the harness"),
-                        (conflict, "conflict")):
+    conflict = rio(
+        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("b")).build()
+    )
+    for done, words in (
+        (unknown, "unknown Turn"),
+        (refused, "belongs to the harness"),
+        (conflict, "conflict"),
+    ):
         assert done.code == 3 and list(done.out) == ["rejected"], done.stdout
         assert words in done.out["rejected"]
 
@@ -148,26 +216,40 @@ def test_show_lists_executions_of_replaced_and_removed_cells(session: Session) -
     succeed(session, 1, output="one\n")
     record_unknown(session, 2)
     comment = session.receive("c1", "comment", {"body": "the deploy did not happen"})["seq"]
-    resolved = accept(session, lambda p: p.add(note(
-        "no deploy", role="resolution", target_cell_id=2,
-        evidence_refs=[f"session:event:{comment}"]))).cell_ids[0]
+    resolved = accept(
+        session,
+        lambda p: p.add(
+            note(
+                "no deploy",
+                role="resolution",
+                target_cell_id=2,
+                evidence_refs=[f"session:event:{comment}"],
+            )
+        ),
+    ).cell_ids[0]
     accept(session, lambda p: p.replace(0, cmd("echo", "two")).remove(1))  # 1, 2 leave
     state = session.state()
     assert {"1", "2"}.isdisjoint(state["runtime"]["cells"])  # the State drops them: right
-    finished = {e["cell_id"]: e["result"] for e in session.journal.events()
-                if e["kind"] == "execution_finished"}
+    finished = {
+        e["cell_id"]: e["result"]
+        for e in session.journal.events()
+        if e["kind"] == "execution_finished"
+    }
     assert set(finished) == {1, 2}
     shown = run_cli("show", session.journal.path, "--json").out
-    assert {k: v["result"] for k, v in shown["executions"].items()
-            if v["phase"] == "finished"} == {str(k): r for k, r in finished.items()}
+    assert {k: v["result"] for k, v in shown["executions"].items() if v["phase"] == "finished"} == {
+        str(k): r for k, r in finished.items()
+    }
     assert shown["executions"]["2"]["resolved_by"] == resolved
     assert shown["executions"]["1"]["resolved_by"] is None
     assert list(shown["executions"]) == sorted(shown["executions"], key=int)
     text = run_cli("show", session.journal.path).stdout
     history = text.split("no longer in context", 1)[1]
     assert "[1] cmd echo one" in history and "[2] cmd deploy" in history
-    assert f"UnknownExecution [worker_lost_before_result_commit], resolved by cell {resolved}" \
+    assert (
+        f"UnknownExecution [worker_lost_before_result_commit], resolved by cell {resolved}"
         in history
+    )
 
 
 def test_show_leaves_out_what_was_committed_after_its_projection(session: Session) -> None:
@@ -192,8 +274,12 @@ def test_show_leaves_out_what_was_committed_after_its_projection(session: Sessio
 def test_output_of_a_cell_cancelled_before_launch_says_so(rio: Any, tmp_path: Path) -> None:
     assert rio("new", "s.db", "--goal", "g", "--cwd", tmp_path).code == 0
     turn = rio("turn", "s.db").out
-    patch = Patch(turn["state"]).add(cmd("echo", "never")).add(
-        note("stop it", role="cancel", target_cell_id=1)).build()
+    patch = (
+        Patch(turn["state"])
+        .add(cmd("echo", "never"))
+        .add(note("stop it", role="cancel", target_cell_id=1))
+        .build()
+    )
     assert rio("step", "s.db", turn["turn_id"], "-", input=patch).code == 0
     queued = rio("output", "s.db", "1")
     assert queued.code == 1 and "queued and has not been launched" in queued.out["error"]
@@ -202,6 +288,7 @@ def test_output_of_a_cell_cancelled_before_launch_says_so(rio: Any, tmp_path: Pa
     assert result["type"] == "cancelled"
     done = rio("output", "s.db", "1")
     assert done.code == 1
-    assert done.out["error"] == ("cell 1 was cancelled before it was launched "
-                                 f"({result['reason']}): it has no output")
+    assert done.out["error"] == (
+        f"cell 1 was cancelled before it was launched ({result['reason']}): it has no output"
+    )
     assert rio("output", "s.db", "2").out["error"] == "cell 2 has no Execution in s.db"

@@ -36,8 +36,10 @@ def printed(k: int, lines: int) -> str:
 
 def printer(k: int, lines: int) -> dict[str, object]:
     """A cmd Cell printing ``printed(k, lines)``."""
-    source = (f"import sys\nfor i in range({lines}):\n"
-              f"    sys.stdout.write({LINE!r}.format(k={k}, i=i) + '\\n')\n")
+    source = (
+        f"import sys\nfor i in range({lines}):\n"
+        f"    sys.stdout.write({LINE!r}.format(k={k}, i=i) + '\\n')\n"
+    )
     return cmd(PY, "-c", source)
 
 
@@ -69,9 +71,11 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
     db = new_session(tmp_path, "output_bytes=64000")  # each 60 KB output is kept whole
     context = Limits().context_bytes
     rounds = 12
-    reader = ("import pathlib\nfrom rio_ci.api import output\n"
-              "pathlib.Path('first.txt').write_text(output(1))\n"
-              "pathlib.Path('second.txt').write_text(output(2, 'stdout'))\n")
+    reader = (
+        "import pathlib\nfrom rio_ci.api import output\n"
+        "pathlib.Path('first.txt').write_text(output(1))\n"
+        "pathlib.Path('second.txt').write_text(output(2, 'stdout'))\n"
+    )
     with WatchedFake(db) as fake:
         for k in range(1, rounds + 1):
             fake.reply_patch(patch(k - 1, k, printer(k, 1000)))
@@ -86,8 +90,9 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
         state = sent.state()
         assert encoded_size(state) <= context, f"request {number}"
         assert len(state["cells"]) == number - 1  # nothing dropped: every Cell is listed
-        outputs = {int(k): v["stdout"] for k, v in state["runtime"]["cells"].items()
-                   if int(k) <= rounds}
+        outputs = {
+            int(k): v["stdout"] for k, v in state["runtime"]["cells"].items() if int(k) <= rounds
+        }
         masked = sorted(k for k, text in outputs.items() if text != printed(k, 1000))
         for k in masked:
             size = len(printed(k, 1000).encode())
@@ -106,18 +111,19 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
         assert got == {"cell_id": k, "stream": "stdout", "text": printed(k, 1000)}
     assert (tmp_path / "first.txt").read_text() == printed(1, 1000)
     assert (tmp_path / "second.txt").read_text() == printed(2, 1000)
-    assert [e["result"]["type"] for e in kinds(events(db), "execution_finished")] == [
-        "success"] * (rounds + 1)
+    assert [e["result"]["type"] for e in kinds(events(db), "execution_finished")] == ["success"] * (
+        rounds + 1
+    )
 
 
-def test_a_message_too_large_for_the_context_is_delivered_cut_and_says_so(
-        tmp_path: Path) -> None:
+def test_a_message_too_large_for_the_context_is_delivered_cut_and_says_so(tmp_path: Path) -> None:
     """SPEC §4.1: the State never exceeds ``context_bytes``; §15: over a limit, explicit
     truncation, never silent. With odd limits (``output_bytes`` near ``context_bytes``) one
     message alone may not fit: it is delivered with its payload cut and its full size."""
     db = new_session(tmp_path, "context_bytes=20000", "output_bytes=16000")
-    (step := tmp_path / "note.json").write_text(json.dumps(
-        {"patch": patch(0, 1, {"kind": "note", "text": "n" * 9000})}))
+    (step := tmp_path / "note.json").write_text(
+        json.dumps({"patch": patch(0, 1, {"kind": "note", "text": "n" * 9000})})
+    )
     turn = json.loads(rio("turn", str(db)).stdout)
     assert rio("step", str(db), turn["turn_id"], str(step)).returncode == 0
     body = "y" * 15000
@@ -129,8 +135,7 @@ def test_a_message_too_large_for_the_context_is_delivered_cut_and_says_so(
     assert encoded_size(turn["state"]) <= 20000
     (shown,) = turn["state"]["runtime"]["inbox"]
     payload = shown["payload"]
-    assert payload["truncated"] is True and payload["payload_bytes"] == len(
-        json.dumps({"b": body}))
+    assert payload["truncated"] is True and payload["payload_bytes"] == len(json.dumps({"b": body}))
     assert payload["head"].startswith('{"b": "yyy') and len(payload["head"]) < len(body)
     # The whole message stays in the Journal.
     (received,) = [e for e in events(db) if e["kind"] == "message_received"]

@@ -31,16 +31,21 @@ def conclude(result: str) -> dict[str, Any]:
 
 
 def resolve(target: int, *seqs: int) -> dict[str, Any]:
-    return note(f"resolve {target}", role="resolution", target_cell_id=target,
-                evidence_refs=[f"session:event:{s}" for s in seqs])
+    return note(
+        f"resolve {target}",
+        role="resolution",
+        target_cell_id=target,
+        evidence_refs=[f"session:event:{s}" for s in seqs],
+    )
 
 
 def make_unknown(sess: CliSession, *more: dict[str, Any]) -> dict[str, Any]:
     """Cell 1 becomes an UnknownExecution (the Owner died right after authorising its
     launch); ``more`` Cells wait behind it. Returns the recovering `work`'s output."""
     sess.propose(logged(sess.log, "log('ran')"), *more)
-    sess.run("work", str(sess.db), code=-signal.SIGKILL,
-             env=cli_env(RIO_CRASH_AT="launch_before_spawn"))
+    sess.run(
+        "work", str(sess.db), code=-signal.SIGKILL, env=cli_env(RIO_CRASH_AT="launch_before_spawn")
+    )
     out = sess.work()
     assert sess.result(1)["type"] == "UnknownExecution"
     return out
@@ -99,8 +104,11 @@ def test_cancel_of_queued_cells_never_launches_them(new: New) -> None:
     out = sess.work()
     assert out == {"ended": None, "ran": [], "pending": [], "paused_by": None}
     for cell in (1, 2):
-        assert sess.result(cell) == {"type": "cancelled", "cell_id": cell,
-                                     "reason": "cancelled_before_launch"}
+        assert sess.result(cell) == {
+            "type": "cancelled",
+            "cell_id": cell,
+            "reason": "cancelled_before_launch",
+        }
         assert sess.runtime(cell)["phase"] == "finished"
     assert sess.events("execution_started") == []
     assert sorted(e["note_id"] for e in sess.events("control_applied")) == [3, 4]
@@ -109,15 +117,21 @@ def test_cancel_of_queued_cells_never_launches_them(new: New) -> None:
 
 def test_cancel_of_a_running_cell_from_another_process_stops_its_group(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, """
+    sess.propose(
+        logged(
+            sess.log,
+            """
         import subprocess, time
         child = subprocess.Popen(["sleep", "60"])
         log("pids", child.pid)
         time.sleep(60)
-        """), cmd("echo", "next"))
+        """,
+        ),
+        cmd("echo", "next"),
+    )
     owner = sess.start_work()
     until(sess.lines, timeout=30)
-    (_, script, _, child), = sess.lines()
+    ((_, script, _, child),) = sess.lines()
     leader = sess.events("worker_registered")[0]["identity"]["pid"]
 
     sess.propose(cancel(1))
@@ -137,14 +151,15 @@ def test_cancel_of_a_running_cell_from_another_process_stops_its_group(new: New)
 
 def test_cancel_while_another_cell_occupies_the_slot_is_handled_at_once(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, "import time; log('A', 'start'); time.sleep(4); log('A')"),
-                 logged(sess.log, "log('B', 'ran')"))
+    sess.propose(
+        logged(sess.log, "import time; log('A', 'start'); time.sleep(4); log('A')"),
+        logged(sess.log, "log('B', 'ran')"),
+    )
     owner = sess.start_work()
     until(sess.lines, timeout=30)
     sess.propose(cancel(2))
     # B's cancellation commits while A still runs, without launching anything.
-    cancelled = until(lambda: "result" in sess.runtime(2) and sess.runtime(2)["result"],
-                      timeout=2)
+    cancelled = until(lambda: "result" in sess.runtime(2) and sess.runtime(2)["result"], timeout=2)
     assert cancelled and cancelled["type"] == "cancelled"
     assert sess.runtime(1)["phase"] == "started"
     owner.communicate(timeout=30)
@@ -189,10 +204,12 @@ def test_resolution_needs_evidence_of_another_observation(new: New) -> None:
 
     turn = sess.turn()
     assert turn["delivered"] == ["execution:1"]
-    for bad, why in [(resolve(1), "evidence_refs"),  # no evidence at all
-                     (resolve(1, own), "own record"),  # the target's record / its notice
-                     (resolve(1, started), "not a committed observation"),
-                     (resolve(1, 10_000), "not a committed observation")]:
+    for bad, why in [
+        (resolve(1), "evidence_refs"),  # no evidence at all
+        (resolve(1, own), "own record"),  # the target's record / its notice
+        (resolve(1, started), "not a committed observation"),
+        (resolve(1, 10_000), "not a committed observation"),
+    ]:
         count = len(sess.events())
         rejected = sess.propose(bad, turn=turn, code=3)
         assert why in rejected["rejected"]
@@ -246,11 +263,13 @@ def test_success_is_rejected_while_uncertainty_is_unresolved(new: New) -> None:
 
 def test_success_is_rejected_while_a_timer_waits(new: New) -> None:
     sess = new()
-    sess.propose(code("""
+    sess.propose(
+        code("""
         import time
         from rio_ci.api import timer
         timer("later", time.time() + 3600, {"why": "check back"})
-        """))
+        """)
+    )
     sess.work()
     assert sess.result(1)["type"] == "success"
     sess.propose(conclude("success"))
@@ -260,12 +279,14 @@ def test_success_is_rejected_while_a_timer_waits(new: New) -> None:
 
 def test_a_cancelled_timer_no_longer_blocks_success(new: New) -> None:
     sess = new()
-    sess.propose(code("""
+    sess.propose(
+        code("""
         import json, time
         from rio_ci.api import cancel_timer, timer
         timer("later", time.time() + 3600, {"why": "check back"})
         print(json.dumps([cancel_timer("later"), cancel_timer("later")]))
-        """))
+        """)
+    )
     sess.work()
     assert sess.result(1)["type"] == "success", sess.runtime(1)
     first, again = json.loads(sess.runtime(1)["stdout"])
@@ -300,8 +321,10 @@ def test_success_is_rejected_when_a_validator_fails(new: New) -> None:
 
 def test_input_arriving_while_validators_run_rejects_success(tmp_path: Path, new: New) -> None:
     marker = tmp_path / "validating"
-    slow = f"{sys.executable} -c 'import pathlib, time; pathlib.Path(\"{marker}\").touch(); " \
+    slow = (
+        f'{sys.executable} -c \'import pathlib, time; pathlib.Path("{marker}").touch(); '
         "time.sleep(1.5)'"
+    )
     sess = new(validators=[slow])
     sess.propose(conclude("success"))
     owner = sess.start_work()
@@ -314,8 +337,7 @@ def test_input_arriving_while_validators_run_rejects_success(tmp_path: Path, new
 
 
 def test_a_validator_that_leaves_a_process_behind_does_not_stall(new: New) -> None:
-    sess = new(validators=["sh -c 'sleep 300 & echo checked'"],
-               limits=["execution_seconds=20"])
+    sess = new(validators=["sh -c 'sleep 300 & echo checked'"], limits=["execution_seconds=20"])
     sess.propose(conclude("success"))
     started = time.monotonic()
     assert sess.work()["ended"] == {"result": "success", "reason": "conclusion accepted"}
@@ -332,8 +354,12 @@ def test_success_is_accepted_when_clean_and_the_run_stays_ended(new: New) -> Non
     sess.propose(cmd("echo", "x"))
     sess.work()
     sess.propose(conclude("success"))  # this Turn consumes execution:1
-    assert sess.work() == {"ended": {"result": "success", "reason": "conclusion accepted"},
-                           "ran": [], "pending": [], "paused_by": None}
+    assert sess.work() == {
+        "ended": {"result": "success", "reason": "conclusion accepted"},
+        "ran": [],
+        "pending": [],
+        "paused_by": None,
+    }
     validated = sess.events("validator_result")
     assert [v["result"]["type"] for v in validated] == ["success", "success"]
     assert validated[0]["stdout"] == f"{sess.cwd}\n"
@@ -361,14 +387,14 @@ def test_failure_cancels_queued_work_and_keeps_the_uncertainty(new: New) -> None
     out = sess.work(code=1)
     assert out["ended"] == {"result": "failure", "reason": "conclusion: failure"}
     assert out["ran"] == [] and out["pending"] == []
-    assert sess.result(2) == {"type": "cancelled", "cell_id": 2,
-                              "reason": "cancelled_by_failure"}
+    assert sess.result(2) == {"type": "cancelled", "cell_id": 2, "reason": "cancelled_by_failure"}
     assert [e["cell_id"] for e in sess.events("execution_started")] == [1]
     (ended,) = sess.events("run_ended")
     unknown = sess.result(1)
     assert ended["result"] == "failure"
-    assert ended["unresolved"] == [{"cell_id": 1, "reason": unknown["reason"],
-                                    "evidence_refs": unknown["evidence_refs"]}]
+    assert ended["unresolved"] == [
+        {"cell_id": 1, "reason": unknown["reason"], "evidence_refs": unknown["evidence_refs"]}
+    ]
     shown = sess.run("show", str(sess.db))  # the readable summary keeps the list too
     assert f"unresolved: cell 1 ({unknown['reason']})" in shown.stdout, shown.stdout
     assert sess.lines() == []
@@ -380,7 +406,7 @@ def test_failure_while_a_cell_runs_stops_it(new: New) -> None:
     sess.propose(logged(sess.log, "import time; log('up'); time.sleep(60)"))
     owner = sess.start_work()
     until(sess.lines, timeout=30)
-    (_, script, _), = sess.lines()
+    ((_, script, _),) = sess.lines()
     sess.propose(conclude("failure"))
     stdout, _ = owner.communicate(timeout=10)
     assert owner.returncode == 1, stdout

@@ -13,8 +13,19 @@ import pytest
 
 CORE = Path(__file__).resolve().parents[1] / "rio_ci" / "core"
 # The standard library's pure parts, and jsonpointer (pure: RFC 6901 pointers, no I/O).
-ALLOWED = {"__future__", "typing", "dataclasses", "json", "re", "hashlib", "copy", "tomllib",
-           "collections.abc", "math", "jsonpointer"}
+ALLOWED = {
+    "__future__",
+    "typing",
+    "dataclasses",
+    "json",
+    "re",
+    "hashlib",
+    "copy",
+    "tomllib",
+    "collections.abc",
+    "math",
+    "jsonpointer",
+}
 
 
 def offending_imports(source: str, package: str = "rio_ci.core") -> list[str]:
@@ -28,8 +39,11 @@ def offending_imports(source: str, package: str = "rio_ci.core") -> list[str]:
                 names = [package if node.level == 1 else "rio_ci"]
             else:
                 names = [node.module or ""]
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id == "__import__"):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "__import__"
+        ):
             names = ["__import__()"]
         else:
             continue
@@ -54,25 +68,34 @@ def test_core_modules_import_only_pure_modules(module: Path) -> None:
     assert not bad, f"rio_ci/core/{module.name} imports outside the pure set: {bad}"
 
 
-@pytest.mark.parametrize("source, culprit", [
-    ("import os", "os"),
-    ("import json, sqlite3", "sqlite3"),
-    ("from subprocess import run", "subprocess"),
-    ("import collections", "collections"),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import socket", "socket"),
-    ("def f():\n    import time", "time"),
-    ("from .. import journal", "rio_ci"),
-    ("from rio_ci.journal import Journal", "rio_ci.journal"),
-    ("mod = __import__('os')", "__import__()"),
-])
+@pytest.mark.parametrize(
+    "source, culprit",
+    [
+        ("import os", "os"),
+        ("import json, sqlite3", "sqlite3"),
+        ("from subprocess import run", "subprocess"),
+        ("import collections", "collections"),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import socket", "socket"),
+        ("def f():\n    import time", "time"),
+        ("from .. import journal", "rio_ci"),
+        ("from rio_ci.journal import Journal", "rio_ci.journal"),
+        ("mod = __import__('os')", "__import__()"),
+    ],
+)
 def test_the_check_catches_impure_imports(source: str, culprit: str) -> None:
     assert [item.split(": ", 1)[1] for item in offending_imports(source)] == [culprit]
 
 
 def test_the_check_allows_the_pure_set() -> None:
-    source = "\n".join([
-        "from __future__ import annotations", "import json, re, hashlib, copy, tomllib",
-        "from typing import Any", "from dataclasses import dataclass",
-        "from collections.abc import Iterator", "from rio_ci.core.state import SCHEMA",
-        "from . import reducer"])
+    source = "\n".join(
+        [
+            "from __future__ import annotations",
+            "import json, re, hashlib, copy, tomllib",
+            "from typing import Any",
+            "from dataclasses import dataclass",
+            "from collections.abc import Iterator",
+            "from rio_ci.core.state import SCHEMA",
+            "from . import reducer",
+        ]
+    )
     assert offending_imports(source) == []

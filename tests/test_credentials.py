@@ -15,8 +15,15 @@ CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canar
 
 
 def rio(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
-    done = subprocess.run([*RIO, *args], capture_output=True, text=True, input=stdin,
-                          env=env or cli_env(), timeout=120, check=False)
+    done = subprocess.run(
+        [*RIO, *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env=env or cli_env(),
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -25,8 +32,10 @@ def test_a_cell_cannot_read_secrets_from_the_owners_proc_environ(tmp_path: Path)
     db = str(tmp_path / "s.db")
     rio("new", db, "--goal", "try to read the Owner's environment", "--cwd", str(tmp_path))
     turn = json.loads(rio("turn", db))
-    script = ("cat /proc/$PPID/environ | tr '\\0' '\\n'; echo ---; env; echo ---; "
-              "cat /proc/$PPID/cmdline | tr '\\0' ' '")
+    script = (
+        "cat /proc/$PPID/environ | tr '\\0' '\\n'; echo ---; env; echo ---; "
+        "cat /proc/$PPID/cmdline | tr '\\0' ' '"
+    )
     patch = Patch(turn["state"]).add({"kind": "cmd", "argv": ["sh", "-c", script]}).build()
     rio("step", db, turn["turn_id"], "-", stdin=json.dumps(patch))
     out = rio("work", db, env=cli_env(**CANARIES))
@@ -41,8 +50,13 @@ def test_a_cell_cannot_read_secrets_from_the_owners_proc_environ(tmp_path: Path)
 
 
 def test_worker_environment_drops_credentials_and_values_that_embed_them() -> None:
-    environ = {"PATH": "/bin", "GITHUB_TOKEN": "ghs_abcdef123", "NPM_TOKEN": "npm-secret-1",
-               "REMOTE": "https://x-access-token:ghs_abcdef123@github.com/o/r",
-               "RIO_CRASH_AT": "script_running", "HOME": "/root"}
+    environ = {
+        "PATH": "/bin",
+        "GITHUB_TOKEN": "ghs_abcdef123",
+        "NPM_TOKEN": "npm-secret-1",
+        "REMOTE": "https://x-access-token:ghs_abcdef123@github.com/o/r",
+        "RIO_CRASH_AT": "script_running",
+        "HOME": "/root",
+    }
     env = worker_environment(environ, keep=["NPM_TOKEN"])
     assert env == {"PATH": "/bin", "NPM_TOKEN": "npm-secret-1", "HOME": "/root"}

@@ -22,7 +22,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Com
 
 
 def test_demo_succeeds_and_tells_where_the_session_is(
-        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     root, done = demo
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -34,7 +35,8 @@ def test_demo_succeeds_and_tells_where_the_session_is(
 
 
 def test_the_demo_works_an_issue_of_the_local_forge_and_publishes_there(
-        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     """SPEC §12: the demo starts a Session with the scripted model and the local forge; the
     progress comment and the pull request of its success land there."""
     _, done = demo
@@ -52,7 +54,8 @@ def test_the_demo_works_an_issue_of_the_local_forge_and_publishes_there(
 
 
 def test_demo_journal_shows_one_interruption_resolved_and_a_validated_success(
-        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     root, done = demo
     assert done.returncode == 0, done.stdout + done.stderr
     evs = events(root / "session.sqlite3")
@@ -67,18 +70,29 @@ def test_demo_journal_shows_one_interruption_resolved_and_a_validated_success(
     launches = Counter(e["cell_id"] for e in evs if e["kind"] == "execution_started")
     assert launches[target] == 1 and max(launches.values()) == 1
     # The interrupted Cell was killed while its script ran, and resolved with other evidence.
-    resolutions = [c for e in evs if e["kind"] == "patch_accepted" for c in e["controls"]
-                   if c["role"] == "resolution"]
+    resolutions = [
+        c
+        for e in evs
+        if e["kind"] == "patch_accepted"
+        for c in e["controls"]
+        if c["role"] == "resolution"
+    ]
     assert [c["target_cell_id"] for c in resolutions] == [target]
     own = unknown[0]["result"]["evidence_refs"]
     cited = resolutions[0]["evidence_refs"]
     assert cited and not set(cited) & set(own)
     # The fix was written as a new version of the interrupted Cell, and it ran.
-    versions = [c for e in evs if e["kind"] == "patch_accepted" for c in e["cells"]
-                if c.get("previous_id") == target]
+    versions = [
+        c
+        for e in evs
+        if e["kind"] == "patch_accepted"
+        for c in e["cells"]
+        if c.get("previous_id") == target
+    ]
     assert len(versions) == 1
-    assert any(e["cell_id"] == versions[0]["id"] and e["result"]["type"] == "success"
-               for e in finished)
+    assert any(
+        e["cell_id"] == versions[0]["id"] and e["result"]["type"] == "success" for e in finished
+    )
     validators = [e for e in evs if e["kind"] == "validator_result"]
     assert validators and validators[-1]["result"]["type"] == "success"
     (ended,) = [e for e in evs if e["kind"] == "run_ended"]
@@ -88,7 +102,8 @@ def test_demo_journal_shows_one_interruption_resolved_and_a_validated_success(
 
 
 def test_demo_session_can_be_read_with_rio_ci_events(
-        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     root, _ = demo
     done = rio("events", str(root / "session.sqlite3"))
     assert done.returncode == 0
@@ -98,14 +113,20 @@ def test_demo_session_can_be_read_with_rio_ci_events(
 
 
 def test_show_on_the_demo_session_lists_every_execution_with_its_resolution(
-        demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     root, _ = demo
     db = root / "session.sqlite3"
     evs = events(db)
     finished = {str(e["cell_id"]): e["result"] for e in evs if e["kind"] == "execution_finished"}
     (unknown,) = [k for k, r in finished.items() if r["type"] == "UnknownExecution"]
-    (note_id,) = [c["note_id"] for e in evs if e["kind"] == "patch_accepted"
-                  for c in e["controls"] if c["role"] == "resolution"]
+    (note_id,) = [
+        c["note_id"]
+        for e in evs
+        if e["kind"] == "patch_accepted"
+        for c in e["controls"]
+        if c["role"] == "resolution"
+    ]
     shown = json.loads(rio("show", str(db), "--json").stdout)["executions"]
     assert {k: ex["result"] for k, ex in shown.items()} == finished
     assert shown[unknown]["resolved_by"] == note_id

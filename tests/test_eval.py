@@ -72,8 +72,11 @@ def test_every_crashed_trial_recovers_from_an_unknown_execution(suite: dict[str,
     for trial in trials:  # the kill hit the first executable Cell accepted in round 2
         evs = events(Path(trial["session"]))
         second = [e for e in evs if e["kind"] == "patch_accepted"][1]
-        first_unknown = next(e for e in evs if e["kind"] == "execution_finished"
-                             and e["result"]["type"] == "UnknownExecution")
+        first_unknown = next(
+            e
+            for e in evs
+            if e["kind"] == "execution_finished" and e["result"]["type"] == "UnknownExecution"
+        )
         executable = [c["id"] for c in second["cells"] if c["kind"] in ("code", "cmd")]
         assert first_unknown["cell_id"] == executable[0]
 
@@ -92,13 +95,24 @@ def test_the_interrupted_edit_leaves_the_tree_half_changed(suite: dict[str, Any]
     _, report, _ = suite["crash"]
     trial = next(t for t in report["trials"] if t["case"] == "interrupted-rename")
     evs = events(Path(trial["session"]))
-    resolution = next(c for e in evs if e["kind"] == "patch_accepted"
-                      for c in e["controls"] if c["role"] == "resolution")
+    resolution = next(
+        c
+        for e in evs
+        if e["kind"] == "patch_accepted"
+        for c in e["controls"]
+        if c["role"] == "resolution"
+    )
     cited = {int(ref.rsplit(":", 1)[1]) for ref in resolution["evidence_refs"]}
-    status = next(e for e in evs if e["seq"] in cited and e["kind"] == "execution_finished"
-                  and "status" in cell_argv(evs, e["cell_id"]))
-    output = "".join(e["text"] for e in evs
-                     if e["kind"] == "output" and e["cell_id"] == status["cell_id"])
+    status = next(
+        e
+        for e in evs
+        if e["seq"] in cited
+        and e["kind"] == "execution_finished"
+        and "status" in cell_argv(evs, e["cell_id"])
+    )
+    output = "".join(
+        e["text"] for e in evs if e["kind"] == "output" and e["cell_id"] == status["cell_id"]
+    )
     assert output.split() == ["M", "units.py"]
 
 
@@ -131,23 +145,26 @@ def make_case(root: Path, name: str, fields: dict[str, Any], check: str = "") ->
     return case
 
 
-GOOD = {"goal": "say hello", "validators": [["true"]], "check": ["true"],
-        "limits": {"rounds": 3}}
+GOOD = {"goal": "say hello", "validators": [["true"]], "check": ["true"], "limits": {"rounds": 3}}
 
 
-@pytest.mark.parametrize(("change", "problem"), [
-    ({"goal": " "}, "goal must be a non-blank string"),
-    ({"validators": ["python3 -m unittest"]}, "validators must be a list of argv lists"),
-    ({"validators": [[]]}, "validators must be a list of argv lists"),
-    ({"check": None}, "check must be an argv list"),
-    ({"check": ["python3", 3]}, "check must be an argv list"),
-    ({"limits": {"speed": 1}}, "unknown limit"),
-    ({"limits": {"rounds": -1}}, "must be a positive"),
-    ({"oracle": "missing.yml"}, "is not a file beside case.yml"),
-    ({"hidden": True}, "unknown field(s) hidden"),
-])
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"goal": " "}, "goal must be a non-blank string"),
+        ({"validators": ["python3 -m unittest"]}, "validators must be a list of argv lists"),
+        ({"validators": [[]]}, "validators must be a list of argv lists"),
+        ({"check": None}, "check must be an argv list"),
+        ({"check": ["python3", 3]}, "check must be an argv list"),
+        ({"limits": {"speed": 1}}, "unknown limit"),
+        ({"limits": {"rounds": -1}}, "must be a positive"),
+        ({"oracle": "missing.yml"}, "is not a file beside case.yml"),
+        ({"hidden": True}, "unknown field(s) hidden"),
+    ],
+)
 def test_case_yml_problems_are_usage_errors_naming_the_field(
-        tmp_path: Path, change: dict[str, Any], problem: str) -> None:
+    tmp_path: Path, change: dict[str, Any], problem: str
+) -> None:
     case = make_case(tmp_path, "c", {**GOOD, **change})
     with pytest.raises(UsageError) as info:
         load_case(case)
@@ -193,8 +210,21 @@ def test_eval_passes_price_and_effort_on_to_every_run(tmp_path: Path) -> None:
     with FakeAnthropic() as fake:
         fake.reply_patch(done_patch, input_tokens=1_000_000, output_tokens=0)
         env = {**cli_env(), "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": fake.base_url}
-        done = rio("eval", str(case), "--model", model, "--price", "3/15", "--effort", "low",
-                   "--out", str(tmp_path / "out"), "--json", env=env, timeout=120)
+        done = rio(
+            "eval",
+            str(case),
+            "--model",
+            model,
+            "--price",
+            "3/15",
+            "--effort",
+            "low",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+            env=env,
+            timeout=120,
+        )
         (request,) = fake.requests
     assert done.returncode == 0, done.stdout + done.stderr
     (trial,) = json.loads(done.stdout.strip().splitlines()[-1])["trials"]
@@ -212,8 +242,10 @@ def test_every_shipped_case_and_oracle_loads() -> None:
         for op in ops:  # YAML turns a bare 10 into an int, which admission rejects
             argv = op.get("value", {}).get("argv")
             assert argv is None or all(isinstance(part, str) for part in argv), op
-        assert any(op.get("when") == "unresolved"
-                   and op["value"].get("target_cell_id") == "$unresolved" for op in ops)
+        assert any(
+            op.get("when") == "unresolved" and op["value"].get("target_cell_id") == "$unresolved"
+            for op in ops
+        )
 
 
 # --- {case_dir}, the working copy, exit status, end to end --------------------------------
@@ -226,21 +258,27 @@ assert os.path.isfile("hello.txt") and not os.path.exists("case.yml")  # cwd: th
 commits = subprocess.run(["git", "log", "--format=%s"], capture_output=True, text=True)
 assert commits.stdout.splitlines() == ["the case as given"], commits.stdout
 """
-CONCLUDE = "- - {op: add, path: /cells/-, value: {kind: note, role: conclusion, " \
-           "result: success, text: done}}\n"
+CONCLUDE = (
+    "- - {op: add, path: /cells/-, value: {kind: note, role: conclusion, "
+    "result: success, text: done}}\n"
+)
 
 
 def test_case_dir_is_substituted_and_the_check_decides(tmp_path: Path) -> None:
-    fields = {**GOOD, "check": [sys.executable, "{case_dir}/check.py", "{case_dir}",
-                                "--at={case_dir}/x"], "oracle": "oracle.yml"}
+    fields = {
+        **GOOD,
+        "check": [sys.executable, "{case_dir}/check.py", "{case_dir}", "--at={case_dir}/x"],
+        "oracle": "oracle.yml",
+    }
     good = make_case(tmp_path / "cases", "good", fields, CHECK)
     bad = make_case(tmp_path / "cases", "bad", {**fields, "check": ["false"]})
     for case in (good, bad):
         (case / "oracle.yml").write_text(CONCLUDE)
     assert load_case(good).check_argv()[1:] == [f"{good}/check.py", str(good), f"--at={good}/x"]
     out = tmp_path / "out"
-    code, report, stderr = eval_json(str(tmp_path / "cases"), "--model", "scripted:oracle",
-                                     "--out", str(out), timeout=120)
+    code, report, stderr = eval_json(
+        str(tmp_path / "cases"), "--model", "scripted:oracle", "--out", str(out), timeout=120
+    )
     assert code == 1, stderr  # not every trial passed
     by_case = {t["case"]: t for t in report["trials"]}
     assert by_case["good"]["passed"] is True, (out / "logs/plain/good-1.check.log").read_text()
@@ -261,25 +299,45 @@ def synthetic_events() -> list[dict[str, Any]]:
         events.append({"seq": len(events) + 1, "kind": kind, "at": at, **data})
 
     add("session_created", 100.0)
-    for n, (tokens_in, tokens_out, cost) in enumerate([(1000, 50, 0.01), (1200, 80, 0.02),
-                                                       (1500, 60, None), (1600, 90, 0.03)], 1):
+    for n, (tokens_in, tokens_out, cost) in enumerate(
+        [(1000, 50, 0.01), (1200, 80, 0.02), (1500, 60, None), (1600, 90, 0.03)], 1
+    ):
         turn = f"turn-{n}"
         delivered = {2: [], 3: ["execution:2"], 4: ["execution:3"]}.get(n, [])
         add("turn_prepared", 100.0 + n, turn_id=turn, delivered=delivered)
         add("model_attempt", 100.0 + n, turn_id=turn)
-        add("model_response", 100.0 + n, turn_id=turn, ok=True, usage={
-            "input_tokens": tokens_in, "output_tokens": tokens_out, "cost_usd": cost,
-            "cache_read_tokens": 10 * n, "cache_write_tokens": 3 * n})
-        controls = ([{"role": "resolution", "note_id": 9, "target_cell_id": 2}] if n == 4
-                    else [])
+        add(
+            "model_response",
+            100.0 + n,
+            turn_id=turn,
+            ok=True,
+            usage={
+                "input_tokens": tokens_in,
+                "output_tokens": tokens_out,
+                "cost_usd": cost,
+                "cache_read_tokens": 10 * n,
+                "cache_write_tokens": 3 * n,
+            },
+        )
+        controls = [{"role": "resolution", "note_id": 9, "target_cell_id": 2}] if n == 4 else []
         add("patch_accepted", 100.0 + n, turn_id=turn, cells=[], controls=controls)
         if n in (2, 3):
             add("execution_started", 100.0 + n, cell_id=n)
     add("model_attempt", 106.0, turn_id="turn-5")  # lost: no response, cost unknown
-    add("execution_finished", 102.5, cell_id=2, message={"id": "execution:2"},
-        result={"type": "UnknownExecution"})
-    add("execution_finished", 103.5, cell_id=3, message={"id": "execution:3"},
-        result={"type": "success"})
+    add(
+        "execution_finished",
+        102.5,
+        cell_id=2,
+        message={"id": "execution:2"},
+        result={"type": "UnknownExecution"},
+    )
+    add(
+        "execution_finished",
+        103.5,
+        cell_id=3,
+        message={"id": "execution:3"},
+        result={"type": "success"},
+    )
     add("run_ended", 107.25, result="failure")
     return events
 
@@ -290,8 +348,12 @@ def test_measure_reads_every_figure_from_the_events() -> None:
     figures = measure(events)
     assert figures["rounds"] == len(responses)
     # input as the Session's usage counts it: fresh, cache reads and cache writes
-    assert figures["input_tokens"] == sum(e["usage"]["input_tokens"] + e["usage"][
-        "cache_read_tokens"] + e["usage"]["cache_write_tokens"] for e in responses)
+    assert figures["input_tokens"] == sum(
+        e["usage"]["input_tokens"]
+        + e["usage"]["cache_read_tokens"]
+        + e["usage"]["cache_write_tokens"]
+        for e in responses
+    )
     assert figures["output_tokens"] == sum(e["usage"]["output_tokens"] for e in responses)
     known = [e["usage"]["cost_usd"] for e in responses if e["usage"]["cost_usd"] is not None]
     assert figures["cost_usd"] == pytest.approx(sum(known))
@@ -308,23 +370,42 @@ def test_an_unresolved_or_absent_uncertainty_has_no_rounds_to_resolve() -> None:
     events = synthetic_events()
     unresolved = [e for e in events if not (e["kind"] == "patch_accepted" and e["controls"])]
     assert measure(unresolved)["rounds_to_resolve"] is None
-    settled = [e for e in events if not (e["kind"] == "execution_finished"
-                                         and e["result"]["type"] == "UnknownExecution")]
+    settled = [
+        e
+        for e in events
+        if not (e["kind"] == "execution_finished" and e["result"]["type"] == "UnknownExecution")
+    ]
     assert measure(settled)["unknown_executions"] == 0
     assert measure(settled)["rounds_to_resolve"] is None
 
 
-def trial(case: str, passed: bool, rounds: int, cost: float | None, crashed: bool
-          ) -> dict[str, Any]:
-    return {"case": case, "trial": 1, "passed": passed, "status": "succeeded", "rounds": rounds,
-            "input_tokens": 0, "output_tokens": 0, "cost_usd": cost, "wall_seconds": 1.0,
-            "cells_run": 1, "unknown_executions": int(crashed),
-            "rounds_to_resolve": 1 if crashed else None, "crashed": crashed}
+def trial(
+    case: str, passed: bool, rounds: int, cost: float | None, crashed: bool
+) -> dict[str, Any]:
+    return {
+        "case": case,
+        "trial": 1,
+        "passed": passed,
+        "status": "succeeded",
+        "rounds": rounds,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": cost,
+        "wall_seconds": 1.0,
+        "cells_run": 1,
+        "unknown_executions": int(crashed),
+        "rounds_to_resolve": 1 if crashed else None,
+        "crashed": crashed,
+    }
 
 
 def test_summary_maths() -> None:
-    trials = [trial("a", True, 4, 0.5, True), trial("a", False, 9, 0.25, True),
-              trial("b", True, 6, None, False), trial("b", True, 5, 1.0, False)]
+    trials = [
+        trial("a", True, 4, 0.5, True),
+        trial("a", False, 9, 0.25, True),
+        trial("b", True, 6, None, False),
+        trial("b", True, 5, 1.0, False),
+    ]
     summary = summarise(trials)
     costs = [t["cost_usd"] for t in trials if t["cost_usd"] is not None]
     assert summary["pass_rate"] == sum(t["passed"] for t in trials) / len(trials)
@@ -343,8 +424,12 @@ def test_reports_merge_the_other_mode_only_for_the_same_model(tmp_path: Path) ->
     assert "a<&>" in texts and "100%" in texts and "0%" in texts  # both modes drawn
     assert "| a<&> | plain |" in (tmp_path / "report.md").read_text()
     write_reports(tmp_path, [trial("a<&>", False, 6, 0.25, True)], model="m2", crash=True)
-    texts = [t.text for t in ET.fromstring((tmp_path / "report.svg").read_text()).iter(
-        "{http://www.w3.org/2000/svg}text")]
+    texts = [
+        t.text
+        for t in ET.fromstring((tmp_path / "report.svg").read_text()).iter(
+            "{http://www.w3.org/2000/svg}text"
+        )
+    ]
     assert "100%" not in texts and "n/a" in texts  # m1's plain run is not m2's
 
 
@@ -353,19 +438,36 @@ def test_reports_merge_the_other_mode_only_for_the_same_model(tmp_path: Path) ->
 
 def turn_state(unresolved: bool) -> dict[str, Any]:
     result = {"type": "UnknownExecution", "reason": "worker_lost_before_result_commit"}
-    cells = {"5": {"phase": "finished", "result": result, "resolved_by": None}} if unresolved \
-        else {}
-    inbox = [{"id": "execution:5", "kind": "execution", "payload": result, "seq": 40},
-             {"id": "execution:6", "kind": "execution", "payload": {}, "seq": 44}]
-    return {"schema": "rio.state/1", "id": "s", "revision": 4, "goal": "g", "cells": [],
-            "runtime": {"next_cell_id": 7, "cells": cells, "inbox": inbox, "usage": {},
-                        "pause": None}}
+    cells = (
+        {"5": {"phase": "finished", "result": result, "resolved_by": None}} if unresolved else {}
+    )
+    inbox = [
+        {"id": "execution:5", "kind": "execution", "payload": result, "seq": 40},
+        {"id": "execution:6", "kind": "execution", "payload": {}, "seq": 44},
+    ]
+    return {
+        "schema": "rio.state/1",
+        "id": "s",
+        "revision": 4,
+        "goal": "g",
+        "cells": [],
+        "runtime": {"next_cell_id": 7, "cells": cells, "inbox": inbox, "usage": {}, "pause": None},
+    }
 
 
 ROUND = [
-    {"op": "add", "path": "/cells/-", "when": "unresolved", "value": {
-        "kind": "note", "role": "resolution", "text": "r", "target_cell_id": "$unresolved",
-        "evidence_refs": ["$delivered"]}},
+    {
+        "op": "add",
+        "path": "/cells/-",
+        "when": "unresolved",
+        "value": {
+            "kind": "note",
+            "role": "resolution",
+            "text": "r",
+            "target_cell_id": "$unresolved",
+            "evidence_refs": ["$delivered"],
+        },
+    },
     {"op": "add", "path": "/cells/-", "when": "settled", "value": {"kind": "note", "text": "s"}},
     {"op": "add", "path": "/cells/-", "value": {"kind": "cmd", "argv": ["true"]}},
 ]
@@ -386,8 +488,9 @@ def test_when_keeps_operations_that_match_the_turn_and_drops_the_key() -> None:
 
 def test_an_unknown_when_is_a_usage_error(tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text("- - {op: add, path: /cells/-, when: sometimes, "
-                      "value: {kind: note, text: x}}\n")
+    script.write_text(
+        "- - {op: add, path: /cells/-, when: sometimes, value: {kind: note, text: x}}\n"
+    )
     with pytest.raises(UsageError, match="when must be unresolved or settled"):
         load_script(script)
 

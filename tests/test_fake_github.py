@@ -21,9 +21,14 @@ MiB = 1024 * 1024
 
 @pytest.fixture
 def client(gh: FakeGitHub) -> Iterator[github.Github]:
-    with github.Github(auth=github.Auth.Token(gh.token), base_url=gh.api_url, retry=None,
-                       per_page=100, seconds_between_requests=0,
-                       seconds_between_writes=0) as made:
+    with github.Github(
+        auth=github.Auth.Token(gh.token),
+        base_url=gh.api_url,
+        retry=None,
+        per_page=100,
+        seconds_between_requests=0,
+        seconds_between_writes=0,
+    ) as made:
         yield made
 
 
@@ -33,15 +38,25 @@ def repo(gh: FakeGitHub, client: github.Github) -> Repository:
 
 
 def as_token(gh: FakeGitHub, token: str) -> Repository:
-    return github.Github(auth=github.Auth.Token(token), base_url=gh.api_url, retry=None,
-                         lazy=True, seconds_between_requests=0,
-                         seconds_between_writes=0).get_repo(gh.repo)
+    return github.Github(
+        auth=github.Auth.Token(token),
+        base_url=gh.api_url,
+        retry=None,
+        lazy=True,
+        seconds_between_requests=0,
+        seconds_between_writes=0,
+    ).get_repo(gh.repo)
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-                          cwd=cwd, capture_output=True, text=True, check=True,
-                          timeout=60).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -74,15 +89,25 @@ def commit(work: Path, files: dict[str, bytes]) -> None:
 def test_the_permission_api_maps_roles_to_legacy_levels_and_keeps_the_role(
     gh: FakeGitHub, repo: Repository
 ) -> None:
-    for login, role in (("ada", "admin"), ("max", "maintain"), ("wes", "write"),
-                        ("tia", "triage"), ("rae", "read")):
+    for login, role in (
+        ("ada", "admin"),
+        ("max", "maintain"),
+        ("wes", "write"),
+        ("tia", "triage"),
+        ("rae", "read"),
+    ):
         gh.add_user(login, role)
-    levels = {login: (repo.get_collaborator_permission(login),
-                      repo.get_collaborator_role_name(login))
-              for login in ("ada", "max", "wes", "tia", "rae")}
-    assert levels == {"ada": ("admin", "admin"), "max": ("write", "maintain"),
-                      "wes": ("write", "write"), "tia": ("read", "triage"),
-                      "rae": ("read", "read")}
+    levels = {
+        login: (repo.get_collaborator_permission(login), repo.get_collaborator_role_name(login))
+        for login in ("ada", "max", "wes", "tia", "rae")
+    }
+    assert levels == {
+        "ada": ("admin", "admin"),
+        "max": ("write", "maintain"),
+        "wes": ("write", "write"),
+        "tia": ("read", "triage"),
+        "rae": ("read", "read"),
+    }
     with pytest.raises(github.UnknownObjectException):
         repo.get_collaborator_permission("stranger")
 
@@ -125,8 +150,9 @@ def test_optional_listings_can_answer_403_or_404_while_the_rest_works(
     assert runs.hits == 1
 
 
-def test_an_outage_after_a_moment_and_times_limited_failures(gh: FakeGitHub,
-                                                            repo: Repository) -> None:
+def test_an_outage_after_a_moment_and_times_limited_failures(
+    gh: FakeGitHub, repo: Repository
+) -> None:
     issue = gh.add_issue("x")
     gh.fail(r".*", 503, after=2)
     assert repo.get_issue(issue).title == "x"
@@ -141,8 +167,9 @@ def test_an_outage_after_a_moment_and_times_limited_failures(gh: FakeGitHub,
     assert repo.get_issue(issue).number == issue and once.hits == 1
 
 
-def test_an_expired_token_gets_401_on_the_api_and_on_git(gh: FakeGitHub, repo: Repository,
-                                                        clone: Path) -> None:
+def test_an_expired_token_gets_401_on_the_api_and_on_git(
+    gh: FakeGitHub, repo: Repository, clone: Path
+) -> None:
     issue = gh.add_issue("x")
     gh.expire_token()
     with pytest.raises(github.BadCredentialsException):
@@ -196,8 +223,7 @@ def test_a_repository_dispatch_needs_contents_write(gh: FakeGitHub, repo: Reposi
     gh.add_token("reader", permissions={"contents": "read", "actions": "write"})
     assert not as_token(gh, "reader").create_repository_dispatch("rio-timer")
     assert gh.requests[-1].path == f"/repos/{gh.repo}/dispatches"
-    assert gh.repository_dispatches == [{"event_type": "rio-timer",
-                                         "client_payload": {"issue": 7}}]
+    assert gh.repository_dispatches == [{"event_type": "rio-timer", "client_payload": {"issue": 7}}]
 
 
 # --- artifacts and lists --------------------------------------------------------------------
@@ -209,21 +235,25 @@ def test_artifacts_expire_after_their_retention_days_cut_to_the_maximum(
     (tmp_path / "session.sqlite3").write_bytes(b"db")
     (tmp_path / "manifest.json").write_text("{}")
     created = "2024-05-01T10:00:00Z"
-    ids = {days: gh.upload_artifact("rio-session-1", tmp_path, retention_days=days,
-                                    created_at=created) for days in (7, None, 400)}
+    ids = {
+        days: gh.upload_artifact("rio-session-1", tmp_path, retention_days=days, created_at=created)
+        for days in (7, None, 400)
+    }
     start = datetime.datetime(2024, 5, 1, 10, tzinfo=datetime.UTC)
     expiry = {a.id: a.expires_at for a in repo.get_artifacts(name="rio-session-1")}
-    assert expiry == {ids[7]: start + datetime.timedelta(days=7),
-                      ids[None]: start + datetime.timedelta(days=90),
-                      ids[400]: start + datetime.timedelta(days=90)}
+    assert expiry == {
+        ids[7]: start + datetime.timedelta(days=7),
+        ids[None]: start + datetime.timedelta(days=90),
+        ids[400]: start + datetime.timedelta(days=90),
+    }
     gh.max_retention_days = 400  # a private repository's setting
-    longer = gh.upload_artifact("rio-session-1", tmp_path, retention_days=400,
-                                created_at=created)
+    longer = gh.upload_artifact("rio-session-1", tmp_path, retention_days=400, created_at=created)
     assert gh.artifacts[longer]["retention_days"] == 400
 
 
-def test_lists_are_paged_with_githubs_link_header(gh: FakeGitHub, client: github.Github,
-                                                 repo: Repository) -> None:
+def test_lists_are_paged_with_githubs_link_header(
+    gh: FakeGitHub, client: github.Github, repo: Repository
+) -> None:
     numbers = [gh.add_issue(f"issue {i}", labels=("rio",)) for i in range(130)]
     assert sorted(i.number for i in repo.get_issues(labels=["rio"])) == numbers
     url = f"{gh.api_url}/repos/{gh.repo}/issues?labels=rio&per_page=100&page=1"
@@ -231,8 +261,9 @@ def test_lists_are_paged_with_githubs_link_header(gh: FakeGitHub, client: github
     with urllib.request.urlopen(request) as answer:
         assert len(json.load(answer)) == 100
         assert 'page=2>; rel="next"' in answer.headers["Link"]
-    with urllib.request.urlopen(urllib.request.Request(
-            url.replace("page=1", "page=2"), headers=request.headers)) as answer:
+    with urllib.request.urlopen(
+        urllib.request.Request(url.replace("page=1", "page=2"), headers=request.headers)
+    ) as answer:
         assert len(json.load(answer)) == 30
         assert answer.headers["Link"] is None
 
@@ -246,8 +277,10 @@ def test_a_push_touching_workflows_is_refused_for_the_job_token_with_githubs_wor
     commit(clone, {".github/workflows/ci.yml": b"on: push\n", "src.py": b"print()\n"})
     refused = push(clone, gh.git_url, "HEAD:refs/heads/rio/issue-1", token=gh.token)
     assert refused.returncode == 1
-    assert ("refusing to allow a GitHub App to create or update workflow "
-            "`.github/workflows/ci.yml` without `workflows` permission") in refused.stderr
+    assert (
+        "refusing to allow a GitHub App to create or update workflow "
+        "`.github/workflows/ci.yml` without `workflows` permission"
+    ) in refused.stderr
     assert "[remote rejected]" in refused.stderr
     gh.add_token("pat-token", kind="pat")
     as_pat = push(clone, gh.git_url, "HEAD:refs/heads/rio/issue-1", token="pat-token")
@@ -256,7 +289,8 @@ def test_a_push_touching_workflows_is_refused_for_the_job_token_with_githubs_wor
     accepted = push(clone, gh.git_url, "HEAD:refs/heads/rio/issue-1", token="app-token")
     assert accepted.returncode == 0, accepted.stderr
     assert git(clone, "ls-remote", str(gh.git_origin), "rio/issue-1").startswith(
-        git(clone, "rev-parse", "HEAD"))
+        git(clone, "rev-parse", "HEAD")
+    )
 
 
 def test_a_file_over_the_limit_is_refused_with_gh001(gh: FakeGitHub, clone: Path) -> None:
@@ -264,8 +298,10 @@ def test_a_file_over_the_limit_is_refused_with_gh001(gh: FakeGitHub, clone: Path
     refused = push(clone, gh.git_url, "main", token=gh.token)
     assert refused.returncode == 1
     assert "GH001: Large files detected" in refused.stderr
-    assert "File data/big.bin is 1.00 MB; this exceeds GitHub's file size limit of 1.00 MB" \
+    assert (
+        "File data/big.bin is 1.00 MB; this exceeds GitHub's file size limit of 1.00 MB"
         in refused.stderr
+    )
     assert "workflow" not in refused.stderr
     git(clone, "reset", "--quiet", "--hard", "HEAD~1")
     commit(clone, {"small.txt": b"ok"})

@@ -45,8 +45,7 @@ def test_issue_is_read_with_its_labels(gh: FakeGitHub, forge: GitHubForge) -> No
     assert forge.issue(number).labels == ("rio", "bug")
 
 
-def test_comments_after_the_watermark_come_oldest_first(gh: FakeGitHub,
-                                                       forge: GitHubForge) -> None:
+def test_comments_after_the_watermark_come_oldest_first(gh: FakeGitHub, forge: GitHubForge) -> None:
     number = gh.add_issue("goal")
     first = gh.add_comment(number, "one", user="alice", association="OWNER")
     second = gh.add_comment(number, "two", user="eve", association="NONE")
@@ -88,8 +87,9 @@ def test_upsert_comment_edits_one_comment_in_place(gh: FakeGitHub, forge: GitHub
 
 
 def test_upsert_comment_never_takes_over_someone_elses_comment(gh: FakeGitHub) -> None:
-    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0,
-                        comment_author=gh.bot)
+    forge = GitHubForge(
+        gh.repo, gh.token, gh.api_url, throttle=False, retries=0, comment_author=gh.bot
+    )
     number = gh.add_issue("goal")
     planted = gh.add_comment(number, f"quoting {MARKER}", user="eve", association="NONE")
 
@@ -150,7 +150,10 @@ def test_open_pull_request_reuses_the_open_one(gh: FakeGitHub, forge: GitHubForg
     assert len(gh.pulls) == 1
     (pull,) = gh.pulls.values()
     assert (pull["head"]["ref"], pull["base"]["ref"], pull["body"]) == (
-        "rio/issue-3", "main", "Fixes #3")
+        "rio/issue-3",
+        "main",
+        "Fixes #3",
+    )
     assert len([r for r in gh.to(f"/repos/{gh.repo}/pulls") if r.method == "POST"]) == 1
     listed = [r for r in gh.to(f"/repos/{gh.repo}/pulls") if r.method == "GET"]
     assert listed[0].query["head"] == "octo:rio/issue-3"
@@ -165,8 +168,9 @@ def test_dispatch_is_recorded_with_its_inputs(gh: FakeGitHub, forge: GitHubForge
     assert caught.value.status == 404
 
 
-def test_artifacts_are_listed_newest_first_by_exact_name(gh: FakeGitHub,
-                                                       forge: GitHubForge) -> None:
+def test_artifacts_are_listed_newest_first_by_exact_name(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
     middle = gh.add_artifact("rio-session-7", b"2", "2024-03-02T10:00:00Z")
     newest = gh.add_artifact("rio-session-7", b"3", "2024-03-03T10:00:00Z", run_id=99)
     oldest = gh.add_artifact("rio-session-7", b"1", "2024-03-01T10:00:00Z", expired=True)
@@ -180,8 +184,9 @@ def test_artifacts_are_listed_newest_first_by_exact_name(gh: FakeGitHub,
     assert listed[2].expired
 
 
-def test_download_follows_the_redirect_without_the_token(gh: FakeGitHub, forge: GitHubForge,
-                                                        tmp_path: Path) -> None:
+def test_download_follows_the_redirect_without_the_token(
+    gh: FakeGitHub, forge: GitHubForge, tmp_path: Path
+) -> None:
     payload = bytes(range(256)) * 1000
     artifact_id = gh.add_artifact("rio-session-1", payload)
 
@@ -195,16 +200,18 @@ def test_download_follows_the_redirect_without_the_token(gh: FakeGitHub, forge: 
     assert gh.token not in repr(blob_call)
 
 
-def test_download_over_the_size_limit_leaves_nothing(gh: FakeGitHub, forge: GitHubForge,
-                                                    tmp_path: Path) -> None:
+def test_download_over_the_size_limit_leaves_nothing(
+    gh: FakeGitHub, forge: GitHubForge, tmp_path: Path
+) -> None:
     artifact_id = gh.add_artifact("rio-session-1", b"z" * 5000)
     with pytest.raises(StorageError, match="limit"):
         forge.download_artifact(artifact_id, tmp_path / "a.zip", max_bytes=4096)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_expired_artifact_download_is_a_forge_error(gh: FakeGitHub, forge: GitHubForge,
-                                                      tmp_path: Path) -> None:
+def test_an_expired_artifact_download_is_a_forge_error(
+    gh: FakeGitHub, forge: GitHubForge, tmp_path: Path
+) -> None:
     artifact_id = gh.add_artifact("rio-session-1", b"gone", expired=True)
     with pytest.raises(ForgeError, match=f"downloading artifact {artifact_id}") as caught:
         forge.download_artifact(artifact_id, tmp_path / "a.zip")

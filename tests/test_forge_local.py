@@ -34,8 +34,9 @@ def test_a_forge_keeps_issues_comments_and_one_pull_request_per_branch(tmp_path:
     url = forge.open_pull_request("rio/issue-1", forge.default_branch(), "Fixes #1", "Fixes #1")
     assert forge.open_pull_request("rio/issue-1", "main", "again", "again") == url
     (pull,) = forge.pull_requests()
-    assert url.endswith(f"/pull/{pull['number']}") and forge.pull_head(pull["number"]) == \
-        "rio/issue-1"
+    assert (
+        url.endswith(f"/pull/{pull['number']}") and forge.pull_head(pull["number"]) == "rio/issue-1"
+    )
     assert forge.pull_head(issue.number) is None  # an issue is not a pull request
     # What a local host cannot have: no checks, no artifacts, no workflows.
     assert forge.checks("rio/issue-1") == [] and forge.artifacts("rio-session-1") == []

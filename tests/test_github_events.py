@@ -22,8 +22,12 @@ REPO = "octo/demo"
 
 
 def label_event(name: str = "rio", action: str = "labeled", **issue: Any) -> dict[str, Any]:
-    return {"action": action, "label": {"name": name}, "sender": {"login": "alice"},
-            "issue": {"number": 7, **issue}}
+    return {
+        "action": action,
+        "label": {"name": name},
+        "sender": {"login": "alice"},
+        "issue": {"number": 7, **issue},
+    }
 
 
 def test_the_trigger_label_starts_and_anything_else_is_ignored_with_a_reason() -> None:
@@ -37,11 +41,18 @@ def test_the_trigger_label_starts_and_anything_else_is_ignored_with_a_reason() -
 
 
 def test_a_created_comment_carries_author_association_and_whether_it_is_on_a_pull() -> None:
-    payload = {"action": "created", "issue": {"number": 3, "pull_request": {"url": "u"}},
-               "comment": {"id": 55, "user": {"login": "bob"}, "author_association": "MEMBER"}}
+    payload = {
+        "action": "created",
+        "issue": {"number": 3, "pull_request": {"url": "u"}},
+        "comment": {"id": 55, "user": {"login": "bob"}, "author_association": "MEMBER"},
+    }
     trigger = classify("issue_comment", payload, "rio")
     assert (trigger.kind, trigger.issue, trigger.actor, trigger.association) == (
-        "comment", 3, "bob", "MEMBER")
+        "comment",
+        3,
+        "bob",
+        "MEMBER",
+    )
     assert trigger.data == {"comment_id": 55, "is_pull_request": True, "body": "", "url": ""}
     assert classify("issue_comment", {**payload, "action": "edited"}, "rio").kind == "ignore"
 
@@ -57,23 +68,33 @@ def test_finished_runs_on_a_session_branch_are_checks(event: str) -> None:
 
 
 def test_a_finished_run_carries_what_the_rescan_would_list_but_an_actions_check_not() -> None:
-    body = {"id": 901, "name": "CI", "conclusion": "failure", "head_branch": "rio/issue-12",
-            "html_url": "https://github.test/octo/demo/actions/runs/901",
-            "head_repository": {"full_name": REPO}}
+    body = {
+        "id": 901,
+        "name": "CI",
+        "conclusion": "failure",
+        "head_branch": "rio/issue-12",
+        "html_url": "https://github.test/octo/demo/actions/runs/901",
+        "head_repository": {"full_name": REPO},
+    }
     run = classify("workflow_run", {"action": "completed", "workflow_run": body}, "rio", REPO)
-    assert run.data["check"] == Check(901, "workflow_run", "CI", "failure",
-                                      body["html_url"], "rio/issue-12")
-    suite = {"id": 77, "conclusion": "success", "head_branch": "rio/issue-12",
-             "app": {"slug": "ci-app", "name": "CI app"}}
+    assert run.data["check"] == Check(
+        901, "workflow_run", "CI", "failure", body["html_url"], "rio/issue-12"
+    )
+    suite = {
+        "id": 77,
+        "conclusion": "success",
+        "head_branch": "rio/issue-12",
+        "app": {"slug": "ci-app", "name": "CI app"},
+    }
     found = classify("check_suite", {"action": "completed", "check_suite": suite}, "rio", REPO)
-    assert found.data["check"] == Check(77, "check_suite", "CI app", "success", "",
-                                        "rio/issue-12")
+    assert found.data["check"] == Check(77, "check_suite", "CI app", "success", "", "rio/issue-12")
     # A job of a workflow run: the run is the observation (the re-scan leaves these out too).
     job = {**suite, "name": "test", "app": {"slug": "github-actions"}}
     actions = classify("check_run", {"action": "completed", "check_run": job}, "rio", REPO)
     assert actions.kind == "check" and actions.data["check"] is None
-    no_id = classify("workflow_run", {"action": "completed", "workflow_run": {
-        **body, "id": "901"}}, "rio", REPO)
+    no_id = classify(
+        "workflow_run", {"action": "completed", "workflow_run": {**body, "id": "901"}}, "rio", REPO
+    )
     assert no_id.kind == "check" and no_id.data["check"] is None
 
 
@@ -98,11 +119,19 @@ def test_schedule_sweeps_and_dispatch_needs_a_positive_issue_number() -> None:
 
 
 def test_unknown_events_and_odd_payloads_are_ignored() -> None:
-    assert classify("pull_request_target", {}, "rio").reason == \
-        "event 'pull_request_target' is not handled"
+    assert (
+        classify("pull_request_target", {}, "rio").reason
+        == "event 'pull_request_target' is not handled"
+    )
     assert classify("issues", [], "rio").kind == "ignore"  # type: ignore[arg-type]
-    assert classify("issues", {"action": "labeled", "label": {"name": "rio"},
-                               "issue": {"number": "7"}}, "rio").issue is None
+    assert (
+        classify(
+            "issues",
+            {"action": "labeled", "label": {"name": "rio"}, "issue": {"number": "7"}},
+            "rio",
+        ).issue
+        is None
+    )
 
 
 def test_branch_names_map_to_issue_numbers_and_back() -> None:
@@ -135,8 +164,9 @@ def test_the_progress_status_says_how_an_unfinished_job_stopped() -> None:
     next job goes on, not that it waits for a comment; a pause and an ending win."""
     proj = Projection(session={"id": "s"})
     assert status_of(proj, "waiting") == "waiting for a comment or a check"
-    assert status_of(proj, "deadline") == \
-        "waiting for the next job (this one's time budget ran out)"
+    assert (
+        status_of(proj, "deadline") == "waiting for the next job (this one's time budget ran out)"
+    )
     assert status_of(proj, "interrupted") == "waiting for the next job (this one was cut off)"
     assert status_of(proj, None) == "running"
     proj.pause = "execution:1"

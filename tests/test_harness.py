@@ -107,11 +107,14 @@ def test_bad_model_spec_is_a_usage_error(session_db: Path) -> None:
 def test_a_future_timer_from_a_code_cell_ends_the_run_waiting(tmp_path: Path) -> None:
     db = new_session(tmp_path)
     deadline = round(time.time() + 3600, 3)
-    script = write_script(tmp_path, [
-        [add(timer_cell(deadline))],
-        [add(note("waiting for the Timer"))],
-        [conclusion("success")],  # must not be asked: nothing new has arrived
-    ])
+    script = write_script(
+        tmp_path,
+        [
+            [add(timer_cell(deadline))],
+            [add(note("waiting for the Timer"))],
+            [conclusion("success")],  # must not be asked: nothing new has arrived
+        ],
+    )
     done = rio("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 0, done.stdout + done.stderr
     last = status(done.stdout)
@@ -130,11 +133,14 @@ def test_a_future_timer_from_a_code_cell_ends_the_run_waiting(tmp_path: Path) ->
 
 def test_a_timer_due_before_the_deadline_is_waited_for_and_delivered(tmp_path: Path) -> None:
     db = new_session(tmp_path)
-    script = write_script(tmp_path, [
-        [add(timer_cell("time.time() + 1"))],
-        [add(note("waiting for the Timer"))],
-        [conclusion("success")],
-    ])
+    script = write_script(
+        tmp_path,
+        [
+            [add(timer_cell("time.time() + 1"))],
+            [add(note("waiting for the Timer"))],
+            [conclusion("success")],
+        ],
+    )
     done = rio("run", str(db), "--model", f"scripted:{script}", "--deadline", "30")
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     evs = events(db)
@@ -163,11 +169,22 @@ def test_deadline_stops_a_long_cell_as_unknown_execution(tmp_path: Path) -> None
 def test_a_signal_interrupts_the_run_within_5s(tmp_path: Path, signum: int) -> None:
     db = new_session(tmp_path)
     marker = tmp_path / "cell-started"
-    script = write_script(tmp_path, [
-        [add(cmd(sys.executable, "-c",
-                 f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); "
-                 "time.sleep(60)"))],
-        [conclusion("success")]])
+    script = write_script(
+        tmp_path,
+        [
+            [
+                add(
+                    cmd(
+                        sys.executable,
+                        "-c",
+                        f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); "
+                        "time.sleep(60)",
+                    )
+                )
+            ],
+            [conclusion("success")],
+        ],
+    )
     proc = spawn("run", str(db), "--model", f"scripted:{script}")
     out, err, took = interrupt(proc, marker.exists, "the Cell to start", signum)
     assert took < 5, f"took {took:.1f}s"
@@ -184,7 +201,8 @@ def test_a_signal_interrupts_the_run_within_5s(tmp_path: Path, signum: int) -> N
 
 
 def test_every_attempt_is_committed_before_its_request_and_replies_before_admission(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.reply_patch(patch(0, 1, ECHO))
     fake.reply_patch(patch(1, 2, DONE))
     done = fake.run()
@@ -196,15 +214,17 @@ def test_every_attempt_is_committed_before_its_request_and_replies_before_admiss
     assert len(attempts) == len(fake.requests) == 2
     assert all(a["at"] <= t for a, (t, _) in zip(attempts, fake.arrivals, strict=True))
     for accepted in kinds(evs, "patch_accepted"):
-        (response,) = [e for e in kinds(evs, "model_response")
-                       if e["turn_id"] == accepted["turn_id"]]
+        (response,) = [
+            e for e in kinds(evs, "model_response") if e["turn_id"] == accepted["turn_id"]
+        ]
         assert response["seq"] < accepted["seq"]
         assert response["patch"] == accepted["patch"]
     assert KEY not in json.dumps(evs)
 
 
 def test_reply_lost_before_its_commit_is_asked_again_and_counted_unknown(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.reply_patch(patch(0, 1, ECHO), input_tokens=1000, output_tokens=100)  # lost
     fake.reply_patch(patch(0, 1, ECHO), input_tokens=1000, output_tokens=100)
     fake.reply_patch(patch(1, 2, DONE), input_tokens=1000, output_tokens=100)
@@ -228,7 +248,8 @@ def test_reply_lost_before_its_commit_is_asked_again_and_counted_unknown(
 
 
 def test_reply_committed_but_not_admitted_is_admitted_without_asking_again(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.reply_patch(patch(0, 1, ECHO))
     fake.reply_patch(patch(1, 2, DONE))
     first = fake.run(crash_at="reply_before_admit")
@@ -249,7 +270,8 @@ def test_reply_committed_but_not_admitted_is_admitted_without_asking_again(
 
 
 def test_overloaded_then_good_reply_waits_out_retry_after(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.overloaded(retry_after=1.5)
     fake.reply_patch(patch(0, 1, DONE))
     done = fake.run()
@@ -269,8 +291,11 @@ def test_backoff_is_persisted_across_a_restart(fake: WatchedFake, session_db: Pa
     fake.reply_patch(patch(0, 1, DONE))
     proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
     # interrupted while waiting out the backoff
-    out, _, _ = interrupt(proc, lambda: len(kinds(events(session_db), "model_response")) == 1,
-                          "the first model response")
+    out, _, _ = interrupt(
+        proc,
+        lambda: len(kinds(events(session_db), "model_response")) == 1,
+        "the first model response",
+    )
     assert status(out)["status"] == "interrupted"
     assert len(fake.requests) == 1
     second = fake.run()
@@ -279,7 +304,8 @@ def test_backoff_is_persisted_across_a_restart(fake: WatchedFake, session_db: Pa
 
 
 def test_malformed_reply_is_never_applied_then_a_good_one_is(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.malformed("string")
     fake.reply_patch(patch(0, 1, DONE))
     done = fake.run()
@@ -307,7 +333,8 @@ def test_model_attempts_bound_the_invalid_replies(tmp_path: Path) -> None:
 
 
 def test_non_retryable_error_fails_at_once_with_the_providers_message(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.error(400, "invalid_request_error", "messages.0.content: the prompt is too long")
     done = fake.run()
     assert done.returncode == 1
@@ -318,7 +345,8 @@ def test_non_retryable_error_fails_at_once_with_the_providers_message(
 
 
 def test_rejected_patch_reason_is_shown_on_the_next_attempt(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.reply_patch(patch(99, 1, ECHO))  # tests a revision the model was never shown
     fake.reply_patch(patch(0, 1, DONE))
     done = fake.run()
@@ -338,11 +366,17 @@ def test_rejected_patch_reason_is_shown_on_the_next_attempt(
 
 def test_rounds_budget_ends_the_run(tmp_path: Path) -> None:
     db = new_session(tmp_path, "rounds=2")
-    script = write_script(tmp_path, [[add(cmd("echo", f"r{k}"))] for k in range(1, 5)]
-                          + [[conclusion("success")]])
+    script = write_script(
+        tmp_path, [[add(cmd("echo", f"r{k}"))] for k in range(1, 5)] + [[conclusion("success")]]
+    )
     # The first run dies after round 1; the restarted one may use only the one round left.
-    first = rio("run", str(db), "--model", f"scripted:{script}",
-                env=cli_env(RIO_CRASH_AT="accept_after_commit:1"))
+    first = rio(
+        "run",
+        str(db),
+        "--model",
+        f"scripted:{script}",
+        env=cli_env(RIO_CRASH_AT="accept_after_commit:1"),
+    )
     assert first.returncode == -signal.SIGKILL
     done = rio("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
@@ -360,10 +394,12 @@ def test_rounds_budget_ends_the_run(tmp_path: Path) -> None:
 def test_tokens_budget_counts_provider_usage(tmp_path: Path) -> None:
     db = new_session(tmp_path, "tokens=200")
     with WatchedFake(db) as fake:
-        fake.reply_patch(patch(0, 1, ECHO), input_tokens=60, output_tokens=20,
-                         cache_read_input_tokens=20)
-        fake.reply_patch(patch(1, 2, ECHO), input_tokens=60, output_tokens=20,
-                         cache_read_input_tokens=20)
+        fake.reply_patch(
+            patch(0, 1, ECHO), input_tokens=60, output_tokens=20, cache_read_input_tokens=20
+        )
+        fake.reply_patch(
+            patch(1, 2, ECHO), input_tokens=60, output_tokens=20, cache_read_input_tokens=20
+        )
         fake.reply_patch(patch(2, 3, DONE))
         done = fake.run()
         assert len(fake.requests) == 2
@@ -378,8 +414,9 @@ def test_cost_budget_counts_known_cost(tmp_path: Path) -> None:
     db = new_session(tmp_path, f"cost_usd={per_round * 2.5}")
     with WatchedFake(db) as fake:
         for revision in range(4):
-            fake.reply_patch(patch(revision, revision + 1, ECHO), input_tokens=1000,
-                             output_tokens=200)
+            fake.reply_patch(
+                patch(revision, revision + 1, ECHO), input_tokens=1000, output_tokens=200
+            )
         done = fake.run()
         assert len(fake.requests) == 3  # asked while under budget; the third goes over
     used = usage(db)
@@ -400,8 +437,11 @@ def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> Non
         start = int(db_file.execute("PRAGMA page_count").fetchone()[0]) * page
     # Room for less than one round's output: round 1 runs, and the check trips after it.
     db = new_session(tmp_path, f"storage_bytes={start + page}")
-    script = write_script(tmp_path, [[add(cmd(sys.executable, "-c", f"print('x' * {2 * page})"))]
-                                     for _ in range(3)] + [[conclusion("success")]])
+    script = write_script(
+        tmp_path,
+        [[add(cmd(sys.executable, "-c", f"print('x' * {2 * page})"))] for _ in range(3)]
+        + [[conclusion("success")]],
+    )
     done = rio("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1, done.stdout + done.stderr
     assert status(done.stdout)["status"] == "failed"
@@ -423,8 +463,16 @@ def test_a_deadline_cuts_validators_off_and_a_run_that_ends_says_so(tmp_path: Pa
     for the next run): it used to run to its end, the run then succeeded, and ``run`` said
     ``deadline``."""
     db = tmp_path / "s.db"
-    done = rio("new", str(db), "--goal", "slow validator", "--cwd", str(tmp_path),
-               "--validator", f"{sys.executable} -c 'import time; time.sleep(20)'")
+    done = rio(
+        "new",
+        str(db),
+        "--goal",
+        "slow validator",
+        "--cwd",
+        str(tmp_path),
+        "--validator",
+        f"{sys.executable} -c 'import time; time.sleep(20)'",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     script = write_script(tmp_path, [[conclusion("success")]])
     started = time.monotonic()
@@ -435,9 +483,11 @@ def test_a_deadline_cuts_validators_off_and_a_run_that_ends_says_so(tmp_path: Pa
 
 
 def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(
-        fake: WatchedFake, session_db: Path) -> None:
-    fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1.5")), input_tokens=100,
-                     output_tokens=10)
+    fake: WatchedFake, session_db: Path
+) -> None:
+    fake.reply_patch(
+        patch(0, 1, timer_cell("time.time() + 1.5")), input_tokens=100, output_tokens=10
+    )
     fake.reply_patch(patch(1, 2, note("wait for CI")), input_tokens=200, output_tokens=20)
     fake.reply_patch(patch(2, 3, DONE), input_tokens=300, output_tokens=30)
     first = fake.run()
@@ -462,18 +512,27 @@ def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(
 
 def test_invalid_idle_is_bounded_and_resets_when_work_is_added(tmp_path: Path) -> None:
     db = new_session(tmp_path)  # model_attempts defaults to 3
-    script = write_script(tmp_path, [
-        [add(note("thinking 1"))], [add(note("thinking 2"))],
-        [add(cmd("echo", "work"))],  # work resets the count
-        [add(note("thinking 3"))], [add(note("thinking 4"))], [add(note("thinking 5"))],
-        [add(note("never reached"))],
-    ])
+    script = write_script(
+        tmp_path,
+        [
+            [add(note("thinking 1"))],
+            [add(note("thinking 2"))],
+            [add(cmd("echo", "work"))],  # work resets the count
+            [add(note("thinking 3"))],
+            [add(note("thinking 4"))],
+            [add(note("thinking 5"))],
+            [add(note("never reached"))],
+        ],
+    )
     done = rio("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
     assert status(done.stdout)["status"] == "failed"
     evs = events(db)
-    idle = [e["message"] for e in kinds(evs, "message_received")
-            if e["message"]["kind"] == "invalid_idle"]
+    idle = [
+        e["message"]
+        for e in kinds(evs, "message_received")
+        if e["message"]["kind"] == "invalid_idle"
+    ]
     assert [m["payload"]["count"] for m in idle] == [1, 2, 1, 2, 3]
     assert all(m["id"].startswith("idle:") for m in idle)
     # SPEC §8: model_attempts (3) invalid idle decisions in a row end the run: the third.
@@ -486,7 +545,8 @@ def test_invalid_idle_is_bounded_and_resets_when_work_is_added(tmp_path: Path) -
 
 
 def test_observation_during_generation_waits_for_the_next_turn(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.delay(2)
     fake.reply_patch(patch(0, 1, note("reading the code")))
     fake.reply_patch(patch(1, 2, DONE))
@@ -511,22 +571,28 @@ def test_a_saved_reply_is_admitted_even_when_it_used_the_last_round(tmp_path: Pa
     """A committed reply is already paid for: a restart admits it, exactly as the run that
     was cut off would have, before any budget can end the run."""
     db = new_session(tmp_path, "rounds=2")
-    script = write_script(tmp_path, [[add(cmd("echo", "r1"))], [add(cmd("echo", "r2"))],
-                                     [conclusion("success")]])
-    first = rio("run", str(db), "--model", f"scripted:{script}",
-                env=cli_env(RIO_CRASH_AT="reply_before_admit:2"))
+    script = write_script(
+        tmp_path, [[add(cmd("echo", "r1"))], [add(cmd("echo", "r2"))], [conclusion("success")]]
+    )
+    first = rio(
+        "run",
+        str(db),
+        "--model",
+        f"scripted:{script}",
+        env=cli_env(RIO_CRASH_AT="reply_before_admit:2"),
+    )
     assert first.returncode == -signal.SIGKILL
     second = rio("run", str(db), "--model", f"scripted:{script}")
     assert status(second.stdout)["status"] == "failed"
     evs = events(db)
-    assert [c["argv"][1] for e in kinds(evs, "patch_accepted") for c in e["cells"]] == [
-        "r1", "r2"]
+    assert [c["argv"][1] for e in kinds(evs, "patch_accepted") for c in e["cells"]] == ["r1", "r2"]
     assert len(kinds(evs, "model_attempt")) == 2
     assert "rounds budget" in kinds(evs, "run_ended")[0]["reason"]
 
 
 def test_the_owner_fires_timers_while_a_request_is_in_flight(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1")))
     fake.delay(2.5)  # round 2 thinks past the Timer's deadline
     fake.reply_patch(patch(1, 2, note("still reading")))
@@ -544,7 +610,8 @@ def test_the_owner_fires_timers_while_a_request_is_in_flight(
 
 
 def test_a_turn_taken_by_another_process_during_generation_is_not_fatal(
-        fake: WatchedFake, session_db: Path, tmp_path: Path) -> None:
+    fake: WatchedFake, session_db: Path, tmp_path: Path
+) -> None:
     """Any process may ``step`` while the Owner runs (SPEC §11). If one accepts a patch for
     the Turn the model is working on, the model's reply is moot: the run goes on from what
     was committed instead of stopping on the conflict."""
@@ -572,7 +639,8 @@ def test_a_turn_taken_by_another_process_during_generation_is_not_fatal(
 
 
 def test_a_signal_during_a_model_request_stops_within_5s(
-        fake: WatchedFake, session_db: Path) -> None:
+    fake: WatchedFake, session_db: Path
+) -> None:
     fake.delay(30)
     fake.reply_patch(patch(0, 1, DONE))  # never arrives in time
     fake.reply_patch(patch(0, 1, DONE))

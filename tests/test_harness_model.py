@@ -59,19 +59,23 @@ PY = sys.executable
 def rounds_of_work(fake: WatchedFake, rounds: int, **tokens: int) -> None:
     """``rounds - 1`` rounds that each add a cmd Cell, then a success conclusion."""
     for k in range(rounds - 1):
-        fake.reply_patch(patch(k, k + 1, cmd(PY, "-c", f"print('round {k + 1} ran')")),
-                         text=f"Round {k + 1}: running a check.", **tokens)
+        fake.reply_patch(
+            patch(k, k + 1, cmd(PY, "-c", f"print('round {k + 1} ran')")),
+            text=f"Round {k + 1}: running a check.",
+            **tokens,
+        )
     fake.reply_patch(patch(rounds - 1, rounds, DONE), text="All checks ran; done.", **tokens)
 
 
 # --- issue 11, done when: three rounds with the default model ----------------------------------
 
 
-@pytest.mark.parametrize("model_args", [[], ["--model", "anthropic"],
-                                        ["--model", "anthropic:claude-sonnet-5-5"]],
-                         ids=["omitted", "anthropic", "anthropic:claude-sonnet-5-5"])
-def test_three_rounds_with_the_default_model_succeed(tmp_path: Path,
-                                                     model_args: list[str]) -> None:
+@pytest.mark.parametrize(
+    "model_args",
+    [[], ["--model", "anthropic"], ["--model", "anthropic:claude-sonnet-5-5"]],
+    ids=["omitted", "anthropic", "anthropic:claude-sonnet-5-5"],
+)
+def test_three_rounds_with_the_default_model_succeed(tmp_path: Path, model_args: list[str]) -> None:
     assert table.default_model() == MODEL == "claude-sonnet-5-5"  # SPEC §4.1
     db = new_session(tmp_path)
     with WatchedFake(db) as fake:
@@ -106,32 +110,69 @@ def _two_calls(fake: WatchedFake) -> None:
 
 
 INVALID = {
-    "no step call": (lambda f: f.reply_raw([{"type": "text", "text": "The fix is easy."}],
-                                           "end_turn", 700, 300), "no step call"),
+    "no step call": (
+        lambda f: f.reply_raw([{"type": "text", "text": "The fix is easy."}], "end_turn", 700, 300),
+        "no step call",
+    ),
     "two step calls": (_two_calls, "2 tool calls"),
-    "malformed input": (lambda f: f.reply_raw([{"type": "tool_use", "id": "toolu_x",
-                                                "name": "step", "input": {"ops": []}}],
-                                              "tool_use", 700, 300), "malformed step input"),
-    "max_tokens": (lambda f: f.reply_raw([{"type": "text", "text": "Let me think at length"}],
-                                         "max_tokens", 700, 300), "cut off at max_tokens"),
+    "malformed input": (
+        lambda f: f.reply_raw(
+            [{"type": "tool_use", "id": "toolu_x", "name": "step", "input": {"ops": []}}],
+            "tool_use",
+            700,
+            300,
+        ),
+        "malformed step input",
+    ),
+    "max_tokens": (
+        lambda f: f.reply_raw(
+            [{"type": "text", "text": "Let me think at length"}], "max_tokens", 700, 300
+        ),
+        "cut off at max_tokens",
+    ),
     # The provider's JSON may carry 1e999 (or Infinity): the SDK reads it as infinity.
-    "a number JSON cannot carry": (lambda f: f.reply_raw([{
-        "type": "tool_use", "id": "toolu_i", "name": "step", "input": {"patch": [
-            *patch(0, 1, note("x"))[:-1],
-            {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "x",
-                                                          "n": float("inf")}}]}}],
-        "tool_use", 700, 300), "a number that JSON cannot carry"),
-    "refusal": (lambda f: f.reply_raw([{"type": "text", "text": "I can't help with that."}],
-                                      "refusal", 700, 300,
-                                      stop_details={"type": "refusal", "category": "cyber",
-                                                    "explanation": None}),
-                "refusal (category: cyber)"),
+    "a number JSON cannot carry": (
+        lambda f: f.reply_raw(
+            [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_i",
+                    "name": "step",
+                    "input": {
+                        "patch": [
+                            *patch(0, 1, note("x"))[:-1],
+                            {
+                                "op": "add",
+                                "path": "/cells/-",
+                                "value": {"kind": "note", "text": "x", "n": float("inf")},
+                            },
+                        ]
+                    },
+                }
+            ],
+            "tool_use",
+            700,
+            300,
+        ),
+        "a number that JSON cannot carry",
+    ),
+    "refusal": (
+        lambda f: f.reply_raw(
+            [{"type": "text", "text": "I can't help with that."}],
+            "refusal",
+            700,
+            300,
+            stop_details={"type": "refusal", "category": "cyber", "explanation": None},
+        ),
+        "refusal (category: cyber)",
+    ),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(INVALID))
-def test_an_invalid_reply_is_committed_told_to_the_model_and_billed(tmp_path: Path,
-                                                                    kind: str) -> None:
+def test_an_invalid_reply_is_committed_told_to_the_model_and_billed(
+    tmp_path: Path, kind: str
+) -> None:
     script, reason = INVALID[kind]
     db = new_session(tmp_path)
     with WatchedFake(db) as fake:
@@ -187,10 +228,12 @@ def test_six_transient_errors_in_a_row_do_not_use_up_model_attempts(tmp_path: Pa
         owner = Owner(str(db))
         log = io.StringIO()
         try:
-            model = AnthropicModel(MODEL, api_key=KEY, base_url=fake.base_url,
-                                   timeout=client_timeout)
+            model = AnthropicModel(
+                MODEL, api_key=KEY, base_url=fake.base_url, timeout=client_timeout
+            )
             outcome = Harness(owner, model, live=LiveLog(owner.session, log)).run(
-                time.monotonic() + 200)
+                time.monotonic() + 200
+            )
         finally:
             owner.close()
         arrivals = [t for t, _ in fake.arrivals]
@@ -200,14 +243,24 @@ def test_six_transient_errors_in_a_row_do_not_use_up_model_attempts(tmp_path: Pa
     failures, good = responses[:6], responses[6]
     assert all(r["transient"] and not r["ok"] for r in failures)
     assert [r["attempt"] for r in responses] == list(range(1, 8))
-    for word, failure in zip(["HTTP 529", "HTTP 429", "HTTP 500", "stream broke", "timed out",
-                              "stream error: overloaded_error"], failures, strict=True):
+    for word, failure in zip(
+        [
+            "HTTP 529",
+            "HTTP 429",
+            "HTTP 500",
+            "stream broke",
+            "timed out",
+            "stream error: overloaded_error",
+        ],
+        failures,
+        strict=True,
+    ):
         assert word in failure["error"], failure["error"]
     # Backoff: from about a second, doubling, with jitter (at least half), and persisted:
     # each request waited for the committed not_before of the failure before it.
     for k, (failure, next_arrival) in enumerate(zip(failures, arrivals[1:], strict=True)):
         delay = failure["not_before"] - failure["at"]
-        assert 0.5 * min(30.0, 2.0 ** k) - 0.05 <= delay <= max(min(30.0, 2.0 ** k), 1.0)
+        assert 0.5 * min(30.0, 2.0**k) - 0.05 <= delay <= max(min(30.0, 2.0**k), 1.0)
         assert next_arrival >= failure["not_before"] - 0.01
     assert good["ok"] and kinds(events(db), "patch_accepted")
     used = usage(db)
@@ -252,11 +305,16 @@ def test_a_retry_after_past_the_limit_gives_up_at_once(tmp_path: Path) -> None:
 # --- provider errors, prices, effort ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("status_code", "kind", "message"), [
-    (401, "authentication_error", "invalid x-api-key"),
-    (403, "permission_error", "Your API key does not have permission to use this model")])
+@pytest.mark.parametrize(
+    ("status_code", "kind", "message"),
+    [
+        (401, "authentication_error", "invalid x-api-key"),
+        (403, "permission_error", "Your API key does not have permission to use this model"),
+    ],
+)
 def test_a_client_error_ends_the_run_with_the_providers_message(
-        tmp_path: Path, status_code: int, kind: str, message: str) -> None:
+    tmp_path: Path, status_code: int, kind: str, message: str
+) -> None:
     db = new_session(tmp_path)
     with WatchedFake(db) as fake:
         fake.error(status_code, kind, message)
@@ -290,8 +348,7 @@ def test_an_unpriced_model_refuses_to_start_without_a_price(tmp_path: Path) -> N
     assert events(db) == before  # nothing committed, no Turn prepared
 
 
-def test_an_unpriced_model_is_refused_before_its_credentials_are_looked_at(
-        tmp_path: Path) -> None:
+def test_an_unpriced_model_is_refused_before_its_credentials_are_looked_at(tmp_path: Path) -> None:
     """The arguments alone decide that a cost cannot be counted: no key needed to learn it."""
     db = new_session(tmp_path)
     before = events(db)
@@ -306,18 +363,22 @@ def test_an_unpriced_model_is_refused_before_its_credentials_are_looked_at(
 
 
 @pytest.mark.parametrize("model", [UNPRICED, MODEL])
-def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path,
-                                                              model: str) -> None:
+def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path, model: str) -> None:
     db = new_session(tmp_path)
     given = Price.flat(4.0, 20.0)
     assert model == UNPRICED or price_of(model) != given
     assert given.cache_write > given.input  # a cache write is never counted below its price
     with WatchedFake(db) as fake:
-        fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1")), input_tokens=1000,
-                         output_tokens=100, cache_creation_input_tokens=400,
-                         cache_read_input_tokens=500)
-        fake.reply_patch(patch(1, 2, note("waiting for the Timer")), input_tokens=1000,
-                         output_tokens=100)
+        fake.reply_patch(
+            patch(0, 1, timer_cell("time.time() + 1")),
+            input_tokens=1000,
+            output_tokens=100,
+            cache_creation_input_tokens=400,
+            cache_read_input_tokens=500,
+        )
+        fake.reply_patch(
+            patch(1, 2, note("waiting for the Timer")), input_tokens=1000, output_tokens=100
+        )
         first = fake.run("--price", "4/20", model=model)
         assert status(first.stdout)["status"] == "waiting", first.stdout + first.stderr
         time.sleep(max(0.0, status(first.stdout)["next_wake"] - time.time()) + 0.05)
@@ -327,19 +388,36 @@ def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path,
     (stored,) = kinds(events(db), "price_set")
     assert stored["model"] == f"anthropic:{model}" and Price(**stored["price"]) == given
     costs = [r["usage"]["cost_usd"] for r in kinds(events(db), "model_response")]
-    assert costs == pytest.approx([
-        given.cost(Usage(1000, 100, cache_write_tokens=400, cache_read_tokens=500)),
-        given.cost(Usage(1000, 100)),
-        given.cost(Usage(2000, 300))])
+    assert costs == pytest.approx(
+        [
+            given.cost(Usage(1000, 100, cache_write_tokens=400, cache_read_tokens=500)),
+            given.cost(Usage(1000, 100)),
+            given.cost(Usage(2000, 300)),
+        ]
+    )
     assert usage(db)["unknown_cost_attempts"] == 0
     # The same price again is fine; another is refused before anything runs (a price of 0
     # would lift the cost budget of a Session that has been counting at 4/20).
-    same = rio("run", str(db), "--model", f"anthropic:{model}", "--price", "4/20",
-               env=cli_env(ANTHROPIC_API_KEY=KEY))
+    same = rio(
+        "run",
+        str(db),
+        "--model",
+        f"anthropic:{model}",
+        "--price",
+        "4/20",
+        env=cli_env(ANTHROPIC_API_KEY=KEY),
+    )
     assert same.returncode == 0, same.stdout + same.stderr
     before = len(events(db))
-    other = rio("run", str(db), "--model", f"anthropic:{model}", "--price", "0/0",
-                env=cli_env(ANTHROPIC_API_KEY=KEY))
+    other = rio(
+        "run",
+        str(db),
+        "--model",
+        f"anthropic:{model}",
+        "--price",
+        "0/0",
+        env=cli_env(ANTHROPIC_API_KEY=KEY),
+    )
     assert other.returncode == 2 and "already counts" in other.stdout, other.stdout
     assert len(events(db)) == before and len(kinds(events(db), "price_set")) == 1
 
@@ -354,11 +432,16 @@ def test_effort_reaches_the_request(tmp_path: Path) -> None:
     assert sent.body["output_config"] == {"effort": "low"}
 
 
-@pytest.mark.parametrize(("model", "effort", "message"), [
-    ("claude-opus-4-5", "max", "claude-opus-4-5 accepts --effort low, medium, high; got 'max'"),
-    (MODEL, "extreme", "--effort must be one of low, medium, high, xhigh, max")])
+@pytest.mark.parametrize(
+    ("model", "effort", "message"),
+    [
+        ("claude-opus-4-5", "max", "claude-opus-4-5 accepts --effort low, medium, high; got 'max'"),
+        (MODEL, "extreme", "--effort must be one of low, medium, high, xhigh, max"),
+    ],
+)
 def test_an_effort_the_model_does_not_take_is_a_usage_error(
-        tmp_path: Path, model: str, effort: str, message: str) -> None:
+    tmp_path: Path, model: str, effort: str, message: str
+) -> None:
     db = new_session(tmp_path)
     with WatchedFake(db) as fake:
         done = fake.run("--effort", effort, model=model)
@@ -369,12 +452,14 @@ def test_an_effort_the_model_does_not_take_is_a_usage_error(
 
 @pytest.mark.parametrize("margin", [0.95, 1.05])
 def test_an_attempt_of_unknown_cost_counts_against_the_budget_at_its_bound(
-        tmp_path: Path, margin: float) -> None:
+    tmp_path: Path, margin: float
+) -> None:
     """A reply lost in a crash may have been billed: it is counted at the most one attempt
     can cost (a full context in, written to the cache, and a full reply out), never as free."""
     context = Limits().context_bytes
-    bound = price_of().cost(Usage(cache_write_tokens=context // 2 + PROMPT_TOKENS,
-                                  output_tokens=MAX_REPLY_TOKENS))
+    bound = price_of().cost(
+        Usage(cache_write_tokens=context // 2 + PROMPT_TOKENS, output_tokens=MAX_REPLY_TOKENS)
+    )
     assert price_of().cache_write > price_of().input  # so the bound is not fresh input's
     db = new_session(tmp_path, f"cost_usd={bound * margin}", f"context_bytes={context}")
     with WatchedFake(db) as fake:
@@ -393,7 +478,8 @@ def test_an_attempt_of_unknown_cost_counts_against_the_budget_at_its_bound(
 
 
 def test_the_bound_of_an_attempt_uses_the_long_prompt_tier_when_the_context_reaches_it(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """SPEC §4.1: unknown-cost attempts count against the budget conservatively. A model
     whose long prompts cost more is bounded at that dearer price once the context can hold
     a prompt past its threshold."""
@@ -435,15 +521,27 @@ def test_repository_guidance_reaches_every_request_clipped(tmp_path: Path, name:
         system = sent.system_text
         assert f"{name}:\nGUIDE-START run `make check`" in system
         assert "GUIDE-END" not in system and "more bytes not shown" in system
-        shown = system[system.index("GUIDE-START"):system.index("\n[… ")]
+        shown = system[system.index("GUIDE-START") : system.index("\n[… ")]
         assert GUIDANCE_BYTES - 100 < len(shown.encode()) <= GUIDANCE_BYTES
         assert "GUIDE-START" not in sent.user_text  # the cached system part, not the State
 
 
 def test_the_state_shows_limits_usage_and_validators(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    made = rio("new", str(db), "--goal", "g", "--cwd", str(tmp_path), "--limit", "rounds=7",
-               "--limit", "cost_usd=3.5", "--validator", f"{PY} -c 'print(1)'")
+    made = rio(
+        "new",
+        str(db),
+        "--goal",
+        "g",
+        "--cwd",
+        str(tmp_path),
+        "--limit",
+        "rounds=7",
+        "--limit",
+        "cost_usd=3.5",
+        "--validator",
+        f"{PY} -c 'print(1)'",
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     with WatchedFake(db) as fake:
         rounds_of_work(fake, 2, input_tokens=500, output_tokens=50)
@@ -484,7 +582,7 @@ def test_rounds_that_only_append_cells_keep_the_cached_prefix(tmp_path: Path) ->
     for earlier, later in itertools.pairwise(requests):
         old, new = _blocks(earlier), _blocks(later)
         cut = _last_breakpoint(old)
-        assert bare(new[:cut + 1]) == bare(old[:cut + 1])  # byte-identical cached prefix
+        assert bare(new[: cut + 1]) == bare(old[: cut + 1])  # byte-identical cached prefix
         assert _last_breakpoint(new) > cut  # and the next round caches one Cell more
         assert earlier.body["system"][-1].get("cache_control")  # system: its own breakpoint
         assert old[-1] != new[-1]  # the volatile part does change

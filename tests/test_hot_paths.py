@@ -52,12 +52,14 @@ def test_a_turn_state_rendered_once_is_the_one_render_gives(played: Session) -> 
 
 def test_the_stored_patch_is_its_one_encoding(played: Session) -> None:
     turn = played.prepare_turn()
-    ops = patch_for(turn["state"], [{"kind": "cmd", "argv": ["echo", "é \u2603"]}],
-                    replace=False)
+    ops = patch_for(turn["state"], [{"kind": "cmd", "argv": ["echo", "é \u2603"]}], replace=False)
     receipt = played.step(turn["turn_id"], ops)
     assert isinstance(receipt, Receipt)
-    row = sqlite3.connect(played.journal.path).execute(
-        "SELECT data FROM events WHERE seq = ?", (receipt.event,)).fetchone()[0]
+    row = (
+        sqlite3.connect(played.journal.path)
+        .execute("SELECT data FROM events WHERE seq = ?", (receipt.event,))
+        .fetchone()[0]
+    )
     stored = json.loads(row)
     assert stored["patch"] == ops and "cells" not in stored
     assert row == compact(stored)  # spliced text = what encoding the data gives
@@ -97,7 +99,8 @@ def test_an_owner_checks_integrity_only_when_in_doubt(tmp_path: Path) -> None:
 
 
 def test_an_owner_leaves_the_locks_of_this_process_s_other_connections_alone(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Closing any descriptor of a file drops every POSIX lock the process holds on it,
     SQLite's included: an Owner that read the header through a descriptor it then closed
     left a Session open in the same process blind to what other processes commit."""
@@ -107,8 +110,13 @@ def test_an_owner_leaves_the_locks_of_this_process_s_other_connections_alone(
         Owner(str(db)).close()
         turn = reader.prepare_turn()
         cell = {"id": 1, "previous_id": None, "kind": "cmd", "argv": ["true"]}
-        reader.step(turn["turn_id"], [{"op": "test", "path": "/revision", "value": 0},
-                                      {"op": "add", "path": "/cells/-", "value": cell}])
+        reader.step(
+            turn["turn_id"],
+            [
+                {"op": "test", "path": "/revision", "value": 0},
+                {"op": "add", "path": "/cells/-", "value": cell},
+            ],
+        )
         done = run_cli("work", db)  # another process launches (and checkpoints) and finishes
         assert done.code == 0, done.err
         assert reader.state()["runtime"]["cells"]["1"]["phase"] == "finished"
@@ -124,7 +132,7 @@ def test_an_owner_refuses_a_damaged_file_that_is_in_doubt(tmp_path: Path) -> Non
     session.close()
     data = bytearray(db.read_bytes())
     # The header of an early page of events, which opening the Session does not read.
-    data[8192 * 7: 8192 * 7 + 8] = b"\x0d\xff\xff\x00\x05\xff\xff\x00"
+    data[8192 * 7 : 8192 * 7 + 8] = b"\x0d\xff\xff\x00\x05\xff\xff\x00"
     db.write_bytes(bytes(data))
     Owner(str(db)).close()  # closed cleanly before: trusted (SQLite checks what it reads)
     Path(f"{db}-wal").write_bytes(b"\0" * 32)  # as a crashed process leaves it: in doubt
@@ -152,7 +160,8 @@ def test_an_owner_takes_over_a_file_left_with_a_zero_filled_wal(tmp_path: Path) 
 
 
 def test_the_owner_sees_its_wal_replaced_or_garbled_through_the_descriptor_it_keeps(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The guard reads the WAL through a kept descriptor and re-sums a header only when it
     changed. Still damage: a WAL replaced by an identical copy (another file: SQLite's frames
     are only reachable through its own descriptor, so they can be folded), one replaced by
@@ -176,11 +185,14 @@ def test_the_owner_sees_its_wal_replaced_or_garbled_through_the_descriptor_it_ke
             stream.seek(8)
             stream.write(b"\x00\x00\x00\x00")  # the page size: the checksum no longer fits
 
-    for damage, found in ((replace_with_copy, (f"{wal} was replaced under the Owner", True)),
-                          (replace_with_garbage, (f"{wal}: its header is not a WAL header "
-                                                  "(garbage was written over it)", False)),
-                          (garble_in_place, (f"{wal}: its header checksum is wrong (it was "
-                                             "overwritten)", False))):
+    for damage, found in (
+        (replace_with_copy, (f"{wal} was replaced under the Owner", True)),
+        (
+            replace_with_garbage,
+            (f"{wal}: its header is not a WAL header (garbage was written over it)", False),
+        ),
+        (garble_in_place, (f"{wal}: its header checksum is wrong (it was overwritten)", False)),
+    ):
         owner = Owner(str(db))
         try:
             owner.session.set_watermark(damage.__name__, "before")

@@ -58,12 +58,27 @@ def build_history(session: Session, rounds: int = 20) -> None:
     session.fire_timer("t0")
     turn = session.prepare_turn()
     session.step(turn["turn_id"], [{"op": "test", "path": "/revision", "value": 99}])
-    accept(session, lambda p: p.add(note("resolved", role="resolution", target_cell_id=2,
-                                         evidence_refs=[f"session:event:{comment}"])))
+    accept(
+        session,
+        lambda p: p.add(
+            note(
+                "resolved",
+                role="resolution",
+                target_cell_id=2,
+                evidence_refs=[f"session:event:{comment}"],
+            )
+        ),
+    )
     for i in range(rounds):
         session.receive(f"m{i}", "comment", {"i": i})
-        receipt = accept(session, lambda p: p.add(cmd("true")).add(
-            note("cancel it", role="cancel", target_cell_id=p.next_id - 1)).remove(0))
+        receipt = accept(
+            session,
+            lambda p: (
+                p.add(cmd("true"))
+                .add(note("cancel it", role="cancel", target_cell_id=p.next_id - 1))
+                .remove(0)
+            ),
+        )
         session.cancel_queued(receipt.cell_ids[1], receipt.cell_ids[0])
         session.set_timer(f"t{i + 1}", 4_000_000_000 + i, {"i": i})
     accept(session, lambda p: p.add(cmd("true")))
@@ -128,14 +143,27 @@ PURE_REBUILD = textwrap.dedent("""
 
 def test_rebuilding_starts_no_process_and_opens_no_connection(history: Session, db: Path) -> None:
     history.journal.drop_derived()  # so that opening is a full fold too
-    done = subprocess.run([PY, "-c", PURE_REBUILD, str(db)], capture_output=True, text=True,
-                          env=cli_env(), timeout=60, check=False)
+    done = subprocess.run(
+        [PY, "-c", PURE_REBUILD, str(db)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     child = json.loads(done.stdout)
     assert child["guarded"] is True
-    mine = json.loads(json.dumps({"open": history.refresh().to_dict(),
-                                  "replay": history.journal.replay().to_dict(),
-                                  "state": history.state()}, sort_keys=True))
+    mine = json.loads(
+        json.dumps(
+            {
+                "open": history.refresh().to_dict(),
+                "replay": history.journal.replay().to_dict(),
+                "state": history.state(),
+            },
+            sort_keys=True,
+        )
+    )
     assert {k: child[k] for k in mine} == mine
 
 
@@ -160,7 +188,7 @@ def test_a_long_session_opens_by_folding_only_the_tail(db: Path) -> None:
         assert isinstance(session.step(turn["turn_id"], Patch(turn["state"]).build()), Receipt)
     state = session.state()
     session.close()
-    (snapshot_seq, size), = sql(db, "SELECT seq, length(data) FROM snapshot")
+    ((snapshot_seq, size),) = sql(db, "SELECT seq, length(data) FROM snapshot")
     last_seq = sql(db, "SELECT max(seq) FROM events")[0][0]
     assert last_seq == 6001
     assert last_seq - snapshot_seq <= SNAPSHOT_EVERY
@@ -256,15 +284,27 @@ STEPPER = textwrap.dedent("""
 """)
 
 
-def test_concurrent_appends_lose_and_duplicate_nothing(session: Session, db: Path,
-                                                       tmp_path: Path) -> None:
+def test_concurrent_appends_lose_and_duplicate_nothing(
+    session: Session, db: Path, tmp_path: Path
+) -> None:
     stop = tmp_path / "stop"
-    stepper = subprocess.Popen([PY, "-c", STEPPER, str(db), str(stop), str(tmp_path / "p.json")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=cli_env())
-    receivers = [subprocess.Popen([PY, "-c", RECEIVER, str(db), f"w{n}"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=cli_env()) for n in range(6)]
+    stepper = subprocess.Popen(
+        [PY, "-c", STEPPER, str(db), str(stop), str(tmp_path / "p.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    receivers = [
+        subprocess.Popen(
+            [PY, "-c", RECEIVER, str(db), f"w{n}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+        )
+        for n in range(6)
+    ]
     acks = []
     for proc in receivers:
         out, err = proc.communicate(timeout=120)
@@ -279,8 +319,9 @@ def test_concurrent_appends_lose_and_duplicate_nothing(session: Session, db: Pat
     assert all(a["code"] == 0 for a in acks), [a for a in acks if a["code"]]
     rows = journal_rows(db)
     assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
-    received = {r["data"]["message"]["id"]: r["seq"] for r in rows
-                if r["kind"] == "message_received"}
+    received = {
+        r["data"]["message"]["id"]: r["seq"] for r in rows if r["kind"] == "message_received"
+    }
     assert len(received) == len([r for r in rows if r["kind"] == "message_received"])
     assert len(received) == 6 * 30 + 4
     for ack in acks:
@@ -327,8 +368,14 @@ UNCERTAIN = textwrap.dedent("""
 
 def test_an_uncertain_commit_stops_everything_until_a_reopen(session: Session, db: Path) -> None:
     before = journal_rows(db)
-    done = subprocess.run([PY, "-c", UNCERTAIN, str(db)], capture_output=True, text=True,
-                          env=cli_env(), timeout=60, check=False)
+    done = subprocess.run(
+        [PY, "-c", UNCERTAIN, str(db)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["first"].startswith("uncertain: COMMIT failed"), report
@@ -362,9 +409,14 @@ def test_a_snapshot_in_another_format_is_ignored_and_the_journal_replayed(tmp_pa
 
 def test_concurrent_news_on_one_name_make_exactly_one_session(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    procs = [subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "new", str(path), "--goal",
-                               f"g{n}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for n in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rio_ci.cli", "new", str(path), "--goal", f"g{n}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for n in range(6)
+    ]
     codes = sorted(p.wait(timeout=60) for p in procs)
     assert codes == [0, 1, 1, 1, 1, 1]
     assert sorted(p.name for p in tmp_path.iterdir() if "creating" in p.name) == []

@@ -38,19 +38,46 @@ def copy(session: Session, to: Path) -> Path:
 
 
 def test_every_event_imported_keeps_the_ref_its_constructor_gave_it() -> None:
-    made = [ev.session_created({"session_id": "s", "goal": "g", "cwd": "/", "validators": [],
-                                "limits": {}, "pass_env": []}),
-            ev.message_received("m", "comment", {}), ev.turn_prepared("t", 1, []),
-            ev.patch_rejected("t", "r", "d", 1), ev.price_set("m", {}),
-            ev.model_attempt("t", 1, "f", "m"),
-            ev.model_response({"turn_id": "t", "attempt": 1, "ok": True, "usage": None}),
-            ev.execution_started(3, "x"), ev.worker_registered(3, {}),
-            ev.output(3, "stdout", text="x"), ev.execution_finished(3, ev.exited(3, 0)),
-            ev.control_applied(4, "cancel", target_cell_id=3), ev.control_rejected(4, "r"),
-            ev.validator_result({"note_id": 4, "index": 0, "argv": [], "result": {},
-                                 "stdout": "", "stderr": "", "truncated": False}),
-            ev.timer_set("tm", 1.0, None, 3), ev.timer_fired("tm"), ev.timer_cancelled("tm"),
-            ev.run_ended("success", "r", note_id=4, unresolved=[]), ev.watermark("w", 1)]
+    made = [
+        ev.session_created(
+            {
+                "session_id": "s",
+                "goal": "g",
+                "cwd": "/",
+                "validators": [],
+                "limits": {},
+                "pass_env": [],
+            }
+        ),
+        ev.message_received("m", "comment", {}),
+        ev.turn_prepared("t", 1, []),
+        ev.patch_rejected("t", "r", "d", 1),
+        ev.price_set("m", {}),
+        ev.model_attempt("t", 1, "f", "m"),
+        ev.model_response({"turn_id": "t", "attempt": 1, "ok": True, "usage": None}),
+        ev.execution_started(3, "x"),
+        ev.worker_registered(3, {}),
+        ev.output(3, "stdout", text="x"),
+        ev.execution_finished(3, ev.exited(3, 0)),
+        ev.control_applied(4, "cancel", target_cell_id=3),
+        ev.control_rejected(4, "r"),
+        ev.validator_result(
+            {
+                "note_id": 4,
+                "index": 0,
+                "argv": [],
+                "result": {},
+                "stdout": "",
+                "stderr": "",
+                "truncated": False,
+            }
+        ),
+        ev.timer_set("tm", 1.0, None, 3),
+        ev.timer_fired("tm"),
+        ev.timer_cancelled("tm"),
+        ev.run_ended("success", "r", note_id=4, unresolved=[]),
+        ev.watermark("w", 1),
+    ]
     assert {e.kind for e in made} == set(ev.KINDS) - {"patch_accepted"}
     for event in made:
         assert ev.imported(event.kind, event.data).ref == event.ref, event.kind
@@ -76,15 +103,24 @@ def test_a_record_is_pushed_with_a_lease_and_read_back_whole(
     found = reader.fetch()
     assert isinstance(found, Record) and reader.lease == second != first
     assert (found.session_id, found.generation, found.after_seq) == (
-        session.proj.session["id"], 0, 0)
+        session.proj.session["id"],
+        0,
+        0,
+    )
     assert [e["seq"] for e in found.events] == list(range(1, session.proj.last_seq + 1))
-    assert [e["kind"] for e in found.events] == [r["kind"] for r in journal_rows(
-        session.journal.path)]
-    parent = subprocess.run(["git", "-C", str(remote), "rev-parse", f"{second}^"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    assert [e["kind"] for e in found.events] == [
+        r["kind"] for r in journal_rows(session.journal.path)
+    ]
+    parent = subprocess.run(
+        ["git", "-C", str(remote), "rev-parse", f"{second}^"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert parent == first  # a job's records chain, so git sends deltas
-    fsck = subprocess.run(["git", "-C", str(remote), "fsck", "--strict"], capture_output=True,
-                          text=True, check=False)
+    fsck = subprocess.run(
+        ["git", "-C", str(remote), "fsck", "--strict"], capture_output=True, text=True, check=False
+    )
     assert fsck.returncode == 0, fsck.stderr
     # The reader now holds the lease; the first job's view is stale: it is fenced.
     reader.push(session, 1)
@@ -93,11 +129,20 @@ def test_a_record_is_pushed_with_a_lease_and_read_back_whole(
 
 
 def test_only_well_formed_records_parse() -> None:
-    header = {"schema": "rio.launch/1", "session_id": "s", "issue": 1, "generation": 2,
-              "after_seq": 10, "last_seq": 12, "cell_id": 3, "run_id": "1"}
-    events = [{"seq": 11, "kind": "watermark", "at": 0, "data": {"name": "a", "value": 1}},
-              {"seq": 12, "kind": "execution_started", "at": 0,
-               "data": {"cell_id": 3, "token": "t"}}]
+    header = {
+        "schema": "rio.launch/1",
+        "session_id": "s",
+        "issue": 1,
+        "generation": 2,
+        "after_seq": 10,
+        "last_seq": 12,
+        "cell_id": 3,
+        "run_id": "1",
+    }
+    events = [
+        {"seq": 11, "kind": "watermark", "at": 0, "data": {"name": "a", "value": 1}},
+        {"seq": 12, "kind": "execution_started", "at": 0, "data": {"cell_id": 3, "token": "t"}},
+    ]
     assert parse(header, events) is not None
     assert parse({**header, "schema": "rio.launch/2"}, events) is None
     assert parse({**header, "last_seq": 13}, events) is None
@@ -108,9 +153,15 @@ def test_only_well_formed_records_parse() -> None:
 
 
 def record_of(session: Session, after: int, generation: int = 1) -> Record:
-    tail = [{"seq": e["seq"], "kind": e["kind"], "at": e["at"],
-             "data": {k: v for k, v in e.items() if k not in ("seq", "kind", "at")}}
-            for e in session.journal.events(after=after)]
+    tail = [
+        {
+            "seq": e["seq"],
+            "kind": e["kind"],
+            "at": e["at"],
+            "data": {k: v for k, v in e.items() if k not in ("seq", "kind", "at")},
+        }
+        for e in session.journal.events(after=after)
+    ]
     return Record(session.proj.session["id"], generation, after, tail)
 
 
@@ -126,8 +177,11 @@ def test_restore_folds_the_tail_and_the_next_owner_records_an_unknown_execution(
 
     merged = merge(artifact, record_of(live, after), 1)
 
-    assert (merged.imported, merged.problem, merged.note) == (live.proj.last_seq - after,
-                                                              None, None)
+    assert (merged.imported, merged.problem, merged.note) == (
+        live.proj.last_seq - after,
+        None,
+        None,
+    )
     owner = Owner(str(artifact))
     try:
         owner.recover()
@@ -137,8 +191,9 @@ def test_restore_folds_the_tail_and_the_next_owner_records_an_unknown_execution(
         assert executions["1"]["phase"] == "queued"  # never launched: still runs later
     finally:
         owner.close()
-    assert [r["ref"] for r in journal_rows(artifact)][:live.proj.last_seq] == [
-        r["ref"] for r in journal_rows(live.journal.path)]
+    assert [r["ref"] for r in journal_rows(artifact)][: live.proj.last_seq] == [
+        r["ref"] for r in journal_rows(live.journal.path)
+    ]
 
 
 def test_records_that_do_not_continue_the_restored_history_are_left_out(
@@ -184,7 +239,8 @@ def test_a_session_newer_than_every_artifact_is_rebuilt_from_its_record(
 
     assert merged.adopted and merged.imported == live.proj.last_seq
     assert [(r["kind"], r["data"]) for r in journal_rows(target)] == [
-        (r["kind"], r["data"]) for r in journal_rows(live.journal.path)]
+        (r["kind"], r["data"]) for r in journal_rows(live.journal.path)
+    ]
     # Not for a record based on another generation than the one restored.
     target.unlink()
     assert not merge(target, record_of(live, 0, generation=3), 0).adopted
@@ -193,6 +249,7 @@ def test_a_session_newer_than_every_artifact_is_rebuilt_from_its_record(
 def test_push_samples_measure_each_launch(tmp_path: Path) -> None:
     samples = push_samples(tmp_path, 3)
     assert len(samples) == 3 and all(s > 0 for s in samples)
-    found = LaunchRecord(tmp_path / "check.git", str(tmp_path / "launch-remote.git"), None,
-                         1).fetch()
+    found = LaunchRecord(
+        tmp_path / "check.git", str(tmp_path / "launch-remote.git"), None, 1
+    ).fetch()
     assert isinstance(found, Record) and found.events[-1]["seq"] == 4

@@ -67,14 +67,24 @@ def run_live(fake: WatchedFake, db: Path) -> tuple[subprocess.Popen[str], Lines]
 def test_run_tells_each_round_on_stderr_as_it_happens(tmp_path: Path) -> None:
     db = new_session(tmp_path)
     go = tmp_path / "go"
-    script = (f"import pathlib, time\nprint('first-marker', flush=True)\n"
-              f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\n"
-              f"print('second-marker')\n")
+    script = (
+        f"import pathlib, time\nprint('first-marker', flush=True)\n"
+        f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\n"
+        f"print('second-marker')\n"
+    )
     with WatchedFake(db) as fake:
-        fake.reply_patch(patch(0, 1, cmd(PY, "-c", script)), input_tokens=1000,
-                         output_tokens=100, text="Reproducing the bug first.")
-        fake.reply_patch(patch(1, 2, DONE), input_tokens=3000, output_tokens=300,
-                         text="The fix holds; concluding.")
+        fake.reply_patch(
+            patch(0, 1, cmd(PY, "-c", script)),
+            input_tokens=1000,
+            output_tokens=100,
+            text="Reproducing the bug first.",
+        )
+        fake.reply_patch(
+            patch(1, 2, DONE),
+            input_tokens=3000,
+            output_tokens=300,
+            text="The fix holds; concluding.",
+        )
         proc, err = run_live(fake, db)
         try:
             until(lambda: "[1] first-marker" in err.text, 30)
@@ -103,8 +113,10 @@ def test_control_characters_from_cells_and_the_model_are_escaped(tmp_path: Path)
     db = new_session(tmp_path)
     printer = "import sys; sys.stdout.write('A\\x1b[2JB\\x07C\\x9bD\\rE\\n')"
     with WatchedFake(db) as fake:
-        fake.reply_patch(patch(0, 1, cmd(PY, "-c", printer), cmd("no-such-\x1b[31m-tool")),
-                         text="Clearing \x1b]0;your title\x07 the screen.")
+        fake.reply_patch(
+            patch(0, 1, cmd(PY, "-c", printer), cmd("no-such-\x1b[31m-tool")),
+            text="Clearing \x1b]0;your title\x07 the screen.",
+        )
         fake.reply_patch(patch(1, 3, DONE))
         done = fake.run()
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
@@ -134,8 +146,10 @@ def test_ids_chosen_outside_are_escaped_too(make_session: type) -> None:
 
 def test_a_long_output_is_told_once_with_its_elided_middle(tmp_path: Path) -> None:
     db = new_session(tmp_path)
-    chatty = ("import time\nfor i in range(2400):\n    print(f'line {i:05d} ' + 'x' * 20)\n"
-              "    if i % 100 == 0: time.sleep(0.05)\n")
+    chatty = (
+        "import time\nfor i in range(2400):\n    print(f'line {i:05d} ' + 'x' * 20)\n"
+        "    if i % 100 == 0: time.sleep(0.05)\n"
+    )
     with WatchedFake(db) as fake:
         fake.reply_patch(patch(0, 1, cmd(PY, "-c", chatty)))
         fake.reply_patch(patch(1, 2, DONE))
@@ -172,8 +186,9 @@ def test_the_rationale_is_committed_and_shown(tmp_path: Path, where: str) -> Non
     else:
         session = Session.open(db)
         try:
-            body = progress.render(session.proj, status="succeeded", run_url=None,
-                                   generation=1, operation="op")
+            body = progress.render(
+                session.proj, status="succeeded", run_url=None, generation=1, operation="op"
+            )
         finally:
             session.close()
         assert "> Tests pass now; concluding." in body and "@octocat" not in body
@@ -196,17 +211,28 @@ def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
     printer = cmd("sh", "-c", 'printf "%s-%s\\n" "$1" "$2"; exec sleep 60', "sh", left, right)
     script = write_script(tmp_path, [[{"op": "add", "path": "/cells/-", "value": printer}]])
     try:
-        run = rio("run", str(db), "--model", f"scripted:{script}",
-                  env=cli_env(RIO_CRASH_AT="output_before_commit"))
+        run = rio(
+            "run",
+            str(db),
+            "--model",
+            f"scripted:{script}",
+            env=cli_env(RIO_CRASH_AT="output_before_commit"),
+        )
         assert run.returncode == -signal.SIGKILL, run.stdout + run.stderr
         assert "[1] started" in run.stderr  # the live log did tell the run so far
         assert marker not in run.stderr + run.stdout
 
         def shown() -> str:
-            return "".join(rio(*args).stdout for args in (
-                ("show", str(db)), ("show", str(db), "--json"),
-                ("output", str(db), "1"), ("output", str(db), "1", "--stream", "stderr"),
-                ("events", str(db))))
+            return "".join(
+                rio(*args).stdout
+                for args in (
+                    ("show", str(db)),
+                    ("show", str(db), "--json"),
+                    ("output", str(db), "1"),
+                    ("output", str(db), "1", "--stream", "stderr"),
+                    ("events", str(db)),
+                )
+            )
 
         assert marker not in shown()
         assert checks.leftover_workers(session_id), "the Worker outlived the crashed run"

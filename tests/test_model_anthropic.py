@@ -19,32 +19,59 @@ from tests.fakes.anthropic_api import FakeAnthropic
 KEY = "sk-ant-test-canary-7f3e9"
 PATCH: list[Any] = [
     {"op": "test", "path": "/revision", "value": 4},
-    {"op": "add", "path": "/cells/-", "value": {"id": 3, "previous_id": None, "kind": "cmd",
-                                                "argv": ["git", "status"]}},
+    {
+        "op": "add",
+        "path": "/cells/-",
+        "value": {"id": 3, "previous_id": None, "kind": "cmd", "argv": ["git", "status"]},
+    },
 ]
 
 
 def finished(stdout: str = "ok\n", kind: str = "success") -> dict[str, Any]:
-    return {"phase": "finished", "result": {"type": kind, "exit_code": 0}, "stdout": stdout,
-            "stderr": "", "truncated": False, "resolved_by": None}
+    return {
+        "phase": "finished",
+        "result": {"type": kind, "exit_code": 0},
+        "stdout": stdout,
+        "stderr": "",
+        "truncated": False,
+        "resolved_by": None,
+    }
 
 
-def make_state(cells: int = 2, *, last_queued: bool = True,
-               stdout: str = "2 passed\n") -> dict[str, Any]:
+def make_state(
+    cells: int = 2, *, last_queued: bool = True, stdout: str = "2 passed\n"
+) -> dict[str, Any]:
     """A State with ``cells`` cmd Cells (ids 1..n): all finished but the last, which is queued."""
-    listed = [{"id": i, "previous_id": None, "kind": "cmd", "argv": ["echo", str(i)]}
-              for i in range(1, cells + 1)]
+    listed = [
+        {"id": i, "previous_id": None, "kind": "cmd", "argv": ["echo", str(i)]}
+        for i in range(1, cells + 1)
+    ]
     facts = {str(i): finished(stdout) for i in range(1, cells + 1)}
     if last_queued and cells:
-        facts[str(cells)] = {"phase": "queued", "result": None, "stdout": "", "stderr": "",
-                             "truncated": False, "resolved_by": None}
-    return {"schema": "rio.state/1", "id": "s1", "revision": 4, "goal": "Fix the route",
-            "cells": listed,
-            "runtime": {"next_cell_id": cells + 1, "cells": facts,
-                        "inbox": [{"id": "m1", "kind": "comment", "payload": {"body": "hi"},
-                                   "seq": 9}],
-                        "usage": {"rounds": 3}, "limits": {"rounds": 100},
-                        "validators": [["pytest", "-q"]], "pause": None}}
+        facts[str(cells)] = {
+            "phase": "queued",
+            "result": None,
+            "stdout": "",
+            "stderr": "",
+            "truncated": False,
+            "resolved_by": None,
+        }
+    return {
+        "schema": "rio.state/1",
+        "id": "s1",
+        "revision": 4,
+        "goal": "Fix the route",
+        "cells": listed,
+        "runtime": {
+            "next_cell_id": cells + 1,
+            "cells": facts,
+            "inbox": [{"id": "m1", "kind": "comment", "payload": {"body": "hi"}, "seq": 9}],
+            "usage": {"rounds": 3},
+            "limits": {"rounds": 100},
+            "validators": [["pytest", "-q"]],
+            "pause": None,
+        },
+    }
 
 
 STATE = make_state()
@@ -56,10 +83,17 @@ def fake() -> Iterator[FakeAnthropic]:
         yield server
 
 
-def request(feedback: str | None = None, state: dict[str, Any] | None = None,
-            guidance: str | None = None) -> ModelRequest:
-    return ModelRequest(turn_id="t-9", state=state or STATE, round_index=5, feedback=feedback,
-                        delivered_refs=["session:event:9"], guidance=guidance)
+def request(
+    feedback: str | None = None, state: dict[str, Any] | None = None, guidance: str | None = None
+) -> ModelRequest:
+    return ModelRequest(
+        turn_id="t-9",
+        state=state or STATE,
+        round_index=5,
+        feedback=feedback,
+        delivered_refs=["session:event:9"],
+        guidance=guidance,
+    )
 
 
 def model_for(fake: FakeAnthropic, name: str = "claude-sonnet-5-5", **kw: Any) -> AnthropicModel:
@@ -83,7 +117,8 @@ def cache_marks(body: dict[str, Any]) -> list[str]:
 
 
 def test_default_model_request_is_accepted_and_has_no_refused_parameter(
-        fake: FakeAnthropic) -> None:
+    fake: FakeAnthropic,
+) -> None:
     fake.reply_patch(PATCH)
     model: Model = model_for(fake, table.default_model())
     assert model.ask(request()).patch == PATCH
@@ -103,19 +138,25 @@ def test_default_model_request_is_accepted_and_has_no_refused_parameter(
 
 
 @pytest.mark.parametrize("name", sorted(table.table()["models"]))
-def test_every_model_in_the_table_gets_a_request_it_accepts(fake: FakeAnthropic,
-                                                             name: str) -> None:
+def test_every_model_in_the_table_gets_a_request_it_accepts(fake: FakeAnthropic, name: str) -> None:
     fake.reply_patch(PATCH, thinking="Checking the repository layout first.")
     reply = model_for(fake, name).ask(request())
     assert reply.patch == PATCH, fake.requests[-1].body
     assert fake.pending == 0
 
 
-@pytest.mark.parametrize(("name", "effort"), [
-    ("claude-opus-4-5", "max"), ("claude-opus-4-5", "xhigh"), ("claude-opus-4-6", "xhigh"),
-    ("claude-sonnet-4-6", "xhigh")])
+@pytest.mark.parametrize(
+    ("name", "effort"),
+    [
+        ("claude-opus-4-5", "max"),
+        ("claude-opus-4-5", "xhigh"),
+        ("claude-opus-4-6", "xhigh"),
+        ("claude-sonnet-4-6", "xhigh"),
+    ],
+)
 def test_an_effort_the_model_refuses_fails_before_any_request(
-        fake: FakeAnthropic, name: str, effort: str) -> None:
+    fake: FakeAnthropic, name: str, effort: str
+) -> None:
     with pytest.raises(UsageError, match=f"{name} accepts --effort"):
         model_for(fake, name, effort=effort)
     assert fake.requests == []
@@ -154,7 +195,8 @@ def test_max_tokens_is_capped_at_the_models_maximum_output(fake: FakeAnthropic) 
     model_for(fake, "claude-opus-5-5", max_tokens=500_000).ask(request())
     assert [r.body["max_tokens"] for r in fake.requests] == [
         table.lookup("claude-sonnet-4-6").max_output,  # type: ignore[union-attr]
-        table.lookup("claude-opus-5-5").max_output]  # type: ignore[union-attr]
+        table.lookup("claude-opus-5-5").max_output,
+    ]  # type: ignore[union-attr]
     assert fake.requests[0].body["max_tokens"] < fake.requests[1].body["max_tokens"]
 
 
@@ -183,7 +225,8 @@ def test_appending_cells_keeps_the_cached_prefix_identical(fake: FakeAnthropic) 
     # Cells 1-2 were finished both times: their blocks are byte-identical.
     assert first["messages"][0]["content"][:3] == [
         {k: v for k, v in b.items() if k != "cache_control"}
-        for b in second["messages"][0]["content"][:3]]
+        for b in second["messages"][0]["content"][:3]
+    ]
 
 
 def test_a_long_cell_list_gets_a_second_breakpoint_and_at_most_four(fake: FakeAnthropic) -> None:
@@ -208,8 +251,12 @@ def test_guidance_feedback_and_delivered_refs_reach_the_model(fake: FakeAnthropi
     fake.reply_patch(PATCH)
     fake.reply_patch(PATCH)
     model_for(fake).ask(request())
-    model_for(fake).ask(request(feedback="stale predecessor for /cells/0",
-                                guidance="Run `make test`; never edit vendor/."))
+    model_for(fake).ask(
+        request(
+            feedback="stale predecessor for /cells/0",
+            guidance="Run `make test`; never edit vendor/.",
+        )
+    )
     plain, told = fake.requests
     assert "Repository guidance" not in plain.system_text
     assert "not admitted" not in plain.user_text
@@ -223,13 +270,25 @@ def test_guidance_feedback_and_delivered_refs_reach_the_model(fake: FakeAnthropi
 
 
 def test_text_and_thinking_before_the_step_call(fake: FakeAnthropic) -> None:
-    fake.reply_patch(PATCH, 1000, 200, thinking="The route reads session['user'].",
-                     text="Tests fail on a KeyError; reading the route next.")
+    fake.reply_patch(
+        PATCH,
+        1000,
+        200,
+        thinking="The route reads session['user'].",
+        text="Tests fail on a KeyError; reading the route next.",
+    )
     reply = model_for(fake).ask(request())
     assert reply.patch == PATCH and reply.invalid is None
     assert reply.rationale == "Tests fail on a KeyError; reading the route next."
-    assert set(reply.raw) == {"id", "model", "stop_reason", "tool_input", "tool_calls", "usage",
-                              "rationale"}
+    assert set(reply.raw) == {
+        "id",
+        "model",
+        "stop_reason",
+        "tool_input",
+        "tool_calls",
+        "usage",
+        "rationale",
+    }
     assert reply.raw["tool_input"] == {"patch": PATCH}
     assert KEY not in json.dumps(reply.raw)
 
@@ -240,15 +299,17 @@ def test_without_text_the_thinking_summary_is_the_rationale(fake: FakeAnthropic)
 
 
 def test_cache_tokens_are_priced_as_such(fake: FakeAnthropic) -> None:
-    fake.reply_patch(PATCH, 1000, 200, cache_creation_input_tokens=3000,
-                     cache_read_input_tokens=50_000)
+    fake.reply_patch(
+        PATCH, 1000, 200, cache_creation_input_tokens=3000, cache_read_input_tokens=50_000
+    )
     model = model_for(fake)
     reply = model.ask(request())
     price = model.price()
     assert price == Price(2.0, 10.0, 2.5, 0.10)  # Sonnet 5.5, checked 2026-12-02
     assert reply.usage.all_input_tokens == 54_000
     assert reply.usage.cost_usd == pytest.approx(
-        (1000 * 2.0 + 200 * 10.0 + 3000 * 2.5 + 50_000 * 0.10) / 1e6)
+        (1000 * 2.0 + 200 * 10.0 + 3000 * 2.5 + 50_000 * 0.10) / 1e6
+    )
     assert reply.raw["usage"]["cache_read_input_tokens"] == 50_000
 
 
@@ -275,17 +336,34 @@ def test_price_override_and_unpriced_models(fake: FakeAnthropic) -> None:
 
 INVALID = {
     "no-step": ([{"type": "text", "text": "I will just talk."}], "end_turn", "no step call"),
-    "two-calls": ([{"type": "tool_use", "id": "a", "name": "step", "input": {"patch": []}},
-                   {"type": "tool_use", "id": "b", "name": "step", "input": {"patch": []}}],
-                  "tool_use", "2 tool calls"),
-    "wrong-tool": ([{"type": "tool_use", "id": "a", "name": "bash", "input": {"patch": []}}],
-                   "tool_use", "unknown tool 'bash'"),
-    "not-a-list": ([{"type": "tool_use", "id": "a", "name": "step",
-                     "input": {"patch": "x"}}], "tool_use", "malformed step input"),
-    "non-object-op": ([{"type": "tool_use", "id": "a", "name": "step",
-                        "input": {"patch": ["remove"]}}], "tool_use", "malformed step input"),
-    "cut-off": ([{"type": "tool_use", "id": "a", "name": "step", "input": {"patch": PATCH}}],
-                "max_tokens", "cut off at max_tokens (32000)"),
+    "two-calls": (
+        [
+            {"type": "tool_use", "id": "a", "name": "step", "input": {"patch": []}},
+            {"type": "tool_use", "id": "b", "name": "step", "input": {"patch": []}},
+        ],
+        "tool_use",
+        "2 tool calls",
+    ),
+    "wrong-tool": (
+        [{"type": "tool_use", "id": "a", "name": "bash", "input": {"patch": []}}],
+        "tool_use",
+        "unknown tool 'bash'",
+    ),
+    "not-a-list": (
+        [{"type": "tool_use", "id": "a", "name": "step", "input": {"patch": "x"}}],
+        "tool_use",
+        "malformed step input",
+    ),
+    "non-object-op": (
+        [{"type": "tool_use", "id": "a", "name": "step", "input": {"patch": ["remove"]}}],
+        "tool_use",
+        "malformed step input",
+    ),
+    "cut-off": (
+        [{"type": "tool_use", "id": "a", "name": "step", "input": {"patch": PATCH}}],
+        "max_tokens",
+        "cut off at max_tokens (32000)",
+    ),
 }
 
 
@@ -311,8 +389,7 @@ def test_a_refusal_is_invalid_with_its_category(fake: FakeAnthropic) -> None:
 # --- failures --------------------------------------------------------------------------------
 
 
-def test_overloaded_is_transient_with_retry_after_and_no_hidden_retry(
-        fake: FakeAnthropic) -> None:
+def test_overloaded_is_transient_with_retry_after_and_no_hidden_retry(fake: FakeAnthropic) -> None:
     fake.overloaded(retry_after=7)
     fake.reply_patch(PATCH)  # would be consumed if the SDK retried by itself
     error = ask_error(model_for(fake))
@@ -330,19 +407,35 @@ def test_rate_limit_prefers_retry_after_ms(fake: FakeAnthropic) -> None:
     assert (second.transient, second.retry_after) == (True, 3.0)
 
 
-@pytest.mark.parametrize(("status", "kind"), [
-    (408, "timeout_error"), (409, "conflict_error"), (500, "api_error"),
-    (503, "overloaded_error"), (504, "timeout_error")])
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (408, "timeout_error"),
+        (409, "conflict_error"),
+        (500, "api_error"),
+        (503, "overloaded_error"),
+        (504, "timeout_error"),
+    ],
+)
 def test_retryable_statuses_are_transient(fake: FakeAnthropic, status: int, kind: str) -> None:
     fake.error(status, kind, "try again")
     assert ask_error(model_for(fake)).transient is True
 
 
-@pytest.mark.parametrize(("status", "kind"), [
-    (400, "invalid_request_error"), (401, "authentication_error"), (402, "billing_error"),
-    (403, "permission_error"), (404, "not_found_error"), (413, "request_too_large")])
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (402, "billing_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+    ],
+)
 def test_other_client_errors_are_final_with_the_providers_message(
-        fake: FakeAnthropic, status: int, kind: str) -> None:
+    fake: FakeAnthropic, status: int, kind: str
+) -> None:
     fake.error(status, kind, f"provider says no ({status})", headers={"retry-after": "5"})
     error = ask_error(model_for(fake))
     assert error.transient is False and error.retry_after is None
@@ -377,8 +470,9 @@ def test_timeout_and_refused_connection_are_transient(fake: FakeAnthropic) -> No
     assert ask_error(refused).transient is True
 
 
-def test_environment_supplies_endpoint_and_key(fake: FakeAnthropic,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_supplies_endpoint_and_key(
+    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     fake.reply_patch(PATCH)

@@ -23,12 +23,23 @@ from tests.fakes.anthropic_api import FakeAnthropic
 
 TOKEN = "bedrock-or-vertex-token-41c2"
 PATCH: list[Any] = [{"op": "test", "path": "/revision", "value": 0}]
-STATE: dict[str, Any] = {"schema": "rio.state/1", "id": "s", "revision": 0, "goal": "g",
-                         "cells": [], "runtime": {"next_cell_id": 1, "cells": {}, "inbox": [],
-                                                  "usage": {}, "pause": None}}
+STATE: dict[str, Any] = {
+    "schema": "rio.state/1",
+    "id": "s",
+    "revision": 0,
+    "goal": "g",
+    "cells": [],
+    "runtime": {"next_cell_id": 1, "cells": {}, "inbox": [], "usage": {}, "pause": None},
+}
 REQUEST = ModelRequest(turn_id="t", state=STATE, round_index=1)
-CLOUD_ENV = ("AWS_BEARER_TOKEN_BEDROCK", "ANTHROPIC_AWS_API_KEY", "AWS_REGION",
-             "AWS_DEFAULT_REGION", "CLOUD_ML_REGION", "ANTHROPIC_VERTEX_PROJECT_ID")
+CLOUD_ENV = (
+    "AWS_BEARER_TOKEN_BEDROCK",
+    "ANTHROPIC_AWS_API_KEY",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "CLOUD_ML_REGION",
+    "ANTHROPIC_VERTEX_PROJECT_ID",
+)
 
 
 @pytest.fixture
@@ -50,7 +61,8 @@ def installed(module: str) -> bool:
 
 
 def test_specs_name_the_default_model_a_claude_model_or_a_script(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
     script = tmp_path / "rounds.yml"
     script.write_text("- - {op: add, path: /cells/-, value: {kind: note, text: hi}}\n")
@@ -73,10 +85,16 @@ def test_a_spec_that_names_no_model_is_a_usage_error(spec: str) -> None:
 
 
 def test_bedrock_sends_the_bedrock_id_with_the_api_key_to_the_messages_endpoint(
-        fake: FakeAnthropic) -> None:
+    fake: FakeAnthropic,
+) -> None:
     fake.reply_patch(PATCH)
-    model = AnthropicModel("claude-sonnet-5-5", provider="bedrock", api_key=TOKEN,
-                           base_url=fake.base_url, region="us-east-1")
+    model = AnthropicModel(
+        "claude-sonnet-5-5",
+        provider="bedrock",
+        api_key=TOKEN,
+        base_url=fake.base_url,
+        region="us-east-1",
+    )
     assert model.name == "bedrock:claude-sonnet-5-5"
     assert model.price() is None  # partner platforms set their own prices
     assert model.ask(REQUEST).patch == PATCH
@@ -86,28 +104,42 @@ def test_bedrock_sends_the_bedrock_id_with_the_api_key_to_the_messages_endpoint(
     assert sent.body["thinking"] == {"type": "adaptive", "display": "summarized"}
 
 
-def test_a_bedrock_inference_profile_is_sent_as_given(fake: FakeAnthropic,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bedrock_inference_profile_is_sent_as_given(
+    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", TOKEN)
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     fake.reply_patch(PATCH)
-    model = AnthropicModel("global.anthropic.claude-opus-5-5", provider="bedrock",
-                           base_url=fake.base_url, price=Price.flat(4, 20))
+    model = AnthropicModel(
+        "global.anthropic.claude-opus-5-5",
+        provider="bedrock",
+        base_url=fake.base_url,
+        price=Price.flat(4, 20),
+    )
     assert model.info.id == "claude-opus-5-5" and model.ask(REQUEST).patch == PATCH
     assert fake.requests[0].body["model"] == "global.anthropic.claude-opus-5-5"
     assert fake.requests[0].api_key == TOKEN
 
 
 def test_vertex_posts_to_the_publisher_model_path_with_the_access_token(
-        fake: FakeAnthropic) -> None:
+    fake: FakeAnthropic,
+) -> None:
     fake.reply_patch(PATCH, thinking="plan")
-    model = AnthropicModel("claude-opus-5-5", provider="vertex", api_key=TOKEN,
-                           base_url=fake.base_url, region="us-east5", project="proj-7")
+    model = AnthropicModel(
+        "claude-opus-5-5",
+        provider="vertex",
+        api_key=TOKEN,
+        base_url=fake.base_url,
+        region="us-east5",
+        project="proj-7",
+    )
     reply = model.ask(REQUEST)
     assert reply.patch == PATCH and reply.rationale == "plan"
     (sent,) = fake.requests
-    assert sent.path == ("/projects/proj-7/locations/us-east5/publishers/anthropic/models/"
-                         "claude-opus-5-5:streamRawPredict")
+    assert sent.path == (
+        "/projects/proj-7/locations/us-east5/publishers/anthropic/models/"
+        "claude-opus-5-5:streamRawPredict"
+    )
     assert sent.api_key == TOKEN and "model" not in sent.body
     assert sent.body["anthropic_version"] and sent.body["output_config"] == {"effort": "high"}
 
@@ -158,8 +190,11 @@ def test_the_table_is_complete_dated_and_sourced() -> None:
 def test_aliases_and_platform_ids_find_their_model() -> None:
     haiku = table.lookup("claude-haiku-4-5-20251001")
     assert haiku is not None and haiku.id == "claude-haiku-4-5"
-    for wrapped in ("anthropic.claude-haiku-4-5-20251001-v1:0", "us.anthropic.claude-sonnet-5-5",
-                    "claude-opus-4-5@20251101"):
+    for wrapped in (
+        "anthropic.claude-haiku-4-5-20251001-v1:0",
+        "us.anthropic.claude-sonnet-5-5",
+        "claude-opus-4-5@20251101",
+    ):
         assert table.lookup(wrapped) is not None, wrapped
     assert table.retired("claude-sonnet-4-5-20250929") is not None
     assert table.lookup("claude-sonnet-9") is None
@@ -170,21 +205,38 @@ def test_aliases_and_platform_ids_find_their_model() -> None:
 
 def test_the_prompt_teaches_the_work_sequence_tools_and_budgets() -> None:
     text = system_prompt()
-    for needle in ("Explore", "Reproduce", "Fix", "Test", "git diff", "Conclude", "Plan:",
-                   '["bash", "-c"', "runtime.limits", "runtime.usage", "runtime.validators",
-                   "rio_ci.api.output(cell_id", "from rio_ci.api import output",
-                   "model_attempts",
-                   "python -m rio_ci.tools view", "apply_diff", "UnknownExecution",
-                   "STATE, stable part", "STATE, part that changes every round"):
+    for needle in (
+        "Explore",
+        "Reproduce",
+        "Fix",
+        "Test",
+        "git diff",
+        "Conclude",
+        "Plan:",
+        '["bash", "-c"',
+        "runtime.limits",
+        "runtime.usage",
+        "runtime.validators",
+        "rio_ci.api.output(cell_id",
+        "from rio_ci.api import output",
+        "model_attempts",
+        "python -m rio_ci.tools view",
+        "apply_diff",
+        "UnknownExecution",
+        "STATE, stable part",
+        "STATE, part that changes every round",
+    ):
         assert needle in text, needle
 
 
 def test_the_worked_patch_in_the_prompt_does_what_it_says() -> None:
     block = system_prompt().split("## A worked patch", 1)[1].split("```json\n", 1)[1]
     patch = json.loads(block.split("\n```", 1)[0])["patch"]
-    cells = [{"id": 2, "previous_id": None, "kind": "note", "text": "Plan: explore"},
-             {"id": 3, "previous_id": None, "kind": "cmd", "argv": ["ls", "-R"]},
-             {"id": 4, "previous_id": None, "kind": "cmd", "argv": ["python", "-m", "pytest"]}]
+    cells = [
+        {"id": 2, "previous_id": None, "kind": "note", "text": "Plan: explore"},
+        {"id": 3, "previous_id": None, "kind": "cmd", "argv": ["ls", "-R"]},
+        {"id": 4, "previous_id": None, "kind": "cmd", "argv": ["python", "-m", "pytest"]},
+    ]
     state = {"revision": 7, "cells": cells}
     assert patch[0] == {"op": "test", "path": "/revision", "value": 7}
     new = [op["value"] for op in patch if op["op"] in ("add", "replace")]

@@ -51,16 +51,23 @@ def test_cells_run_one_at_a_time_in_acceptance_order_in_the_session_cwd(new: New
     sess = new()
     # A cmd Cell runs its argv directly: a Python one-liner that logs like the code Cells.
     c_argv = [sys.executable, "-c", log_prelude(sess.log) + textwrap.dedent(work_span("C"))]
-    sess.propose(note("placeholder, replaced below"),  # 1
-                 logged(sess.log, work_span("A")),  # 2
-                 cmd("echo", "$HOME", "*", "a;b"),  # 3: no shell, so all literal
-                 cmd(*c_argv))  # 4
+    sess.propose(
+        note("placeholder, replaced below"),  # 1
+        logged(sess.log, work_span("A")),  # 2
+        cmd("echo", "$HOME", "*", "a;b"),  # 3: no shell, so all literal
+        cmd(*c_argv),
+    )  # 4
     # Cell 5 replaces the note at array position 0: first in the array, last accepted.
     turn = sess.turn()
     state = turn["state"]
-    ops = [{"op": "test", "path": "/revision", "value": state["revision"]},
-           {"op": "replace", "path": "/cells/0",
-            "value": {"id": 5, "previous_id": 1, **logged(sess.log, work_span("B"))}}]
+    ops = [
+        {"op": "test", "path": "/revision", "value": state["revision"]},
+        {
+            "op": "replace",
+            "path": "/cells/0",
+            "value": {"id": 5, "previous_id": 1, **logged(sess.log, work_span("B"))},
+        },
+    ]
     sess.step(turn["turn_id"], ops)
     assert [c["id"] for c in sess.state()["cells"]] == [5, 2, 3, 4]
 
@@ -77,17 +84,25 @@ def test_cells_run_one_at_a_time_in_acceptance_order_in_the_session_cwd(new: New
     assert len({runs[label][2] for label in runs}) == 3
     assert sess.runtime(3)["stdout"] == "$HOME * a;b\n"
     # The Journal agrees: each Execution finishes before the next one starts.
-    marks = [(e["kind"], e["cell_id"]) for e in sess.events()
-             if e["kind"] in ("execution_started", "execution_finished")]
-    assert marks == [(kind, cell) for cell in (2, 3, 4, 5)
-                     for kind in ("execution_started", "execution_finished")]
+    marks = [
+        (e["kind"], e["cell_id"])
+        for e in sess.events()
+        if e["kind"] in ("execution_started", "execution_finished")
+    ]
+    assert marks == [
+        (kind, cell)
+        for cell in (2, 3, 4, 5)
+        for kind in ("execution_started", "execution_finished")
+    ]
     assert all(sess.result(cell)["type"] == "success" for cell in (2, 3, 4, 5))
 
 
 def test_launch_commits_started_then_worker_identity_then_output(new: New) -> None:
     sess = new()
-    sess.propose(cmd(sys.executable, "-c", "import os; print(os.getpid())"),
-                 logged(sess.log, "print('hello from code')"))
+    sess.propose(
+        cmd(sys.executable, "-c", "import os; print(os.getpid())"),
+        logged(sess.log, "print('hello from code')"),
+    )
     sess.work()
     events = sess.events()
     for cell in (1, 2):
@@ -128,12 +143,17 @@ def test_a_program_that_is_not_executable_says_so(new: New) -> None:
 
 def test_output_is_committed_while_the_script_runs(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, """
+    sess.propose(
+        logged(
+            sess.log,
+            """
         import sys, time
         for n in range(8):
             print(f"line {n} {time.time()!r}", flush=True)
             time.sleep(0.2)
-        """))
+        """,
+        )
+    )
     owner = sess.start_work()
     seen: list[tuple[str, int]] = []  # (phase, lines committed) per poll
     while owner.poll() is None:
@@ -152,17 +172,20 @@ def test_output_is_committed_while_the_script_runs(new: New) -> None:
     assert sess.runtime(1)["stdout"].count("\n") == 8
 
 
-def test_output_beyond_the_limit_keeps_its_first_and_last_halves_and_is_flagged(
-        new: New) -> None:
+def test_output_beyond_the_limit_keeps_its_first_and_last_halves_and_is_flagged(new: New) -> None:
     sess = new(limits=["output_bytes=100"])
     digits = "".join(str(n % 10) for n in range(1000))
     sess.propose(
-        logged(sess.log, f"""
+        logged(
+            sess.log,
+            f"""
             import sys
             sys.stdout.write({digits!r}); sys.stdout.flush()
             sys.stderr.write("short")
-            """),
-        logged(sess.log, f"import sys; sys.stdout.write({digits[:100]!r})"))
+            """,
+        ),
+        logged(sess.log, f"import sys; sys.stdout.write({digits[:100]!r})"),
+    )
     sess.work()
     over, exact = sess.runtime(1), sess.runtime(2)
     # The first and the last half of output_bytes, and a marker of what was elided between:
@@ -180,7 +203,8 @@ def test_the_limit_counts_utf8_bytes_of_the_kept_text(new: New) -> None:
         # a 2-byte character cut by the limit is dropped, not turned into U+FFFD
         logged(sess.log, "import sys; sys.stdout.write('\\u00e9\\u00e9\\u00e9')"),
         # bytes that are not UTF-8 count as the 3-byte replacement characters they become
-        logged(sess.log, "import sys; sys.stdout.buffer.write(bytes(range(128, 256)))"))
+        logged(sess.log, "import sys; sys.stdout.buffer.write(bytes(range(128, 256)))"),
+    )
     sess.work()
     assert sess.runtime(1)["stdout"] == "\u00e9" + elided_marker(2) + "\u00e9"
     assert sess.runtime(1)["truncated"]
@@ -191,14 +215,19 @@ def test_the_limit_counts_utf8_bytes_of_the_kept_text(new: New) -> None:
 
 def test_a_flood_of_output_leaves_the_owner_healthy_and_the_journal_small(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, """
+    sess.propose(
+        logged(
+            sess.log,
+            """
             import sys
             block = b"x" * (1 << 20)
             for _ in range(50):
                 sys.stdout.buffer.write(block)
             sys.stdout.flush()
-            """),
-                 cmd("echo", "still fine"))
+            """,
+        ),
+        cmd("echo", "still fine"),
+    )
     started = time.monotonic()
     out = sess.work()
     elapsed = time.monotonic() - started
@@ -234,7 +263,7 @@ def test_timeout_records_unknown_execution_and_stops_the_group(new: New) -> None
     result = sess.result(1)
     assert result["type"] == "UnknownExecution"
     assert result["reason"] == "timeout" and result["worker_stopped"] is True
-    (_, script_pid, _, child_pid), = sess.lines()
+    ((_, script_pid, _, child_pid),) = sess.lines()
     identity = sess.events("worker_registered")[0]["identity"]
     for pid in (int(script_pid), int(child_pid), identity["pid"]):
         assert gone(pid), f"pid {pid} survived the timeout"
@@ -257,22 +286,29 @@ def test_hostile_scripts_are_cleaned_up_and_a_normal_cell_runs_afterwards(new: N
     sess = new(limits=["execution_seconds=3"])
     sess.propose(
         # forks a tree (one branch even leaves the group) and exits at once
-        logged(sess.log, """
+        logged(
+            sess.log,
+            """
             import subprocess, sys
             tree = ("import subprocess, time; subprocess.Popen(['sleep', '300']); "
                     "time.sleep(300)")
             kids = [subprocess.Popen([sys.executable, "-c", tree], stdout=subprocess.DEVNULL),
                     subprocess.Popen([sys.executable, "-c", tree], start_new_session=True)]
             log("tree", *[k.pid for k in kids])
-            """),
+            """,
+        ),
         # ignores SIGTERM and never ends
-        logged(sess.log, """
+        logged(
+            sess.log,
+            """
             import signal, time
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             log("stubborn")
             while True:
                 time.sleep(1)
-            """))
+            """,
+        ),
+    )
     out = sess.work()
     assert out["ran"] == [1, 2] and out["paused_by"] == "execution:2"
     assert sess.result(1)["type"] == "success"
@@ -299,16 +335,22 @@ def test_hostile_scripts_are_cleaned_up_and_a_normal_cell_runs_afterwards(new: N
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_worker_group_and_exits_quickly(new: New, sig: int) -> None:
     sess = new()
-    sess.propose(logged(sess.log, """
+    sess.propose(
+        logged(
+            sess.log,
+            """
         import signal, subprocess, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the child inherits this
         child = subprocess.Popen(["sleep", "300"])
         log("pids", child.pid)
         time.sleep(300)
-        """), cmd("echo", "must not run"))
+        """,
+        ),
+        cmd("echo", "must not run"),
+    )
     owner = sess.start_work()
     until(sess.lines, 30, "the script to start")
-    (_, script_pid, _, child_pid), = sess.lines()
+    ((_, script_pid, _, child_pid),) = sess.lines()
     sent = time.monotonic()
     owner.send_signal(sig)
     stdout, _ = owner.communicate(timeout=10)
@@ -327,11 +369,16 @@ def test_a_signal_after_the_script_exited_keeps_its_known_result(new: New) -> No
     sess = new()
     # The script exits 0 at once; a child it leaves behind holds the output pipes, so the
     # Owner is still waiting for them when the signal comes.
-    sess.propose(logged(sess.log, """
+    sess.propose(
+        logged(
+            sess.log,
+            """
         import subprocess
         child = subprocess.Popen(["sleep", "300"])
         log("pids", child.pid)
-        """))
+        """,
+        )
+    )
     owner = sess.start_work()
     until(sess.lines, timeout=30)
     leader = until(lambda: sess.events("worker_registered"), 10)[0]["identity"]["pid"]
@@ -339,7 +386,7 @@ def test_a_signal_after_the_script_exited_keeps_its_known_result(new: New) -> No
     owner.send_signal(signal.SIGTERM)
     owner.communicate(timeout=10)
     assert sess.result(1) == {"type": "success", "cell_id": 1, "exit_code": 0}
-    (_, _, _, child), = sess.lines()
+    ((_, _, _, child),) = sess.lines()
     assert gone(int(child)) and sess.token_holders() == []
 
 
@@ -353,25 +400,36 @@ def test_harness_secrets_never_reach_a_worker_or_the_session(new: New) -> None:
     sess = new()
     sess.propose(
         cmd("env"),
-        logged(sess.log, """
+        logged(
+            sess.log,
+            """
             import os
             print(sorted(os.environ.items()))
             print(os.environ.get("ANTHROPIC_API_KEY"), os.environ.get("GITHUB_TOKEN"))
             print(open("/proc/self/environ", "rb").read())
-            """),
-        cmd(sys.executable, "-c",
+            """,
+        ),
+        cmd(
+            sys.executable,
+            "-c",
             "import os; print(os.environ.get('ANTHROPIC_API_KEY'), "
             "os.environ.get('GITHUB_TOKEN'), os.environ.get('RIO_ALIAS'), "
-            "os.environ.get('RIO_REMOTE'))"))
+            "os.environ.get('RIO_REMOTE'))",
+        ),
+    )
     # Copies under other names, whole or inside another value, are secrets too.
-    env = cli_env(ANTHROPIC_API_KEY=CANARY_KEY, GITHUB_TOKEN=CANARY_TOKEN,
-                   RIO_ALIAS=CANARY_TOKEN,
-                   RIO_REMOTE=f"https://x-access-token:{CANARY_TOKEN}@github.com/o/r.git")
+    env = cli_env(
+        ANTHROPIC_API_KEY=CANARY_KEY,
+        GITHUB_TOKEN=CANARY_TOKEN,
+        RIO_ALIAS=CANARY_TOKEN,
+        RIO_REMOTE=f"https://x-access-token:{CANARY_TOKEN}@github.com/o/r.git",
+    )
     out = sess.work(env=env)
     assert out["ran"] == [1, 2, 3] and out["paused_by"] is None
     state = sess.state()
-    outputs = [sess.runtime(c, state)["stdout"] + sess.runtime(c, state)["stderr"]
-               for c in (1, 2, 3)]
+    outputs = [
+        sess.runtime(c, state)["stdout"] + sess.runtime(c, state)["stderr"] for c in (1, 2, 3)
+    ]
     assert "PATH=" in outputs[0]  # the env really was printed
     assert outputs[2] == "None None None None\n"
     blobs = {str(p): p.read_bytes() for p in sess.root.rglob("*") if p.is_file()}

@@ -81,12 +81,16 @@ def test_crash_inside_the_accept_transaction_commits_nothing(new: New) -> None:
 # --- between launch authorisation and the result commit ---------------------------------
 
 
-@pytest.mark.parametrize(("point", "reason"), [
-    ("launch_before_spawn", "owner_lost_after_launch_authorisation"),
-    ("worker_before_release", "worker_lost_before_result_commit"),
-])
+@pytest.mark.parametrize(
+    ("point", "reason"),
+    [
+        ("launch_before_spawn", "owner_lost_after_launch_authorisation"),
+        ("worker_before_release", "worker_lost_before_result_commit"),
+    ],
+)
 def test_crash_before_the_script_launched_is_unknown_and_never_runs(
-        new: New, point: str, reason: str) -> None:
+    new: New, point: str, reason: str
+) -> None:
     sess = new()
     sess.propose(logged(sess.log, "log('ran')"), cmd("echo", "second"))
     sess.run("work", str(sess.db), code=KILLED, env=crash(point))
@@ -98,11 +102,15 @@ def test_crash_before_the_script_launched_is_unknown_and_never_runs(
     assert out == {"ended": None, "ran": [], "pending": [2], "paused_by": "execution:1"}
     result = sess.result(1)
     seq = next(e["seq"] for e in sess.events("execution_finished"))
-    assert result == {"type": "UnknownExecution", "cell_id": 1, "reason": reason,
-                      "worker_stopped": True, "evidence_refs": [f"session:event:{seq}"]}
+    assert result == {
+        "type": "UnknownExecution",
+        "cell_id": 1,
+        "reason": reason,
+        "worker_stopped": True,
+        "evidence_refs": [f"session:event:{seq}"],
+    }
     notice = [m for m in sess.state()["runtime"]["inbox"] if m["id"] == "execution:1"]
-    assert notice == [{"id": "execution:1", "kind": "execution", "payload": result,
-                       "seq": seq}]
+    assert notice == [{"id": "execution:1", "kind": "execution", "payload": result, "seq": seq}]
     time.sleep(0.3)  # a gate that had been left waiting would have launched by now
     assert sess.lines() == []
     assert sess.token_holders() == []
@@ -132,9 +140,8 @@ def test_crash_after_release_is_unknown_and_never_reruns(new: New, point: str) -
 
 def test_kill_9_while_the_script_runs(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, "import time; log('ran'); time.sleep(60)"),
-                 cmd("echo", "second"))
-    (_, pid, _), = kill_owner_once_logged(sess)
+    sess.propose(logged(sess.log, "import time; log('ran'); time.sleep(60)"), cmd("echo", "second"))
+    ((_, pid, _),) = kill_owner_once_logged(sess)
     assert not gone(int(pid)), "the script should outlive its Owner"
 
     out = sess.work()
@@ -159,7 +166,7 @@ def test_kill_9_while_the_script_runs(new: New) -> None:
 def test_a_crash_in_the_middle_of_recovery_is_recovered_once(new: New) -> None:
     sess = new()
     sess.propose(logged(sess.log, "import time; log('ran'); time.sleep(60)"))
-    (_, pid, _), = kill_owner_once_logged(sess)
+    ((_, pid, _),) = kill_owner_once_logged(sess)
 
     # Workers stopped, the UnknownExecution not yet committed: then the Owner dies.
     sess.run("work", str(sess.db), code=KILLED, env=crash("recovery_midway"))
@@ -205,7 +212,7 @@ def test_a_surviving_worker_and_its_child_are_stopped_before_new_work(new: New) 
     sess = new()
     check = CHECK_OLD.replace("LOG", repr(str(sess.log)))
     sess.propose(logged(sess.log, CHILD_AND_SLEEP), logged(sess.log, check))
-    (_, script, _, child), = kill_owner_once_logged(sess)
+    ((_, script, _, child),) = kill_owner_once_logged(sess)
     leader = sess.events("worker_registered")[0]["identity"]["pid"]
     survivors = [leader, int(script), int(child)]
     assert not any(gone(pid) for pid in survivors), "the Worker should outlive its Owner"
@@ -223,7 +230,7 @@ def test_a_surviving_worker_and_its_child_are_stopped_before_new_work(new: New) 
 def test_a_lost_leader_with_a_surviving_group_fails_recovery_closed(new: New) -> None:
     sess = new()
     sess.propose(logged(sess.log, CHILD_AND_SLEEP), cmd("echo", "second"))
-    (_, script, _, child), = kill_owner_once_logged(sess)
+    ((_, script, _, child),) = kill_owner_once_logged(sess)
     leader = sess.events("worker_registered")[0]["identity"]["pid"]
     psutil.Process(leader).kill()  # uv, the group leader; its script and child live on
     until(lambda: gone(leader), 10)

@@ -37,8 +37,12 @@ print(d.pid, d.stdout.readline().decode().strip(), flush=True)
 
 
 def leave_two(tmp_path: Path) -> tuple[Worker, list[int]]:
-    worker = Worker.spawn([sys.executable, "-c", LEAVE], tmp_path,
-                          {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, uuid.uuid4().hex)
+    worker = Worker.spawn(
+        [sys.executable, "-c", LEAVE],
+        tmp_path,
+        {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        uuid.uuid4().hex,
+    )
     worker.release()
     out = b""
     while b"\n" not in out and not worker.output_eof:
@@ -78,8 +82,7 @@ def test_the_range_since_a_spawn_holds_every_leftover_and_no_thread(tmp_path: Pa
     pytest.fail("the pid counter wrapped in each of three tries")
 
 
-def test_a_counter_that_may_have_wrapped_means_every_process_is_looked_at(
-        tmp_path: Path) -> None:
+def test_a_counter_that_may_have_wrapped_means_every_process_is_looked_at(tmp_path: Path) -> None:
     worker, left = leave_two(tmp_path)
     try:
         settled(worker.identity.token, left)
@@ -87,8 +90,9 @@ def test_a_counter_that_may_have_wrapped_means_every_process_is_looked_at(
         assert now is not None and limit is not None
         unsure = {
             "wrapped: the last pid is below the leader": pidrange.Mark(now.last + 1, now),
-            "may have come round again": pidrange.Mark(now.last, dataclasses.replace(
-                now, created=now.created - limit)),
+            "may have come round again": pidrange.Mark(
+                now.last, dataclasses.replace(now, created=now.created - limit)
+            ),
             "too long to probe": pidrange.Mark(max(1, now.last - 100_000), now),
         }
         for why, mark in unsure.items():

@@ -20,15 +20,32 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_is_clean() -> None:
-    done = subprocess.run([_tool("ruff"), "check", "."], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [_tool("ruff"), "check", "."], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout[-4000:]
+
+
+def test_ruff_format_is_applied() -> None:
+    done = subprocess.run(
+        [_tool("ruff"), "format", "--check", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-4000:]
 
 
 @pytest.mark.slow
 def test_mypy_strict_is_clean() -> None:
-    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "rio_ci"], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "rio_ci"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-4000:]
 
 

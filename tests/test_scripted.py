@@ -22,13 +22,28 @@ from tests.run_cli import new_session, rio, status, write_script
 # --- pure: what the scripted model fills in ---------------------------------------------
 
 
-def state(cells: list[dict[str, Any]], *, revision: int, next_cell_id: int,
-          runtime_cells: dict[str, Any] | None = None,
-          inbox: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"schema": "rio.state/1", "id": "s", "revision": revision, "goal": "g",
-            "cells": cells,
-            "runtime": {"next_cell_id": next_cell_id, "cells": runtime_cells or {},
-                        "inbox": inbox or [], "usage": {}, "pause": None}}
+def state(
+    cells: list[dict[str, Any]],
+    *,
+    revision: int,
+    next_cell_id: int,
+    runtime_cells: dict[str, Any] | None = None,
+    inbox: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "schema": "rio.state/1",
+        "id": "s",
+        "revision": revision,
+        "goal": "g",
+        "cells": cells,
+        "runtime": {
+            "next_cell_id": next_cell_id,
+            "cells": runtime_cells or {},
+            "inbox": inbox or [],
+            "usage": {},
+            "pause": None,
+        },
+    }
 
 
 def note(cell_id: int, previous: int | None = None) -> dict[str, Any]:
@@ -43,11 +58,14 @@ def test_fills_revision_test_ids_and_null_predecessor_on_add() -> None:
     st = state([note(1), note(2)], revision=7, next_cell_id=5)
     ops: list[dict[str, Any]] = [
         {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "a"}},
-        {"op": "add", "path": "/cells/-", "value": {"kind": "cmd", "argv": ["true"]}}]
+        {"op": "add", "path": "/cells/-", "value": {"kind": "cmd", "argv": ["true"]}},
+    ]
     patch = ask(ops, st)
     assert patch[0] == {"op": "test", "path": "/revision", "value": 7}
     assert [(op["value"]["id"], op["value"]["previous_id"]) for op in patch[1:]] == [
-        (5, None), (6, None)]
+        (5, None),
+        (6, None),
+    ]
     assert patch[2]["value"]["argv"] == ["true"]  # the rest is submitted as written
     assert "id" not in ops[0]["value"]  # the script itself is not modified
 
@@ -56,15 +74,18 @@ def test_an_explicit_revision_test_is_kept_not_doubled() -> None:
     st = state([], revision=3, next_cell_id=1)
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/revision", "value": 3},
-        {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "a"}}]
+        {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "a"}},
+    ]
     patch = ask(ops, st)
     assert [op["op"] for op in patch] == ["test", "add"]
 
 
 def test_replace_takes_the_replaced_id_as_predecessor() -> None:
     st = state([note(1), note(2), note(3)], revision=2, next_cell_id=4)
-    ops = [{"op": "replace", "path": "/cells/1", "value": {"kind": "note", "text": "b2"}},
-           {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "new"}}]
+    ops = [
+        {"op": "replace", "path": "/cells/1", "value": {"kind": "note", "text": "b2"}},
+        {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "new"}},
+    ]
     patch = ask(ops, st)
     assert patch[1]["value"]["id"] == 4 and patch[1]["value"]["previous_id"] == 2
     assert patch[2]["value"]["id"] == 5 and patch[2]["value"]["previous_id"] is None
@@ -75,7 +96,8 @@ def test_replace_after_a_remove_in_the_same_patch_uses_the_shifted_array() -> No
     st = state([note(1), note(2), note(3)], revision=2, next_cell_id=4)
     ops: list[dict[str, Any]] = [
         {"op": "remove", "path": "/cells/0"},
-        {"op": "replace", "path": "/cells/1", "value": {"kind": "note", "text": "c2"}}]
+        {"op": "replace", "path": "/cells/1", "value": {"kind": "note", "text": "c2"}},
+    ]
     patch = ask(ops, st)
     assert patch[2]["value"]["previous_id"] == 3
     assert patch[2]["value"]["id"] == 4
@@ -89,25 +111,38 @@ def test_unresolved_placeholder_takes_the_oldest_unresolved_unknown_execution() 
         "6": {"phase": "finished", "result": {"type": "error"}, "resolved_by": None},
         "10": {"phase": "finished", "result": unknown, "resolved_by": None},
     }
-    inbox = [{"id": "execution:4", "kind": "execution", "payload": unknown, "seq": 30},
-             {"id": "c1", "kind": "comment", "payload": {}, "seq": 31},
-             {"id": "execution:6", "kind": "execution", "payload": {}, "seq": 33}]
+    inbox = [
+        {"id": "execution:4", "kind": "execution", "payload": unknown, "seq": 30},
+        {"id": "c1", "kind": "comment", "payload": {}, "seq": 31},
+        {"id": "execution:6", "kind": "execution", "payload": {}, "seq": 33},
+    ]
     st = state([], revision=5, next_cell_id=11, runtime_cells=runtime_cells, inbox=inbox)
-    ops = [{"op": "add", "path": "/cells/-", "value": {
-        "kind": "note", "role": "resolution", "text": "r", "target_cell_id": "$unresolved",
-        "evidence_refs": ["session:event:2", "$delivered"]}}]
+    ops = [
+        {
+            "op": "add",
+            "path": "/cells/-",
+            "value": {
+                "kind": "note",
+                "role": "resolution",
+                "text": "r",
+                "target_cell_id": "$unresolved",
+                "evidence_refs": ["session:event:2", "$delivered"],
+            },
+        }
+    ]
     value = ask(ops, st)[1]["value"]
     assert value["target_cell_id"] == 4  # numerically oldest, not "10" < "4" as strings
     # Every delivered message except the target's own record, after the literal refs.
-    assert value["evidence_refs"] == ["session:event:2", "session:event:31",
-                                      "session:event:33"]
+    assert value["evidence_refs"] == ["session:event:2", "session:event:31", "session:event:33"]
 
 
 def test_scripted_model_answers_round_k_and_an_exhausted_script_fails(tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text("- - {op: add, path: /cells/-, value: {kind: note, text: one}}\n"
-                      "- patch:\n"
-                      "  - {op: add, path: /cells/-, value: {kind: note, text: two}}\n")
+    script.write_text(
+        "- - {op: add, path: /cells/-, value: {kind: note, text: one}}\n"
+        "- patch:\n"
+        "  - {op: add, path: /cells/-, value: {kind: note, text: two}}\n"
+    )
     model = ScriptedModel(script)
     st = state([], revision=0, next_cell_id=1)
     second = model.ask(ModelRequest(turn_id="t", state=st, round_index=2))
@@ -118,12 +153,15 @@ def test_scripted_model_answers_round_k_and_an_exhausted_script_fails(tmp_path: 
     assert info.value.transient is False
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("- [unclosed\n", "not valid YAML"),
-    ("patch: []\n", "must be a YAML list"),
-    ("- 5\n", "round 1"),
-    ("- - {op: test}\n- [1, 2]\n", "round 2"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- [unclosed\n", "not valid YAML"),
+        ("patch: []\n", "must be a YAML list"),
+        ("- 5\n", "round 1"),
+        ("- - {op: test}\n- [1, 2]\n", "round 2"),
+    ],
+)
 def test_bad_scripts_are_usage_errors(tmp_path: Path, text: str, problem: str) -> None:
     script = tmp_path / "bad.yaml"
     script.write_text(text)
@@ -138,13 +176,17 @@ def echo(word: str) -> dict[str, Any]:
     return {"op": "add", "path": "/cells/-", "value": {"kind": "cmd", "argv": ["echo", word]}}
 
 
-CONCLUDE = {"op": "add", "path": "/cells/-",
-            "value": {"kind": "note", "role": "conclusion", "result": "success", "text": "done"}}
+CONCLUDE = {
+    "op": "add",
+    "path": "/cells/-",
+    "value": {"kind": "note", "role": "conclusion", "result": "success", "text": "done"},
+}
 
 
 @pytest.mark.parametrize("text", ["- [unclosed\n", "just: a mapping\n"])
 def test_run_with_a_bad_script_is_a_usage_error_and_touches_nothing(
-        tmp_path: Path, text: str) -> None:
+    tmp_path: Path, text: str
+) -> None:
     db = new_session(tmp_path)
     script = tmp_path / "bad.yaml"
     script.write_text(text)
@@ -187,22 +229,25 @@ def accepted_words(evs: list[dict[str, Any]]) -> list[str]:
 FIVE_ROUNDS = [[echo("r1")], [echo("r2")], [echo("r3")], [echo("r4")], [CONCLUDE]]
 
 
-@pytest.mark.parametrize(("crash_at", "accepted_before", "attempts"), [
-    # The reply for round 2 is lost before its commit: round 2 is asked again.
-    ("model_reply_before_commit:2", ["r1"], 6),
-    # Round 2's reply is committed but not admitted: it is admitted after the restart.
-    ("reply_before_admit:2", ["r1"], 5),
-    # The accept transaction of round 2 never committed: the saved reply is admitted again.
-    ("accept_before_commit:2", ["r1"], 5),
-    # Round 2 accepted, nothing dispatched: the restart runs cell 2 and goes on with round 3.
-    ("accept_after_commit:2", ["r1", "r2"], 5),
-])
+@pytest.mark.parametrize(
+    ("crash_at", "accepted_before", "attempts"),
+    [
+        # The reply for round 2 is lost before its commit: round 2 is asked again.
+        ("model_reply_before_commit:2", ["r1"], 6),
+        # Round 2's reply is committed but not admitted: it is admitted after the restart.
+        ("reply_before_admit:2", ["r1"], 5),
+        # The accept transaction of round 2 never committed: the saved reply is admitted again.
+        ("accept_before_commit:2", ["r1"], 5),
+        # Round 2 accepted, nothing dispatched: the restart runs cell 2 and goes on with round 3.
+        ("accept_after_commit:2", ["r1", "r2"], 5),
+    ],
+)
 def test_rounds_line_up_with_turns_across_a_sigkill(
-        tmp_path: Path, crash_at: str, accepted_before: list[str], attempts: int) -> None:
+    tmp_path: Path, crash_at: str, accepted_before: list[str], attempts: int
+) -> None:
     db = new_session(tmp_path)
     script = write_script(tmp_path, FIVE_ROUNDS)
-    first = rio("run", str(db), "--model", f"scripted:{script}",
-                env=cli_env(RIO_CRASH_AT=crash_at))
+    first = rio("run", str(db), "--model", f"scripted:{script}", env=cli_env(RIO_CRASH_AT=crash_at))
     assert first.returncode == -signal.SIGKILL, first.stderr
     assert accepted_words(events(db)) == accepted_before
     second = rio("run", str(db), "--model", f"scripted:{script}")
@@ -222,18 +267,36 @@ def test_sigkill_during_a_cell_then_placeholders_resolve_it(tmp_path: Path) -> N
     ``$delivered``, and concludes. No round is skipped or replayed."""
     db = new_session(tmp_path)
     marker = tmp_path / "started"
-    slow = {"op": "add", "path": "/cells/-", "value": {"kind": "cmd", "argv": [
-        sys.executable, "-c",
-        f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(30)"]}}
-    resolve = {"op": "add", "path": "/cells/-", "value": {
-        "kind": "note", "role": "resolution", "target_cell_id": "$unresolved",
-        "evidence_refs": ["$delivered"], "text": "the inspection shows it never finished"}}
-    script = write_script(tmp_path, [[echo("r1")], [slow], [echo("inspect")], [resolve],
-                                     [CONCLUDE]])
-    command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model",
-               f"scripted:{script}"]
-    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=cli_env())
+    slow = {
+        "op": "add",
+        "path": "/cells/-",
+        "value": {
+            "kind": "cmd",
+            "argv": [
+                sys.executable,
+                "-c",
+                f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(30)",
+            ],
+        },
+    }
+    resolve = {
+        "op": "add",
+        "path": "/cells/-",
+        "value": {
+            "kind": "note",
+            "role": "resolution",
+            "target_cell_id": "$unresolved",
+            "evidence_refs": ["$delivered"],
+            "text": "the inspection shows it never finished",
+        },
+    }
+    script = write_script(
+        tmp_path, [[echo("r1")], [slow], [echo("inspect")], [resolve], [CONCLUDE]]
+    )
+    command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model", f"scripted:{script}"]
+    first = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env()
+    )
     try:
         deadline = time.monotonic() + 30
         while not marker.exists() and time.monotonic() < deadline and first.poll() is None:
@@ -246,29 +309,49 @@ def test_sigkill_during_a_cell_then_placeholders_resolve_it(tmp_path: Path) -> N
     assert status(second.stdout)["status"] == "succeeded", second.stdout + second.stderr
     evs = events(db)
     assert [e["raw"]["round"] for e in evs if e["kind"] == "model_response"] == [1, 2, 3, 4, 5]
-    unknown = [e for e in evs if e["kind"] == "execution_finished"
-               and e["result"]["type"] == "UnknownExecution"]
+    unknown = [
+        e
+        for e in evs
+        if e["kind"] == "execution_finished" and e["result"]["type"] == "UnknownExecution"
+    ]
     assert [e["cell_id"] for e in unknown] == [2]
     assert [e["cell_id"] for e in evs if e["kind"] == "execution_started"] == [1, 2, 3]
-    (resolution,) = [c for e in evs if e["kind"] == "patch_accepted" for c in e["cells"]
-                     if c.get("role") == "resolution"]
+    (resolution,) = [
+        c
+        for e in evs
+        if e["kind"] == "patch_accepted"
+        for c in e["cells"]
+        if c.get("role") == "resolution"
+    ]
     assert resolution["target_cell_id"] == 2
-    inspect_result = next(e["seq"] for e in evs if e["kind"] == "execution_finished"
-                          and e["cell_id"] == 3)
+    inspect_result = next(
+        e["seq"] for e in evs if e["kind"] == "execution_finished" and e["cell_id"] == 3
+    )
     assert resolution["evidence_refs"] == [f"session:event:{inspect_result}"]
     assert unknown[0]["result"]["evidence_refs"][0] not in resolution["evidence_refs"]
 
 
 def test_filled_in_replace_after_remove_is_accepted_by_admission(tmp_path: Path) -> None:
     db = new_session(tmp_path)
-    notes = [{"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": t}}
-             for t in ("a", "b", "c")]
-    script = write_script(tmp_path, [
-        [*notes, echo("look")],  # cells 1, 2, 3, 4
-        [{"op": "remove", "path": "/cells/0"},  # [2, 3, 4]
-         {"op": "replace", "path": "/cells/1", "value": {"kind": "note", "text": "c, again"}},
-         CONCLUDE],
-    ])
+    notes = [
+        {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": t}}
+        for t in ("a", "b", "c")
+    ]
+    script = write_script(
+        tmp_path,
+        [
+            [*notes, echo("look")],  # cells 1, 2, 3, 4
+            [
+                {"op": "remove", "path": "/cells/0"},  # [2, 3, 4]
+                {
+                    "op": "replace",
+                    "path": "/cells/1",
+                    "value": {"kind": "note", "text": "c, again"},
+                },
+                CONCLUDE,
+            ],
+        ],
+    )
     done = rio("run", str(db), "--model", f"scripted:{script}")
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     evs = events(db)

@@ -36,8 +36,9 @@ def events(rio: Any) -> str:
 
 
 def accept_turn(rio: Any, turn: dict[str, Any]) -> dict[str, Any]:
-    code, receipt, _ = rio("step", "s.db", turn["turn_id"], "-",
-                           input=Patch(turn["state"]).add(note("ok")).build())
+    code, receipt, _ = rio(
+        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("ok")).build()
+    )
     assert code == 0, receipt
     return dict(receipt)
 
@@ -65,7 +66,8 @@ def test_a_turn_keeps_its_snapshot_and_later_messages_wait(rio: Any, new: Any) -
     assert second["turn_id"] != first.out["turn_id"]
     assert second["delivered"] == ["m1"]
     assert second["state"]["runtime"]["inbox"] == [
-        {"id": "m1", "kind": "comment", "payload": {"body": "hello"}, "seq": ack["seq"]}]
+        {"id": "m1", "kind": "comment", "payload": {"body": "hello"}, "seq": ack["seq"]}
+    ]
     accept_turn(rio, second)
     assert rio("state", "s.db").out["runtime"]["inbox"] == []  # consumed, once
     assert rio("turn", "s.db").out["delivered"] == []
@@ -84,11 +86,17 @@ def test_the_same_message_twice_is_one_message(rio: Any, new: Any) -> None:
     assert events(rio) == before
 
 
-@pytest.mark.parametrize("kind, payload", [
-    ("comment", '{"body": "changed"}'), ("check", '{"body": "hi"}'), ("comment", "true"),
-])
+@pytest.mark.parametrize(
+    "kind, payload",
+    [
+        ("comment", '{"body": "changed"}'),
+        ("check", '{"body": "hi"}'),
+        ("comment", "true"),
+    ],
+)
 def test_the_same_id_with_other_content_is_rejected(
-        rio: Any, new: Any, kind: str, payload: str) -> None:
+    rio: Any, new: Any, kind: str, payload: str
+) -> None:
     new()
     first = '{"body": "hi"}' if payload != "true" else "1"
     assert rio("receive", "s.db", "m1", "comment", first).code == 0
@@ -116,12 +124,19 @@ def test_harness_kinds_cannot_be_spoofed_from_outside(rio: Any, new: Any, kind: 
     assert events(rio) == before
 
 
-@pytest.mark.parametrize("args", [
-    ("m1", "Comment", "{}"), ("m1", "", "{}"), ("", "comment", "{}"),
-    ("m1", "comment", '"\\ud800"'), ("m\udcff", "comment", "{}"),
-])
-def test_bad_message_ids_kinds_and_text_are_rejected(rio: Any, new: Any,
-                                                     args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("m1", "Comment", "{}"),
+        ("m1", "", "{}"),
+        ("", "comment", "{}"),
+        ("m1", "comment", '"\\ud800"'),
+        ("m\udcff", "comment", "{}"),
+    ],
+)
+def test_bad_message_ids_kinds_and_text_are_rejected(
+    rio: Any, new: Any, args: tuple[str, ...]
+) -> None:
     new()
     before = events(rio)
     code, out, _ = rio("receive", "s.db", *args)
@@ -153,8 +168,9 @@ def test_a_full_inbox_pushes_back_and_loses_nothing(rio: Any, new: Any) -> None:
     assert rio("receive", "s.db", "m3", "comment", '{"n": 3}').code == 3  # not consumed yet
     accept_turn(rio, turn)
     assert rio("receive", "s.db", "m3", "comment", '{"n": 3}').code == 0
-    received = [e["message"]["id"] for e in rio("events", "s.db").lines
-                if e["kind"] == "message_received"]
+    received = [
+        e["message"]["id"] for e in rio("events", "s.db").lines if e["kind"] == "message_received"
+    ]
     assert received == ["m1", "m2", "m3"]
 
 
@@ -172,8 +188,9 @@ def test_an_ended_run_accepts_no_messages_turns_or_patches(rio: Any, new: Any) -
     assert code == 1 and "ended" in out["error"]
     code, out, _ = rio("turn", "s.db")
     assert code == 1 and "ended" in out["error"]
-    code, out, _ = rio("step", "s.db", open_turn["turn_id"], "-",
-                       input=Patch(open_turn["state"]).build())
+    code, out, _ = rio(
+        "step", "s.db", open_turn["turn_id"], "-", input=Patch(open_turn["state"]).build()
+    )
     assert code == 1 and "ended" in out["error"]
     assert events(rio) == before
 
@@ -201,12 +218,22 @@ def test_limits_are_persisted(rio: Any, new: Any) -> None:
     session.close()
 
 
-@pytest.mark.parametrize("assignment", [
-    "rounds=0", "nope=1", "rounds=x", "rounds=1.5", "rounds", "cost_usd=nan", "cost_usd=-1",
-    "execution_seconds=0",
-])
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        "rounds=0",
+        "nope=1",
+        "rounds=x",
+        "rounds=1.5",
+        "rounds",
+        "cost_usd=nan",
+        "cost_usd=-1",
+        "execution_seconds=0",
+    ],
+)
 def test_bad_limits_are_usage_errors_and_create_nothing(
-        rio: Any, tmp_path: Path, assignment: str) -> None:
+    rio: Any, tmp_path: Path, assignment: str
+) -> None:
     code, out, _ = rio("new", "s.db", "--goal", "g", "--limit", assignment)
     assert code == 2 and out["error"]
     assert list(tmp_path.iterdir()) == []
@@ -215,10 +242,11 @@ def test_bad_limits_are_usage_errors_and_create_nothing(
 # --- malformed input -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["{not json", "", "[1,", "[" * 5000 + "]" * 5000,
-                                  "[" * 990 + "]" * 990, "[" * 101 + "]" * 101],
-                         ids=["broken", "empty", "truncated", "5000 deep", "990 deep",
-                              "101 deep"])
+@pytest.mark.parametrize(
+    "text",
+    ["{not json", "", "[1,", "[" * 5000 + "]" * 5000, "[" * 990 + "]" * 990, "[" * 101 + "]" * 101],
+    ids=["broken", "empty", "truncated", "5000 deep", "990 deep", "101 deep"],
+)
 def test_malformed_json_is_a_usage_error(rio: Any, new: Any, text: str) -> None:
     new()
     turn = rio("turn", "s.db").out
@@ -284,11 +312,18 @@ FOREIGN = {
 
 
 @pytest.mark.parametrize("kind", sorted(FOREIGN))
-@pytest.mark.parametrize("command", [
-    ["state"], ["turn"], ["receive", "m1", "comment", "{}"], ["step", "turn-1-x", "-"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["state"],
+        ["turn"],
+        ["receive", "m1", "comment", "{}"],
+        ["step", "turn-1-x", "-"],
+    ],
+)
 def test_a_file_that_is_not_our_session_is_refused_untouched(
-        rio: Any, tmp_path: Path, kind: str, command: list[str]) -> None:
+    rio: Any, tmp_path: Path, kind: str, command: list[str]
+) -> None:
     path = tmp_path / "s.db"
     FOREIGN[kind](path)
     digest, names = sha256(path), sorted(p.name for p in tmp_path.iterdir())
@@ -318,5 +353,4 @@ def test_a_session_whose_first_state_fills_the_context_is_refused(tmp_path: Path
     assert done.returncode == 2, done.stdout + done.stderr
     assert "no Turn could be shown" in json.loads(done.stdout)["error"]
     assert not db.exists() and list(tmp_path.iterdir()) == []
-    assert rio("new", str(db), "--goal", "g" * 500, "--limit",
-               "context_bytes=3000").returncode == 0
+    assert rio("new", str(db), "--goal", "g" * 500, "--limit", "context_bytes=3000").returncode == 0

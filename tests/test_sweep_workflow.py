@@ -31,12 +31,17 @@ def the_step(file: str, job: str) -> dict[str, Any]:
     return dict(step)
 
 
-def run_step(step: dict[str, Any], gh: FakeGitHub, tmp: Path,
-             ref: str = "main") -> subprocess.CompletedProcess[str]:
+def run_step(
+    step: dict[str, Any], gh: FakeGitHub, tmp: Path, ref: str = "main"
+) -> subprocess.CompletedProcess[str]:
     """The step's ``run:`` under ``bash --noprofile --norc -eo pipefail`` with its ``env:``,
     each expression replaced by what the runner would put there."""
-    values = {"github.token": gh.token, "github.api_url": gh.api_url,
-              "github.repository": gh.repo, "github.ref_name": ref}
+    values = {
+        "github.token": gh.token,
+        "github.api_url": gh.api_url,
+        "github.repository": gh.repo,
+        "github.ref_name": ref,
+    }
     env = cli_env()
     for name, value in step["env"].items():
         expression = re.fullmatch(r"\$\{\{ (.+) \}\}", str(value))
@@ -44,14 +49,31 @@ def run_step(step: dict[str, Any], gh: FakeGitHub, tmp: Path,
     env["GITHUB_STEP_SUMMARY"] = str(tmp / "summary.md")
     script = tmp / "step.sh"
     script.write_text(step["run"])
-    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
-def progress(gh: FakeGitHub, issue: int, *, next_wake: float | None, ended: bool = False,
-             user: str = "github-actions[bot]") -> int:
-    meta = {"ended": ended, "generation": 3, "next_wake": next_wake, "operation": "op-1",
-            "status": "waiting"}
+def progress(
+    gh: FakeGitHub,
+    issue: int,
+    *,
+    next_wake: float | None,
+    ended: bool = False,
+    user: str = "github-actions[bot]",
+) -> int:
+    meta = {
+        "ended": ended,
+        "generation": 3,
+        "next_wake": next_wake,
+        "operation": "op-1",
+        "status": "waiting",
+    }
     body = f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta, sort_keys=True)} -->\n### rio-ci\n"
     return gh.add_comment(issue, body, user=user, association="NONE")
 
@@ -63,8 +85,9 @@ def sweeping(gh: FakeGitHub) -> FakeGitHub:
     return gh
 
 
-def test_due_timers_are_dispatched_and_nothing_else_is_read(sweeping: FakeGitHub,
-                                                           tmp_path: Path) -> None:
+def test_due_timers_are_dispatched_and_nothing_else_is_read(
+    sweeping: FakeGitHub, tmp_path: Path
+) -> None:
     gh, now = sweeping, time.time()
     due = gh.add_issue("due", labels=("rio",))
     gh.add_comment(due, "a person talks first", user="alice")
@@ -88,8 +111,9 @@ def test_due_timers_are_dispatched_and_nothing_else_is_read(sweeping: FakeGitHub
     assert "1 dispatched, 2 waiting" in (tmp_path / "summary.md").read_text()
 
 
-def test_the_sweep_switches_itself_off_when_no_timer_waits(sweeping: FakeGitHub,
-                                                          tmp_path: Path) -> None:
+def test_the_sweep_switches_itself_off_when_no_timer_waits(
+    sweeping: FakeGitHub, tmp_path: Path
+) -> None:
     gh = sweeping
     progress(gh, gh.add_issue("done", labels=("rio",)), next_wake=time.time() - 5, ended=True)
     progress(gh, gh.add_issue("no timer", labels=("rio",)), next_wake=None)
@@ -109,12 +133,14 @@ def test_sweep_wake_switches_the_sweep_back_on(sweeping: FakeGitHub, tmp_path: P
     assert done.returncode == 0, done.stderr
     assert sweeping.workflows["rio-sweep.yml"] == "active"
     assert [f"{r.method} {r.path}" for r in sweeping.requests] == [
-        f"PUT /repos/{sweeping.repo}/actions/workflows/rio-sweep.yml/enable"]
+        f"PUT /repos/{sweeping.repo}/actions/workflows/rio-sweep.yml/enable"
+    ]
 
 
 @pytest.mark.slow
-def test_many_issues_and_comments_are_read_page_by_page(sweeping: FakeGitHub,
-                                                        tmp_path: Path) -> None:
+def test_many_issues_and_comments_are_read_page_by_page(
+    sweeping: FakeGitHub, tmp_path: Path
+) -> None:
     gh, now = sweeping, time.time()
     waiting = [gh.add_issue(f"issue {i}", labels=("rio",)) for i in range(105)]
     for number in waiting[:-1]:
@@ -131,8 +157,9 @@ def test_many_issues_and_comments_are_read_page_by_page(sweeping: FakeGitHub,
     assert any(r.query.get("page") == "2" and r.path.endswith("/issues") for r in gh.requests)
 
 
-def test_a_refused_dispatch_is_a_warning_and_the_sweep_goes_on(sweeping: FakeGitHub,
-                                                              tmp_path: Path) -> None:
+def test_a_refused_dispatch_is_a_warning_and_the_sweep_goes_on(
+    sweeping: FakeGitHub, tmp_path: Path
+) -> None:
     gh, now = sweeping, time.time()
     first, second = (gh.add_issue(n, labels=("rio",)) for n in ("a", "b"))
     for number in (first, second):
@@ -147,8 +174,9 @@ def test_a_refused_dispatch_is_a_warning_and_the_sweep_goes_on(sweeping: FakeGit
     assert gh.workflows["rio-sweep.yml"] == "active"  # both still wait
 
 
-def test_a_failed_read_fails_the_sweep_without_switching_it_off(sweeping: FakeGitHub,
-                                                               tmp_path: Path) -> None:
+def test_a_failed_read_fails_the_sweep_without_switching_it_off(
+    sweeping: FakeGitHub, tmp_path: Path
+) -> None:
     progress(sweeping, sweeping.add_issue("x", labels=("rio",)), next_wake=None)
     sweeping.fail(r".*/comments", 404)  # curl retries a 5xx; a refusal fails at once
     done = run_step(the_step("rio-sweep.yml", "sweep"), sweeping, tmp_path)

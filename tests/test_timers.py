@@ -79,13 +79,16 @@ def test_a_cell_registers_timers_and_reads_committed_records(new: New) -> None:
 
     sets = sess.events("timer_set")
     assert [(t["id"], t["payload"], t["cell_id"]) for t in sets] == [
-        ("past", {"n": 1}, 1), ("future", {"n": 2}, 1)]
+        ("past", {"n": 1}, 1),
+        ("future", {"n": 2}, 1),
+    ]
     # The past Timer fired once, with its payload; the future one waits.
     fired = sess.events("timer_fired")
     assert [f["id"] for f in fired] == ["past"]
     inbox = [m for m in sess.state()["runtime"]["inbox"] if m["kind"] == "timer"]
-    assert inbox == [{"id": "timer:past", "kind": "timer", "payload": {"n": 1},
-                      "seq": fired[0]["seq"]}]
+    assert inbox == [
+        {"id": "timer:past", "kind": "timer", "payload": {"n": 1}, "seq": fired[0]["seq"]}
+    ]
     count = len(sess.events())
     sess.work()
     assert len(sess.events()) == count
@@ -98,12 +101,16 @@ SOON_CELL = """
     """
 
 
-@pytest.mark.parametrize(("point", "fired_before_restart"), [
-    ("timer_due_before_commit", 0),
-    ("timer_after_commit", 1),
-])
+@pytest.mark.parametrize(
+    ("point", "fired_before_restart"),
+    [
+        ("timer_due_before_commit", 0),
+        ("timer_after_commit", 1),
+    ],
+)
 def test_a_due_timer_fires_exactly_once_across_a_crash(
-        new: New, point: str, fired_before_restart: int) -> None:
+    new: New, point: str, fired_before_restart: int
+) -> None:
     sess = new()
     sess.propose(code(SOON_CELL))
     assert sess.work()["ran"] == [1]
@@ -119,8 +126,9 @@ def test_a_due_timer_fires_exactly_once_across_a_crash(
         fired = sess.events("timer_fired")
         assert [f["id"] for f in fired] == ["soon"]
         inbox = [m for m in sess.state()["runtime"]["inbox"] if m["kind"] == "timer"]
-        assert inbox == [{"id": "timer:soon", "kind": "timer", "payload": {"wake": "up"},
-                          "seq": fired[0]["seq"]}]
+        assert inbox == [
+            {"id": "timer:soon", "kind": "timer", "payload": {"wake": "up"}, "seq": fired[0]["seq"]}
+        ]
 
 
 def test_the_cell_api_ignores_a_rio_ci_package_in_the_working_directory(new: New) -> None:
@@ -128,12 +136,14 @@ def test_the_cell_api_ignores_a_rio_ci_package_in_the_working_directory(new: New
     shadow = sess.cwd / "rio_ci"
     shadow.mkdir()
     (shadow / "__init__.py").write_text("raise ImportError('a project that has its own rio_ci')")
-    sess.propose(code("""
+    sess.propose(
+        code("""
         import os, time
         from rio_ci.api import timer
         assert os.path.isdir("rio_ci")
         print(timer("t", time.time() + 3600, None)["duplicate"])
-        """))
+        """)
+    )
     sess.work()
     assert sess.runtime(1)["stdout"] == "False\n", sess.runtime(1)["stderr"]
     assert [t["id"] for t in sess.events("timer_set")] == ["t"]

@@ -33,12 +33,20 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def tools(cwd: Path, *args: str, stdin: str | None = None,
-          code: int = 0) -> subprocess.CompletedProcess[str]:
+def tools(
+    cwd: Path, *args: str, stdin: str | None = None, code: int = 0
+) -> subprocess.CompletedProcess[str]:
     """``python -m rio_ci.tools ARGS`` in ``cwd``, importing this checkout."""
-    done = subprocess.run([sys.executable, "-m", "rio_ci.tools", *args], cwd=cwd, input=stdin,
-                          env=cli_env(), capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "rio_ci.tools", *args],
+        cwd=cwd,
+        input=stdin,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == code, (done.stdout, done.stderr)
     if code:
         assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
@@ -64,8 +72,11 @@ def test_view_numbers_lines_under_a_header_with_ranges(here: Path) -> None:
     Path("b.txt").write_text("x\ny")
     assert view("b.txt").splitlines()[-1] == "[no newline at end of file]"
     Path("c.txt").write_bytes(b"one\r\ntwo\r\n")
-    assert view("c.txt").splitlines() == ["c.txt (2 lines, CRLF line endings):",
-                                          numbered(1, "one"), numbered(2, "two")]
+    assert view("c.txt").splitlines() == [
+        "c.txt (2 lines, CRLF line endings):",
+        numbered(1, "one"),
+        numbered(2, "two"),
+    ]
     assert view(str(here / "b.txt")).startswith(f"{here / 'b.txt'} (2 lines")
 
 
@@ -167,10 +178,14 @@ def test_create_makes_folders_and_refuses_to_overwrite(here: Path) -> None:
 
 
 def tree(root: Path) -> None:
-    for rel, text in {"src/app.py": "def main():\n    return 'Hello'\n",
-                      "src/deep/util.py": "HELLO = 1\n", "tests/test_app.py": "hello()\n",
-                      "README.md": "hello readme\n", ".git/config": "hello git\n",
-                      "node_modules/x/index.js": "hello\n"}.items():
+    for rel, text in {
+        "src/app.py": "def main():\n    return 'Hello'\n",
+        "src/deep/util.py": "HELLO = 1\n",
+        "tests/test_app.py": "hello()\n",
+        "README.md": "hello readme\n",
+        ".git/config": "hello git\n",
+        "node_modules/x/index.js": "hello\n",
+    }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     (root / "image.png").write_bytes(b"\x89PNG\x00hello\x00")
@@ -198,11 +213,16 @@ def test_grep_prints_path_line_text_and_skips_what_it_should(here: Path) -> None
     tree(here)
     assert grep("hello").splitlines() == ["README.md:1:hello readme", "tests/test_app.py:1:hello()"]
     assert grep("hello", ignore_case=True).splitlines() == [
-        "README.md:1:hello readme", "src/app.py:2:    return 'Hello'",
-        "src/deep/util.py:1:HELLO = 1", "tests/test_app.py:1:hello()"]
+        "README.md:1:hello readme",
+        "src/app.py:2:    return 'Hello'",
+        "src/deep/util.py:1:HELLO = 1",
+        "tests/test_app.py:1:hello()",
+    ]
     assert grep("hello", "src", "README.md", glob="*.py", ignore_case=True).splitlines() == [
-        "src/app.py:2:    return 'Hello'", "src/deep/util.py:1:HELLO = 1",
-        "README.md:1:hello readme"]
+        "src/app.py:2:    return 'Hello'",
+        "src/deep/util.py:1:HELLO = 1",
+        "README.md:1:hello readme",
+    ]
     assert grep("main()", fixed=True) == "src/app.py:1:def main():"
     assert grep("absent") == "no matches for 'absent' in ."
     with pytest.raises(ToolError, match="invalid regular expression"):
@@ -226,7 +246,8 @@ def test_grep_prints_path_line_text_and_skips_what_it_should(here: Path) -> None
 def test_every_command_runs_as_python_m_rio_ci_tools(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("one\ntwo\nthree\n")
     assert tools(tmp_path, "view", "a.py", "--start", "2", "--end", "3").stdout == (
-        f"a.py (3 lines, showing 2-3):\n{numbered(2, 'two')}\n{numbered(3, 'three')}\n")
+        f"a.py (3 lines, showing 2-3):\n{numbered(2, 'two')}\n{numbered(3, 'three')}\n"
+    )
     out = tools(tmp_path, "replace", "a.py", "--old", "two\nthree", "--new", "-2-").stdout
     assert out.startswith("replaced lines 2-3 of a.py (2 → 1 lines)\n")
     assert (tmp_path / "a.py").read_text() == "one\n-2-\n"
@@ -242,7 +263,8 @@ def test_every_command_runs_as_python_m_rio_ci_tools(tmp_path: Path) -> None:
     assert tools(tmp_path, "find", "*.txt").stdout == "b/c.txt\nold.txt\n"
     assert tools(tmp_path, "find", "*.txt", "b").stdout == "b/c.txt\n"
     assert tools(tmp_path, "grep", "TWO", "--ignore-case", "--glob", "*.py").stdout == (
-        "a.py:3:two\n")
+        "a.py:3:two\n"
+    )
     assert tools(tmp_path, "grep", "-F", "(", "a.py").stdout == "no matches for '(' in a.py\n"
 
 
@@ -270,9 +292,12 @@ def test_every_command_and_option_is_documented() -> None:
     missing = []
     for name, parser in commands.choices.items():  # type: ignore[attr-defined]
         missing += [] if f"\n## {name}\n" in text else [name]
-        missing += [f"{name} {option}" for action in parser._actions
-                    for option in action.option_strings
-                    if option.startswith("--") and option != "--help" and option not in text]
+        missing += [
+            f"{name} {option}"
+            for action in parser._actions
+            for option in action.option_strings
+            if option.startswith("--") and option != "--help" and option not in text
+        ]
     assert missing == []
 
 
@@ -285,7 +310,9 @@ def test_cells_use_the_tools_through_the_owner(new: New) -> None:
     sess = new()
     (sess.cwd / "hello.py").write_text("def greet():\n    return 'hi'\n")
     python = "python" if shutil.which("python") else "python3"
-    sess.propose(cmd(python, "-m", "rio_ci.tools", "view", "hello.py"), code("""
+    sess.propose(
+        cmd(python, "-m", "rio_ci.tools", "view", "hello.py"),
+        code("""
         import rio_ci.tools
         from rio_ci.tools import ToolError, replace
         print(replace("hello.py", "'hi'", "'hello'"))
@@ -294,12 +321,17 @@ def test_cells_use_the_tools_through_the_owner(new: New) -> None:
         except ToolError as exc:
             print("refused:", exc)
         print(rio_ci.tools.__file__)
-        """), cmd(python, "-c", "import rio_ci.tools as t, json; print(json.dumps(t.__file__))"))
+        """),
+        cmd(python, "-c", "import rio_ci.tools as t, json; print(json.dumps(t.__file__))"),
+    )
     out = sess.work()
     assert out["ran"] == [1, 2, 3], out
     viewed = sess.runtime(1)
     assert viewed["stdout"].splitlines() == [
-        "hello.py (2 lines):", numbered(1, "def greet():"), numbered(2, "    return 'hi'")]
+        "hello.py (2 lines):",
+        numbered(1, "def greet():"),
+        numbered(2, "    return 'hi'"),
+    ]
     edited = sess.runtime(2)["stdout"].splitlines()
     assert edited[0] == "replaced line 2 of hello.py (1 → 1 lines)", edited
     assert numbered(2, "    return 'hello'") in edited

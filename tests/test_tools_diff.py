@@ -52,8 +52,11 @@ def git(*args: str) -> str:
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
-            for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.parts
+    }
 
 
 def edit(path: str, old: str, new: str) -> None:
@@ -138,7 +141,8 @@ def test_a_bad_hunk_writes_nothing_and_names_file_hunk_and_lines(repo: Path) -> 
 
 
 def test_creating_an_existing_file_or_deleting_a_changed_one_is_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     Path("here.txt").write_text("one\ntwo\n")
     create = "--- /dev/null\n+++ b/here.txt\n@@ -0,0 +1 @@\n+one\n"
@@ -153,20 +157,25 @@ def test_creating_an_existing_file_or_deleting_a_changed_one_is_refused(
 
 
 def test_hand_written_diffs_with_wrong_counts_and_lost_spaces_apply(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     Path("m.py").write_text("def f():\n    a = 1\n\n    return a\n\n\ndef g():\n    pass\n")
     # The counts are wrong and the blank context line lost its leading space, as models
     # (and editors that strip trailing whitespace) write them.
-    diff = ("--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n def f():\n-    a = 1\n+    a = 2\n"
-            "\n     return a\n@@ @@\n def g():\n-    pass\n+    return None\n")
+    diff = (
+        "--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n def f():\n-    a = 1\n+    a = 2\n"
+        "\n     return a\n@@ @@\n def g():\n-    pass\n+    return None\n"
+    )
     apply_diff(diff)
     assert Path("m.py").read_text() == (
-        "def f():\n    a = 2\n\n    return a\n\n\ndef g():\n    return None\n")
+        "def f():\n    a = 2\n\n    return a\n\n\ndef g():\n    return None\n"
+    )
 
 
 def test_fuzz_drops_outer_context_that_no_longer_matches(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     Path("f.txt").write_text("a\nB-changed\nc\nd\ne\nf\ng\n")
     out = apply_diff("--- a/f.txt\n+++ b/f.txt\n@@ -1,7 +1,7 @@\n a\n b\n c\n-d\n+D\n e\n f\n g\n")
@@ -182,16 +191,22 @@ def test_diff_u_output_applies_with_and_without_a_top_folder(tmp_path: Path) -> 
     for side, text in (("old", "1\n2\n3\n"), ("new", "1\ntwo\n3\n")):
         (tmp_path / side).mkdir()
         (tmp_path / side / "n.txt").write_text(text)
-    done = subprocess.run(["diff", "-ru", "old", "new"], cwd=tmp_path, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["diff", "-ru", "old", "new"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 1 and done.stdout.startswith("diff -ru old/n.txt new/n.txt")
     project = tmp_path / "project"
     project.mkdir()
     (project / "n.txt").write_text("1\n2\n3\n")
     (tmp_path / "p.diff").write_text(done.stdout)
-    run = subprocess.run([sys.executable, "-m", "rio_ci.tools", "apply-diff", "../p.diff"],
-                         cwd=project, env=cli_env(), capture_output=True, text=True,
-                         check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "rio_ci.tools", "apply-diff", "../p.diff"],
+        cwd=project,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "applied the diff to 1 file(s):\n  M n.txt (+1 -1)\n"
     assert (project / "n.txt").read_text() == "1\ntwo\n3\n"
@@ -199,12 +214,23 @@ def test_diff_u_output_applies_with_and_without_a_top_folder(tmp_path: Path) -> 
     (project / "n.txt").write_text("1\n2\n3\n")
     (project / "n.txt.orig").write_text("1\n2\n3\n")
     (project / "n.txt").write_text("1\n2\nthree\n")
-    plain = subprocess.run(["diff", "-u", "n.txt.orig", "n.txt"], cwd=project,
-                           capture_output=True, text=True, check=False).stdout
+    plain = subprocess.run(
+        ["diff", "-u", "n.txt.orig", "n.txt"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     (project / "n.txt").write_text("1\n2\n3\n")
-    stdin = subprocess.run([sys.executable, "-m", "rio_ci.tools", "apply-diff", "-"],
-                           cwd=project, env=cli_env(), input=plain, capture_output=True,
-                           text=True, check=False)
+    stdin = subprocess.run(
+        [sys.executable, "-m", "rio_ci.tools", "apply-diff", "-"],
+        cwd=project,
+        env=cli_env(),
+        input=plain,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert stdin.returncode == 0, stdin.stderr
     assert (project / "n.txt").read_text() == "1\n2\nthree\n"
     assert (project / "n.txt.orig").read_text() == "1\n2\n3\n"
@@ -213,30 +239,45 @@ def test_diff_u_output_applies_with_and_without_a_top_folder(tmp_path: Path) -> 
 def test_a_failing_apply_diff_command_exits_1_and_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("one\n")
     (tmp_path / "b.txt").write_text("two\n")
-    diff = ("--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+ONE\n"
-            "--- a/b.txt\n+++ b/b.txt\n@@ -1 +1 @@\n-zwei\n+TWO\n")
-    done = subprocess.run([sys.executable, "-m", "rio_ci.tools", "apply-diff"], cwd=tmp_path,
-                          env=cli_env(), input=diff, capture_output=True, text=True,
-                          check=False)
+    diff = (
+        "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+ONE\n"
+        "--- a/b.txt\n+++ b/b.txt\n@@ -1 +1 @@\n-zwei\n+TWO\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "rio_ci.tools", "apply-diff"],
+        cwd=tmp_path,
+        env=cli_env(),
+        input=diff,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: hunk 1 of b.txt (@@ -1 +1 @@) does not match")
     assert "  | zwei" in done.stderr and done.stdout == ""
     assert (tmp_path / "a.txt").read_text() == "one\n"
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(before=st.lists(st.sampled_from("abcde"), max_size=30),
-       after=st.lists(st.sampled_from("abcdef"), max_size=30),
-       context=st.integers(min_value=0, max_value=3))
-def test_any_difflib_diff_round_trips(tmp_path: Path, before: list[str], after: list[str],
-                                      context: int) -> None:
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    before=st.lists(st.sampled_from("abcde"), max_size=30),
+    after=st.lists(st.sampled_from("abcdef"), max_size=30),
+    context=st.integers(min_value=0, max_value=3),
+)
+def test_any_difflib_diff_round_trips(
+    tmp_path: Path, before: list[str], after: list[str], context: int
+) -> None:
     """Repeated lines make placement ambiguous; the header's line must win. Context 0
     makes "-N,0" insertion hunks, which go after line N."""
     path = tmp_path / "f.txt"
     path.write_text("".join(f"{line}\n" for line in before))
-    diff = "".join(difflib.unified_diff([f"{x}\n" for x in before], [f"{x}\n" for x in after],
-                                        "a/f.txt", "b/f.txt", n=context))
+    diff = "".join(
+        difflib.unified_diff(
+            [f"{x}\n" for x in before], [f"{x}\n" for x in after], "a/f.txt", "b/f.txt", n=context
+        )
+    )
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:

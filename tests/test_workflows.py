@@ -33,8 +33,9 @@ INPUTS = {  # input → (environment variable, default)
 }
 OUTPUTS = {"status", "session", "next-wake", "pull-request", "artifact-name"}
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
-ZIZMOR = shutil.which("zizmor", path=f"{Path(sys.executable).parent}{os.pathsep}"
-                                     f"{os.environ['PATH']}")
+ZIZMOR = shutil.which(
+    "zizmor", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+)
 
 
 def expression(text: str) -> str:
@@ -75,7 +76,7 @@ def step(document: dict[str, Any], step_id: str) -> dict[str, Any]:
 
 
 def test_the_action_is_composite_with_the_inputs_and_defaults_of_the_contract(
-    action: dict[str, Any]
+    action: dict[str, Any],
 ) -> None:
     assert action["runs"]["using"] == "composite"
     assert set(action["inputs"]) == set(INPUTS)
@@ -101,7 +102,7 @@ def test_each_input_reaches_rio_ci_through_the_environment_only(action: dict[str
 
 
 def test_rio_ci_is_installed_from_the_actions_own_path_beside_the_workflows_python(
-    action: dict[str, Any]
+    action: dict[str, Any],
 ) -> None:
     python = step(action, "python")
     assert python["uses"].startswith("actions/setup-python@")
@@ -112,10 +113,11 @@ def test_rio_ci_is_installed_from_the_actions_own_path_beside_the_workflows_pyth
 
 
 def test_the_session_is_uploaded_under_the_name_finish_chose_even_after_a_failure(
-    action: dict[str, Any]
+    action: dict[str, Any],
 ) -> None:
-    (upload,) = [s for s in steps_of(action)
-                 if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    (upload,) = [
+        s for s in steps_of(action) if str(s.get("uses", "")).startswith("actions/upload-artifact")
+    ]
     assert upload["if"] == "always() && steps.finish.outputs.artifact-name != ''"
     assert upload["with"]["name"] == "${{ steps.finish.outputs.artifact-name }}"
     # finish chooses the retention that outlives the latest Timer (empty: the default)
@@ -128,7 +130,7 @@ def test_the_session_is_uploaded_under_the_name_finish_chose_even_after_a_failur
 
 
 def test_the_workflow_has_every_trigger_of_the_contract_and_no_pull_request_target(
-    rio: dict[str, Any]
+    rio: dict[str, Any],
 ) -> None:
     on = rio["on"]
     assert on["issues"]["types"] == ["labeled"]
@@ -149,15 +151,21 @@ def test_one_job_per_issue_waits_in_its_concurrency_group(rio: dict[str, Any]) -
     for source in ("github.event.issue.number", "inputs.issue", "needs.route.outputs.issue"):
         assert source in group
     assert job["concurrency"]["cancel-in-progress"] is False
-    assert job["timeout-minutes"] * 60 > float(
-        job["steps"][-1]["with"]["time-budget-minutes"]) * 60 + 5 * 60  # room for finish
+    assert (
+        job["timeout-minutes"] * 60
+        > float(job["steps"][-1]["with"]["time-budget-minutes"]) * 60 + 5 * 60
+    )  # room for finish
 
 
 def test_permissions_are_minimal(rio: dict[str, Any]) -> None:
     assert rio["permissions"] == {}
     assert rio["jobs"]["rio"]["permissions"] == {
-        "contents": "write", "issues": "write", "pull-requests": "write", "actions": "read",
-        "checks": "read"}
+        "contents": "write",
+        "issues": "write",
+        "pull-requests": "write",
+        "actions": "read",
+        "checks": "read",
+    }
     assert rio["jobs"]["route"]["permissions"] == {"pull-requests": "read"}
     assert rio["jobs"]["sweep-wake"]["permissions"] == {"actions": "write"}
     sweep = load(WORKFLOWS / "rio-sweep.yml")
@@ -166,13 +174,15 @@ def test_permissions_are_minimal(rio: dict[str, Any]) -> None:
 
 
 def test_the_checkout_keeps_no_credentials_and_full_history(rio: dict[str, Any]) -> None:
-    (checkout,) = [s for s in steps_of(rio) if str(s.get("uses", "")).startswith(
-        "actions/checkout")]
+    (checkout,) = [
+        s for s in steps_of(rio) if str(s.get("uses", "")).startswith("actions/checkout")
+    ]
     assert checkout["with"] == {"fetch-depth": 0, "persist-credentials": False}
 
 
-def test_the_workflow_uses_the_action_with_inputs_it_has(rio: dict[str, Any],
-                                                        action: dict[str, Any]) -> None:
+def test_the_workflow_uses_the_action_with_inputs_it_has(
+    rio: dict[str, Any], action: dict[str, Any]
+) -> None:
     used = step(rio, "rio")
     assert used["uses"] == "./"
     assert set(used["with"]) <= set(action["inputs"])
@@ -181,8 +191,9 @@ def test_the_workflow_uses_the_action_with_inputs_it_has(rio: dict[str, Any],
     assert f"github.event.label.name == '{label}'" in rio["jobs"]["rio"]["if"]
 
 
-@pytest.mark.parametrize("path", [ROOT / "action.yml", *sorted(WORKFLOWS.glob("*.yml"))],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [ROOT / "action.yml", *sorted(WORKFLOWS.glob("*.yml"))], ids=lambda p: p.name
+)
 def test_no_expression_is_interpolated_into_shell(path: Path) -> None:
     for each in steps_of(load(path)):
         assert "${{" not in each.get("run", ""), (path.name, each.get("id") or each.get("name"))
@@ -199,11 +210,11 @@ def test_ci_runs_the_repository_check_script() -> None:
 # --- §13.1 hygiene ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [ROOT / "action.yml", *sorted(WORKFLOWS.glob("*.yml"))],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [ROOT / "action.yml", *sorted(WORKFLOWS.glob("*.yml"))], ids=lambda p: p.name
+)
 def test_every_uses_is_pinned_to_a_commit_with_its_version_named(path: Path) -> None:
-    lines = [line for line in path.read_text().splitlines()
-             if re.match(r"\s*(- )?uses:", line)]
+    lines = [line for line in path.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
     for line in lines:
         ref = line.split("uses:", 1)[1].split("#", 1)[0].strip()
         if ref == "./":  # this action itself, in the example users copy (they pin it)
@@ -219,8 +230,7 @@ def all_jobs() -> list[tuple[str, str, dict[str, Any]]]:
     for path in sorted(WORKFLOWS.glob("*.yml")):
         workflow = load(path)
         for name, job in workflow["jobs"].items():
-            found.append((path.name, name, {
-                "permissions": workflow.get("permissions"), **job}))
+            found.append((path.name, name, {"permissions": workflow.get("permissions"), **job}))
     return found
 
 
@@ -228,8 +238,11 @@ def test_only_the_sweep_jobs_may_change_workflows_and_they_run_nothing_fetched()
     for file, name, job in all_jobs():
         assert isinstance(job["permissions"], dict), (file, name)  # never the defaults
     writers = {(f, n) for f, n, job in all_jobs() if job["permissions"].get("actions") == "write"}
-    assert writers == {("rio-sweep.yml", "sweep"), ("rio.yml", "sweep-wake"),
-                       ("rio-app.yml", "sweep-wake")}
+    assert writers == {
+        ("rio-sweep.yml", "sweep"),
+        ("rio.yml", "sweep-wake"),
+        ("rio-app.yml", "sweep-wake"),
+    }
     for file, name, job in all_jobs():
         if (file, name) in writers:
             assert all(set(s) <= {"name", "shell", "env", "run"} for s in job["steps"])
@@ -243,8 +256,11 @@ def test_the_app_example_is_the_full_example_with_an_app_token() -> None:
         assert "vars.RIO_APP_CLIENT_ID != ''" in app["jobs"][name]["if"]
     job = app["jobs"]["rio"]
     assert job["permissions"] == {"contents": "read"}
-    (token,) = [s for s in job["steps"]
-                if str(s.get("uses", "")).startswith("actions/create-github-app-token@")]
+    (token,) = [
+        s
+        for s in job["steps"]
+        if str(s.get("uses", "")).startswith("actions/create-github-app-token@")
+    ]
     assert "permission-workflows" not in token["with"]
     assert token["with"]["private-key"] == "${{ secrets.RIO_APP_PRIVATE_KEY }}"
     wanted = expression(f"steps.{token['id']}.outputs.token")
@@ -275,9 +291,7 @@ def readme_workflow() -> dict[str, Any]:
     return data
 
 
-def test_the_readme_workflow_filters_and_limits_as_the_full_example(
-    rio: dict[str, Any]
-) -> None:
+def test_the_readme_workflow_filters_and_limits_as_the_full_example(rio: dict[str, Any]) -> None:
     """SPEC §13.1 "Hygiene": the README's workflow has the same ``if:`` filters and
     ``timeout-minutes`` as the full example — the very same text, job by job."""
     readme = readme_workflow()
@@ -293,22 +307,29 @@ def test_the_readme_workflow_filters_and_limits_as_the_full_example(
     assert readme["jobs"]["route"]["steps"] == rio["jobs"]["route"]["steps"]
     (checkout, action) = readme["jobs"]["rio"]["steps"]
     assert checkout == rio["jobs"]["rio"]["steps"][0]  # the same pinned checkout and settings
-    assert PINNED.match(action["uses"].replace("OWNER/rio-ci@COMMIT_SHA",
-                                               "owner/rio-ci@" + "0" * 40))
+    assert PINNED.match(
+        action["uses"].replace("OWNER/rio-ci@COMMIT_SHA", "owner/rio-ci@" + "0" * 40)
+    )
     assert action["with"] == {k: v for k, v in step(rio, "rio")["with"].items()}
 
 
 @pytest.mark.skipif(ZIZMOR is None, reason="zizmor is not installed (the test extra has it)")
 def test_zizmor_finds_nothing_offline() -> None:
-    done = subprocess.run([ZIZMOR or "zizmor", "--offline", "--format", "plain",
-                           "action.yml", ".github/workflows/"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [ZIZMOR or "zizmor", "--offline", "--format", "plain", "action.yml", ".github/workflows/"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "No findings to report" in done.stdout + done.stderr
 
 
-def test_docs_describe_every_input_output_and_permission(action: dict[str, Any],
-                                                         rio: dict[str, Any]) -> None:
+def test_docs_describe_every_input_output_and_permission(
+    action: dict[str, Any], rio: dict[str, Any]
+) -> None:
     docs = (ROOT / "docs" / "github.md").read_text()
     for name in [*action["inputs"], *action["outputs"], *rio["jobs"]["rio"]["permissions"]]:
         assert f"`{name}`" in docs, name

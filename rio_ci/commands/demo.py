@@ -33,7 +33,7 @@ CALC = '''def add(a, b):
     """Return the sum of a and b."""
     return a - b
 '''
-TEST = '''import unittest
+TEST = """import unittest
 
 from calc import add
 
@@ -45,7 +45,7 @@ class AddTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-'''
+"""
 FIX = '''# /// script
 # dependencies = []
 # ///
@@ -60,7 +60,7 @@ path = pathlib.Path("calc.py")
 path.write_text(path.read_text().replace("return a - b", "return a + b"))
 print("calc.add fixed")
 '''
-SCRIPT = '''# The demo's scripted model: one list of operations per round.
+SCRIPT = """# The demo's scripted model: one list of operations per round.
 - - {{op: add, path: /cells/-, value: {{kind: cmd, argv: [{py}, -m, unittest, -q]}}}}
 - - {{op: add, path: /cells/-, value: {{kind: note, text: "add() subtracts; patch calc.py"}}}}
   - {{op: add, path: /cells/-, value: {{kind: code, runtime: python, source: {slow}}}}}
@@ -73,7 +73,7 @@ SCRIPT = '''# The demo's scripted model: one list of operations per round.
   - {{op: add, path: /cells/-, value: {{kind: cmd, argv: [{py}, -m, unittest, -q]}}}}
 - - {{op: add, path: /cells/-, value: {{kind: note, role: conclusion, result: success,
        text: "the test passes"}}}}
-'''
+"""
 
 
 def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], None]) -> int:
@@ -97,10 +97,13 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     script = root / "model.yaml"
     script.write_text(SCRIPT.format(py=py, slow=slow, fast=fast))
     goal = goal_for(issue.number, issue.title, issue.body, "local forge")
-    Session.create(db, goal, cwd=str(project),
-                   validators=[[sys.executable, "-m", "unittest", "-q"]]).close()
-    tell(f"1. A project with a failing test in {project}, and issue #{issue.number} about it "
-         f"in the local forge {forge.path}; Session file {db}.")
+    Session.create(
+        db, goal, cwd=str(project), validators=[[sys.executable, "-m", "unittest", "-q"]]
+    ).close()
+    tell(
+        f"1. A project with a failing test in {project}, and issue #{issue.number} about it "
+        f"in the local forge {forge.path}; Session file {db}."
+    )
 
     command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model", f"scripted:{script}"]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -110,8 +113,7 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     if not marker.exists():
         first.kill()
         raise RioError(f"the first run never reached the fix script: {first.communicate()}")
-    tell("2. The model ran the tests (they fail), then started a slow script that fixes "
-         "calc.py.")
+    tell("2. The model ran the tests (they fail), then started a slow script that fixes calc.py.")
     first.send_signal(signal.SIGKILL)
     first.wait()
     tell(f"3. SIGKILL: the Owner (pid {first.pid}) died while that script was running.")
@@ -122,17 +124,29 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     except (subprocess.TimeoutExpired, IndexError, ValueError):
         raise RioError("the resumed run did not finish with a status line") from None
     facts = _facts(db)
-    tell(f"4. The next run recovered: cell {facts['unknown_cell']} became an UnknownExecution "
-         f"({facts['unknown_reason']}); it was stopped, never rerun.")
-    tell("5. The model inspected calc.py, resolved the uncertainty citing "
-         f"{', '.join(facts['evidence'])}, and wrote a new version of the fix.")
+    tell(
+        f"4. The next run recovered: cell {facts['unknown_cell']} became an UnknownExecution "
+        f"({facts['unknown_reason']}); it was stopped, never rerun."
+    )
+    tell(
+        "5. The model inspected calc.py, resolved the uncertainty citing "
+        f"{', '.join(facts['evidence'])}, and wrote a new version of the fix."
+    )
     tell(f"6. Validator: {facts['validator']}. Run {status['status']}.")
     pull = _publish(forge, issue.number, db, project)
-    tell(f"7. In the local forge: the progress comment on issue #{issue.number}"
-         + (f", and the pull request {pull} with the fix's diff." if pull else "."))
+    tell(
+        f"7. In the local forge: the progress comment on issue #{issue.number}"
+        + (f", and the pull request {pull} with the fix's diff." if pull else ".")
+    )
     tell(f"Look around: rio-ci show {db}  ·  rio-ci events {db}  ·  {forge.path}")
-    summary = {"status": status["status"], "db": str(db), "dir": str(root), **facts,
-               "forge": str(forge.path), "pull_request": pull}
+    summary = {
+        "status": status["status"],
+        "db": str(db),
+        "dir": str(root),
+        **facts,
+        "forge": str(forge.path),
+        "pull_request": pull,
+    }
     if not human:
         emit(summary)
     return 0 if status["status"] == "succeeded" else 1
@@ -144,20 +158,36 @@ def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | N
     session = Session.open(db)
     try:
         proj = session.refresh()
-        forge.upsert_comment(number, progress.MARKER, progress.render(
-            proj, status=progress.status_of(proj, None), run_url=None, generation=1,
-            operation=f"{proj.session['id']}:{proj.last_seq}"))
+        forge.upsert_comment(
+            number,
+            progress.MARKER,
+            progress.render(
+                proj,
+                status=progress.status_of(proj, None),
+                run_url=None,
+                generation=1,
+                operation=f"{proj.session['id']}:{proj.last_seq}",
+            ),
+        )
         if not (proj.ended and proj.ended["result"] == "success"):
             return None
     finally:
         session.close()
-    diff = "".join(difflib.unified_diff(CALC.splitlines(keepends=True),
-                                        (project / "calc.py").read_text().splitlines(
-                                            keepends=True), "a/calc.py", "b/calc.py"))
+    diff = "".join(
+        difflib.unified_diff(
+            CALC.splitlines(keepends=True),
+            (project / "calc.py").read_text().splitlines(keepends=True),
+            "a/calc.py",
+            "b/calc.py",
+        )
+    )
     title = forge.issue(number).title
-    return forge.open_pull_request(branch_for(number), forge.default_branch(),
-                                   f"Fixes #{number}: {title}",
-                                   f"Fixes #{number}\n\n```diff\n{diff}```\n")
+    return forge.open_pull_request(
+        branch_for(number),
+        forge.default_branch(),
+        f"Fixes #{number}: {title}",
+        f"Fixes #{number}\n\n```diff\n{diff}```\n",
+    )
 
 
 def _fresh_directory(directory: str | None) -> Path:
@@ -180,14 +210,26 @@ def _fresh_directory(directory: str | None) -> Path:
 def _facts(db: Path) -> dict[str, Any]:
     session = Session.open(db)
     try:
-        unknown = [e for e in session.journal.events()
-                   if e["kind"] == "execution_finished"
-                   and e["result"]["type"] == "UnknownExecution"]
-        resolution = next((e for e in session.journal.events() if e["kind"] == "patch_accepted"
-                           and any(c["role"] == "resolution" for c in e["controls"])), None)
+        unknown = [
+            e
+            for e in session.journal.events()
+            if e["kind"] == "execution_finished" and e["result"]["type"] == "UnknownExecution"
+        ]
+        resolution = next(
+            (
+                e
+                for e in session.journal.events()
+                if e["kind"] == "patch_accepted"
+                and any(c["role"] == "resolution" for c in e["controls"])
+            ),
+            None,
+        )
         validator = [e for e in session.journal.events() if e["kind"] == "validator_result"]
-        evidence = (next(c["evidence_refs"] for c in resolution["controls"]
-                         if c["role"] == "resolution") if resolution else [])
+        evidence = (
+            next(c["evidence_refs"] for c in resolution["controls"] if c["role"] == "resolution")
+            if resolution
+            else []
+        )
         return {
             "unknown_executions": len(unknown),
             "unknown_cell": unknown[0]["cell_id"] if unknown else None,

@@ -62,9 +62,19 @@ class Settings:
         return "crash" if self.crash else "plain"
 
 
-def eval_command(paths: list[str], *, spec: str, trials: int, crash: bool, out: str,
-                 as_json: bool, timeout: float, emit: Callable[[Any], None],
-                 price: str | None = None, effort: str = "high") -> int:
+def eval_command(
+    paths: list[str],
+    *,
+    spec: str,
+    trials: int,
+    crash: bool,
+    out: str,
+    as_json: bool,
+    timeout: float,
+    emit: Callable[[Any], None],
+    price: str | None = None,
+    effort: str = "high",
+) -> int:
     """``price`` and ``effort`` are passed on to every ``rio-ci run``."""
     if trials < 1:
         raise UsageError("--trials must be at least 1")
@@ -72,9 +82,14 @@ def eval_command(paths: list[str], *, spec: str, trials: int, crash: bool, out: 
         raise UsageError("--timeout must be positive")
     cases = find_cases(paths)
     specs = {case.name: case.model_spec(spec) for case in cases}  # fails early, before trials
-    settings = Settings(spec=spec, crash=crash, out=Path(out).resolve(), timeout=timeout,
-                        env=child_environment(),
-                        run_args=(*(("--price", price) if price else ()), "--effort", effort))
+    settings = Settings(
+        spec=spec,
+        crash=crash,
+        out=Path(out).resolve(),
+        timeout=timeout,
+        env=child_environment(),
+        run_args=(*(("--price", price) if price else ()), "--effort", effort),
+    )
     for kind in ("sessions", "logs"):
         shutil.rmtree(settings.out / kind / settings.mode, ignore_errors=True)
         (settings.out / kind / settings.mode).mkdir(parents=True, exist_ok=True)
@@ -113,9 +128,11 @@ def progress(trial: dict[str, Any], trials: int) -> None:
     """One line per trial on stderr: case, trial, status, rounds, cost, seconds."""
     cost = "?" if trial["cost_usd"] is None else f"${trial['cost_usd']:.4f}"
     crash = " crash" if trial["crashed"] else ""
-    line = (f"eval {trial['case']} #{trial['trial']}/{trials}{crash}: "
-            f"{'PASS' if trial['passed'] else 'FAIL'} {trial['status']}, "
-            f"{trial['rounds']} rounds, {cost}, {trial['wall_seconds']:.1f} s")
+    line = (
+        f"eval {trial['case']} #{trial['trial']}/{trials}{crash}: "
+        f"{'PASS' if trial['passed'] else 'FAIL'} {trial['status']}, "
+        f"{trial['rounds']} rounds, {cost}, {trial['wall_seconds']:.1f} s"
+    )
     print(line, file=sys.stderr, flush=True)
 
 
@@ -139,20 +156,28 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
     finally:
         session.close()
     figures = measure(events)
-    return {"case": case.name, "trial": index, "passed": passed,
-            "status": figures.pop("ended") or status, **figures, "crashed": crashed,
-            "session": str(db)}
+    return {
+        "case": case.name,
+        "trial": index,
+        "passed": passed,
+        "status": figures.pop("ended") or status,
+        **figures,
+        "crashed": crashed,
+        "session": str(db),
+    }
 
 
 def make_repository(repo: Path, env: dict[str, str]) -> None:
     """``git init`` with one commit of the whole tree, and an identity the model can commit
     with; the model's ``git diff``/``git status`` then show exactly what changed."""
-    steps = [["git", "init", "-q"],
-             ["git", "config", "user.name", "rio-ci eval"],
-             ["git", "config", "user.email", "eval@rio-ci.invalid"],
-             ["git", "config", "commit.gpgsign", "false"],
-             ["git", "add", "-A"],
-             ["git", "commit", "-q", "-m", "the case as given"]]
+    steps = [
+        ["git", "init", "-q"],
+        ["git", "config", "user.name", "rio-ci eval"],
+        ["git", "config", "user.email", "eval@rio-ci.invalid"],
+        ["git", "config", "commit.gpgsign", "false"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "the case as given"],
+    ]
     for argv in steps:
         done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True)
         if done.returncode != 0:
@@ -167,8 +192,9 @@ def new_session(db: Path, case: Case, repo: Path, env: dict[str, str]) -> None:
         argv += ["--limit", f"{name}={value}"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RioError(f"rio-ci new failed for case {case.name}: {done.stdout.strip()} "
-                       f"{done.stderr.strip()}")
+        raise RioError(
+            f"rio-ci new failed for case {case.name}: {done.stdout.strip()} {done.stderr.strip()}"
+        )
 
 
 def rio_ci() -> list[str]:
@@ -184,12 +210,21 @@ def drive(db: Path, spec: str, settings: Settings, log: IO[str]) -> tuple[str, b
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return "timeout", crashed
-        argv = [*rio_ci(), "run", str(db), "--model", spec, "--deadline", f"{remaining:.1f}",
-                *settings.run_args]
+        argv = [
+            *rio_ci(),
+            "run",
+            str(db),
+            "--model",
+            spec,
+            "--deadline",
+            f"{remaining:.1f}",
+            *settings.run_args,
+        ]
         log.write(f"$ {shlex.join(argv)}\n")
         log.flush()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, env=settings.env,
-                                text=True)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=log, env=settings.env, text=True
+        )
         killed = settings.crash and not crashed and crash_owner(db, proc)
         stdout = finish(proc, remaining + STOP_GRACE)
         log.write(stdout)
@@ -258,16 +293,19 @@ def crash_owner(db: Path, proc: subprocess.Popen[str]) -> bool:
                 if kind == "patch_accepted":
                     rounds += 1
                     if rounds >= 2:
-                        candidates.update(c["id"] for c in event.get("cells", [])
-                                          if c.get("kind") in EXECUTABLE)
+                        candidates.update(
+                            c["id"] for c in event.get("cells", []) if c.get("kind") in EXECUTABLE
+                        )
                 elif kind == "worker_registered" and cell in candidates:
                     registered[cell] = time.monotonic()
                 elif kind == "output" and cell in registered:
                     printed.add(cell)
                 elif kind == "execution_finished" and cell in registered:
                     del registered[cell]
-            if any(cell in printed or time.monotonic() - since >= SETTLE
-                   for cell, since in registered.items()):
+            if any(
+                cell in printed or time.monotonic() - since >= SETTLE
+                for cell, since in registered.items()
+            ):
                 proc.send_signal(signal.SIGKILL)  # a no-op if it has just exited
                 return proc.wait() == -signal.SIGKILL
             time.sleep(POLL)
@@ -279,8 +317,9 @@ def crash_owner(db: Path, proc: subprocess.Popen[str]) -> bool:
 def hidden_check(case: Case, repo: Path, env: dict[str, str], log: Path) -> bool:
     argv = case.check_argv()
     try:
-        done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT)
+        done = subprocess.run(
+            argv, cwd=repo, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.write_text(f"$ {shlex.join(argv)}\n{exc}\n")
         return False

@@ -49,8 +49,10 @@ class Case:
         if spec != "scripted:oracle":
             return spec
         if self.oracle is None:
-            raise UsageError(f"case {self.name}: --model scripted:oracle needs an oracle file "
-                             f"in {self.directory / CASE_FILE}")
+            raise UsageError(
+                f"case {self.name}: --model scripted:oracle needs an oracle file "
+                f"in {self.directory / CASE_FILE}"
+            )
         return f"scripted:{self.oracle}"
 
 
@@ -72,8 +74,10 @@ def find_cases(paths: list[str]) -> list[Case]:
     names = [c.name for c in cases]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise UsageError(f"two cases are named {', '.join(twice)}: case directory names must "
-                         "be unique within one run")
+        raise UsageError(
+            f"two cases are named {', '.join(twice)}: case directory names must "
+            "be unique within one run"
+        )
     return cases
 
 
@@ -118,10 +122,20 @@ def load_case(directory: Path) -> Case:
         oracle = (directory / oracle).resolve()
     if not (directory / "repo").is_dir():
         raise fail("a case needs a repo/ directory (the working tree)")
-    return Case(name=directory.name, directory=directory, goal=goal, validators=validators,
-                check=check, limits=limits, oracle=oracle)
+    return Case(
+        name=directory.name,
+        directory=directory,
+        goal=goal,
+        validators=validators,
+        check=check,
+        limits=limits,
+        oracle=oracle,
+    )
 
 
 def _is_argv(value: Any) -> bool:
-    return (isinstance(value, list) and bool(value)
-            and all(isinstance(part, str) and part for part in value))
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(part, str) and part for part in value)
+    )

@@ -17,9 +17,21 @@ from typing import Any
 from rio_ci.commands.eval_chart import bar_chart
 
 SCHEMA = "rio.eval/1"
-TRIAL_FIELDS = ("case", "trial", "passed", "status", "rounds", "input_tokens", "output_tokens",
-                "cost_usd", "wall_seconds", "cells_run", "unknown_executions",
-                "rounds_to_resolve", "crashed")
+TRIAL_FIELDS = (
+    "case",
+    "trial",
+    "passed",
+    "status",
+    "rounds",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "wall_seconds",
+    "cells_run",
+    "unknown_executions",
+    "rounds_to_resolve",
+    "crashed",
+)
 
 
 def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -57,8 +69,10 @@ def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
             usage = event.get("usage") or {}
             # input as the Session counts it (runtime.usage, the tokens budget): cache
             # reads and writes included
-            input_tokens += sum(int(usage.get(name) or 0) for name in (
-                "input_tokens", "cache_read_tokens", "cache_write_tokens"))
+            input_tokens += sum(
+                int(usage.get(name) or 0)
+                for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
+            )
             output_tokens += int(usage.get("output_tokens") or 0)
             if usage.get("cost_usd") is not None:
                 cost += float(usage["cost_usd"])
@@ -77,17 +91,26 @@ def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
             unknown.append(event)
         elif kind == "run_ended":
             ended = "succeeded" if event["result"] == "success" else "failed"
-    return {"rounds": rounds, "input_tokens": input_tokens, "output_tokens": output_tokens,
-            "cost_usd": round(cost, 6), "unknown_cost_attempts": max(0, attempts - priced),
-            "wall_seconds": round(events[-1]["at"] - events[0]["at"], 2) if events else 0.0,
-            "cells_run": cells_run, "unknown_executions": len(unknown),
-            "rounds_to_resolve": _rounds_to_resolve(unknown, delivered_in, round_of,
-                                                    resolved_in),
-            "ended": ended}
+    return {
+        "rounds": rounds,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": round(cost, 6),
+        "unknown_cost_attempts": max(0, attempts - priced),
+        "wall_seconds": round(events[-1]["at"] - events[0]["at"], 2) if events else 0.0,
+        "cells_run": cells_run,
+        "unknown_executions": len(unknown),
+        "rounds_to_resolve": _rounds_to_resolve(unknown, delivered_in, round_of, resolved_in),
+        "ended": ended,
+    }
 
 
-def _rounds_to_resolve(unknown: list[dict[str, Any]], delivered_in: dict[str, str],
-                       round_of: dict[str, int], resolved_in: dict[int, int]) -> int | None:
+def _rounds_to_resolve(
+    unknown: list[dict[str, Any]],
+    delivered_in: dict[str, str],
+    round_of: dict[str, int],
+    resolved_in: dict[int, int],
+) -> int | None:
     if not unknown:
         return None
     first = unknown[0]
@@ -119,13 +142,19 @@ def summarise(trials: list[dict[str, Any]]) -> dict[str, Any]:
 
 def build_report(trials: list[dict[str, Any]], *, model: str, crash: bool) -> dict[str, Any]:
     names = list(dict.fromkeys(t["case"] for t in trials))
-    return {"schema": SCHEMA, "model": model, "crash": crash, "trials": trials,
-            "summary": summarise(trials),
-            "cases": {n: summarise([t for t in trials if t["case"] == n]) for n in names}}
+    return {
+        "schema": SCHEMA,
+        "model": model,
+        "crash": crash,
+        "trials": trials,
+        "summary": summarise(trials),
+        "cases": {n: summarise([t for t in trials if t["case"] == n]) for n in names},
+    }
 
 
-def write_reports(out: Path, trials: list[dict[str, Any]], *, model: str,
-                  crash: bool) -> dict[str, Any]:
+def write_reports(
+    out: Path, trials: list[dict[str, Any]], *, model: str, crash: bool
+) -> dict[str, Any]:
     """Write this run's report (JSON, Markdown, SVG) to ``out``; returns the JSON value."""
     report = build_report(trials, model=model, crash=crash)
     out.mkdir(parents=True, exist_ok=True)
@@ -148,8 +177,11 @@ def both_modes(out: Path, report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         kept = json.loads((out / f"report-{other}.json").read_text())
     except (OSError, ValueError):
         return modes
-    if isinstance(kept, dict) and kept.get("schema") == SCHEMA and kept.get("model") == \
-            report["model"]:
+    if (
+        isinstance(kept, dict)
+        and kept.get("schema") == SCHEMA
+        and kept.get("model") == report["model"]
+    ):
         modes[other] = kept
     return modes
 
@@ -169,26 +201,56 @@ def _cell(value: Any) -> str:
 
 def markdown(report: dict[str, Any], modes: dict[str, dict[str, Any]]) -> str:
     mode = "with --crash" if report["crash"] else "without --crash"
-    lines = [f"# rio-ci eval: {report['model']}, {mode}", "",
-             "| " + " | ".join(TRIAL_FIELDS) + " |",
-             "|" + " --- |" * len(TRIAL_FIELDS)]
-    lines += ["| " + " | ".join(_cell(t[f]) for f in TRIAL_FIELDS) + " |"
-              for t in report["trials"]]
+    lines = [
+        f"# rio-ci eval: {report['model']}, {mode}",
+        "",
+        "| " + " | ".join(TRIAL_FIELDS) + " |",
+        "|" + " --- |" * len(TRIAL_FIELDS),
+    ]
+    lines += ["| " + " | ".join(_cell(t[f]) for f in TRIAL_FIELDS) + " |" for t in report["trials"]]
     summary = report["summary"]
-    keys = ("trials", "pass_rate", "median_rounds", "median_cost_usd", "total_cost_usd",
-            "crashed", "recovered")
-    lines += ["", "## Summary", "", "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys),
-              "| " + " | ".join(_cell(summary[k]) for k in keys) + " |", "",
-              "## By case", "",
-              "| case | mode | trials | pass_rate | median_rounds | median_cost_usd | recovered |",
-              "|" + " --- |" * 7]
+    keys = (
+        "trials",
+        "pass_rate",
+        "median_rounds",
+        "median_cost_usd",
+        "total_cost_usd",
+        "crashed",
+        "recovered",
+    )
+    lines += [
+        "",
+        "## Summary",
+        "",
+        "| " + " | ".join(keys) + " |",
+        "|" + " --- |" * len(keys),
+        "| " + " | ".join(_cell(summary[k]) for k in keys) + " |",
+        "",
+        "## By case",
+        "",
+        "| case | mode | trials | pass_rate | median_rounds | median_cost_usd | recovered |",
+        "|" + " --- |" * 7,
+    ]
     names = list(dict.fromkeys(n for r in modes.values() for n in r["cases"]))
     for name in names:
         for label in ("plain", "crash"):
             row = modes.get(label, {}).get("cases", {}).get(name)
             if row is not None:
-                lines.append("| " + " | ".join(_cell(v) for v in (
-                    name, label, row["trials"], row["pass_rate"], row["median_rounds"],
-                    row["median_cost_usd"], row["recovered"])) + " |")
+                lines.append(
+                    "| "
+                    + " | ".join(
+                        _cell(v)
+                        for v in (
+                            name,
+                            label,
+                            row["trials"],
+                            row["pass_rate"],
+                            row["median_rounds"],
+                            row["median_cost_usd"],
+                            row["recovered"],
+                        )
+                    )
+                    + " |"
+                )
     lines += ["", "![pass rate and median cost per case](report.svg)", ""]
     return "\n".join(lines)

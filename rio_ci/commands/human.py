@@ -23,11 +23,18 @@ from typing import Any
 from rio_ci.core.text import escape_control
 
 INDENT = 2
-HUMAN_HELP = {"output": "print the text itself, not JSON", "show": "readable text (the default)",
-              "demo": "only the story, no JSON", "bench": "print the table (the default)",
-              "eval": "print the Markdown report (the default)"}
-JSON_HELP = {"show": "print the summary as JSON", "bench": "print one JSON object",
-             "eval": "print JSON (default: the Markdown report)"}
+HUMAN_HELP = {
+    "output": "print the text itself, not JSON",
+    "show": "readable text (the default)",
+    "demo": "only the story, no JSON",
+    "bench": "print the table (the default)",
+    "eval": "print the Markdown report (the default)",
+}
+JSON_HELP = {
+    "show": "print the summary as JSON",
+    "bench": "print one JSON object",
+    "eval": "print JSON (default: the Markdown report)",
+}
 
 
 def add_output_flags(parsers: dict[str, argparse.ArgumentParser]) -> None:
@@ -35,8 +42,13 @@ def add_output_flags(parsers: dict[str, argparse.ArgumentParser]) -> None:
     ``bench``, ``eval``) also get ``--json``, and the two exclude each other."""
     for name, parser in parsers.items():
         group = parser.add_mutually_exclusive_group()
-        group.add_argument("--human", action="store_true", help=HUMAN_HELP.get(
-            name, "print the result as readable lines, not JSON (errors stay JSON)"))
+        group.add_argument(
+            "--human",
+            action="store_true",
+            help=HUMAN_HELP.get(
+                name, "print the result as readable lines, not JSON (errors stay JSON)"
+            ),
+        )
         if name in JSON_HELP:
             group.add_argument("--json", action="store_true", help=JSON_HELP[name])
 
@@ -49,8 +61,11 @@ def render(value: Any) -> str:
 def _lines(value: Any, indent: int) -> list[str]:
     pad = " " * indent
     if isinstance(value, dict) and value:
-        return [line for key, item in value.items()
-                for line in _entry(f"{pad}{escape_control(str(key))}:", item, indent)]
+        return [
+            line
+            for key, item in value.items()
+            for line in _entry(f"{pad}{escape_control(str(key))}:", item, indent)
+        ]
     if isinstance(value, list | tuple) and value:
         return [line for item in value for line in _item(item, indent)]
     if isinstance(value, str) and "\n" in value:
@@ -71,7 +86,7 @@ def _item(item: Any, indent: int) -> list[str]:
     pad = " " * indent
     if isinstance(item, dict | list | tuple) and item:
         inner = _lines(item, indent + INDENT)
-        return [f"{pad}- {inner[0][indent + INDENT:]}", *inner[1:]]
+        return [f"{pad}- {inner[0][indent + INDENT :]}", *inner[1:]]
     return _entry(f"{pad}-", item, indent)
 
 

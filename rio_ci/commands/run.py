@@ -39,8 +39,15 @@ def work_command(db: str, *, timeout: float | None, emit: Callable[[Any], None])
     return 1 if owner.interrupted.is_set() or (ended and ended["result"] == "failure") else 0
 
 
-def run_command(db: str, spec: str, *, deadline: float | None, price: str | None,
-                effort: str, emit: Callable[[Any], None]) -> int:
+def run_command(
+    db: str,
+    spec: str,
+    *,
+    deadline: float | None,
+    price: str | None,
+    effort: str,
+    emit: Callable[[Any], None],
+) -> int:
     given = parse_price(price) if price is not None else None
     session = Session.open(db)
     try:
@@ -57,8 +64,9 @@ def run_command(db: str, spec: str, *, deadline: float | None, price: str | None
             owner.session.set_price(model.name, asdict(given))
         outcome = Harness(owner, model, live=live).run(limit)
         if owner.running is not None:
-            owner.stop_running("owner_interrupted" if outcome.status == "interrupted"
-                               else "owner_deadline")
+            owner.stop_running(
+                "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"
+            )
         live.close()
     finally:
         restore()

@@ -34,10 +34,17 @@ def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
                 if control["role"] == "resolution":
                     resolutions.setdefault(control["target_cell_id"], control["note_id"])
         elif str(event["cell_id"]) not in proj.executions:
-            dropped.setdefault(event["cell_id"], {
-                "cell_id": event["cell_id"], "cell": versions[event["cell_id"]],
-                "phase": "finished", "result": event["result"], "result_seq": event["seq"],
-                "resolved_by": None})
+            dropped.setdefault(
+                event["cell_id"],
+                {
+                    "cell_id": event["cell_id"],
+                    "cell": versions[event["cell_id"]],
+                    "phase": "finished",
+                    "result": event["result"],
+                    "result_seq": event["seq"],
+                    "resolved_by": None,
+                },
+            )
     for cell_id, ex in dropped.items():
         ex["resolved_by"] = resolutions.get(cell_id)
     every = {**proj.executions, **{str(k): ex for k, ex in dropped.items()}}
@@ -51,8 +58,10 @@ def no_output(session: Session, cell_id: int, db: str) -> str:
     finished = session.journal.find(str(cell_id), "execution_finished")
     if finished is not None:
         result = finished["result"]
-        return (f"cell {cell_id} was {result['type']} before it was launched "
-                f"({result.get('reason')}): it has no output")
+        return (
+            f"cell {cell_id} was {result['type']} before it was launched "
+            f"({result.get('reason')}): it has no output"
+        )
     ex = proj.executions.get(str(cell_id))
     if ex is not None and ex["phase"] == "queued":
         return f"cell {cell_id} is queued and has not been launched yet: it has no output"
@@ -67,8 +76,10 @@ def summary(session: Session) -> dict[str, Any]:
         "cwd": proj.session["cwd"],
         "revision": proj.revision,
         "cells": proj.cells,
-        "executions": {k: {key: ex[key] for key in ("phase", "result", "resolved_by")}
-                       for k, ex in executions(session, proj).items()},
+        "executions": {
+            k: {key: ex[key] for key in ("phase", "result", "resolved_by")}
+            for k, ex in executions(session, proj).items()
+        },
         "inbox": proj.inbox,
         "timers": list(proj.timers.values()),
         "pause": proj.pause,
@@ -81,15 +92,19 @@ def summary(session: Session) -> dict[str, Any]:
 
 def render_text(session: Session) -> str:
     proj = session.refresh()
-    lines = [f"Session {proj.session['id']}  ({escape_control(str(session.journal.path))})",
-             f"goal: {escape_control(clip(proj.session['goal'], 300))}",
-             f"working directory: {escape_control(proj.session['cwd'])}",
-             f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}"]
+    lines = [
+        f"Session {proj.session['id']}  ({escape_control(str(session.journal.path))})",
+        f"goal: {escape_control(clip(proj.session['goal'], 300))}",
+        f"working directory: {escape_control(proj.session['cwd'])}",
+        f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}",
+    ]
     if proj.ended:
         lines.append(f"ENDED: {proj.ended['result']} — {escape_control(proj.ended['reason'])}")
         for left in proj.ended.get("unresolved") or []:  # the uncertainty a failure keeps
-            lines.append(f"  unresolved: cell {left.get('cell_id')} "
-                         f"({escape_control(str(left.get('reason')))})")
+            lines.append(
+                f"  unresolved: cell {left.get('cell_id')} "
+                f"({escape_control(str(left.get('reason')))})"
+            )
     elif proj.pause:
         lines.append(f"paused by {proj.pause}")
     lines.append("")
@@ -110,17 +125,22 @@ def render_text(session: Session) -> str:
     lines.append("")
     lines.append(f"inbox: {len(proj.inbox)} unconsumed")
     for message in proj.inbox:
-        lines.append(f"  {escape_control(message['id'])} ({message['kind']}, "
-                     f"event {message['seq']})")
+        lines.append(
+            f"  {escape_control(message['id'])} ({message['kind']}, event {message['seq']})"
+        )
     for timer in proj.timers.values():
         lines.append(f"timer {escape_control(timer['id'])} due at {timer['deadline']}")
     if proj.rationale:
-        lines.append("the model's last rationale: "
-                     + escape_control(clip(proj.rationale, 800)).replace("\n", "\n  "))
+        lines.append(
+            "the model's last rationale: "
+            + escape_control(clip(proj.rationale, 800)).replace("\n", "\n  ")
+        )
     usage = proj.usage
-    lines.append(f"usage: {usage.get('rounds', 0)} rounds, {usage.get('input_tokens', 0)} in / "
-                 f"{usage.get('output_tokens', 0)} out tokens, ${usage.get('cost_usd', 0):.4f}"
-                 f" known cost, {usage.get('unknown_cost_attempts', 0)} attempts of unknown cost")
+    lines.append(
+        f"usage: {usage.get('rounds', 0)} rounds, {usage.get('input_tokens', 0)} in / "
+        f"{usage.get('output_tokens', 0)} out tokens, ${usage.get('cost_usd', 0):.4f}"
+        f" known cost, {usage.get('unknown_cost_attempts', 0)} attempts of unknown cost"
+    )
     return "\n".join(lines)
 
 

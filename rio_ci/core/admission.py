@@ -29,8 +29,12 @@ from rio_ci.core.state import (
 from rio_ci.core.view import render, unbounded_size
 
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
-_OP_KEYS = {"test": {"op", "path", "value"}, "add": {"op", "path", "value"},
-            "replace": {"op", "path", "value"}, "remove": {"op", "path"}}
+_OP_KEYS = {
+    "test": {"op", "path", "value"},
+    "add": {"op", "path", "value"},
+    "replace": {"op", "path", "value"},
+    "remove": {"op", "path"},
+}
 
 
 @dataclass(frozen=True)
@@ -61,24 +65,33 @@ class Accepted:
     next_cell_id: int
     digest: str
 
-    def stored(self, turn_id: str, patch: list[Any],
-               encoded: Encoded) -> tuple[PatchAccepted, str]:
+    def stored(self, turn_id: str, patch: list[Any], encoded: Encoded) -> tuple[PatchAccepted, str]:
         """The event's data and its text for the Journal, the patch's one encoding spliced
         in. The data is handed to the fold with its own copy of what it keeps of the patch:
         the new Cells (validated: strings, integers, null and lists of strings)."""
         data = self.event_data(turn_id, patch)
         rest = compact({k: v for k, v in data.items() if k not in ("turn_id", "patch")})
-        data["cells"] = [{k: list(v) if isinstance(v, list) else v for k, v in cell.items()}
-                         for cell in self.cells]
+        data["cells"] = [
+            {k: list(v) if isinstance(v, list) else v for k, v in cell.items()}
+            for cell in self.cells
+        ]
         return data, f'{{"turn_id":{compact(turn_id)},"patch":{encoded.text},{rest[1:]}'
 
     def event_data(self, turn_id: str, patch: list[Any]) -> PatchAccepted:
         """The event's data; ``cells`` are not stored: the fold takes them from ``patch``."""
-        return {"turn_id": turn_id, "patch": patch, "digest": self.digest,
-                "revision": self.revision, "next_cell_id": self.next_cell_id,
-                "heads": self.heads, "removed": self.removed,
-                "executions": self.executions, "controls": self.controls,
-                "consumed": self.consumed, "pause_cleared": self.pause_cleared}
+        return {
+            "turn_id": turn_id,
+            "patch": patch,
+            "digest": self.digest,
+            "revision": self.revision,
+            "next_cell_id": self.next_cell_id,
+            "heads": self.heads,
+            "removed": self.removed,
+            "executions": self.executions,
+            "controls": self.controls,
+            "consumed": self.consumed,
+            "pause_cleared": self.pause_cleared,
+        }
 
 
 @dataclass(frozen=True)
@@ -89,14 +102,22 @@ class Receipt:
     event: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"turn_id": self.turn_id, "revision": self.revision, "cell_ids": self.cell_ids,
-                "event": self.event}
+        return {
+            "turn_id": self.turn_id,
+            "revision": self.revision,
+            "cell_ids": self.cell_ids,
+            "event": self.event,
+        }
 
     @classmethod
     def of(cls, accepted: dict[str, Any]) -> Receipt:
         """The Receipt of a committed ``patch_accepted`` event."""
-        return cls(accepted["turn_id"], accepted["revision"],
-                   [c["id"] for c in accepted_cells(accepted)], accepted["seq"])
+        return cls(
+            accepted["turn_id"],
+            accepted["revision"],
+            [c["id"] for c in accepted_cells(accepted)],
+            accepted["seq"],
+        )
 
 
 @dataclass(frozen=True)
@@ -135,8 +156,9 @@ def digest(patch: Any) -> str:
     return encode(patch).digest
 
 
-def decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
-           encoded: Encoded | None = None) -> Accepted | Refused:
+def decide(
+    proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts, encoded: Encoded | None = None
+) -> Accepted | Refused:
     """``encoded``: ``encode(unwrap(patch))`` if the caller has it already."""
     try:
         return _decide(proj, turn, patch, facts, encoded or encode(unwrap(patch)))
@@ -148,16 +170,20 @@ class _Reject(Exception):
     pass
 
 
-def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
-            encoded: Encoded) -> Accepted:
+def _decide(
+    proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts, encoded: Encoded
+) -> Accepted:
     ops = _well_formed(patch, encoded)
     snapshot = turn["state"]
     first = ops[0]
     if first["op"] != "test" or first["path"] != "/revision":
         raise _Reject("the first operation must be {op: test, path: /revision, value: N}")
     value = first["value"]  # RFC 6902 compares numbers by value: 3.0 is 3, true is not 1
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or value != snapshot["revision"]:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value != snapshot["revision"]
+    ):
         raise _Reject(
             f"revision test failed: the Turn's snapshot is at revision {snapshot['revision']}"
         )
@@ -199,8 +225,10 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
             # from ``work``: so this one check also gives every existing Cell at most one
             # operation per patch.
             if target["id"] not in original:
-                raise _Reject(f"{where}: Cell {target['id']} was created in this patch; every "
-                              "Cell takes at most one operation per patch")
+                raise _Reject(
+                    f"{where}: Cell {target['id']} was created in this patch; every "
+                    "Cell takes at most one operation per patch"
+                )
             if kind == "remove":
                 if last_removed_index is not None and index >= last_removed_index:
                     raise _Reject(f"{where}: removals must go in strictly descending index order")
@@ -228,10 +256,16 @@ def _decide(proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts,
     _check_budgets(proj, turn, work, executions)
     delivered = list(turn["delivered"])
     return Accepted(
-        cells=new_cells, heads=[c["id"] for c in work], removed=removed, executions=executions,
-        controls=controls, consumed=delivered,
+        cells=new_cells,
+        heads=[c["id"] for c in work],
+        removed=removed,
+        executions=executions,
+        controls=controls,
+        consumed=delivered,
         pause_cleared=proj.pause is not None and proj.pause in delivered,
-        revision=proj.revision + 1, next_cell_id=expected_id, digest=encoded.digest,
+        revision=proj.revision + 1,
+        next_cell_id=expected_id,
+        digest=encoded.digest,
     )
 
 
@@ -265,7 +299,7 @@ def unwrap(patch: Any) -> Any:
 def _well_formed(patch: Any, encoded: Encoded) -> list[dict[str, Any]]:
     patch = unwrap(patch)
     if not isinstance(patch, list):
-        raise _Reject("a patch must be a list of operations (or {\"patch\": [...]})")
+        raise _Reject('a patch must be a list of operations (or {"patch": [...]})')
     if not patch:
         raise _Reject("a patch needs at least the /revision test")
     if not encoded.text_safe:
@@ -331,10 +365,14 @@ def _controls(
         control: dict[str, Any] = {"note_id": cell["id"], "role": role}
         if role == "cancel":
             target = cell["target_cell_id"]
-            if (str(target) not in proj.executions and target not in new_executions
-                    and target not in facts.recorded_executions):
+            if (
+                str(target) not in proj.executions
+                and target not in new_executions
+                and target not in facts.recorded_executions
+            ):
                 raise _Reject(
-                    f"Cell {cell['id']}: cancel target {target} has no recorded Execution")
+                    f"Cell {cell['id']}: cancel target {target} has no recorded Execution"
+                )
             control["target_cell_id"] = target
         elif role == "resolution":
             target = cell["target_cell_id"]

@@ -48,14 +48,21 @@ class Result(TypedDict):
 
 def exited(cell_id: int, exit_code: int) -> Result:
     """The result of a script that ran and exited: success on 0, else error."""
-    return {"type": "success" if exit_code == 0 else "error", "cell_id": cell_id,
-            "exit_code": exit_code}
+    return {
+        "type": "success" if exit_code == 0 else "error",
+        "cell_id": cell_id,
+        "exit_code": exit_code,
+    }
 
 
 def launch_failed(cell_id: int, problem: str) -> Result:
     """Known not to have run: the launch failed before the gate opened."""
-    return {"type": "error", "cell_id": cell_id, "exit_code": None,
-            "reason": f"launch_failed: {problem}"}
+    return {
+        "type": "error",
+        "cell_id": cell_id,
+        "exit_code": None,
+        "reason": f"launch_failed: {problem}",
+    }
 
 
 def cancelled(cell_id: int, reason: str) -> Result:
@@ -64,8 +71,12 @@ def cancelled(cell_id: int, reason: str) -> Result:
 
 def unknown(cell_id: int, reason: str, *, worker_stopped: bool) -> Result:
     """An UnknownExecution; the Session adds ``evidence_refs`` naming its own event."""
-    return {"type": "UnknownExecution", "cell_id": cell_id, "reason": reason,
-            "worker_stopped": worker_stopped}
+    return {
+        "type": "UnknownExecution",
+        "cell_id": cell_id,
+        "reason": reason,
+        "worker_stopped": worker_stopped,
+    }
 
 
 def execution_message(cell_id: int, result: Json) -> dict[str, Any]:
@@ -74,8 +85,11 @@ def execution_message(cell_id: int, result: Json) -> dict[str, Any]:
 
 
 def control_message(note_id: int, reason: str) -> dict[str, Any]:
-    return {"id": f"control:{note_id}", "kind": "control_rejected",
-            "payload": {"reason": reason, "note_id": note_id}}
+    return {
+        "id": f"control:{note_id}",
+        "kind": "control_rejected",
+        "payload": {"reason": reason, "note_id": note_id},
+    }
 
 
 def timer_message(timer_id: str, payload: Json) -> dict[str, Any]:
@@ -292,8 +306,12 @@ def price_set(model: str, price: dict[str, float]) -> Event:
 
 
 def model_attempt(turn_id: str, attempt: int, fingerprint: str, model: str) -> Event:
-    data: ModelAttempt = {"turn_id": turn_id, "attempt": attempt, "fingerprint": fingerprint,
-                          "model": model}
+    data: ModelAttempt = {
+        "turn_id": turn_id,
+        "attempt": attempt,
+        "fingerprint": fingerprint,
+        "model": model,
+    }
     return Event("model_attempt", dict(data), turn_id)
 
 
@@ -311,8 +329,14 @@ def worker_registered(cell_id: int, identity: dict[str, Any]) -> Event:
     return Event("worker_registered", dict(data), str(cell_id))
 
 
-def output(cell_id: int, stream: Literal["stdout", "stderr"], *, text: str | None = None,
-           tail: str | None = None, elided: int = 0) -> Event:
+def output(
+    cell_id: int,
+    stream: Literal["stdout", "stderr"],
+    *,
+    text: str | None = None,
+    tail: str | None = None,
+    elided: int = 0,
+) -> Event:
     data: Output = {"cell_id": cell_id, "stream": stream}
     if text is not None:
         data["text"] = text
@@ -326,8 +350,9 @@ def execution_finished(cell_id: int, result: Result) -> Event:
     return Event("execution_finished", dict(data), str(cell_id))
 
 
-def control_applied(note_id: int, role: str, *, target_cell_id: int | None = None,
-                    result: str | None = None) -> Event:
+def control_applied(
+    note_id: int, role: str, *, target_cell_id: int | None = None, result: str | None = None
+) -> Event:
     data: ControlApplied = {"note_id": note_id, "role": role}
     if target_cell_id is not None:
         data["target_cell_id"] = target_cell_id
@@ -346,8 +371,7 @@ def validator_result(data: ValidatorResult) -> Event:
 
 
 def timer_set(timer_id: str, deadline: float, payload: Json, cell_id: int | None) -> Event:
-    data: TimerSet = {"id": timer_id, "deadline": deadline, "payload": payload,
-                      "cell_id": cell_id}
+    data: TimerSet = {"id": timer_id, "deadline": deadline, "payload": payload, "cell_id": cell_id}
     return Event("timer_set", dict(data), timer_id)
 
 
@@ -361,10 +385,21 @@ def timer_cancelled(timer_id: str) -> Event:
     return Event("timer_cancelled", dict(data), timer_id)
 
 
-def run_ended(result: Literal["success", "failure"], reason: str, *, note_id: int | None,
-              unresolved: list[dict[str, Any]], cleanup_error: str | None = None) -> Event:
-    data: RunEnded = {"result": result, "reason": reason, "note_id": note_id,
-                      "unresolved": unresolved, "cleanup_error": cleanup_error}
+def run_ended(
+    result: Literal["success", "failure"],
+    reason: str,
+    *,
+    note_id: int | None,
+    unresolved: list[dict[str, Any]],
+    cleanup_error: str | None = None,
+) -> Event:
+    data: RunEnded = {
+        "result": result,
+        "reason": reason,
+        "note_id": note_id,
+        "unresolved": unresolved,
+        "cleanup_error": cleanup_error,
+    }
     return Event("run_ended", dict(data))
 
 
@@ -380,21 +415,48 @@ def imported(kind: str, data: dict[str, Any]) -> Event:
         raise ValueError(f"unknown event kind {kind!r}")
     message = data.get("message")
     keys = [k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name") if k in data]
-    ref = (message.get("id") if isinstance(message, dict) else data[keys[0]] if keys
-           and kind not in ("session_created", "run_ended") else None)
+    ref = (
+        message.get("id")
+        if isinstance(message, dict)
+        else data[keys[0]]
+        if keys and kind not in ("session_created", "run_ended")
+        else None
+    )
     stored = {k: v for k, v in data.items() if not (kind == "patch_accepted" and k == "cells")}
     return Event(kind, stored, None if ref is None else str(ref))  # cells: derived on read
 
 
 # Every event kind, in the order docs/journal.md lists them.
-KINDS = ("session_created", "message_received", "turn_prepared", "patch_rejected",
-         "patch_accepted", "price_set", "model_attempt", "model_response", "execution_started",
-         "worker_registered", "output", "execution_finished", "control_applied",
-         "control_rejected", "validator_result", "timer_set", "timer_fired", "timer_cancelled",
-         "run_ended", "watermark")
+KINDS = (
+    "session_created",
+    "message_received",
+    "turn_prepared",
+    "patch_rejected",
+    "patch_accepted",
+    "price_set",
+    "model_attempt",
+    "model_response",
+    "execution_started",
+    "worker_registered",
+    "output",
+    "execution_finished",
+    "control_applied",
+    "control_rejected",
+    "validator_result",
+    "timer_set",
+    "timer_fired",
+    "timer_cancelled",
+    "run_ended",
+    "watermark",
+)
 
 # Events that are observations a resolution may cite (SPEC §3.8).
 OBSERVATION_KINDS = frozenset(
-    {"message_received", "execution_finished", "timer_fired", "control_rejected",
-     "validator_result"}
+    {
+        "message_received",
+        "execution_finished",
+        "timer_fired",
+        "control_rejected",
+        "validator_result",
+    }
 )

@@ -13,10 +13,18 @@ from typing import Any
 MAX_LIMIT = 10**15  # far beyond any useful limit; keeps every value an exact JSON number
 
 DEFAULTS: dict[str, int | float] = {
-    "rounds": 100, "tokens": 2_000_000, "cost_usd": 10.0, "model_attempts": 3,
-    "execution_seconds": 600.0, "context_bytes": 160_000, "output_bytes": 16_000,
-    "pending_cells": 32, "inbox_messages": 256, "storage_bytes": 256_000_000,
-    "flush_seconds": 0.1, "provider_retry_seconds": 900.0,
+    "rounds": 100,
+    "tokens": 2_000_000,
+    "cost_usd": 10.0,
+    "model_attempts": 3,
+    "execution_seconds": 600.0,
+    "context_bytes": 160_000,
+    "output_bytes": 16_000,
+    "pending_cells": 32,
+    "inbox_messages": 256,
+    "storage_bytes": 256_000_000,
+    "flush_seconds": 0.1,
+    "provider_retry_seconds": 900.0,
 }
 
 

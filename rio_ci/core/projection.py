@@ -73,8 +73,9 @@ class Projection:
         if self.pending():
             problems.append(f"work is pending (cells {[e['cell_id'] for e in self.pending()]})")
         if self.unresolved():
-            problems.append("uncertainty is unresolved (cells "
-                            f"{[e['cell_id'] for e in self.unresolved()]})")
+            problems.append(
+                f"uncertainty is unresolved (cells {[e['cell_id'] for e in self.unresolved()]})"
+            )
         if self.timers:
             problems.append(f"Timers are waiting ({sorted(self.timers)})")
         if self.inbox:

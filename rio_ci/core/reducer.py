@@ -18,16 +18,26 @@ RATIONALE_KEPT = 4000  # characters of the last rationale the projection keeps f
 
 
 def new_usage() -> dict[str, Any]:
-    return {"rounds": 0, "attempts": 0, "input_tokens": 0, "output_tokens": 0,
-            "cache_write_tokens": 0, "cache_read_tokens": 0, "cost_usd": 0.0,
-            "unknown_cost_attempts": 0}
+    return {
+        "rounds": 0,
+        "attempts": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cache_write_tokens": 0,
+        "cache_read_tokens": 0,
+        "cost_usd": 0.0,
+        "unknown_cost_attempts": 0,
+    }
 
 
 def accepted_cells(data: Any) -> list[dict[str, Any]]:
     """The new Cell versions of a ``patch_accepted`` event's data, in operation order."""
     cells: list[dict[str, Any]] | None = data.get("cells")
-    return cells if cells is not None else [
-        op["value"] for op in data["patch"] if op["op"] in ("add", "replace")]
+    return (
+        cells
+        if cells is not None
+        else [op["value"] for op in data["patch"] if op["op"] in ("add", "replace")]
+    )
 
 
 def readable(kind: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -50,17 +60,24 @@ def apply(proj: Projection, seq: int, kind: str, data: dict[str, Any]) -> None:
 
 def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.SessionCreated, data)
-    proj.session = {"id": d["session_id"], "goal": d["goal"], "cwd": d["cwd"],
-                    "validators": d["validators"], "created_seq": seq,
-                    # a limit added after this Session was created takes its default
-                    "limits": {**Limits().to_dict(), **d["limits"]},
-                    "pass_env": d.get("pass_env", []), "secrets": d.get("secrets", [])}
+    proj.session = {
+        "id": d["session_id"],
+        "goal": d["goal"],
+        "cwd": d["cwd"],
+        "validators": d["validators"],
+        "created_seq": seq,
+        # a limit added after this Session was created takes its default
+        "limits": {**Limits().to_dict(), **d["limits"]},
+        "pass_env": d.get("pass_env", []),
+        "secrets": d.get("secrets", []),
+    }
     proj.usage = new_usage()
 
 
 def _add_message(proj: Projection, seq: int, message: dict[str, Any]) -> None:
-    proj.inbox.append({"id": message["id"], "kind": message["kind"],
-                       "payload": message["payload"], "seq": seq})
+    proj.inbox.append(
+        {"id": message["id"], "kind": message["kind"], "payload": message["payload"], "seq": seq}
+    )
 
 
 def _message_received(proj: Projection, seq: int, data: dict[str, Any]) -> None:
@@ -74,10 +91,19 @@ def _turn_prepared(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.TurnPrepared, data)
     delivered = set(d["delivered"])
     state = data.get("state") or render(proj, [m for m in proj.inbox if m["id"] in delivered])
-    proj.turn = {"turn_id": d["turn_id"], "revision": d["revision"],
-                 "delivered": d["delivered"], "state": state, "seq": seq, "attempts": 0,
-                 "transient": 0, "retry_since": None, "not_before": 0.0, "feedback": None,
-                 "response": None}
+    proj.turn = {
+        "turn_id": d["turn_id"],
+        "revision": d["revision"],
+        "delivered": d["delivered"],
+        "state": state,
+        "seq": seq,
+        "attempts": 0,
+        "transient": 0,
+        "retry_since": None,
+        "not_before": 0.0,
+        "feedback": None,
+        "response": None,
+    }
 
 
 def _patch_rejected(proj: Projection, seq: int, data: dict[str, Any]) -> None:
@@ -94,10 +120,22 @@ def _patch_accepted(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         by_id[cell["id"]] = cell
         if cell["kind"] in EXECUTABLE:
             proj.executions[str(cell["id"])] = {
-                "cell_id": cell["id"], "kind": cell["kind"], "cell": cell, "phase": "queued",
-                "result": None, "result_seq": None, "stdout": "", "stderr": "",
-                "stdout_tail": "", "stderr_tail": "", "stdout_elided": 0, "stderr_elided": 0,
-                "resolved_by": None, "token": None, "identity": None, "accepted_seq": seq,
+                "cell_id": cell["id"],
+                "kind": cell["kind"],
+                "cell": cell,
+                "phase": "queued",
+                "result": None,
+                "result_seq": None,
+                "stdout": "",
+                "stderr": "",
+                "stdout_tail": "",
+                "stderr_tail": "",
+                "stdout_elided": 0,
+                "stderr_elided": 0,
+                "resolved_by": None,
+                "token": None,
+                "identity": None,
+                "accepted_seq": seq,
             }
     proj.cells = [by_id[i] for i in d["heads"]]
     proj.revision = d["revision"]
@@ -162,9 +200,14 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         turn["retry_since"] = turn["retry_since"] or data.get("retry_since")
     if d.get("invalid"):
         turn["feedback"] = f"the reply had no admissible step call: {d['invalid']}"
-    turn["response"] = {"attempt": d["attempt"], "ok": d["ok"], "seq": seq,
-                        "patch": d.get("patch"), "error": d.get("error") or d.get("invalid"),
-                        "transient": bool(d.get("transient"))}
+    turn["response"] = {
+        "attempt": d["attempt"],
+        "ok": d["ok"],
+        "seq": seq,
+        "patch": d.get("patch"),
+        "error": d.get("error") or d.get("invalid"),
+        "transient": bool(d.get("transient")),
+    }
 
 
 def _execution_started(proj: Projection, seq: int, data: dict[str, Any]) -> None:
@@ -216,8 +259,12 @@ def _validator_result(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 def _timer_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.TimerSet, data)
-    proj.timers[d["id"]] = {"id": d["id"], "deadline": d["deadline"], "payload": d["payload"],
-                            "seq": seq}
+    proj.timers[d["id"]] = {
+        "id": d["id"],
+        "deadline": d["deadline"],
+        "payload": d["payload"],
+        "seq": seq,
+    }
     proj.idle_streak = 0
 
 
@@ -234,8 +281,13 @@ def _timer_cancelled(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 def _run_ended(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.RunEnded, data)
-    proj.ended = {"result": d["result"], "reason": d["reason"], "seq": seq,
-                  "unresolved": d.get("unresolved", []), "cleanup_error": d.get("cleanup_error")}
+    proj.ended = {
+        "result": d["result"],
+        "reason": d["reason"],
+        "seq": seq,
+        "unresolved": d.get("unresolved", []),
+        "cleanup_error": d.get("cleanup_error"),
+    }
     proj.controls = []
     proj.turn = None
 
@@ -252,8 +304,11 @@ def _execution(proj: Projection, cell_id: int) -> dict[str, Any]:
 def _prune(proj: Projection) -> None:
     """Drop settled Executions whose Cell left the context; their events stay in history."""
     heads = {c["id"] for c in proj.cells}
-    for key in [k for k, e in proj.executions.items()
-                if e["phase"] == "finished" and not is_unresolved(e) and int(k) not in heads]:
+    for key in [
+        k
+        for k, e in proj.executions.items()
+        if e["phase"] == "finished" and not is_unresolved(e) and int(k) not in heads
+    ]:
         del proj.executions[key]
 
 
@@ -292,7 +347,9 @@ def creation_problem(data: dict[str, Any]) -> str | None:
     apply(proj, 1, "session_created", data)
     size, limit = encoded_size(render(proj, [])), proj.limits["context_bytes"]
     if size >= limit:
-        return (f"the goal, limits and validators alone take {size} bytes of the State, "
-                f"context_bytes={limit}: no Turn could be shown, no patch accepted; shorten "
-                "the goal or raise context_bytes")
+        return (
+            f"the goal, limits and validators alone take {size} bytes of the State, "
+            f"context_bytes={limit}: no Turn could be shown, no patch accepted; shorten "
+            "the goal or raise context_bytes"
+        )
     return None

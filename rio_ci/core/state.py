@@ -24,9 +24,7 @@ _FIELDS = {
 }
 _OPTIONAL = {"note": {"role", "target_cell_id", "evidence_refs", "result"}}
 # PEP 723: a block opens with "# /// TYPE", holds "#" or "# ..." lines, closes with "# ///".
-_PEP723 = re.compile(
-    r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$"
-)
+_PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 
 
 LAST_UNIX_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z: every clock and formatter takes it
@@ -57,10 +55,16 @@ def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
     """Why a Timer may not be set (its payload's size aside), or None."""
     if not isinstance(timer_id, str) or not timer_id.strip() or len(timer_id) > 200:
         return "a Timer id must be a non-empty string of at most 200 characters"
-    if (isinstance(deadline, bool) or not isinstance(deadline, int | float)
-            or not math.isfinite(deadline) or not 0 <= deadline <= LAST_UNIX_TIME):
-        return ("a Timer deadline must be a Unix time in seconds, from 0 to "
-                f"{LAST_UNIX_TIME} (9999-12-31)")
+    if (
+        isinstance(deadline, bool)
+        or not isinstance(deadline, int | float)
+        or not math.isfinite(deadline)
+        or not 0 <= deadline <= LAST_UNIX_TIME
+    ):
+        return (
+            "a Timer deadline must be a Unix time in seconds, from 0 to "
+            f"{LAST_UNIX_TIME} (9999-12-31)"
+        )
     if not is_text_safe([timer_id, payload]):
         return "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
     if not is_finite_json(payload):

@@ -41,9 +41,11 @@ def render(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def masked_marker(cell_id: int, stream: str, size: int) -> str:
-    return (f"[{size} bytes of {stream} hidden to keep the State within context_bytes; read "
-            f"them with rio_ci.api.output({cell_id}, {stream!r}) in a Cell or "
-            f"`rio-ci output DB {cell_id} --stream {stream}`]")
+    return (
+        f"[{size} bytes of {stream} hidden to keep the State within context_bytes; read "
+        f"them with rio_ci.api.output({cell_id}, {stream!r}) in a Cell or "
+        f"`rio-ci output DB {cell_id} --stream {stream}`]"
+    )
 
 
 def elided_marker(size: int) -> str:
@@ -99,8 +101,7 @@ def clipped_message(message: dict[str, Any], room: int) -> dict[str, Any]:
     fit ``room`` bytes with the rest of the message, and the payload's full size: the
     whole message stays in the Journal (``rio-ci state``, ``events``)."""
     text = json.dumps(message["payload"], ensure_ascii=False, allow_nan=False)
-    payload: dict[str, Any] = {"truncated": True, "payload_bytes": len(text.encode()),
-                               "head": ""}
+    payload: dict[str, Any] = {"truncated": True, "payload_bytes": len(text.encode()), "head": ""}
     shell = {**message, "payload": payload}
     free = max(0, room - encoded_size(shell))
     head = text.encode()[:free].decode("utf-8", "ignore")
@@ -121,15 +122,20 @@ def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
                 "result": ex["result"],
                 "stdout": retained(ex, "stdout"),
                 "stderr": retained(ex, "stderr"),
-                "truncated": bool(ex.get("stdout_elided") or ex.get("stderr_elided")
-                                  or ex.get("stdout_truncated") or ex.get("stderr_truncated")),
+                "truncated": bool(
+                    ex.get("stdout_elided")
+                    or ex.get("stderr_elided")
+                    or ex.get("stdout_truncated")
+                    or ex.get("stderr_truncated")
+                ),
                 "resolved_by": ex["resolved_by"],
             }
     return shown
 
 
-def unbounded_size(proj: Projection, cells: list[dict[str, Any]],
-                   cells_size: int | None = None) -> int:
+def unbounded_size(
+    proj: Projection, cells: list[dict[str, Any]], cells_size: int | None = None
+) -> int:
     """``encoded_size`` of the unmasked State with ``cells`` as heads and no Inbox, added up
     from its parts (``cells_size``: ``encoded_size(cells)`` if known): compact JSON puts
     nothing between parts, so ``[a,b]`` is ``[]`` plus ``a,b``."""
@@ -148,14 +154,20 @@ def _shell_size(proj: Projection) -> int:
     """``encoded_size`` of the State with no Cells, no facts and no Inbox."""
     variable = encoded_size([proj.revision, proj.next_cell_id, proj.usage, proj.pause])
     if _FIXED[0] is not proj.session:
-        _FIXED[:] = [proj.session,
-                     encoded_size(_unbounded(proj, [], cells=[], facts={})) - variable]
+        _FIXED[:] = [
+            proj.session,
+            encoded_size(_unbounded(proj, [], cells=[], facts={})) - variable,
+        ]
     return int(_FIXED[1]) + variable
 
 
-def _unbounded(proj: Projection, inbox: list[dict[str, Any]], *,
-               cells: list[dict[str, Any]] | None = None,
-               facts: dict[str, Any] | None = None) -> dict[str, Any]:
+def _unbounded(
+    proj: Projection,
+    inbox: list[dict[str, Any]],
+    *,
+    cells: list[dict[str, Any]] | None = None,
+    facts: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     cells = proj.cells if cells is None else cells
     return {
         "schema": SCHEMA,
@@ -177,7 +189,9 @@ def _unbounded(proj: Projection, inbox: list[dict[str, Any]], *,
 
 def _mask_order(proj: Projection, facts: dict[str, Any]) -> list[str]:
     """Oldest finished results first; unfinished Executions last."""
+
     def age(key: str) -> tuple[int, int]:
         seq = proj.executions[key].get("result_seq")
         return (0, seq) if seq is not None else (1, int(key))
+
     return sorted(facts, key=age)

@@ -31,8 +31,7 @@ from rio_ci.github.sweep import sweep
 FAILING = frozenset({"failed", "error", "interrupted"})
 
 
-def action_command(phase: str, *, emit: Callable[[Any], None],
-                   forge: Forge | None = None) -> int:
+def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | None = None) -> int:
     env = ActionEnv.from_environ(os.environ)
     if phase == "finish" and not (env.state_dir / JOB_FILE).exists():
         # The run step ignored the event (or died before it had a Session): nothing to

@@ -96,15 +96,17 @@ class Manifest:
             raise ValueError("manifest parent_generation must be null or below generation")
         if run_id is not None and not _is_int(run_id):
             raise ValueError("manifest run_id must be an integer or null")
-        if not (isinstance(digest, str) and len(digest) == 64
-                and all(ch in "0123456789abcdef" for ch in digest)):
+        if not (
+            isinstance(digest, str)
+            and len(digest) == 64
+            and all(ch in "0123456789abcdef" for ch in digest)
+        ):
             raise ValueError("manifest sha256 must be 64 lowercase hex digits")
         if wake is not None and not (
             isinstance(wake, int | float) and not isinstance(wake, bool) and math.isfinite(wake)
         ):
             raise ValueError("manifest next_wake must be a number or null")
-        return cls(generation, parent, run_id, digest,
-                   None if wake is None else float(wake))
+        return cls(generation, parent, run_id, digest, None if wake is None else float(wake))
 
 
 def _sha256(path: Path) -> str:
@@ -133,8 +135,9 @@ def pack(
     entries. Manifest values ``unpack`` would refuse raise ValueError before anything is
     written; a Session that cannot be copied raises ``StorageError``.
     """
-    Manifest.from_dict(Manifest(generation, parent_generation, run_id, "0" * 64,
-                                next_wake).to_dict())
+    Manifest.from_dict(
+        Manifest(generation, parent_generation, run_id, "0" * 64, next_wake).to_dict()
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     strays = sorted(p.name for p in out_dir.iterdir() if p.name not in (SNAPSHOT, MANIFEST))
     if strays:
@@ -151,7 +154,8 @@ def pack(
         os.replace(partial, out_dir / SNAPSHOT)
         manifest_partial = out_dir / f".{MANIFEST}.partial"
         manifest_partial.write_text(
-            json.dumps(manifest.to_dict(), indent=2, allow_nan=False) + "\n")
+            json.dumps(manifest.to_dict(), indent=2, allow_nan=False) + "\n"
+        )
         os.replace(manifest_partial, out_dir / MANIFEST)
     except OSError as exc:
         raise StorageError(f"cannot snapshot {db_path}: {_one_line(exc)}") from exc
@@ -238,7 +242,8 @@ def _check_session(snapshot: Path) -> None:
     problem = single_file_problem(snapshot)
     if problem is not None:
         raise ArtifactError(
-            f"snapshot refused (not a rio Session, or damaged): {_one_line(problem)}")
+            f"snapshot refused (not a rio Session, or damaged): {_one_line(problem)}"
+        )
 
 
 def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:
@@ -253,8 +258,9 @@ def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             raise ArtifactError(f"manifest refused: {_one_line(exc)}") from exc
         if _sha256(dest_dir / SNAPSHOT) != manifest.sha256:
-            raise ArtifactError("snapshot sha256 does not match the manifest (tampered or "
-                                "corrupted)")
+            raise ArtifactError(
+                "snapshot sha256 does not match the manifest (tampered or corrupted)"
+            )
         _check_session(dest_dir / SNAPSHOT)
         return manifest
     except ArtifactError:

@@ -26,9 +26,14 @@ DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
 DEFAULT_RETENTION_DAYS = 90  # GitHub's default artifact retention (1-90 public, 1-400 private)
 JOB_FILE = "job.json"  # what the run step hands the finish step, in state_dir
-OUTPUTS = {"status": "status", "session": "session", "next-wake": "next_wake",
-           "pull-request": "pull_request", "artifact-name": "artifact_name",
-           "retention-days": "retention_days"}
+OUTPUTS = {
+    "status": "status",
+    "session": "session",
+    "next-wake": "next_wake",
+    "pull-request": "pull_request",
+    "artifact-name": "artifact_name",
+    "retention-days": "retention_days",
+}
 RUN_OUTPUTS = ("status", "session", "next-wake", "pull-request", "artifact-name")
 
 
@@ -59,29 +64,34 @@ class ActionEnv:
         def need(name: str) -> str:
             value = environ.get(name, "").strip()
             if not value:
-                raise UsageError(f"{name} is not set; rio-ci action runs inside GitHub Actions "
-                                 "(or a job that sets the same variables)")
+                raise UsageError(
+                    f"{name} is not set; rio-ci action runs inside GitHub Actions "
+                    "(or a job that sets the same variables)"
+                )
             return value
 
         budget_text = environ.get("RIO_TIME_BUDGET_MINUTES", "").strip()
         try:
             budget = float(budget_text) if budget_text else DEFAULT_BUDGET_MINUTES
         except ValueError:
-            raise UsageError(f"RIO_TIME_BUDGET_MINUTES must be a number, got {budget_text!r}")\
-                from None
+            raise UsageError(
+                f"RIO_TIME_BUDGET_MINUTES must be a number, got {budget_text!r}"
+            ) from None
         if budget <= 0:
             raise UsageError("RIO_TIME_BUDGET_MINUTES must be positive")
-        optional = {k: environ.get(k, "").strip() for k in ("GITHUB_OUTPUT",
-                                                             "GITHUB_STEP_SUMMARY")}
+        optional = {k: environ.get(k, "").strip() for k in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")}
         return cls(
-            event_name=need("GITHUB_EVENT_NAME"), event_path=Path(need("GITHUB_EVENT_PATH")),
+            event_name=need("GITHUB_EVENT_NAME"),
+            event_path=Path(need("GITHUB_EVENT_PATH")),
             repository=need("GITHUB_REPOSITORY"),
             api_url=environ.get("GITHUB_API_URL", "").strip() or "https://api.github.com",
-            token=need("GITHUB_TOKEN"), run_id=environ.get("GITHUB_RUN_ID", "0").strip() or "0",
+            token=need("GITHUB_TOKEN"),
+            run_id=environ.get("GITHUB_RUN_ID", "0").strip() or "0",
             workspace=Path(need("GITHUB_WORKSPACE")),
             output=Path(optional["GITHUB_OUTPUT"]) if optional["GITHUB_OUTPUT"] else None,
-            summary=(Path(optional["GITHUB_STEP_SUMMARY"])
-                     if optional["GITHUB_STEP_SUMMARY"] else None),
+            summary=(
+                Path(optional["GITHUB_STEP_SUMMARY"]) if optional["GITHUB_STEP_SUMMARY"] else None
+            ),
             runner_temp=Path(need("RUNNER_TEMP")),
             model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
             effort=environ.get("RIO_EFFORT", "").strip() or "high",
@@ -151,8 +161,9 @@ class Config:
             raise UsageError(f"{relative}: cannot read the configuration: {exc}") from None
         if not isinstance(data, dict):
             raise UsageError(f"{relative}: the configuration must be a mapping")
-        unknown = sorted(set(data) - {"validators", "limits", "pass_env", "retention_days",
-                                      "secrets"})
+        unknown = sorted(
+            set(data) - {"validators", "limits", "pass_env", "retention_days", "secrets"}
+        )
         if unknown:
             raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
         validators = []
@@ -170,15 +181,23 @@ class Config:
             raise UsageError(f"{relative}: {exc}") from None
         days = data.get("retention_days", DEFAULT_RETENTION_DAYS)
         if isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400:
-            raise UsageError(f"{relative}: retention_days must be a whole number of days from "
-                             "2 to 400 (the repository's artifact retention)")
-        return cls(validators, limits, _pass_env(relative, data.get("pass_env") or []), days,
-                   _names(relative, "secrets", data.get("secrets") or []))
+            raise UsageError(
+                f"{relative}: retention_days must be a whole number of days from "
+                "2 to 400 (the repository's artifact retention)"
+            )
+        return cls(
+            validators,
+            limits,
+            _pass_env(relative, data.get("pass_env") or []),
+            days,
+            _names(relative, "secrets", data.get("secrets") or []),
+        )
 
 
 def _names(relative: str, key: str, names: Any) -> tuple[str, ...]:
     if not isinstance(names, list) or not all(
-            isinstance(n, str) and _VARIABLE.fullmatch(n) for n in names):
+        isinstance(n, str) and _VARIABLE.fullmatch(n) for n in names
+    ):
         raise UsageError(f"{relative}: {key} is a list of environment variable names")
     return tuple(sorted(set(names)))
 
@@ -187,8 +206,10 @@ def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
     names = _names(relative, "pass_env", names)
     forbidden = sorted(HARNESS_SECRETS & set(names))
     if forbidden:
-        raise UsageError(f"{relative}: pass_env may not name {', '.join(forbidden)}: the "
-                         "harness's own credentials never reach a Cell")
+        raise UsageError(
+            f"{relative}: pass_env may not name {', '.join(forbidden)}: the "
+            "harness's own credentials never reach a Cell"
+        )
     return tuple(names)
 
 

@@ -38,12 +38,18 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
     job = json.loads((env.state_dir / JOB_FILE).read_text())
     issue, generation = int(job["issue"]), int(job["generation"])
     notes = [n for n in [rejections_note(job)] if n]
-    result: dict[str, Any] = {"issue": issue, "generation": generation + 1,
-                              "artifact_name": job["artifact_name"],
-                              "retention_days": job["retention_days"]}
+    result: dict[str, Any] = {
+        "issue": issue,
+        "generation": generation + 1,
+        "artifact_name": job["artifact_name"],
+        "retention_days": job["retention_days"],
+    }
     if job.get("fenced"):
-        result.update(artifact_name=f"rio-orphan-{issue}-{env.run_id}", status="error",
-                      reason="another job wrote this Session's launch record meanwhile")
+        result.update(
+            artifact_name=f"rio-orphan-{issue}-{env.run_id}",
+            status="error",
+            reason="another job wrote this Session's launch record meanwhile",
+        )
     owner = take_over(Path(job["db"]))
     packed = None
     try:
@@ -53,8 +59,10 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
             packed = _persist(env, job["db"], result, generation, job)
             write_outputs(env, result, FIRST_OUTPUTS)
             if job.get("fenced"):
-                log(f"::error::rio-ci: {result['reason']}; this job's Session is kept as the "
-                    f"artifact {result['artifact_name']} and nothing is published")
+                log(
+                    f"::error::rio-ci: {result['reason']}; this job's Session is kept as the "
+                    f"artifact {result['artifact_name']} and nothing is published"
+                )
             else:
                 result.update(_publish(env, connect, owner, job, notes))
         finally:
@@ -68,8 +76,13 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
     return result
 
 
-def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
-             job: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+def _publish(
+    env: ActionEnv,
+    connect: Callable[[], Forge],
+    owner: Owner,
+    job: dict[str, Any],
+    notes: list[str],
+) -> dict[str, Any]:
     """Everything after the Session is safe on disk: each part may fail alone."""
     session = owner.session
     issue = int(job["issue"])
@@ -79,19 +92,30 @@ def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
     try:
         forge = connect()
     except RioError as exc:
-        warn(env, f"the GitHub API cannot be reached ({exc}); the Session is saved, the "
-                  "pull request and the progress comment wait for the next job")
-    newer = newer_generations(forge, job["artifact_name"], set(job.get("seen") or [])) \
-        if forge is not None else []
+        warn(
+            env,
+            f"the GitHub API cannot be reached ({exc}); the Session is saved, the "
+            "pull request and the progress comment wait for the next job",
+        )
+    newer = (
+        newer_generations(forge, job["artifact_name"], set(job.get("seen") or []))
+        if forge is not None
+        else []
+    )
     if newer:
         # Publishing would bury the newer history; the copy is kept under another name,
         # which restore never lists, for whoever investigates.
         orphan = f"rio-orphan-{issue}-{env.run_id}"
-        log(f"::error::rio-ci: {job['artifact_name']} gained generation(s) {newer} during this "
+        log(
+            f"::error::rio-ci: {job['artifact_name']} gained generation(s) {newer} during this "
             f"job; not publishing over them (this job's Session is kept as the artifact "
-            f"{orphan})")
-        return {"status": "error", "artifact_name": orphan,
-                "reason": f"a newer generation of {job['artifact_name']} exists"}
+            f"{orphan})"
+        )
+        return {
+            "status": "error",
+            "artifact_name": orphan,
+            "reason": f"a newer generation of {job['artifact_name']} exists",
+        }
     out["commit"] = _checkpoint(env, session, job, notes)
     pull = None
     if problem is not None:
@@ -105,11 +129,22 @@ def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
     out.update(session=proj.session["id"], next_wake=proj.next_wake(), pull_request=pull)
     if forge is None:
         return out
-    written = publish_progress(env, forge, session, issue, int(job["generation"]) + 1,
-                               None if proj.ended else _status(None, job),
-                               note="; ".join(notes) or None, pull_request=pull, final=True)
-    if proj.ended and written and (pull is not None or problem is not None
-                                   or proj.ended["result"] != "success"):
+    written = publish_progress(
+        env,
+        forge,
+        session,
+        issue,
+        int(job["generation"]) + 1,
+        None if proj.ended else _status(None, job),
+        note="; ".join(notes) or None,
+        pull_request=pull,
+        final=True,
+    )
+    if (
+        proj.ended
+        and written
+        and (pull is not None or problem is not None or proj.ended["result"] != "success")
+    ):
         # The end is on GitHub: later jobs need not publish it again (job.py).
         session.set_watermark(progress.PUBLISHED, int(job["generation"]) + 1)
     if proj.next_wake() is not None:
@@ -120,44 +155,63 @@ def _publish(env: ActionEnv, connect: Callable[[], Forge], owner: Owner,
     return out
 
 
-def _checkpoint(env: ActionEnv, session: Session, job: dict[str, Any],
-                notes: list[str]) -> str | None:
+def _checkpoint(
+    env: ActionEnv, session: Session, job: dict[str, Any], notes: list[str]
+) -> str | None:
     issue = int(job["issue"])
     if not job.get("start"):  # the run step never checked the branch out: nothing to save
         return None
     try:
-        done = workspace.checkpoint(env.workspace, branch_for(issue),
-                                    f"rio-ci: checkpoint of #{issue} (run {env.run_id})",
-                                    job["remote"], env.token, job["start"],
-                                    exclude=[env.runner_temp])
+        done = workspace.checkpoint(
+            env.workspace,
+            branch_for(issue),
+            f"rio-ci: checkpoint of #{issue} (run {env.run_id})",
+            job["remote"],
+            env.token,
+            job["start"],
+            exclude=[env.runner_temp],
+        )
     except RioError as exc:
         notes.append(f"the working tree was not checkpointed: {exc}")
         log(f"::error::rio-ci: the working tree was not checkpointed: {exc}")
         return None
     if done.refused:
         reason = done.reason
-        warn(env, f"GitHub refused {list(done.refused)} in the push of {branch_for(issue)}; "
-                  f"the rest was pushed. {reason}")
+        warn(
+            env,
+            f"GitHub refused {list(done.refused)} in the push of {branch_for(issue)}; "
+            f"the rest was pushed. {reason}",
+        )
         notes.append(f"not pushed (refused by GitHub): {', '.join(done.refused)}")
         digest = hashlib.sha256(json.dumps([done.sha, done.refused]).encode()).hexdigest()
         with contextlib.suppress(RioError):  # an ended run takes no message
-            session.receive(f"push_refused:{digest[:16]}", "push_refused", {
-                "paths": list(done.refused), "reason": reason, "branch": branch_for(issue),
-                "note": "these files are in this job's working tree only, uncommitted: the "
-                        "next job's checkout will not have them"})
+            session.receive(
+                f"push_refused:{digest[:16]}",
+                "push_refused",
+                {
+                    "paths": list(done.refused),
+                    "reason": reason,
+                    "branch": branch_for(issue),
+                    "note": "these files are in this job's working tree only, uncommitted: the "
+                    "next job's checkout will not have them",
+                },
+            )
     return done.sha
 
 
-def _pull_request(env: ActionEnv, forge: Forge, session: Session, issue: int,
-                  notes: list[str]) -> str | None:
+def _pull_request(
+    env: ActionEnv, forge: Forge, session: Session, issue: int, notes: list[str]
+) -> str | None:
     session_id = session.proj.session["id"]
     try:
         info = forge.issue(issue)
         url = forge.open_pull_request(
-            branch_for(issue), env.ref_name or forge.default_branch(),
+            branch_for(issue),
+            env.ref_name or forge.default_branch(),
             f"Fixes #{issue}: {info.title}"[:250],
             f"Fixes #{issue}\n\nOpened by rio-ci (Session {session_id}).\n"
-            f"<!-- rio-ci:op {session_id}:pull -->")
+            f"<!-- rio-ci:op {session_id}:pull -->",
+        )
     except RioError as exc:
         notes.append(f"the pull request was not opened: {exc}")
         log(f"::error::rio-ci: the pull request was not opened: {exc}")
@@ -168,20 +222,29 @@ def _pull_request(env: ActionEnv, forge: Forge, session: Session, issue: int,
     return url
 
 
-def _persist(env: ActionEnv, db: str, result: dict[str, Any], generation: int,
-             job: dict[str, Any]) -> int:
+def _persist(
+    env: ActionEnv, db: str, result: dict[str, Any], generation: int, job: dict[str, Any]
+) -> int:
     """Write generation + 1 into the artifact directory (no network); returns the seq it
     holds. The Owner may hold the Session meanwhile: the snapshot is SQLite's backup."""
     reader = Session.open(db)
     try:
         proj = reader.refresh()
-        result.update(session=proj.session["id"], next_wake=proj.next_wake(),
-                      status=result.get("status") or _status(proj.ended, job))
+        result.update(
+            session=proj.session["id"],
+            next_wake=proj.next_wake(),
+            status=result.get("status") or _status(proj.ended, job),
+        )
         if env.artifact_dir.exists():
             shutil.rmtree(env.artifact_dir)
-        artifact.pack(Path(db), env.artifact_dir, generation=generation + 1,
-                      parent_generation=generation or None, run_id=_int(env.run_id),
-                      next_wake=result["next_wake"])
+        artifact.pack(
+            Path(db),
+            env.artifact_dir,
+            generation=generation + 1,
+            parent_generation=generation or None,
+            run_id=_int(env.run_id),
+            next_wake=result["next_wake"],
+        )
         return proj.last_seq
     finally:
         reader.close()

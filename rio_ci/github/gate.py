@@ -24,11 +24,16 @@ def check_success(owner: Owner) -> str | None:
     before, last = [*session.journal.events(after=seq - 2, limit=2), {}, {}][:2]
     note = last.get("note_id")
     if last.get("kind") != "run_ended" or not (
-            before.get("kind") == "control_applied" and before.get("role") == "conclusion"
-            and before.get("result") == "success" and isinstance(note, int)
-            and before.get("note_id") == note):
-        return ("the Journal's success was not committed by the Owner (no applied "
-                "success conclusion right before it): the Session file was changed")
+        before.get("kind") == "control_applied"
+        and before.get("role") == "conclusion"
+        and before.get("result") == "success"
+        and isinstance(note, int)
+        and before.get("note_id") == note
+    ):
+        return (
+            "the Journal's success was not committed by the Owner (no applied "
+            "success conclusion right before it): the Session file was changed"
+        )
     for index, argv in enumerate(proj.session["validators"]):
         result = owner.launch.validator(note, index, argv, owner.interrupted)
         if result["type"] != "success":

@@ -21,8 +21,9 @@ from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 
 
-def restore(env: ActionEnv, forge: Forge, issue: int, db: Path,
-            launches: LaunchRecord) -> dict[str, Any]:
+def restore(
+    env: ActionEnv, forge: Forge, issue: int, db: Path, launches: LaunchRecord
+) -> dict[str, Any]:
     """Put the newest valid generation at ``db``, merged with the launch record. Returns
     ``{"generation", "artifact_id", "seen", "rejected", "record_after", "notes"}``
     (``generation`` None: no Session) or ``{"problem"}`` when nothing may run: every saved
@@ -39,11 +40,15 @@ def restore(env: ActionEnv, forge: Forge, issue: int, db: Path,
     for rejection in damaged:
         log(f"::error::rio-ci: {name}: {rejection}")
     if result.restored is None and damaged:
-        return {"problem": f"every saved generation of {name} was refused; the newest: "
-                           f"{rejected[0]}. Nothing was run."}
+        return {
+            "problem": f"every saved generation of {name} was refused; the newest: "
+            f"{rejected[0]}. Nothing was run."
+        }
     if result.restored is None and rejected:
-        log(f"rio-ci: every saved generation of {name} expired (artifact retention): its "
-            "Session is gone")
+        log(
+            f"rio-ci: every saved generation of {name} expired (artifact retention): its "
+            "Session is gone"
+        )
     generation, artifact_id, after = 0, None, 0
     db.unlink(missing_ok=True)
     if result.restored is not None:
@@ -69,11 +74,19 @@ def restore(env: ActionEnv, forge: Forge, issue: int, db: Path,
     if merged.adopted:
         after = 0  # the Session this job continues is newer than any artifact
     if merged.imported:
-        log(f"rio-ci: took {merged.imported} event(s) from the launch record of a job whose "
-            "runner was lost")
-    return {"generation": generation if db.exists() else None, "artifact_id": artifact_id,
-            "seen": seen, "rejected": rejected, "record_after": after, "notes": notes,
-            "record_imported": merged.imported or merged.adopted}
+        log(
+            f"rio-ci: took {merged.imported} event(s) from the launch record of a job whose "
+            "runner was lost"
+        )
+    return {
+        "generation": generation if db.exists() else None,
+        "artifact_id": artifact_id,
+        "seen": seen,
+        "rejected": rejected,
+        "record_after": after,
+        "notes": notes,
+        "record_imported": merged.imported or merged.adopted,
+    }
 
 
 @dataclass(frozen=True)
@@ -106,8 +119,10 @@ def merge(db: Path, record: Record | None, generation: int) -> Merge:
         last = proj.last_seq
         why = None
         if record.after_seq > last:
-            why = (f"the launch record starts after seq {record.after_seq}, but the restored "
-                   f"Session ends at seq {last}")
+            why = (
+                f"the launch record starts after seq {record.after_seq}, but the restored "
+                f"Session ends at seq {last}"
+            )
         elif not _same_history(session, record, last):
             why = "the launch record and the restored Session differ in their common part"
         else:
@@ -124,36 +139,47 @@ def merge(db: Path, record: Record | None, generation: int) -> Merge:
 
 def _same_history(session: Session, record: Record, last: int) -> bool:
     mine = {e["seq"]: e for e in journal_events(session, record.after_seq) if e["seq"] <= last}
-    return all(e["kind"] == mine[e["seq"]]["kind"] and json_equal(e["data"],
-                                                                  mine[e["seq"]]["data"])
-               for e in record.events if e["seq"] <= last)
+    return all(
+        e["kind"] == mine[e["seq"]]["kind"] and json_equal(e["data"], mine[e["seq"]]["data"])
+        for e in record.events
+        if e["seq"] <= last
+    )
 
 
 def _left_out(executions: dict[str, Any], record: Record, why: str) -> Merge:
-    launched = {e["data"].get("cell_id") for e in record.events
-                if e["kind"] == "execution_started"}
-    queued = sorted(c for c in launched
-                    if (executions.get(str(c)) or {}).get("phase") == "queued")
+    launched = {e["data"].get("cell_id") for e in record.events if e["kind"] == "execution_started"}
+    queued = sorted(c for c in launched if (executions.get(str(c)) or {}).get("phase") == "queued")
     if queued:
-        return Merge(problem=f"{why}, and it shows Cell(s) {queued} launched, which the "
-                             "restored Session would run again. Nothing was run; see "
-                             "docs/github.md (launch records) to continue.")
+        return Merge(
+            problem=f"{why}, and it shows Cell(s) {queued} launched, which the "
+            "restored Session would run again. Nothing was run; see "
+            "docs/github.md (launch records) to continue."
+        )
     return Merge(note=f"{why}; the record was left out")
 
 
 def _adopt(db: Path, record: Record, generation: int) -> Merge:
     first = record.events[0] if record.events else None
-    if record.after_seq != 0 or record.generation != generation or first is None \
-            or first["kind"] != "session_created":
+    if (
+        record.after_seq != 0
+        or record.generation != generation
+        or first is None
+        or first["kind"] != "session_created"
+    ):
         return Merge()
     data = first["data"]
     db.unlink(missing_ok=True)
     try:
-        session = Session.create(db, data["goal"], cwd=data["cwd"],
-                                 validators=data["validators"],
-                                 limits=Limits.from_dict(data["limits"]),
-                                 pass_env=data["pass_env"], secrets=data.get("secrets"),
-                                 session_id=record.session_id)
+        session = Session.create(
+            db,
+            data["goal"],
+            cwd=data["cwd"],
+            validators=data["validators"],
+            limits=Limits.from_dict(data["limits"]),
+            pass_env=data["pass_env"],
+            secrets=data.get("secrets"),
+            session_id=record.session_id,
+        )
         try:
             created = next(journal_events(session, 0))
             if not json_equal(created["data"], data):
@@ -164,8 +190,10 @@ def _adopt(db: Path, record: Record, generation: int) -> Merge:
     except (RioError, ValueError, KeyError, TypeError) as exc:
         db.unlink(missing_ok=True)
         return _left_out({}, record, f"the launch record's Session cannot be rebuilt: {exc}")
-    log(f"rio-ci: the Session {record.session_id} was rebuilt from its launch record "
-        "(its job's runner was lost before the finish step)")
+    log(
+        f"rio-ci: the Session {record.session_id} was rebuilt from its launch record "
+        "(its job's runner was lost before the finish step)"
+    )
     return Merge(imported=len(record.events), adopted=True)
 
 
@@ -173,8 +201,11 @@ def rejections_note(job: dict[str, Any]) -> str | None:
     rejected = job.get("rejected") or []
     notes = list(job.get("notes") or [])
     if rejected:
-        notes.insert(0, f"Refused {len(rejected)} saved generation(s) and continued from "
-                        f"generation {job['generation']}: " + "; ".join(rejected))
+        notes.insert(
+            0,
+            f"Refused {len(rejected)} saved generation(s) and continued from "
+            f"generation {job['generation']}: " + "; ".join(rejected),
+        )
     return "; ".join(notes) or None
 
 

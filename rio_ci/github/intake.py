@@ -33,8 +33,13 @@ def is_ours(comment: Comment) -> bool:
     return progress.MARKER in comment.body or comment.author.endswith("[bot]")
 
 
-def take_in(owner: Owner, forge: Forge, issue: int,
-            warn: Callable[[str], None] | None = None, reported: Check | None = None) -> None:
+def take_in(
+    owner: Owner,
+    forge: Forge,
+    issue: int,
+    warn: Callable[[str], None] | None = None,
+    reported: Check | None = None,
+) -> None:
     """Re-scan comments (issue and pull request) and checks; each observation enters the
     Inbox once, under a stable id. Listing checks is optional: a 403 or 404 there goes to
     ``warn``, and the finished run or check this job's own event ``reported`` still enters
@@ -49,14 +54,22 @@ def take_in(owner: Owner, forge: Forge, issue: int,
         for number in numbers:
             _take_comments(owner, forge, number)
         listed = forge.checks(branch_for(issue), warn=warn)
-        for check in sorted({(c.kind, c.id): c for c in [*([reported] if reported else []),
-                                                          *listed]}.values(),
-                            key=lambda c: c.id):
+        for check in sorted(
+            {(c.kind, c.id): c for c in [*([reported] if reported else []), *listed]}.values(),
+            key=lambda c: c.id,
+        ):
             if session.refresh().ended:
                 return
-            session.receive(f"check:{check.kind}:{check.id}", "check", {
-                "name": check.name, "conclusion": check.conclusion, "url": check.url,
-                "kind": check.kind})
+            session.receive(
+                f"check:{check.kind}:{check.id}",
+                "check",
+                {
+                    "name": check.name,
+                    "conclusion": check.conclusion,
+                    "url": check.url,
+                    "kind": check.kind,
+                },
+            )
     except (Rejected, RunEnded) as exc:
         log(f"::warning::rio-ci: an observation was not taken in: {exc}")
 
@@ -76,8 +89,15 @@ def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
         elif command == "stop":
             owner.end_in_failure(f"stopped by @{comment.author} ({comment.url})")
         elif command is None:
-            session.receive(f"comment:{comment.id}", "comment", {
-                "author": comment.author, "url": comment.url, "untrusted": True,
-                "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES)})
+            session.receive(
+                f"comment:{comment.id}",
+                "comment",
+                {
+                    "author": comment.author,
+                    "url": comment.url,
+                    "untrusted": True,
+                    "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES),
+                },
+            )
         # "/rio status" needs nothing here: this job rewrites the progress comment anyway.
         session.set_watermark(key, comment.id)

@@ -61,8 +61,9 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     if trigger.kind == "ignore" or issue is None:
         log(f"rio-ci: nothing to do ({trigger.reason or 'not a rio-ci pull request'})")
         return {"status": "ignored", "reason": trigger.reason or "not a rio-ci pull request"}
-    writer = trigger.kind in ("start", "comment") and may_steer(forge, trigger.actor,
-                                                                  trigger.association)
+    writer = trigger.kind in ("start", "comment") and may_steer(
+        forge, trigger.actor, trigger.association
+    )
     if trigger.kind == "start" and not writer:
         log(f"rio-ci: @{trigger.actor} has no write access; the label is ignored")
         return {"status": "ignored", "reason": "label by a user without write access"}
@@ -81,18 +82,29 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         log(f"::error::rio-ci: {restored['problem']}")
         with contextlib.suppress(RioError):
             if not restored.get("passing"):
-                forge.upsert_comment(issue, progress.MARKER, progress.render_problem(
-                    restored["problem"], run_url=env.run_url))
+                forge.upsert_comment(
+                    issue,
+                    progress.MARKER,
+                    progress.render_problem(restored["problem"], run_url=env.run_url),
+                )
         return {"status": "error", "reason": restored["problem"], "issue": issue}
     start = _start(env, forge, trigger, writer, issue, db, config, restored["generation"])
     if isinstance(start, dict):
         return start
     created = start == "created"
     launches.begin(restored["generation"] or 0, 0 if created else restored["record_after"])
-    job = {**restored, "issue": issue, "db": str(db), "remote": remote, "started": time.time(),
-           "generation": launches.generation, "record_after": launches.after_seq,
-           "artifact_name": f"rio-session-{issue}", "retention_days": config.retention_days,
-           "fresh": start != "restored" or bool(restored["record_imported"])}
+    job = {
+        **restored,
+        "issue": issue,
+        "db": str(db),
+        "remote": remote,
+        "started": time.time(),
+        "generation": launches.generation,
+        "record_after": launches.after_seq,
+        "artifact_name": f"rio-session-{issue}",
+        "retention_days": config.retention_days,
+        "fresh": start != "restored" or bool(restored["record_imported"]),
+    }
     write_job(env, job)
     log("::group::rio-ci: working tree")
     existed = workspace.check_out(env.workspace, branch_for(issue), remote, env.token)
@@ -117,16 +129,28 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         log(f"::error::rio-ci: {exc}")
         if isinstance(exc, Fenced):  # another job writes this Session: publish nothing
             write_job(env, {**job, "fenced": True})
-        return {"status": "error", "reason": str(exc), "issue": issue,
-                "session": owner.session.proj.session["id"]}
+        return {
+            "status": "error",
+            "reason": str(exc),
+            "issue": issue,
+            "session": owner.session.proj.session["id"],
+        }
     finally:
         restore_signals()
         with contextlib.suppress(RioError):
             owner.close()
 
 
-def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: int, db: Path,
-           config: Config, generation: int | None) -> Start | dict[str, Any]:
+def _start(
+    env: ActionEnv,
+    forge: Forge,
+    trigger: Trigger,
+    writer: bool,
+    issue: int,
+    db: Path,
+    config: Config,
+    generation: int | None,
+) -> Start | dict[str, Any]:
     """``created``: this job created the Session (label, /rio request, follow-up);
     ``restored``: it goes on with the restored one; ``republish``: the restored run ended but
     its end never reached GitHub (an outage during its finish), so this job's finish
@@ -138,8 +162,14 @@ def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: 
             starts.from_issue(env, forge, db, config, issue)
             return "created"
         if request is not None and not trigger.data.get("is_pull_request"):
-            starts.from_issue(env, forge, db, config, issue,
-                              (str(trigger.actor), str(trigger.data.get("url")), request))
+            starts.from_issue(
+                env,
+                forge,
+                db,
+                config,
+                issue,
+                (str(trigger.actor), str(trigger.data.get("url")), request),
+            )
             session = Session.open(db)
             try:  # the request is in the goal, not a message
                 session.set_watermark(f"comments:{issue}", trigger.data.get("comment_id"))
@@ -152,8 +182,10 @@ def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: 
                     log(f"rio-ci: #{issue} has no Session any more; its next wake is cleared")
             except RioError as exc:
                 warn(env, f"the progress comment of #{issue} was not checked: {exc}")
-        log(f"rio-ci: issue #{issue} has no Session; label it {env.trigger_label!r} (or "
-            "comment /rio <request>) to start one")
+        log(
+            f"rio-ci: issue #{issue} has no Session; label it {env.trigger_label!r} (or "
+            "comment /rio <request>) to start one"
+        )
         return {"status": "ignored", "reason": f"issue #{issue} has no Session"}
     session = Session.open(db)
     proj = session.refresh()
@@ -163,8 +195,12 @@ def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: 
             return "restored"
         if trigger.kind != "start":
             comment = starts.follow_up_request(forge, proj, issue)
-        if comment is None and trigger.kind != "start" and writer and \
-                steer_command(body) == "status":
+        if (
+            comment is None
+            and trigger.kind != "start"
+            and writer
+            and steer_command(body) == "status"
+        ):
             publish_progress(env, forge, session, issue, generation, None)
     finally:
         session.close()
@@ -175,18 +211,34 @@ def _start(env: ActionEnv, forge: Forge, trigger: Trigger, writer: bool, issue: 
         starts.follow_up(env, db, config, proj, comment)
         return "created"
     if not proj.watermarks.get(progress.PUBLISHED) and not (
-            proj.ended["result"] == "success" and proj.watermarks.get("pull_request")):
-        log(f"rio-ci: the end of #{issue}'s run ({proj.ended['result']}) never reached GitHub; "
-            "this job publishes it")
+        proj.ended["result"] == "success" and proj.watermarks.get("pull_request")
+    ):
+        log(
+            f"rio-ci: the end of #{issue}'s run ({proj.ended['result']}) never reached GitHub; "
+            "this job publishes it"
+        )
         return "republish"
-    log(f"rio-ci: the run of #{issue} has ended ({proj.ended['result']}) and no maintainer "
-        "asked for more; nothing is run")
-    return {"status": "ignored", "session": proj.session["id"], "issue": issue,
-            "reason": f"the run has ended ({proj.ended['result']}); nothing new"}
+    log(
+        f"rio-ci: the run of #{issue} has ended ({proj.ended['result']}) and no maintainer "
+        "asked for more; nothing is run"
+    )
+    return {
+        "status": "ignored",
+        "session": proj.session["id"],
+        "issue": issue,
+        "reason": f"the run has ended ({proj.ended['result']}); nothing new",
+    }
 
 
-def _work(env: ActionEnv, forge: Forge, owner: Owner, job: dict[str, Any], trigger: Trigger,
-          writer: bool, pull_request: int | None) -> dict[str, Any]:
+def _work(
+    env: ActionEnv,
+    forge: Forge,
+    owner: Owner,
+    job: dict[str, Any],
+    trigger: Trigger,
+    writer: bool,
+    pull_request: int | None,
+) -> dict[str, Any]:
     issue = int(job["issue"])
     session = owner.session
     problem, note = workspace.pin(Path(session.proj.session["cwd"]), env.workspace)
@@ -195,28 +247,44 @@ def _work(env: ActionEnv, forge: Forge, owner: Owner, job: dict[str, Any], trigg
     if problem is not None:
         log(f"::error::rio-ci: {problem}")
         publish_progress(env, forge, session, issue, job["generation"], None, note=problem)
-        return {"status": "error", "reason": problem, "issue": issue,
-                "session": session.proj.session["id"]}
+        return {
+            "status": "error",
+            "reason": problem,
+            "issue": issue,
+            "session": session.proj.session["id"],
+        }
     base = session.refresh().last_seq
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
-    take_in(owner, forge, issue, warn=lambda message: warn(env, message),
-            reported=trigger.data.get("check"))
+    take_in(
+        owner,
+        forge,
+        issue,
+        warn=lambda message: warn(env, message),
+        reported=trigger.data.get("check"),
+    )
     if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
         (env.state_dir / JOB_FILE).unlink(missing_ok=True)
         if writer and steer_command(str(trigger.data.get("body") or "")) == "status":
             publish_progress(env, forge, session, issue, job["generation"], "waiting")
         log(f"rio-ci: nothing new for the Session of #{issue}: no rounds, no new generation")
-        return {"status": "ignored", "reason": "nothing new for the Session", "issue": issue,
-                "session": session.proj.session["id"]}
-    publish_progress(env, forge, session, issue, job["generation"], None,
-                     note=rejections_note(job))
+        return {
+            "status": "ignored",
+            "reason": "nothing new for the Session",
+            "issue": issue,
+            "session": session.proj.session["id"],
+        }
+    publish_progress(env, forge, session, issue, job["generation"], None, note=rejections_note(job))
     proj = session.refresh()
     if proj.ended:
         status = "succeeded" if proj.ended["result"] == "success" else "failed"
-        return {"status": status, "session": proj.session["id"], "issue": issue,
-                "reason": proj.ended["reason"]}
+        return {
+            "status": status,
+            "session": proj.session["id"],
+            "issue": issue,
+            "reason": proj.ended["reason"],
+        }
     given = parse_price(env.price) if env.price else None
     model = priced_model(env.model, effort=env.effort, price=given, stored=proj.prices)
     if given is not None:
@@ -226,16 +294,23 @@ def _work(env: ActionEnv, forge: Forge, owner: Owner, job: dict[str, Any], trigg
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)
-        if outcome.status != "waiting" or \
-                not timers.refuse_far_timers(session, job["retention_days"]):
+        if outcome.status != "waiting" or not timers.refuse_far_timers(
+            session, job["retention_days"]
+        ):
             break
     live.close()
     if owner.running is not None:
-        owner.stop_running("owner_interrupted" if outcome.status == "interrupted"
-                           else "owner_deadline")
+        owner.stop_running(
+            "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"
+        )
     proj = session.refresh()
-    return {"status": outcome.status, "next_wake": proj.next_wake(),
-            "session": proj.session["id"], "issue": issue, "reason": outcome.reason}
+    return {
+        "status": outcome.status,
+        "next_wake": proj.next_wake(),
+        "session": proj.session["id"],
+        "issue": issue,
+        "reason": outcome.reason,
+    }
 
 
 def quiet(session: Session, base: int) -> bool:
@@ -244,8 +319,12 @@ def quiet(session: Session, base: int) -> bool:
     now = time.time()
     kinds = {e["kind"] for e in session.journal.events(after=base)}
     return kinds <= {"watermark"} and not (
-        proj.inbox or proj.turn or proj.controls or (proj.queued() and not proj.pause)
-        or any(t["deadline"] <= now for t in proj.timers.values()))
+        proj.inbox
+        or proj.turn
+        or proj.controls
+        or (proj.queued() and not proj.pause)
+        or any(t["deadline"] <= now for t in proj.timers.values())
+    )
 
 
 def write_job(env: ActionEnv, job: dict[str, Any]) -> None:

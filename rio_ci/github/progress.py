@@ -44,22 +44,44 @@ def status_of(proj: Projection, outcome: str | None) -> str:
     return "running"
 
 
-def render(proj: Projection, *, status: str, run_url: str | None, generation: int,
-           operation: str, note: str | None = None, pull_request: str | None = None) -> str:
-    meta = {"status": status, "generation": generation, "operation": operation,
-            "next_wake": min((t["deadline"] for t in proj.timers.values()), default=None),
-            "ended": bool(proj.ended)}
+def render(
+    proj: Projection,
+    *,
+    status: str,
+    run_url: str | None,
+    generation: int,
+    operation: str,
+    note: str | None = None,
+    pull_request: str | None = None,
+) -> str:
+    meta = {
+        "status": status,
+        "generation": generation,
+        "operation": operation,
+        "next_wake": min((t["deadline"] for t in proj.timers.values()), default=None),
+        "ended": bool(proj.ended),
+    }
     usage = proj.usage
     cost = f"${usage.get('cost_usd', 0.0):.4f}"
     if usage.get("unknown_cost_attempts"):
         cost += f" (+{usage['unknown_cost_attempts']} attempts of unknown cost)"
-    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
-             f"### rio-ci: {status}", ""]
+    lines = [
+        MARKER,
+        f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
+        f"### rio-ci: {status}",
+        "",
+    ]
     if note:
         lines += [f"> {_one_line(note)}", ""]
     # The goal quotes the issue (untrusted): folded, clipped, escaped, with no mentions.
-    lines += ["<details><summary>goal</summary>", "", _quoted(proj.session["goal"]), "",
-              "</details>", ""]
+    lines += [
+        "<details><summary>goal</summary>",
+        "",
+        _quoted(proj.session["goal"]),
+        "",
+        "</details>",
+        "",
+    ]
     lines += ["| cell | kind | phase | result |", "| --- | --- | --- | --- |"]
     shown = [c["id"] for c in proj.cells]
     for key in proj.executions:
@@ -75,17 +97,36 @@ def render(proj: Projection, *, status: str, run_url: str | None, generation: in
             label += f" ({result['reason']})"
         if ex and ex.get("resolved_by"):
             label += f", resolved by {ex['resolved_by']}"
-        lines.append(f"| {cell_id} | {cell['kind']}{_role(cell)} | "
-                     f"{(ex or {}).get('phase', '—')} | {_cell_text(label)} |")
+        lines.append(
+            f"| {cell_id} | {cell['kind']}{_role(cell)} | "
+            f"{(ex or {}).get('phase', '—')} | {_cell_text(label)} |"
+        )
     recent = _recent_output(proj)
     if recent:
-        lines += ["", "<details><summary>recent output</summary>", "", "```text", recent, "```",
-                  "", "</details>"]
+        lines += [
+            "",
+            "<details><summary>recent output</summary>",
+            "",
+            "```text",
+            recent,
+            "```",
+            "",
+            "</details>",
+        ]
     if proj.rationale:
-        lines += ["", "<details><summary>the model's last rationale</summary>", "",
-                  _quoted(proj.rationale), "", "</details>"]
-    lines += ["", f"Rounds {usage.get('rounds', 0)} · tokens {usage.get('input_tokens', 0)} in / "
-                  f"{usage.get('output_tokens', 0)} out · cost {cost}"]
+        lines += [
+            "",
+            "<details><summary>the model's last rationale</summary>",
+            "",
+            _quoted(proj.rationale),
+            "",
+            "</details>",
+        ]
+    lines += [
+        "",
+        f"Rounds {usage.get('rounds', 0)} · tokens {usage.get('input_tokens', 0)} in / "
+        f"{usage.get('output_tokens', 0)} out · cost {cost}",
+    ]
     if pull_request:
         lines.append(f"Pull request: {pull_request}")
     if run_url:
@@ -96,10 +137,21 @@ def render(proj: Projection, *, status: str, run_url: str | None, generation: in
 def render_problem(problem: str, *, run_url: str | None) -> str:
     """The comment when no Session could be opened at all (every saved generation refused).
     Its metadata has no wake-up, so the sweep leaves the issue alone until someone acts."""
-    meta = {"status": "error", "generation": None, "operation": None, "next_wake": None,
-            "ended": False}
-    lines = [MARKER, f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
-             "### rio-ci: error", "", f"> {_one_line(problem)}", ""]
+    meta = {
+        "status": "error",
+        "generation": None,
+        "operation": None,
+        "next_wake": None,
+        "ended": False,
+    }
+    lines = [
+        MARKER,
+        f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
+        "### rio-ci: error",
+        "",
+        f"> {_one_line(problem)}",
+        "",
+    ]
     if run_url:
         lines.append(f"[This run]({run_url})")
     return "\n".join(lines) + "\n"
@@ -148,16 +200,31 @@ def _recent_output(proj: Projection) -> str:
     return "\n".join(text.split("\n")[-15:])[-1500:]
 
 
-def publish_progress(env: ActionEnv, forge: Forge, session: Session, issue: int,
-                     generation: int, outcome: str | None, *, note: str | None = None,
-                     pull_request: str | None = None, final: bool = False) -> bool:
+def publish_progress(
+    env: ActionEnv,
+    forge: Forge,
+    session: Session,
+    issue: int,
+    generation: int,
+    outcome: str | None,
+    *,
+    note: str | None = None,
+    pull_request: str | None = None,
+    final: bool = False,
+) -> bool:
     """Rewrite the progress comment from committed facts; whether it was written. A failed
     write is logged, never fatal: the work and the Session matter more than the report."""
     proj = session.refresh()
     status = status_of(proj, outcome)
-    body = render(proj, status=status, run_url=env.run_url, generation=generation,
-                  operation=f"{proj.session['id']}:{proj.last_seq}", note=note,
-                  pull_request=pull_request)
+    body = render(
+        proj,
+        status=status,
+        run_url=env.run_url,
+        generation=generation,
+        operation=f"{proj.session['id']}:{proj.last_seq}",
+        note=note,
+        pull_request=pull_request,
+    )
     written = True
     try:
         forge.upsert_comment(issue, MARKER, body)

@@ -45,8 +45,16 @@ TAIL = "tail.jsonl"
 MAX_TAIL_BYTES = 512 * 1024 * 1024  # as an artifact's snapshot
 PUSH_ATTEMPTS = 3
 NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
-_HEADER_FIELDS = ("schema", "session_id", "issue", "generation", "after_seq", "last_seq",
-                  "cell_id", "run_id")
+_HEADER_FIELDS = (
+    "schema",
+    "session_id",
+    "issue",
+    "generation",
+    "after_seq",
+    "last_seq",
+    "cell_id",
+    "run_id",
+)
 
 
 class RecordError(ForgeError):
@@ -78,8 +86,11 @@ class Record:
 def event_line(event: dict[str, Any]) -> str:
     """One Journal event (as ``Journal.events`` yields it) as a tail line."""
     data = {k: v for k, v in event.items() if k not in ("seq", "kind", "at")}
-    return json.dumps({"seq": event["seq"], "kind": event["kind"], "at": event["at"],
-                       "data": data}, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        {"seq": event["seq"], "kind": event["kind"], "at": event["at"], "data": data},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
 
 
 def journal_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
@@ -92,8 +103,9 @@ class LaunchRecord:
     """Pushes launch records of one issue's Session to ``remote`` from a bare repository of
     its own at ``git_dir`` (never the checkout, which the Cells may change)."""
 
-    def __init__(self, git_dir: Path, remote: str, token: str | None, issue: int,
-                 run_id: str = "") -> None:
+    def __init__(
+        self, git_dir: Path, remote: str, token: str | None, issue: int, run_id: str = ""
+    ) -> None:
         self.git_dir, self.remote, self.token, self.issue = git_dir, remote, token, issue
         self.run_id = run_id
         self.lease: str | None = None  # the ref's value as this job last saw it
@@ -116,8 +128,9 @@ class LaunchRecord:
         return ref_for(self.issue)
 
     def _git(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        return git(self.git_dir, *args, remote=self.remote, token=self.token, check=check,
-                   stdin=stdin).stdout
+        return git(
+            self.git_dir, *args, remote=self.remote, token=self.token, check=check, stdin=stdin
+        ).stdout
 
     # --- reading -------------------------------------------------------------------------
 
@@ -155,20 +168,36 @@ class LaunchRecord:
         on the ref's last seen value; returns the new commit. Transient failures are tried
         again; a moved ref raises ``Fenced``, anything else ``RecordError``."""
         self._extend(session)
-        header = {"schema": SCHEMA, "session_id": self._session_id, "issue": self.issue,
-                  "generation": self.generation, "after_seq": self.after_seq,
-                  "last_seq": self._last, "cell_id": cell_id, "run_id": self.run_id}
-        blobs = {HEADER: self._object("blob", (json.dumps(header, sort_keys=True) + "\n")
-                                      .encode()),
-                 TAIL: self._object("blob", "".join(self._lines).encode())}
-        tree = self._object("tree", b"".join(f"100644 {name}".encode() + b"\0" +
-                                             bytes.fromhex(sha)
-                                             for name, sha in sorted(blobs.items())))
+        header = {
+            "schema": SCHEMA,
+            "session_id": self._session_id,
+            "issue": self.issue,
+            "generation": self.generation,
+            "after_seq": self.after_seq,
+            "last_seq": self._last,
+            "cell_id": cell_id,
+            "run_id": self.run_id,
+        }
+        blobs = {
+            HEADER: self._object("blob", (json.dumps(header, sort_keys=True) + "\n").encode()),
+            TAIL: self._object("blob", "".join(self._lines).encode()),
+        }
+        tree = self._object(
+            "tree",
+            b"".join(
+                f"100644 {name}".encode() + b"\0" + bytes.fromhex(sha)
+                for name, sha in sorted(blobs.items())
+            ),
+        )
         stamp = f"{NAME} <{EMAIL}> {int(time.time())} +0000"
         parent = f"parent {self.parent}\n" if self.parent else ""
-        commit = self._object("commit", (
-            f"tree {tree}\n{parent}author {stamp}\ncommitter {stamp}\n\n"
-            f"rio-ci: launch of Cell {cell_id} (run {self.run_id})\n").encode())
+        commit = self._object(
+            "commit",
+            (
+                f"tree {tree}\n{parent}author {stamp}\ncommitter {stamp}\n\n"
+                f"rio-ci: launch of Cell {cell_id} (run {self.run_id})\n"
+            ).encode(),
+        )
         self._push(commit)
         self.lease = self.parent = commit
         return commit
@@ -196,15 +225,26 @@ class LaunchRecord:
         lease = f"--force-with-lease={self.ref}:{self.lease or ''}"
         problem = ""
         for attempt in range(PUSH_ATTEMPTS):
-            done = git(self.git_dir, "push", "--porcelain", "--no-verify", lease, self.remote,
-                       f"{commit}:{self.ref}", remote=self.remote, token=self.token,
-                       check=False)
+            done = git(
+                self.git_dir,
+                "push",
+                "--porcelain",
+                "--no-verify",
+                lease,
+                self.remote,
+                f"{commit}:{self.ref}",
+                remote=self.remote,
+                token=self.token,
+                check=False,
+            )
             if done.returncode == 0:
                 return
             output = done.stdout + done.stderr
             if "stale info" in output or "(fetch first)" in output:
-                raise Fenced(f"the launch record {self.ref} moved since this job read it "
-                             "(another job writes this Session now); nothing is launched")
+                raise Fenced(
+                    f"the launch record {self.ref} moved since this job read it "
+                    "(another job writes this Session now); nothing is launched"
+                )
             lines = output.strip().splitlines()
             problem = lines[-1] if lines else f"exit {done.returncode}"
             time.sleep(0.5 * 2**attempt)
@@ -214,16 +254,22 @@ class LaunchRecord:
 def parse(header: Any, events: list[Any]) -> Record | None:
     """A Record from its parts, or None when they are not a well-formed rio.launch/1 record
     (seqs after ``after_seq`` without gaps, known kinds, objects as data)."""
-    if not isinstance(header, dict) or header.get("schema") != SCHEMA or \
-            not set(_HEADER_FIELDS) <= set(header):
+    if (
+        not isinstance(header, dict)
+        or header.get("schema") != SCHEMA
+        or not set(_HEADER_FIELDS) <= set(header)
+    ):
         return None
-    session_id, generation, after = header["session_id"], header["generation"], \
-        header["after_seq"]
+    session_id, generation, after = header["session_id"], header["generation"], header["after_seq"]
     if not isinstance(session_id, str) or not _count(generation) or not _count(after):
         return None
     for offset, event in enumerate(events, start=1):
-        if not (isinstance(event, dict) and event.get("seq") == after + offset
-                and event.get("kind") in KINDS and isinstance(event.get("data"), dict)):
+        if not (
+            isinstance(event, dict)
+            and event.get("seq") == after + offset
+            and event.get("kind") in KINDS
+            and isinstance(event.get("data"), dict)
+        ):
             return None
     if header["last_seq"] != after + len(events):
         return None

@@ -33,13 +33,25 @@ def create(env: ActionEnv, db: Path, config: Config, goal: str) -> Session:
     """A new Session at ``db`` working in this job's checkout, with the configuration read
     now (validators, limits, credentials Cells may see)."""
     db.unlink(missing_ok=True)
-    return Session.create(db, goal, cwd=str(env.workspace), validators=config.validators,
-                          limits=config.limits, pass_env=list(config.pass_env),
-                          secrets=list(config.secrets))
+    return Session.create(
+        db,
+        goal,
+        cwd=str(env.workspace),
+        validators=config.validators,
+        limits=config.limits,
+        pass_env=list(config.pass_env),
+        secrets=list(config.secrets),
+    )
 
 
-def from_issue(env: ActionEnv, forge: Forge, db: Path, config: Config, issue: int,
-               request: tuple[str, str, str] | None = None) -> None:
+def from_issue(
+    env: ActionEnv,
+    forge: Forge,
+    db: Path,
+    config: Config,
+    issue: int,
+    request: tuple[str, str, str] | None = None,
+) -> None:
     """Start a Session on ``issue`` (the label), or on a maintainer's ``/rio`` request given
     as ``(author, url, request)``: then the issue also gets the trigger label."""
     info = forge.issue(issue)
@@ -57,9 +69,14 @@ def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | N
     someone with write access that is not a command: the request a follow-up answers."""
     marks = proj.watermarks
     numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
-    for comment in sorted((c for n in numbers
-                           for c in forge.comments(n, after_id=int(marks.get(f"comments:{n}", 0)))),
-                          key=lambda c: c.id):
+    for comment in sorted(
+        (
+            c
+            for n in numbers
+            for c in forge.comments(n, after_id=int(marks.get(f"comments:{n}", 0)))
+        ),
+        key=lambda c: c.id,
+    ):
         if is_ours(comment) or steer_command(comment.body) is not None:
             continue
         if may_steer(forge, comment.author, comment.association):
@@ -68,36 +85,45 @@ def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | N
     return None
 
 
-def follow_up(env: ActionEnv, db: Path, config: Config, previous: Projection,
-              comment: Comment) -> None:
+def follow_up(
+    env: ActionEnv, db: Path, config: Config, previous: Projection, comment: Comment
+) -> None:
     """Replace the ended Session at ``db`` with its follow-up (the previous one stays in the
     older generations of the artifact)."""
-    goal = requested_goal(previous.session["goal"], comment.author, comment.url,
-                          comment.body, follow_up=True)
+    goal = requested_goal(
+        previous.session["goal"], comment.author, comment.url, comment.body, follow_up=True
+    )
     _succeed(env, db, config, goal, previous, {f"comments:{comment.issue}": comment.id})
-    log(f"rio-ci: follow-up Session for @{comment.author}'s comment {comment.id} (the previous "
-        f"Session {previous.session['id']} ended in {(previous.ended or {}).get('result')})")
+    log(
+        f"rio-ci: follow-up Session for @{comment.author}'s comment {comment.id} (the previous "
+        f"Session {previous.session['id']} ended in {(previous.ended or {}).get('result')})"
+    )
 
 
-def relabel(env: ActionEnv, forge: Forge, db: Path, config: Config, previous: Projection,
-            issue: int) -> None:
+def relabel(
+    env: ActionEnv, forge: Forge, db: Path, config: Config, previous: Projection, issue: int
+) -> None:
     """The trigger label put on an issue whose Session ended: a new Session on the issue as
     it reads now, on the same branch and pull request, told how the previous one ended."""
     info = forge.issue(issue)
     _succeed(env, db, config, goal_for(issue, info.title, info.body), previous, {})
-    log(f"rio-ci: #{issue} labelled again: a new Session (the previous Session "
-        f"{previous.session['id']} ended in {(previous.ended or {}).get('result')})")
+    log(
+        f"rio-ci: #{issue} labelled again: a new Session (the previous Session "
+        f"{previous.session['id']} ended in {(previous.ended or {}).get('result')})"
+    )
 
 
-def _succeed(env: ActionEnv, db: Path, config: Config, goal: str, previous: Projection,
-             marks: dict[str, Any]) -> None:
+def _succeed(
+    env: ActionEnv, db: Path, config: Config, goal: str, previous: Projection, marks: dict[str, Any]
+) -> None:
     """Replace the ended Session at ``db`` with a new one for ``goal`` (the previous one
     stays in the older generations of the artifact), which keeps its watermarks (the same
     pull request, only newer comments) and starts with how it ended."""
     session = create(env, db, config, goal)
     try:
-        session.receive(f"previous:{previous.session['id']}", "previous_session",
-                        conclusion_of(previous))
+        session.receive(
+            f"previous:{previous.session['id']}", "previous_session", conclusion_of(previous)
+        )
         for name, value in sorted({**previous.watermarks, **marks}.items()):
             if name != PUBLISHED:
                 session.set_watermark(name, value)
@@ -108,12 +134,18 @@ def _succeed(env: ActionEnv, db: Path, config: Config, goal: str, previous: Proj
 def conclusion_of(proj: Projection) -> dict[str, Any]:
     """How a Session ended, for its follow-up's first Turn."""
     ended = proj.ended or {}
-    note = max((c for c in proj.cells if c.get("role") == "conclusion"),
-               key=lambda c: int(c["id"]), default=None)
-    return {"session_id": proj.session["id"], "result": ended.get("result"),
-            "reason": clip(str(ended.get("reason") or ""), CONCLUSION_CHARS),
-            "conclusion": clip(note["text"], CONCLUSION_CHARS) if note else None,
-            "unresolved": [u.get("cell_id") for u in ended.get("unresolved") or []],
-            "rounds": proj.usage.get("rounds", 0),
-            "cost_usd": round(float(proj.usage.get("cost_usd", 0.0)), 4),
-            "pull_request": proj.watermarks.get("pull_request")}
+    note = max(
+        (c for c in proj.cells if c.get("role") == "conclusion"),
+        key=lambda c: int(c["id"]),
+        default=None,
+    )
+    return {
+        "session_id": proj.session["id"],
+        "result": ended.get("result"),
+        "reason": clip(str(ended.get("reason") or ""), CONCLUSION_CHARS),
+        "conclusion": clip(note["text"], CONCLUSION_CHARS) if note else None,
+        "unresolved": [u.get("cell_id") for u in ended.get("unresolved") or []],
+        "rounds": proj.usage.get("rounds", 0),
+        "cost_usd": round(float(proj.usage.get("cost_usd", 0.0)), 4),
+        "pull_request": proj.watermarks.get("pull_request"),
+    }

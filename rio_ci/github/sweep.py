@@ -23,8 +23,11 @@ def sweep(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         wake = meta.get("next_wake") if meta else None
         due = isinstance(wake, int | float) and not isinstance(wake, bool) and wake <= now
         if meta and not meta.get("ended") and due:
-            forge.dispatch(env.workflow_file, env.ref_name or forge.default_branch(),
-                           {"issue": str(issue.number)})
+            forge.dispatch(
+                env.workflow_file,
+                env.ref_name or forge.default_branch(),
+                {"issue": str(issue.number)},
+            )
             dispatched.append(issue.number)
     log(f"rio-ci: sweep dispatched {dispatched or 'nothing'}")
     return {"status": "swept", "dispatched": dispatched}

@@ -44,16 +44,21 @@ def refuse_far_timers(session: Session, retention_days: int) -> list[str]:
         if timer["deadline"] <= latest or proj.ended:
             continue
         days = (timer["deadline"] - time.time()) / DAY
-        reason = (f"Timer {timer['id']!r} is due in {days:.1f} days, past this repository's "
-                  f"artifact retention of {retention_days} days (retention_days in "
-                  f".github/rio.yml): the Session would be deleted before it fires. Timers "
-                  f"may be due at most {retention_days - MARGIN_DAYS} days ahead; it was "
-                  "withdrawn.")
+        reason = (
+            f"Timer {timer['id']!r} is due in {days:.1f} days, past this repository's "
+            f"artifact retention of {retention_days} days (retention_days in "
+            f".github/rio.yml): the Session would be deleted before it fires. Timers "
+            f"may be due at most {retention_days - MARGIN_DAYS} days ahead; it was "
+            "withdrawn."
+        )
         session.cancel_timer(timer["id"])
         log(f"::warning::rio-ci: {reason}")
         try:
-            session.receive(f"timer_refused:{timer['id']}", "timer_refused", {
-                "id": timer["id"], "deadline": timer["deadline"], "reason": reason})
+            session.receive(
+                f"timer_refused:{timer['id']}",
+                "timer_refused",
+                {"id": timer["id"], "deadline": timer["deadline"], "reason": reason},
+            )
         except RioError as exc:
             log(f"::warning::rio-ci: the model was not told: {exc}")
         refused.append(timer["id"])
@@ -78,8 +83,14 @@ def clear_next_wake(forge: Forge, issue: int, run_url: str) -> bool:
     meta = progress.read_meta(comment.body) if comment else None
     if not meta or meta.get("next_wake") is None:
         return False
-    forge.upsert_comment(issue, progress.MARKER, progress.render_problem(
-        "the Session's saved generations are gone (artifacts expire after the repository's "
-        "retention period), so there is nothing to resume; label the issue again to start "
-        "over", run_url=run_url))
+    forge.upsert_comment(
+        issue,
+        progress.MARKER,
+        progress.render_problem(
+            "the Session's saved generations are gone (artifacts expire after the repository's "
+            "retention period), so there is nothing to resume; label the issue again to start "
+            "over",
+            run_url=run_url,
+        ),
+    )
     return True

@@ -31,18 +31,33 @@ from rio_ci.run.environment import SECRET_NAME
 
 AUTHOR = ["-c", "user.name=rio-ci", "-c", "user.email=rio-ci@users.noreply.github.com"]
 # Settings that would let the checkout's own configuration run a program or reroute the token.
-SAFE_CONFIG = (("core.hooksPath", os.devnull), ("core.fsmonitor", "false"),
-               ("credential.helper", ""), ("protocol.ext.allow", "never"))
+SAFE_CONFIG = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("credential.helper", ""),
+    ("protocol.ext.allow", "never"),
+)
 
 
-def git(workspace: Path, *args: str, remote: str | None = None, token: str | None = None,
-        check: bool = True, stdin: str | None = None,
-        extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def git(
+    workspace: Path,
+    *args: str,
+    remote: str | None = None,
+    token: str | None = None,
+    check: bool = True,
+    stdin: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run git in ``workspace`` under the rules above; ``remote`` and ``token`` give the token
     to that URL only. ``check``: a failure raises ``ForgeError`` with git's last line."""
-    env = {**{k: v for k, v in os.environ.items()
-              if not k.startswith("GIT_CONFIG_") and not SECRET_NAME.search(k)},
-           **(extra_env or {})}
+    env = {
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("GIT_CONFIG_") and not SECRET_NAME.search(k)
+        },
+        **(extra_env or {}),
+    }
     settings = list(SAFE_CONFIG)
     if token and remote:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
@@ -52,8 +67,16 @@ def git(workspace: Path, *args: str, remote: str | None = None, token: str | Non
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     env["GIT_TERMINAL_PROMPT"] = "0"
-    done = subprocess.run(["git", *args], cwd=workspace, env=env, capture_output=True,
-                          text=True, timeout=300, check=False, input=stdin)
+    done = subprocess.run(
+        ["git", *args],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        input=stdin,
+    )
     if check and done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
         raise ForgeError(f"git {args[0]} failed: {message[-1] if message else done.returncode}")
@@ -73,13 +96,28 @@ def check_out(workspace: Path, branch: str, remote: str, token: str | None) -> s
     start it from the current commit and return None. A remote that cannot be asked raises
     ``ForgeError``: starting afresh then would put the agent on a stale tree whose push is
     later refused."""
-    listed = git(workspace, "ls-remote", "--heads", remote, f"refs/heads/{branch}",
-                 remote=remote, token=token).stdout
+    listed = git(
+        workspace,
+        "ls-remote",
+        "--heads",
+        remote,
+        f"refs/heads/{branch}",
+        remote=remote,
+        token=token,
+    ).stdout
     if not listed.strip():
         git(workspace, "checkout", "--quiet", "-B", branch)
         return None
-    git(workspace, "fetch", "--quiet", "--no-tags", remote,
-        f"+refs/heads/{branch}:refs/remotes/origin/{branch}", remote=remote, token=token)
+    git(
+        workspace,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        remote,
+        f"+refs/heads/{branch}:refs/remotes/origin/{branch}",
+        remote=remote,
+        token=token,
+    )
     git(workspace, "checkout", "--quiet", "-B", branch, f"refs/remotes/origin/{branch}")
     return head(workspace)
 
@@ -99,8 +137,15 @@ class Checkpoint:
     reason: str = ""
 
 
-def checkpoint(workspace: Path, branch: str, message: str, remote: str, token: str | None,
-               start: str, exclude: list[Path] | None = None) -> Checkpoint:
+def checkpoint(
+    workspace: Path,
+    branch: str,
+    message: str,
+    remote: str,
+    token: str | None,
+    start: str,
+    exclude: list[Path] | None = None,
+) -> Checkpoint:
     """Commit every change of the working tree to ``branch`` and push it to ``remote`` —
     only when there is something new since ``start`` (the commit the job began from), so a
     job that changed nothing pushes nothing and never re-creates a branch a merge deleted.
@@ -110,8 +155,14 @@ def checkpoint(workspace: Path, branch: str, message: str, remote: str, token: s
     everything but those paths; other refusals raise ``ForgeError``."""
     if git(workspace, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() != branch:
         git(workspace, "checkout", "--quiet", "-B", branch)
-    git(workspace, "add", "--all", "--", ".",
-        *[f":(exclude){p}" for p in (exclude or []) if _inside(p, workspace)])
+    git(
+        workspace,
+        "add",
+        "--all",
+        "--",
+        ".",
+        *[f":(exclude){p}" for p in (exclude or []) if _inside(p, workspace)],
+    )
     if git(workspace, "diff", "--cached", "--quiet", check=False).returncode != 0:
         git(workspace, *AUTHOR, "commit", "--quiet", "--no-verify", "-m", message)
     sha = head(workspace)
@@ -120,8 +171,17 @@ def checkpoint(workspace: Path, branch: str, message: str, remote: str, token: s
     refused: list[str] = []
     reasons: list[str] = []
     for _ in range(PUSH_ATTEMPTS):
-        done = git(workspace, "push", "--porcelain", "--no-verify", remote,
-                   f"{sha}:refs/heads/{branch}", remote=remote, token=token, check=False)
+        done = git(
+            workspace,
+            "push",
+            "--porcelain",
+            "--no-verify",
+            remote,
+            f"{sha}:refs/heads/{branch}",
+            remote=remote,
+            token=token,
+            check=False,
+        )
         if done.returncode == 0:
             if refused:
                 git(workspace, "reset", "--quiet", sha)  # the refused files stay, uncommitted
@@ -139,18 +199,24 @@ def checkpoint(workspace: Path, branch: str, message: str, remote: str, token: s
 PUSH_ATTEMPTS = 3
 # GitHub's refusals that name a path (read from all of git's output: the workflow refusal
 # comes inside "[remote rejected] (...)", the size refusal as "remote: error:" lines).
-_WORKFLOW = re.compile(r"refusing to allow an? [^\n]*? to create or update workflow `([^`]+)`"
-                       r" without `?[a-z]+`? (?:permission|scope)")
-_LARGE = re.compile(r"File (\S.*?) is [0-9.]+ MB; this exceeds GitHub's file size limit of "
-                    r"[0-9.]+ MB")
+_WORKFLOW = re.compile(
+    r"refusing to allow an? [^\n]*? to create or update workflow `([^`]+)`"
+    r" without `?[a-z]+`? (?:permission|scope)"
+)
+_LARGE = re.compile(
+    r"File (\S.*?) is [0-9.]+ MB; this exceeds GitHub's file size limit of "
+    r"[0-9.]+ MB"
+)
 
 
 def refused_paths(output: str) -> tuple[list[str], list[str]]:
     """The paths a refused push names, and why (one line per kind of refusal)."""
     paths: list[str] = []
     reasons: list[str] = []
-    for pattern, why in ((_WORKFLOW, "workflow files need the `workflows` permission"),
-                         (_LARGE, "GitHub refuses files over 100 MB")):
+    for pattern, why in (
+        (_WORKFLOW, "workflow files need the `workflows` permission"),
+        (_LARGE, "GitHub refuses files over 100 MB"),
+    ):
         found = list(pattern.finditer(output))
         if found:
             reasons.append(f"{why} (GitHub: {found[0].group(0)})")
@@ -167,15 +233,29 @@ def _without(workspace: Path, start: str, paths: list[str], message: str) -> str
         for path in paths:
             old = git(workspace, "ls-tree", start, "--", path).stdout.split()
             if old:
-                git(workspace, "update-index", "--add", "--cacheinfo",
-                    f"{old[0]},{old[2]},{path}", extra_env=scratch)
+                git(
+                    workspace,
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    f"{old[0]},{old[2]},{path}",
+                    extra_env=scratch,
+                )
             else:
                 git(workspace, "update-index", "--force-remove", "--", path, extra_env=scratch)
         tree = git(workspace, "write-tree", extra_env=scratch).stdout.strip()
     finally:
         index.unlink(missing_ok=True)
-    return git(workspace, *AUTHOR, "commit-tree", tree, "-p", start, "-m",
-               f"{message} (without {len(paths)} path(s) GitHub refused)").stdout.strip()
+    return git(
+        workspace,
+        *AUTHOR,
+        "commit-tree",
+        tree,
+        "-p",
+        start,
+        "-m",
+        f"{message} (without {len(paths)} path(s) GitHub refused)",
+    ).stdout.strip()
 
 
 def pin(recorded: Path, workspace: Path) -> tuple[str | None, str | None]:
@@ -189,14 +269,15 @@ def pin(recorded: Path, workspace: Path) -> tuple[str | None, str | None]:
     if recorded.is_symlink():
         recorded.unlink()
     elif recorded.exists():
-        return (f"the Session's working directory {recorded} is another directory on this "
-                f"runner, not this job's checkout {workspace}; nothing was run"), None
+        return (
+            f"the Session's working directory {recorded} is another directory on this "
+            f"runner, not this job's checkout {workspace}; nothing was run"
+        ), None
     try:
         recorded.parent.mkdir(parents=True, exist_ok=True)
         recorded.symlink_to(real, target_is_directory=True)
     except OSError as exc:
-        return f"cannot link the Session's working directory {recorded} to {workspace}: " \
-            f"{exc}", None
+        return f"cannot link the Session's working directory {recorded} to {workspace}: {exc}", None
     return None, f"the Session's working directory {recorded} now leads to {workspace}"
 
 

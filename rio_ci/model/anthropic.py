@@ -86,19 +86,30 @@ class AnthropicModel:
     Bedrock API key, or a Vertex access token); ``base_url`` the endpoint.
     """
 
-    def __init__(self, model: str, *, provider: str = "anthropic", effort: str = "high",
-                 price: Price | None = None, api_key: str | None = None,
-                 base_url: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 timeout: float = 600.0, region: str | None = None,
-                 project: str | None = None, connect: bool = True) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        provider: str = "anthropic",
+        effort: str = "high",
+        price: Price | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float = 600.0,
+        region: str | None = None,
+        project: str | None = None,
+        connect: bool = True,
+    ) -> None:
         """``connect=False``: no SDK client (and no credential check): enough to read the
         model's name and price, not to ask it anything."""
         if provider not in PROVIDERS:
             raise UsageError(f"unknown model provider {provider!r}: use one of {PROVIDERS}")
         gone = table.retired(model)
         if gone is not None:
-            raise UsageError(f"{model} was retired on {gone.retired}; use {gone.replacement} "
-                             f"(see {gone.source})")
+            raise UsageError(
+                f"{model} was retired on {gone.retired}; use {gone.replacement} (see {gone.source})"
+            )
         self.info = table.lookup(model) or table.unlisted(model)
         self.name = f"{provider}:{model}"
         # A Claude API id is translated to the platform's id; a platform id (an inference
@@ -109,9 +120,19 @@ class AnthropicModel:
         self.effort = _checked_effort(self.info, effort)
         self.max_tokens = max(1, min(max_tokens, self.info.max_output))
         self._price = price if price is not None else self.info.price_on(provider)
-        self._client = _client(provider, self.info, api_key=api_key, base_url=base_url,
-                               timeout=timeout, region=region, project=project) \
-            if connect else None
+        self._client = (
+            _client(
+                provider,
+                self.info,
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                region=region,
+                project=project,
+            )
+            if connect
+            else None
+        )
 
     def price(self) -> Price | None:
         return self._price
@@ -138,8 +159,9 @@ class AnthropicModel:
     def ask(self, request: ModelRequest) -> ModelReply:
         """Send one streamed request for ``request``'s Turn; see the module docstring."""
         if self._client is None:
-            raise ModelError(f"{self.name} was built without a client (connect=False)",
-                             transient=False)
+            raise ModelError(
+                f"{self.name} was built without a client (connect=False)", transient=False
+            )
         try:
             with self._client.messages.stream(**self.request_params(request)) as stream:
                 message = stream.get_final_message()
@@ -150,17 +172,18 @@ class AnthropicModel:
         except anthropic.APIConnectionError as exc:
             raise ModelError(f"{self.provider}: connection failed: {exc}", transient=True) from exc
         except anthropic.APIResponseValidationError as exc:
-            raise ModelError(f"{self.provider}: malformed response: {exc}",
-                             transient=True) from exc
+            raise ModelError(f"{self.provider}: malformed response: {exc}", transient=True) from exc
         except (httpx2.HTTPError, AssertionError) as exc:
             # The stream broke mid-way (a dropped connection, or nothing before message_stop).
-            raise ModelError(f"{self.provider}: the response stream broke: {exc!r}",
-                             transient=True) from exc
+            raise ModelError(
+                f"{self.provider}: the response stream broke: {exc!r}", transient=True
+            ) from exc
         except anthropic.AnthropicError as exc:
             raise ModelError(f"{self.provider}: {exc}", transient=False) from exc
         if message.stop_reason is None:
-            raise ModelError(f"{self.provider}: the response stream ended before message_stop",
-                             transient=True)
+            raise ModelError(
+                f"{self.provider}: the response stream ended before message_stop", transient=True
+            )
         return self._reply(message)
 
     def _thinking(self) -> ThinkingConfigParam | None:
@@ -196,15 +219,27 @@ class AnthropicModel:
 
     def _usage(self, message: Message) -> tuple[Usage, dict[str, Any]]:
         u = message.usage
-        usage = Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                      cache_write_tokens=u.cache_creation_input_tokens or 0,
-                      cache_read_tokens=u.cache_read_input_tokens or 0)
+        usage = Usage(
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_write_tokens=u.cache_creation_input_tokens or 0,
+            cache_read_tokens=u.cache_read_input_tokens or 0,
+        )
         cost = self.cost(usage)
-        usage = Usage(usage.input_tokens, usage.output_tokens, usage.cache_write_tokens,
-                      usage.cache_read_tokens, cost)
-        raw = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-               "cache_creation_input_tokens": usage.cache_write_tokens,
-               "cache_read_input_tokens": usage.cache_read_tokens, "cost_usd": cost}
+        usage = Usage(
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_write_tokens,
+            usage.cache_read_tokens,
+            cost,
+        )
+        raw = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens,
+            "cost_usd": cost,
+        }
         return usage, raw
 
 
@@ -217,8 +252,9 @@ def _checked_effort(info: table.ModelInfo, effort: str) -> str:
     return effort
 
 
-def _step_patch(message: Message, calls: list[Any],
-                max_tokens: int) -> tuple[list[Any] | None, str | None]:
+def _step_patch(
+    message: Message, calls: list[Any], max_tokens: int
+) -> tuple[list[Any] | None, str | None]:
     """The single step call's patch, or why ``message`` cannot be admitted (phrased for the
     model, which is told on its next attempt)."""
     reason = _unusable(message, calls, max_tokens)
@@ -227,8 +263,10 @@ def _step_patch(message: Message, calls: list[Any],
     tool_input = calls[0].input
     patch = tool_input.get("patch") if isinstance(tool_input, dict) else None
     if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
-        return None, ('malformed step input: it must be {"patch": [operation objects]}, a '
-                      "list of RFC 6902 operations, each a JSON object.")
+        return None, (
+            'malformed step input: it must be {"patch": [operation objects]}, a '
+            "list of RFC 6902 operations, each a JSON object."
+        )
     if message.stop_reason != "tool_use":
         return None, f"the reply stopped with {message.stop_reason!r}, not a complete step call."
     return patch, None
@@ -239,21 +277,31 @@ def _unusable(message: Message, calls: list[Any], max_tokens: int) -> str | None
     if stop == "refusal":
         details = getattr(message, "stop_details", None)
         category = getattr(details, "category", None)
-        return (f"the reply was a refusal{f' (category: {category})' if category else ''}. If "
-                "the task is legitimate, take a different, clearly benign approach; otherwise "
-                "conclude with result failure and say why.")
+        return (
+            f"the reply was a refusal{f' (category: {category})' if category else ''}. If "
+            "the task is legitimate, take a different, clearly benign approach; otherwise "
+            "conclude with result failure and say why."
+        )
     if stop == "max_tokens":
-        return (f"the reply was cut off at max_tokens ({max_tokens}) before a complete step "
-                "call. Think less, write less, and send a smaller patch (one or two Cells).")
+        return (
+            f"the reply was cut off at max_tokens ({max_tokens}) before a complete step "
+            "call. Think less, write less, and send a smaller patch (one or two Cells)."
+        )
     if stop == "model_context_window_exceeded":
-        return ("the request filled the model's context window. Remove Cells you no longer need "
-                "and keep outputs short.")
+        return (
+            "the request filled the model's context window. Remove Cells you no longer need "
+            "and keep outputs short."
+        )
     if not calls:
-        return (f"no step call (stop reason {stop}). Text alone does nothing: call the step "
-                "tool exactly once with {\"patch\": [...]}.")
+        return (
+            f"no step call (stop reason {stop}). Text alone does nothing: call the step "
+            'tool exactly once with {"patch": [...]}.'
+        )
     if len(calls) > 1:
-        return (f"{len(calls)} tool calls in one reply. Call step exactly once; put every "
-                "operation in that one patch.")
+        return (
+            f"{len(calls)} tool calls in one reply. Call step exactly once; put every "
+            "operation in that one patch."
+        )
     if calls[0].name != "step":
         return f"unknown tool {calls[0].name!r}. The only tool is step."
     return None
@@ -264,8 +312,11 @@ def _rationale(message: Message) -> str:
     shows between tool calls as thinking); clipped for the Journal."""
     texts = [b.text.strip() for b in message.content if b.type == "text" and b.text.strip()]
     if not texts:
-        texts = [b.thinking.strip() for b in message.content
-                 if b.type == "thinking" and b.thinking.strip()]
+        texts = [
+            b.thinking.strip()
+            for b in message.content
+            if b.type == "thinking" and b.thinking.strip()
+        ]
     text = "\n\n".join(texts)
     if len(text) > RATIONALE_CHARS:
         half = RATIONALE_CHARS // 2
@@ -283,9 +334,12 @@ def _status_error(provider: str, exc: anthropic.APIStatusError) -> ModelError:
     label = f"HTTP {status}" if status != 200 else "stream error"
     # An error answered before any output (status != 200) is not billed; one inside a stream
     # that had begun may have been, so its usage stays unknown.
-    return ModelError(f"{provider} {label}: {kind}: {text}", transient=transient,
-                      retry_after=_retry_after(exc.response.headers) if transient else None,
-                      status=status if status != 200 else None)
+    return ModelError(
+        f"{provider} {label}: {kind}: {text}",
+        transient=transient,
+        retry_after=_retry_after(exc.response.headers) if transient else None,
+        status=status if status != 200 else None,
+    )
 
 
 def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
@@ -319,16 +373,25 @@ def _retry_after(headers: Any) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-def _client(provider: str, info: table.ModelInfo, *, api_key: str | None, base_url: str | None,
-            timeout: float, region: str | None, project: str | None) -> Any:
+def _client(
+    provider: str,
+    info: table.ModelInfo,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float,
+    region: str | None,
+    project: str | None,
+) -> Any:
     """The SDK client for ``provider``; a clear ``ModelError`` when it cannot be built."""
     common: dict[str, Any] = {"max_retries": 0, "timeout": timeout}
     if provider == "anthropic":
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise ModelError("no Anthropic API key: set ANTHROPIC_API_KEY", transient=False)
-        return anthropic.Anthropic(api_key=key, base_url=base_url or os.environ.get(
-            "ANTHROPIC_BASE_URL") or None, **common)
+        return anthropic.Anthropic(
+            api_key=key, base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None, **common
+        )
     try:
         if provider == "bedrock":
             return _bedrock(info, api_key, base_url, region, common)
@@ -337,12 +400,20 @@ def _client(provider: str, info: table.ModelInfo, *, api_key: str | None, base_u
         raise ModelError(f"{provider}: cannot build the client: {exc}", transient=False) from exc
 
 
-def _bedrock(info: table.ModelInfo, api_key: str | None, base_url: str | None,
-             region: str | None, common: dict[str, Any]) -> Any:
+def _bedrock(
+    info: table.ModelInfo,
+    api_key: str | None,
+    base_url: str | None,
+    region: str | None,
+    common: dict[str, Any],
+) -> Any:
     from anthropic.lib.bedrock import AnthropicBedrock, AnthropicBedrockMantle
 
-    bearer = api_key or os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or os.environ.get(
-        "ANTHROPIC_AWS_API_KEY")
+    bearer = (
+        api_key
+        or os.environ.get("AWS_BEARER_TOKEN_BEDROCK")
+        or os.environ.get("ANTHROPIC_AWS_API_KEY")
+    )
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if info.bedrock_endpoint == "runtime":
         # The legacy InvokeModel stream is AWS event-stream, decoded by botocore.
@@ -355,8 +426,13 @@ def _bedrock(info: table.ModelInfo, api_key: str | None, base_url: str | None,
     return AnthropicBedrockMantle(api_key=bearer, aws_region=region, base_url=base_url, **common)
 
 
-def _vertex(access_token: str | None, base_url: str | None, region: str | None,
-            project: str | None, common: dict[str, Any]) -> Any:
+def _vertex(
+    access_token: str | None,
+    base_url: str | None,
+    region: str | None,
+    project: str | None,
+    common: dict[str, Any],
+) -> Any:
     from anthropic.lib.vertex import AnthropicVertex
 
     region = region or os.environ.get("CLOUD_ML_REGION")
@@ -368,15 +444,18 @@ def _vertex(access_token: str | None, base_url: str | None, region: str | None,
     elif not project:
         raise ValueError("no Google Cloud project: set ANTHROPIC_VERTEX_PROJECT_ID")
     kwargs: dict[str, Any] = {"project_id": project} if project else {}
-    return AnthropicVertex(region=region, access_token=access_token, base_url=base_url,
-                           **kwargs, **common)
+    return AnthropicVertex(
+        region=region, access_token=access_token, base_url=base_url, **kwargs, **common
+    )
 
 
 def _require_extra(provider: str, purpose: str) -> None:
     missing = [m for m in _EXTRAS[provider] if not _installed(m)]
     if missing:
-        raise ModelError(f"{provider}: {purpose} needs {', '.join(missing)}: install "
-                         f"'rio-ci[{provider}]'", transient=False)
+        raise ModelError(
+            f"{provider}: {purpose} needs {', '.join(missing)}: install 'rio-ci[{provider}]'",
+            transient=False,
+        )
 
 
 def _installed(module: str) -> bool:

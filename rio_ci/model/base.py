@@ -41,9 +41,12 @@ class Price:
         return cls(input, output, input * cls.CACHE_WRITE_FACTOR, input)
 
     def cost(self, usage: Usage) -> float:
-        return (usage.input_tokens * self.input + usage.output_tokens * self.output
-                + usage.cache_write_tokens * self.cache_write
-                + usage.cache_read_tokens * self.cache_read) / 1_000_000
+        return (
+            usage.input_tokens * self.input
+            + usage.output_tokens * self.output
+            + usage.cache_write_tokens * self.cache_write
+            + usage.cache_read_tokens * self.cache_read
+        ) / 1_000_000
 
 
 @dataclass(frozen=True)
@@ -64,9 +67,13 @@ class Usage:
         return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cache_write_tokens": self.cache_write_tokens,
-                "cache_read_tokens": self.cache_read_tokens, "cost_usd": self.cost_usd}
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cost_usd": self.cost_usd,
+        }
 
 
 @dataclass(frozen=True)
@@ -125,8 +132,10 @@ def strict_reply(reply: ModelReply) -> ModelReply:
         dumps([reply.patch, reply.raw, reply.usage.to_dict()])
         return reply
     except ValueError:
-        why = ("malformed step input: it holds a number that JSON cannot carry (NaN, Infinity "
-               "or one too large for a 64-bit float); write such values as strings.")
+        why = (
+            "malformed step input: it holds a number that JSON cannot carry (NaN, Infinity "
+            "or one too large for a 64-bit float); write such values as strings."
+        )
         raw = finite_copy(reply.raw)
         raw["invalid"] = reply.invalid or why
         return replace(reply, patch=None, raw=raw, invalid=reply.invalid or why)

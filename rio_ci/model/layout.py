@@ -48,10 +48,16 @@ def system_blocks(prompt: str, guidance: str | None) -> list[TextBlockParam]:
     carries the first cache breakpoint."""
     blocks: list[TextBlockParam] = [{"type": "text", "text": prompt}]
     if guidance and guidance.strip():
-        blocks.append({"type": "text", "text": (
-            "Repository guidance, from the working directory's agent instructions file. Follow "
-            "it where it does not conflict with the rules above; it cannot change how `step` "
-            "works.\n\n" + guidance.strip())})
+        blocks.append(
+            {
+                "type": "text",
+                "text": (
+                    "Repository guidance, from the working directory's agent instructions file. "
+                    "Follow it where it does not conflict with the rules above; it cannot change "
+                    "how `step` works.\n\n" + guidance.strip()
+                ),
+            }
+        )
     blocks[-1]["cache_control"] = _EPHEMERAL
     return blocks
 
@@ -62,8 +68,9 @@ def user_content(request: ModelRequest) -> list[TextBlockParam]:
     runtime: dict[str, Any] = state.get("runtime") or {}
     facts: dict[str, Any] = dict(runtime.get("cells") or {})
     cells: list[Any] = state.get("cells") or []
-    stable: list[TextBlockParam] = [_text(STABLE_HEADER + "\n" + _json(
-        {k: state[k] for k in _STABLE_KEYS if k in state}))]
+    stable: list[TextBlockParam] = [
+        _text(STABLE_HEADER + "\n" + _json({k: state[k] for k in _STABLE_KEYS if k in state}))
+    ]
     for index, cell in enumerate(cells):
         key = str(cell.get("id")) if isinstance(cell, dict) else None
         finished = key is not None and (facts.get(key) or {}).get("phase") == "finished"
@@ -80,8 +87,7 @@ def _cell_text(index: int, cell: Any, facts: dict[str, Any] | None) -> str:
     lines = [f"/cells/{index} {_json(cell)}"]
     if facts is not None:
         key = str(cell["id"])
-        shown = {k: v for k, v in facts.items() if not (k in _STREAMS and isinstance(v, str)
-                                                          and v)}
+        shown = {k: v for k, v in facts.items() if not (k in _STREAMS and isinstance(v, str) and v)}
         lines.append(f'runtime.cells["{key}"] {_json(shown)}')
         for stream in _STREAMS:
             text = facts.get(stream)
@@ -96,8 +102,10 @@ def _turn_text(request: ModelRequest) -> str:
     if request.delivered_refs:
         lines.append("Observations delivered to this Turn: " + ", ".join(request.delivered_refs))
     if request.feedback:
-        lines.append("Your previous attempt for this Turn was not admitted, and nothing of it "
-                     f"was applied: {request.feedback}\nCorrect that in this attempt.")
+        lines.append(
+            "Your previous attempt for this Turn was not admitted, and nothing of it "
+            f"was applied: {request.feedback}\nCorrect that in this attempt."
+        )
     lines.append("Decide the next step and call `step` exactly once.")
     return "\n".join(lines)
 

@@ -25,8 +25,13 @@ _CLAUDE = ("anthropic", "bedrock", "vertex")
 _PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)$")
 
 
-def build_model(spec: str | None = None, *, effort: str = "high",
-                price: Price | None = None, connect: bool = True) -> Model:
+def build_model(
+    spec: str | None = None,
+    *,
+    effort: str = "high",
+    price: Price | None = None,
+    connect: bool = True,
+) -> Model:
     """The ``Model`` that ``spec`` names; ``UsageError`` for a spec that names none.
 
     ``effort`` and ``price`` (``--effort``, ``--price``) apply to Claude models; a script
@@ -44,26 +49,35 @@ def build_model(spec: str | None = None, *, effort: str = "high",
         from rio_ci.model import table
         from rio_ci.model.anthropic import AnthropicModel
 
-        return AnthropicModel(rest or table.default_model(), provider=kind, effort=effort,
-                              price=price, connect=connect)
-    raise UsageError(f"--model must be anthropic[:MODEL], bedrock:MODEL, vertex:MODEL or "
-                     f"scripted:FILE; got {spec!r}")
+        return AnthropicModel(
+            rest or table.default_model(),
+            provider=kind,
+            effort=effort,
+            price=price,
+            connect=connect,
+        )
+    raise UsageError(
+        f"--model must be anthropic[:MODEL], bedrock:MODEL, vertex:MODEL or "
+        f"scripted:FILE; got {spec!r}"
+    )
 
 
 def parse_price(text: str) -> Price:
     """``IN/OUT`` in USD per million input / output tokens."""
     match = _PRICE.match(text.strip())
     if not match:
-        raise UsageError(f"--price expects IN/OUT in USD per million tokens (e.g. 3/15), "
-                         f"got {text!r}")
+        raise UsageError(
+            f"--price expects IN/OUT in USD per million tokens (e.g. 3/15), got {text!r}"
+        )
     rates = float(match.group(1)), float(match.group(2))
     if not all(math.isfinite(rate) for rate in rates):  # 400 digits parse as infinity
         raise UsageError(f"--price {text!r}: too large to be a price")
     return Price.flat(*rates)
 
 
-def priced_model(spec: str, *, effort: str, price: Price | None,
-                 stored: Mapping[str, Mapping[str, float]]) -> Model:
+def priced_model(
+    spec: str, *, effort: str, price: Price | None, stored: Mapping[str, Mapping[str, float]]
+) -> Model:
     """The model of ``spec`` with a known price: ``price`` (``--price``), else the one an
     earlier run stored in the Session for this model (``stored``, by model name), else the
     model's own. A stored price wins over the table's, so every job of a Session counts cost
@@ -77,11 +91,13 @@ def priced_model(spec: str, *, effort: str, price: Price | None,
         raise UsageError(
             f"this Session already counts {named.name} at {kept.input:g}/{kept.output:g} USD "
             f"per million input/output tokens (stored by an earlier run); --price "
-            f"{price.input:g}/{price.output:g} would change how its budgets are counted")
+            f"{price.input:g}/{price.output:g} would change how its budgets are counted"
+        )
     if price is None:
         price = kept or named.price()
     if price is None:
         raise UsageError(
             f"{named.name} has no known price, so its cost cannot be counted against the "
-            f"cost_usd budget; give --price IN/OUT (USD per million input / output tokens)")
+            f"cost_usd budget; give --price IN/OUT (USD per million input / output tokens)"
+        )
     return build_model(spec, effort=effort, price=price)

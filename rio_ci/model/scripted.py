@@ -42,12 +42,15 @@ def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
     for number, item in enumerate(data, 1):
         patch = item.get("patch") if isinstance(item, dict) else item
         if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
-            raise UsageError(f"script {path}: round {number} must be a list of operations "
-                             "or {patch: [...]}")
+            raise UsageError(
+                f"script {path}: round {number} must be a list of operations or {{patch: [...]}}"
+            )
         for op in patch:
             if "when" in op and op["when"] not in WHEN:
-                raise UsageError(f"script {path}: round {number}: when must be "
-                                 f"{' or '.join(WHEN)}, got {op['when']!r}")
+                raise UsageError(
+                    f"script {path}: round {number}: when must be "
+                    f"{' or '.join(WHEN)}, got {op['when']!r}"
+                )
         rounds.append(patch)
     return rounds
 
@@ -67,11 +70,16 @@ class ScriptedModel:
     def ask(self, request: ModelRequest) -> ModelReply:
         k = request.round_index
         if k > len(self.rounds):
-            raise ModelError(f"the script has {len(self.rounds)} rounds; round {k} is past its "
-                             "end", transient=False)
+            raise ModelError(
+                f"the script has {len(self.rounds)} rounds; round {k} is past its end",
+                transient=False,
+            )
         patch = complete(self.rounds[k - 1], request)
-        return ModelReply(patch=patch, usage=Usage(cost_usd=0.0),
-                          raw={"script": self.path, "round": k, "patch": patch})
+        return ModelReply(
+            patch=patch,
+            usage=Usage(cost_usd=0.0),
+            raw={"script": self.path, "round": k, "patch": patch},
+        )
 
 
 def complete(ops: list[dict[str, Any]], request: ModelRequest) -> list[dict[str, Any]]:
@@ -105,9 +113,12 @@ def complete(ops: list[dict[str, Any]], request: ModelRequest) -> list[dict[str,
 
 def unresolved_cells(state: dict[str, Any]) -> list[int]:
     """Ids of the Cells whose UnknownExecution is unresolved in ``state``, oldest first."""
-    return sorted(int(k) for k, v in state["runtime"]["cells"].items()
-                  if (v.get("result") or {}).get("type") == "UnknownExecution"
-                  and v.get("resolved_by") is None)
+    return sorted(
+        int(k)
+        for k, v in state["runtime"]["cells"].items()
+        if (v.get("result") or {}).get("type") == "UnknownExecution"
+        and v.get("resolved_by") is None
+    )
 
 
 def _applicable(ops: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,8 +18,17 @@ from typing import Any
 
 from rio_ci.model.base import Price, Usage
 
-__all__ = ["EFFORTS", "Features", "ModelInfo", "Retired", "checked", "default_model", "lookup",
-           "retired", "table"]
+__all__ = [
+    "EFFORTS",
+    "Features",
+    "ModelInfo",
+    "Retired",
+    "checked",
+    "default_model",
+    "lookup",
+    "retired",
+    "table",
+]
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
@@ -27,7 +36,8 @@ EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # "anthropic.claude-haiku-4-5-20251001-v1:0", "claude-opus-4-5@20251101".
 _PLATFORM_WRAPPING = re.compile(
     r"^(?:(?:us|eu|apac|jp|au|global)\.)?(?:anthropic\.)?(?P<id>[a-z0-9.-]+?)(?:-v\d+(?::\d+)?)?"
-    r"(?:@[0-9a-z-]+)?$")
+    r"(?:@[0-9a-z-]+)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -126,10 +136,19 @@ def lookup(model: str) -> ModelInfo | None:
 def unlisted(model: str) -> ModelInfo:
     """What to assume for a model the table does not list: current-family features, no price."""
     spec = table()["unlisted"]
-    return ModelInfo(id=model, name=model, status="unlisted", context_window=spec["context_window"],
-                     max_output=spec["max_output"], features=_features(spec["features"]),
-                     price=None, long_prompt=None, bedrock_id=None, bedrock_endpoint="mantle",
-                     vertex_id=None)
+    return ModelInfo(
+        id=model,
+        name=model,
+        status="unlisted",
+        context_window=spec["context_window"],
+        max_output=spec["max_output"],
+        features=_features(spec["features"]),
+        price=None,
+        long_prompt=None,
+        bedrock_id=None,
+        bedrock_endpoint="mantle",
+        vertex_id=None,
+    )
 
 
 def retired(model: str) -> Retired | None:
@@ -165,23 +184,37 @@ def _info(model_id: str, spec: dict[str, Any]) -> ModelInfo:
     bedrock = spec.get("bedrock") or {}
     vertex = spec.get("vertex") or {}
     return ModelInfo(
-        id=model_id, name=spec["name"], status=spec["status"],
-        context_window=spec["context_window"], max_output=spec["max_output"],
+        id=model_id,
+        name=spec["name"],
+        status=spec["status"],
+        context_window=spec["context_window"],
+        max_output=spec["max_output"],
         features=_features(spec["features"]),
         price=_price(spec["price"]) if spec.get("price") else None,
-        long_prompt=long_prompt, bedrock_id=bedrock.get("id"),
-        bedrock_endpoint=bedrock.get("endpoint", "mantle"), vertex_id=vertex.get("id"))
+        long_prompt=long_prompt,
+        bedrock_id=bedrock.get("id"),
+        bedrock_endpoint=bedrock.get("endpoint", "mantle"),
+        vertex_id=vertex.get("id"),
+    )
 
 
 def _price(spec: dict[str, Any]) -> Price:
     # Only 5-minute cache writes are ever requested (the default ``ephemeral`` TTL).
-    return Price(float(spec["input"]), float(spec["output"]), float(spec["cache_write_5m"]),
-                 float(spec["cache_read"]))
+    return Price(
+        float(spec["input"]),
+        float(spec["output"]),
+        float(spec["cache_write_5m"]),
+        float(spec["cache_read"]),
+    )
 
 
 def _features(spec: dict[str, Any]) -> Features:
-    return Features(thinking=spec["thinking"], thinking_display=bool(spec["thinking_display"]),
-                    effort=tuple(spec["effort"]), default_effort=spec["default_effort"],
-                    forced_tool_choice=spec["forced_tool_choice"],
-                    sampling_params=spec["sampling_params"],
-                    assistant_prefill=spec["assistant_prefill"])
+    return Features(
+        thinking=spec["thinking"],
+        thinking_display=bool(spec["thinking_display"]),
+        effort=tuple(spec["effort"]),
+        default_effort=spec["default_effort"],
+        forced_tool_choice=spec["forced_tool_choice"],
+        sampling_params=spec["sampling_params"],
+        assistant_prefill=spec["assistant_prefill"],
+    )

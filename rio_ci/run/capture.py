@@ -58,13 +58,13 @@ class Retention:
             head = encoded[: self.head_room].decode("utf-8", "ignore")
             self.new_head += head
             self.head_room -= len(head.encode())
-            text = text[len(head):]
+            text = text[len(head) :]
             if text:
                 self.head_room = 0  # a character that did not fit closes the head
         if text:
             tail = (self.tail + text).encode()
             if len(tail) > self.tail_limit:
-                kept = tail[len(tail) - self.tail_limit:].decode("utf-8", "ignore")
+                kept = tail[len(tail) - self.tail_limit :].decode("utf-8", "ignore")
                 self.elided += len(tail) - len(kept.encode())
                 tail = kept.encode()
             self.tail = tail.decode()
@@ -107,8 +107,9 @@ class Watch:
 
     def __init__(self, worker: Worker, limit: int, secrets: Sequence[str]):
         self.worker = worker
-        self.streams: dict[Stream, Retention] = {name: Retention(limit, secrets)
-                                                 for name in STREAMS}
+        self.streams: dict[Stream, Retention] = {
+            name: Retention(limit, secrets) for name in STREAMS
+        }
         self.exited_at: float | None = None
 
     def read(self, wait: float) -> None:
@@ -199,15 +200,17 @@ class Capture:
         result = ev.unknown(self.cell_id, reason, worker_stopped=stopped)
         if code is not None:  # the outcome is known: never turn it into an UnknownExecution
             result = ev.exited(self.cell_id, code)
-        self.session.finish(self.cell_id, result, output=self.watch.pieces(with_tail=True),
-                            cancel_note=cancel_note)
+        self.session.finish(
+            self.cell_id, result, output=self.watch.pieces(with_tail=True), cancel_note=cancel_note
+        )
         if not stopped:
             raise RecoveryError(f"the Worker of cell {self.cell_id} could not be stopped")
         return result
 
 
-def run_to_end(watch: Watch, seconds: float, interrupted: threading.Event,
-               stop_at: float | None = None) -> int | str:
+def run_to_end(
+    watch: Watch, seconds: float, interrupted: threading.Event, stop_at: float | None = None
+) -> int | str:
     """Watch until the Worker ends (its exit status), or stop it and say why not
     (``"timeout"`` after ``seconds``; ``"interrupted"`` when ``interrupted`` is set or the
     ``time.monotonic()`` value ``stop_at`` — the Owner's own deadline — passes). For

@@ -34,24 +34,29 @@ _MIN_SECRET = 6  # shorter values would match innocent text
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
 
-def secret_names(environ: Mapping[str, str], keep: Iterable[str] = (),
-                 extra: Iterable[str] = ()) -> set[str]:
+def secret_names(
+    environ: Mapping[str, str], keep: Iterable[str] = (), extra: Iterable[str] = ()
+) -> set[str]:
     """Names of the credentials in ``environ``: credential-looking names and the names in
     ``extra`` (a Session's ``--secret``), except those in ``keep``."""
     kept, named = set(keep), set(extra)
     return {k for k in environ if (SECRET_NAME.search(k) or k in named) and k not in kept}
 
 
-def worker_environment(environ: Mapping[str, str], keep: Iterable[str] = (),
-                       extra: Iterable[str] = ()) -> dict[str, str]:
+def worker_environment(
+    environ: Mapping[str, str], keep: Iterable[str] = (), extra: Iterable[str] = ()
+) -> dict[str, str]:
     """``environ`` without secrets: credential names (unless listed in ``keep``, the
     Session's explicit pass-through), the names in ``extra``, any value that contains one of
     their values (a remote URL, an Authorization header), and the harness's private
     variables."""
     names = secret_names(environ, keep, extra)
     values = {environ[k] for k in names if len(environ[k]) >= _MIN_SECRET}
-    return {k: v for k, v in environ.items()
-            if k not in names and k not in PRIVATE_VARS and not any(s in v for s in values)}
+    return {
+        k: v
+        for k, v in environ.items()
+        if k not in names and k not in PRIVATE_VARS and not any(s in v for s in values)
+    }
 
 
 def scrub_own_environment(argv: list[str], extra: Iterable[str] = ()) -> None:
@@ -78,9 +83,11 @@ def _reexec_without(names: set[str], argv: list[str]) -> None:
     try:
         fd = _anonymous_file(json.dumps(secrets).encode("utf-8", "surrogateescape"))
     except OSError as exc:
-        raise RioError(f"cannot move the credentials out of this process's initial "
-                       f"environment ({exc.strerror}); refusing to start an Owner that a "
-                       "script could read them from") from None
+        raise RioError(
+            f"cannot move the credentials out of this process's initial "
+            f"environment ({exc.strerror}); refusing to start an Owner that a "
+            "script could read them from"
+        ) from None
     env = {k: v for k, v in os.environ.items() if k not in names}
     env.update(RIO_SECRETS_FD=str(fd), RIO_SCRUBBED="1")
     sys.stdout.flush()
@@ -88,8 +95,10 @@ def _reexec_without(names: set[str], argv: list[str]) -> None:
     try:
         os.execve(sys.executable, [sys.executable, "-m", "rio_ci.cli", *argv], env)
     except OSError as exc:
-        raise RioError(f"cannot re-execute {sys.executable} without the credentials "
-                       f"({exc.strerror}); refusing to start") from None
+        raise RioError(
+            f"cannot re-execute {sys.executable} without the credentials "
+            f"({exc.strerror}); refusing to start"
+        ) from None
 
 
 def _anonymous_file(payload: bytes) -> int:
@@ -102,7 +111,7 @@ def _anonymous_file(payload: bytes) -> int:
             fd = os.dup(spare.fileno())
     view = memoryview(payload)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     os.set_inheritable(fd, True)
     return fd
@@ -113,10 +122,13 @@ def _read_secrets(fd: str) -> dict[str, str]:
         with os.fdopen(int(fd), "rb") as stream:
             values = json.loads(stream.read().decode("utf-8", "surrogateescape"))
     except (OSError, ValueError) as exc:
-        raise RioError(f"RIO_SECRETS_FD={fd!r} does not carry rio-ci's credentials ({exc}); "
-                       "it is set only by rio-ci itself") from None
+        raise RioError(
+            f"RIO_SECRETS_FD={fd!r} does not carry rio-ci's credentials ({exc}); "
+            "it is set only by rio-ci itself"
+        ) from None
     if not isinstance(values, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+        isinstance(k, str) and isinstance(v, str) for k, v in values.items()
+    ):
         raise RioError("RIO_SECRETS_FD does not carry rio-ci's credentials")
     return values
 
@@ -151,8 +163,9 @@ def secret_values(environ: Mapping[str, str], extra: Iterable[str] = ()) -> list
     those of credential-named variables and of the names in ``extra`` (a Session's
     ``--secret``), passed-through ones included, longest first; values shorter than
     ``_MIN_SECRET`` are left out (they would match innocent text)."""
-    values = {environ[k] for k in secret_names(environ, extra=extra)
-              if len(environ[k]) >= _MIN_SECRET}
+    values = {
+        environ[k] for k in secret_names(environ, extra=extra) if len(environ[k]) >= _MIN_SECRET
+    }
     return sorted(values, key=len, reverse=True)
 
 
@@ -163,8 +176,7 @@ def redacted_values(session: Session) -> list[str]:
 
 def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
     settings = session.proj.session
-    env = worker_environment(os.environ, settings.get("pass_env", []),
-                             settings.get("secrets", []))
+    env = worker_environment(os.environ, settings.get("pass_env", []), settings.get("secrets", []))
     shim = str(api_shim(session))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim, env.get("PYTHONPATH")]))
     env.update(RIO_SESSION_DB=str(session.journal.path), RIO_PYTHON=sys.executable)
@@ -181,8 +193,7 @@ def scratch_dir(session: Session) -> Path:
     except OSError as exc:
         raise StorageError(f"cannot create {path}: {exc.strerror}") from None
     if path.is_symlink() or not path.is_dir():
-        raise StorageError(f"{path} is not a directory rio-ci made (a link or a file); "
-                           "remove it")
+        raise StorageError(f"{path} is not a directory rio-ci made (a link or a file); remove it")
     return path
 
 

@@ -44,8 +44,9 @@ class Launch:
         while it runs; a Cell that damages the shim breaks only its own imports."""
         if self._env is None:
             self._env = worker_env(self.session, None)
-        return {**self._env, "RIO_CELL_ID": str(cell_id)} if cell_id is not None else \
-            dict(self._env)
+        return (
+            {**self._env, "RIO_CELL_ID": str(cell_id)} if cell_id is not None else dict(self._env)
+        )
 
     def token(self, what: str) -> str:
         return f"rio-{self.session.proj.session['id']}-{what}-{uuid.uuid4().hex[:12]}"
@@ -77,11 +78,13 @@ class Launch:
         crash_point("worker_before_release")
         worker.release()
         crash_point("script_running")
-        return Capture(session, cell_id, Watch(worker, session.limits["output_bytes"],
-                                               self.secrets))
+        return Capture(
+            session, cell_id, Watch(worker, session.limits["output_bytes"], self.secrets)
+        )
 
-    def _argv(self, cell: dict[str, Any], cwd: str,
-              env: dict[str, str]) -> tuple[list[str], str | None]:
+    def _argv(
+        self, cell: dict[str, Any], cwd: str, env: dict[str, str]
+    ) -> tuple[list[str], str | None]:
         """The command to run, or why it cannot run (known before anything starts)."""
         if not Path(cwd).is_dir():
             return [], f"working directory {cwd} does not exist"
@@ -94,7 +97,8 @@ class Launch:
             return [uv_binary(), "run", "--quiet", "--script", str(script)], None
         argv = list(cell["argv"])
         if not self._found_program(argv[0], env.get("PATH")) and not (
-                "/" in argv[0] and os.access(Path(cwd, argv[0]), os.X_OK)):
+            "/" in argv[0] and os.access(Path(cwd, argv[0]), os.X_OK)
+        ):
             exists = "/" in argv[0] and Path(cwd, argv[0]).is_file()
             return argv, f"program {'not executable' if exists else 'not found'}: {argv[0]}"
         return argv, None
@@ -110,16 +114,23 @@ class Launch:
             self._found[(program, path)] = found
         return found is not None
 
-    def validator(self, note_id: int, index: int, argv: list[str],
-                  interrupted: threading.Event, stop_at: float | None = None) -> dict[str, Any]:
+    def validator(
+        self,
+        note_id: int,
+        index: int,
+        argv: list[str],
+        interrupted: threading.Event,
+        stop_at: float | None = None,
+    ) -> dict[str, Any]:
         """Run one validator under the same supervision; commit and return its result
         (``stop_at``: see ``run_to_end``)."""
         session = self.session
         watch = None
         result: dict[str, Any]
         try:
-            worker = Worker.spawn(argv, session.proj.session["cwd"], self.env(None),
-                                  self.token("validator"))
+            worker = Worker.spawn(
+                argv, session.proj.session["cwd"], self.env(None), self.token("validator")
+            )
         except OSError as exc:
             result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}
         else:
@@ -131,9 +142,15 @@ class Launch:
             else:
                 result = {"type": "success" if end == 0 else "error", "exit_code": end}
         streams = watch.streams if watch else {}
-        session.record_validator({
-            "note_id": note_id, "index": index, "argv": argv, "result": result,
-            "stdout": streams["stdout"].text() if streams else "",
-            "stderr": streams["stderr"].text() if streams else "",
-            "truncated": any(r.elided for r in streams.values())})
+        session.record_validator(
+            {
+                "note_id": note_id,
+                "index": index,
+                "argv": argv,
+                "result": result,
+                "stdout": streams["stdout"].text() if streams else "",
+                "stderr": streams["stderr"].text() if streams else "",
+                "truncated": any(r.elided for r in streams.values()),
+            }
+        )
         return result

@@ -28,8 +28,9 @@ from rio_ci.session import Session
 
 
 class Owner:
-    def __init__(self, path: str, *, synchronous: str = "FULL",
-                 before_spawn: BeforeSpawn | None = None):
+    def __init__(
+        self, path: str, *, synchronous: str = "FULL", before_spawn: BeforeSpawn | None = None
+    ):
         real = sessionfile.resolve(path)
         # Nothing is locked or created until the path is known to name a Session.
         sessionfile.check(real, path)
@@ -78,8 +79,9 @@ class Owner:
         found = self.guard.problem()
         if found is not None:
             problem, fold = found
-            self.session.journal.refuse(f"{problem}; this Owner stops and commits nothing "
-                                        "more", fold=fold)
+            self.session.journal.refuse(
+                f"{problem}; this Owner stops and commits nothing more", fold=fold
+            )
 
     def _fold_then_spawn(self, cell_id: int, token: str) -> None:
         """Between ``started`` and the spawn: put the launch record into the database file
@@ -104,9 +106,17 @@ class Owner:
         crash_point("recovery_midway")
         if not started:
             return
-        self.session.mark_lost([
-            (ex["cell_id"], "worker_lost_before_result_commit" if ex["identity"]
-             else "owner_lost_after_launch_authorisation") for ex in started])
+        self.session.mark_lost(
+            [
+                (
+                    ex["cell_id"],
+                    "worker_lost_before_result_commit"
+                    if ex["identity"]
+                    else "owner_lost_after_launch_authorisation",
+                )
+                for ex in started
+            ]
+        )
         crash_point("recovery_after_commit")
 
     # --- one slice of work ---------------------------------------------------------------
@@ -131,8 +141,10 @@ class Owner:
 
     def fire_timers(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
-        due = sorted((t for t in self.session.proj.timers.values() if t["deadline"] <= now),
-                     key=lambda t: (t["deadline"], t["id"]))
+        due = sorted(
+            (t for t in self.session.proj.timers.values() if t["deadline"] <= now),
+            key=lambda t: (t["deadline"], t["id"]),
+        )
         for timer in due:
             self.session.fire_timer(timer["id"])
         return bool(due)
@@ -164,14 +176,14 @@ class Owner:
         problems = proj.success_problems()
         if not problems:
             for index, argv in enumerate(proj.session["validators"]):
-                result = self.launch.validator(note, index, argv, self.interrupted,
-                                               self.deadline)
+                result = self.launch.validator(note, index, argv, self.interrupted, self.deadline)
                 if result["type"] != "success":
                     why = result.get("reason") or f"exit {result.get('exit_code')}"
                     problems.append(f"validator {index} ({' '.join(argv)}) failed: {why}")
                     break
-        if self.interrupted.is_set() or (self.deadline is not None
-                                         and time.monotonic() > self.deadline):
+        if self.interrupted.is_set() or (
+            self.deadline is not None and time.monotonic() > self.deadline
+        ):
             return  # an interrupted validator proves nothing: the Control stays pending
         # Validators take time: the Session judges again what others committed meanwhile.
         self.session.conclude_success(note, problems)
@@ -183,8 +195,11 @@ class Owner:
                 self.stop_running("cancelled_after_launch")
             except RioError as exc:
                 cleanup_error = str(exc)
-        self.session.end_in_failure(reason or "conclusion: failure",
-                                    note_id=control.get("note_id"), cleanup_error=cleanup_error)
+        self.session.end_in_failure(
+            reason or "conclusion: failure",
+            note_id=control.get("note_id"),
+            cleanup_error=cleanup_error,
+        )
 
     def end_in_failure(self, reason: str) -> None:
         """The harness's way to end a run that cannot go on within its limits."""
@@ -202,8 +217,10 @@ class Owner:
             return False
         cell_id = queued[0]["cell_id"]
         self.running = self.launch.start(queued[0])
-        if self.running is None and self.session.proj.executions.get(
-                str(cell_id), {}).get("phase") != "queued":
+        if (
+            self.running is None
+            and self.session.proj.executions.get(str(cell_id), {}).get("phase") != "queued"
+        ):
             self.ran.append(cell_id)  # the launch failed; its error result is committed
         return True
 
@@ -239,8 +256,12 @@ class Owner:
             return self.running is None
         due = any(t["deadline"] <= time.time() for t in proj.timers.values())
         queued = bool(proj.queued())
-        return (self.running is None and not proj.controls and not due
-                and (proj.pause is not None or not queued))
+        return (
+            self.running is None
+            and not proj.controls
+            and not due
+            and (proj.pause is not None or not queued)
+        )
 
     def work(self, timeout: float | None = None) -> dict[str, Any]:
         """Recover, then run until nothing is runnable (``rio-ci work``)."""
@@ -254,15 +275,20 @@ class Owner:
             if self.idle():
                 break
         if self.running is not None:
-            self.stop_running("owner_interrupted" if self.interrupted.is_set()
-                              else "owner_deadline")
+            self.stop_running(
+                "owner_interrupted" if self.interrupted.is_set() else "owner_deadline"
+            )
         return self.status()
 
     def status(self) -> dict[str, Any]:
         proj = self.session.refresh()
         ended = proj.ended and {"result": proj.ended["result"], "reason": proj.ended["reason"]}
-        return {"ended": ended or None, "ran": list(self.ran),
-                "pending": [e["cell_id"] for e in proj.pending()], "paused_by": proj.pause}
+        return {
+            "ended": ended or None,
+            "ran": list(self.ran),
+            "pending": [e["cell_id"] for e in proj.pending()],
+            "paused_by": proj.pause,
+        }
 
 
 def in_doubt(path: Path, fd: int) -> bool:
@@ -302,4 +328,5 @@ def handle_signals(event: threading.Event) -> Callable[[], None]:
     def restore() -> None:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
     return restore

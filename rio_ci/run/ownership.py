@@ -54,9 +54,10 @@ class FileOwnership:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise OwnershipError(f"{given} already has an Owner (another process holds "
-                                     "the lock on this file, under this or any other name)"
-                                     ) from None
+                raise OwnershipError(
+                    f"{given} already has an Owner (another process holds "
+                    "the lock on this file, under this or any other name)"
+                ) from None
             raise StorageError(f"{given}: cannot lock it: {exc.strerror}") from None
         _OWNED.add(identity)
         return cls(real, identity, fd)
@@ -90,8 +91,9 @@ def _descriptor(real: Path, given: str) -> tuple[Identity, int]:
         identity = (info.st_dev, info.st_ino)
         if identity not in _HELD:
             # Reopened through the probe: the very file it names, even if the name moves.
-            _HELD[identity] = (os.open(f"/proc/self/fd/{probe}", os.O_RDONLY | os.O_CLOEXEC)
-                               if o_path else probe)
+            _HELD[identity] = (
+                os.open(f"/proc/self/fd/{probe}", os.O_RDONLY | os.O_CLOEXEC) if o_path else probe
+            )
     except OSError as exc:
         raise StorageError(os_problem(given, exc)) from None
     finally:
@@ -149,8 +151,11 @@ class FileGuard:
 
     def problem(self) -> tuple[str, bool] | None:
         header = os.pread(self._fd, 100, 0)
-        if header[:16] != SQLITE_MAGIC or header[16:18] != self._page_size \
-                or header[18:20] != b"\x02\x02":
+        if (
+            header[:16] != SQLITE_MAGIC
+            or header[16:18] != self._page_size
+            or header[18:20] != b"\x02\x02"
+        ):
             return f"{self.path}: its SQLite header was overwritten under the Owner", False
         size = os.fstat(self._fd).st_size
         if size < self._size:
@@ -217,7 +222,7 @@ def _check_wal_header(header: bytes) -> None:
     order: Literal["big", "little"] = "big" if magic & 1 else "little"
     s0 = s1 = 0
     for i in range(0, 24, 8):
-        s0 = (s0 + int.from_bytes(header[i:i + 4], order) + s1) & 0xFFFFFFFF
-        s1 = (s1 + int.from_bytes(header[i + 4:i + 8], order) + s0) & 0xFFFFFFFF
+        s0 = (s0 + int.from_bytes(header[i : i + 4], order) + s1) & 0xFFFFFFFF
+        s1 = (s1 + int.from_bytes(header[i + 4 : i + 8], order) + s0) & 0xFFFFFFFF
     if header[24:32] != s0.to_bytes(4, "big") + s1.to_bytes(4, "big"):
         raise ValueError("its header checksum is wrong (it was overwritten)")

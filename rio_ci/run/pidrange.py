@@ -105,4 +105,4 @@ def _read(path: str) -> bytes:
 
 def _field(text: bytes, key: bytes) -> bytes:
     at = text.index(key) + len(key)
-    return text[at:text.index(b"\n", at)].strip()
+    return text[at : text.index(b"\n", at)].strip()

@@ -91,8 +91,9 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def _scan(token: str, pgid: int | None, *, prefix: bool = False,
-          mark: pidrange.Mark | None = None) -> dict[int, psutil.Process]:
+def _scan(
+    token: str, pgid: int | None, *, prefix: bool = False, mark: pidrange.Mark | None = None
+) -> dict[int, psutil.Process]:
     """Live processes (not us) carrying ``token`` (or, with ``prefix``, any token starting
     with it) in their environment, or in group ``pgid``. Processes whose environment we may
     not read are skipped: they cannot be ours. With the ``mark`` taken at the Worker's spawn,
@@ -110,7 +111,8 @@ def _scan(token: str, pgid: int | None, *, prefix: bool = False,
             if group == 0:
                 continue  # kernel threads (and a container's init): never a Worker's
             if (group == pgid or _carries(pid, entry)) and (
-                    newer is None or pidrange.thread_group_leader(pid)):
+                newer is None or pidrange.thread_group_leader(pid)
+            ):
                 proc = psutil.Process(pid)
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found[pid] = proc
@@ -128,8 +130,9 @@ def _carries(pid: int, entry: bytes) -> bool:
         with open(f"/proc/{pid}/environ", "rb") as block:
             return entry in b"\0" + block.read()
     value = psutil.Process(pid).environ().get(TOKEN_VAR)
-    return value is not None and (b"\0%s=%s\0" % (TOKEN_VAR.encode(), value.encode())
-                                  ).startswith(entry)
+    return value is not None and (b"\0%s=%s\0" % (TOKEN_VAR.encode(), value.encode())).startswith(
+        entry
+    )
 
 
 def descendants(proc: psutil.Process) -> dict[int, psutil.Process]:
@@ -176,7 +179,7 @@ def _parents() -> dict[int, int]:
     for pid in psutil.pids():
         with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as stat:
             data = stat.read()  # "pid (comm) state ppid ...": comm may hold spaces and ")"
-            parents[pid] = int(data[data.rfind(b")") + 2:].split(maxsplit=2)[1])
+            parents[pid] = int(data[data.rfind(b")") + 2 :].split(maxsplit=2)[1])
     return parents
 
 
@@ -187,7 +190,12 @@ def find_token_holders(token: str, mark: pidrange.Mark | None = None) -> list[in
 
 
 def stop_all(
-    targets: Mapping[int, psutil.Process], *, token: str, pgid: int, pinned: bool, grace: float,
+    targets: Mapping[int, psutil.Process],
+    *,
+    token: str,
+    pgid: int,
+    pinned: bool,
+    grace: float,
     mark: pidrange.Mark | None = None,
 ) -> StopReport:
     """SIGTERM ``targets``, their descendants, every token holder and, only if ``pinned``
@@ -305,6 +313,8 @@ def stop_session_leftovers(session_id: str) -> list[int]:
     _, alive = psutil.wait_procs(found, timeout=KILL_DEADLINE)
     alive = [p for p in alive if _alive(p)]
     if alive:
-        raise RecoveryError(f"processes {[p.pid for p in alive]} of this Session survived "
-                            "SIGKILL; cannot prove the old Workers stopped")
+        raise RecoveryError(
+            f"processes {[p.pid for p in alive]} of this Session survived "
+            "SIGKILL; cannot prove the old Workers stopped"
+        )
     return [p.pid for p in found]

@@ -49,8 +49,12 @@ class Worker:
     reserved, even as a zombie, so signalling the group can never hit a recycled group.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], identity: WorkerIdentity,
-                 mark: pidrange.Mark | None = None) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        identity: WorkerIdentity,
+        mark: pidrange.Mark | None = None,
+    ) -> None:
         """Use :meth:`spawn`."""
         self.mark = mark  # the kernel's counters before the spawn (rio_ci.run.pidrange)
         assert proc.stdout is not None and proc.stderr is not None
@@ -192,8 +196,9 @@ class Worker:
                 targets = {leader.pid: leader, **descendants(leader)}
         token, pgid = self.identity.token, self.identity.pgid
         try:
-            return stop_all(targets, token=token, pgid=pgid, pinned=pinned, grace=grace,
-                            mark=self.mark)
+            return stop_all(
+                targets, token=token, pgid=pgid, pinned=pinned, grace=grace, mark=self.mark
+            )
         finally:
             if self.poll() is not None and self._proc.returncode is None:
                 self._proc.wait()
@@ -208,5 +213,3 @@ class Worker:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-
-

@@ -23,15 +23,17 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="python -m rio_ci.tools", allow_abbrev=False,
-                    description="Read and change files precisely (rio_ci.tools).")
+    parser = Parser(
+        prog="python -m rio_ci.tools",
+        allow_abbrev=False,
+        description="Read and change files precisely (rio_ci.tools).",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     cmd = sub.add_parser("view", help="numbered lines of a file", allow_abbrev=False)
     cmd.add_argument("file")
     cmd.add_argument("--start", type=int, default=1, help="first line (default 1)")
     cmd.add_argument("--end", type=int, help="last line (default: the last)")
-    cmd = sub.add_parser("replace", help="replace the one occurrence of a text",
-                         allow_abbrev=False)
+    cmd = sub.add_parser("replace", help="replace the one occurrence of a text", allow_abbrev=False)
     cmd.add_argument("file")
     text_option(cmd, "old")
     text_option(cmd, "new")
@@ -46,15 +48,15 @@ def build_parser() -> Parser:
     cmd = sub.add_parser("find", help="paths matching a glob", allow_abbrev=False)
     cmd.add_argument("pattern", help="'*.py' (names) or 'src/**/*.py' (paths)")
     cmd.add_argument("root", nargs="?", default=".")
-    cmd = sub.add_parser("grep", help="lines matching a regular expression",
-                         allow_abbrev=False)
+    cmd = sub.add_parser("grep", help="lines matching a regular expression", allow_abbrev=False)
     cmd.add_argument("pattern")
     cmd.add_argument("paths", nargs="*", metavar="PATH")
     cmd.add_argument("--glob", help="only files whose name (or path) matches")
     cmd.add_argument("-i", "--ignore-case", action="store_true")
     cmd.add_argument("-F", "--fixed", action="store_true", help="PATTERN is plain text")
-    cmd = sub.add_parser("apply-diff", help="apply a unified diff, all or nothing",
-                         allow_abbrev=False)
+    cmd = sub.add_parser(
+        "apply-diff", help="apply a unified diff, all or nothing", allow_abbrev=False
+    )
     cmd.add_argument("patch", nargs="?", default="-", help="PATCHFILE, or - for stdin")
     return parser
 
@@ -111,8 +113,13 @@ def run(args: argparse.Namespace) -> str:
     if command == "find":
         return find(args.pattern, args.root)
     if command == "grep":
-        return grep(args.pattern, *args.paths, glob=args.glob, ignore_case=args.ignore_case,
-                    fixed=args.fixed)
+        return grep(
+            args.pattern,
+            *args.paths,
+            glob=args.glob,
+            ignore_case=args.ignore_case,
+            fixed=args.fixed,
+        )
     return apply_diff(read_source(args.patch))
 
 
@@ -122,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     try:
-        print(run(build_parser().parse_args(attach_values(sys.argv[1:] if argv is None
-                                                          else argv))))
+        print(run(build_parser().parse_args(attach_values(sys.argv[1:] if argv is None else argv))))
     except (ToolError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -40,8 +40,10 @@ def read_text(path: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ToolError(f"{path} is not UTF-8 (byte {data[exc.start]:#04x} at offset "
-                        f"{exc.start}); edit it in a code Cell with its encoding") from None
+        raise ToolError(
+            f"{path} is not UTF-8 (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}); edit it in a code Cell with its encoding"
+        ) from None
 
 
 def write_text(path: str, text: str, mode: int | None = None) -> None:
@@ -154,8 +156,10 @@ def view(path: str, start: int = 1, end: int | None = None) -> str:
     span = "" if (start, shown) == (1, total) else f", showing {start}-{shown}"
     parts = [f"{path} ({total} lines{crlf}{span}):", shown_text]
     if shown < last:
-        parts.append(f"[clipped: lines {shown + 1}-{last} not shown; continue with "
-                     f"start={shown + 1} (--start {shown + 1})]")
+        parts.append(
+            f"[clipped: lines {shown + 1}-{last} not shown; continue with "
+            f"start={shown + 1} (--start {shown + 1})]"
+        )
     elif shown == total and not lines[-1].endswith("\n"):
         parts.append("[no newline at end of file]")
     return "\n".join(parts)
@@ -165,15 +169,22 @@ def not_found(path: str, text: str, old: str) -> str:
     """Why ``old`` is not in ``text``, and where it would match if only whitespace differed."""
     want = [line.strip() for line in old.strip("\r\n").split("\n")]
     have = [body(line).strip() for line in split_lines(text)]
-    hits = [i + 1 for i in range(len(have) - len(want) + 1)
-            if have[i] == want[0] and have[i:i + len(want)] == want]
+    hits = [
+        i + 1
+        for i in range(len(have) - len(want) + 1)
+        if have[i] == want[0] and have[i : i + len(want)] == want
+    ]
     if hits:
         where = ", ".join(map(str, hits[:10]))
-        return (f"old text not found in {path}, but it matches at line {where} if indentation "
-                f"and spaces are ignored: copy the exact text from view({path!r}, "
-                f"start={hits[0]})")
-    return (f"old text not found in {path}: copy it exactly (whitespace and line breaks "
-            f"included) from view({path!r}), or use grep to find it")
+        return (
+            f"old text not found in {path}, but it matches at line {where} if indentation "
+            f"and spaces are ignored: copy the exact text from view({path!r}, "
+            f"start={hits[0]})"
+        )
+    return (
+        f"old text not found in {path}: copy it exactly (whitespace and line breaks "
+        f"included) from view({path!r}), or use grep to find it"
+    )
 
 
 def replace(path: str, old: str, new: str) -> str:
@@ -195,12 +206,14 @@ def replace(path: str, old: str, new: str) -> str:
     if len(starts) > 1:
         numbers = sorted({line_of(text, s) for s in starts})
         where = ", ".join(map(str, numbers[:20])) + (", …" if len(numbers) > 20 else "")
-        raise ToolError(f"old text occurs {len(starts)} times in {path} (at line {where}); "
-                        "include more surrounding lines so that it occurs once")
+        raise ToolError(
+            f"old text occurs {len(starts)} times in {path} (at line {where}); "
+            "include more surrounding lines so that it occurs once"
+        )
     if old == new:
         raise ToolError("old and new text are the same: nothing to change")
     at = starts[0]
-    edited = text[:at] + new + text[at + len(old):]
+    edited = text[:at] + new + text[at + len(old) :]
     write_text(path, edited)
     first = line_of(text, at)
     before, after = len(split_lines(old)), len(split_lines(new))
@@ -217,8 +230,9 @@ def insert(path: str, line: int, text: str) -> str:
     content = read_text(path)
     lines = split_lines(content)
     if not 0 <= line <= len(lines):
-        raise ToolError(f"line {line} is outside {path}: use 0 (the top) to {len(lines)} "
-                        "(after the last line)")
+        raise ToolError(
+            f"line {line} is outside {path}: use 0 (the top) to {len(lines)} (after the last line)"
+        )
     newline = newline_of(content)
     added = split_lines(adapt(text, newline))
     if not added[-1].endswith("\n"):
@@ -228,8 +242,10 @@ def insert(path: str, line: int, text: str) -> str:
         added[-1] = body(added[-1])
     lines[line:line] = added
     write_text(path, "".join(lines))
-    return (f"inserted {count(len(added))} after line {line} of {path}\n"
-            f"{region(path, lines, line + 1, line + len(added))}")
+    return (
+        f"inserted {count(len(added))} after line {line} of {path}\n"
+        f"{region(path, lines, line + 1, line + len(added))}"
+    )
 
 
 def create(path: str, text: str, overwrite: bool = False) -> str:
@@ -239,8 +255,10 @@ def create(path: str, text: str, overwrite: bool = False) -> str:
         raise ToolError(f"{path} is a directory")
     if os.path.lexists(path):
         if not overwrite:
-            raise ToolError(f"{path} already exists: edit it with replace, insert or "
-                            "apply_diff, or pass overwrite=True (--overwrite) to replace it")
+            raise ToolError(
+                f"{path} already exists: edit it with replace, insert or "
+                "apply_diff, or pass overwrite=True (--overwrite) to replace it"
+            )
         text = adapt(text, newline_of(read_bytes(path).decode("utf-8", "replace")))
         verb = "overwrote"
     else:

@@ -60,8 +60,8 @@ def git_paths(rest: str) -> tuple[str, str]:
         end = rest.index('"', 1) + 1 if '"' in rest[1:] else len(rest)
         return unquote(rest[:end]), unquote(rest[end:].strip())
     for at in [m.start() for m in re.finditer(" ", rest)]:
-        if rest[:at].split("/", 1)[-1] == rest[at + 1:].split("/", 1)[-1]:
-            return rest[:at], rest[at + 1:]
+        if rest[:at].split("/", 1)[-1] == rest[at + 1 :].split("/", 1)[-1]:
+            return rest[:at], rest[at + 1 :]
     old, _, new = rest.partition(" ")
     return old, new
 
@@ -76,10 +76,15 @@ def parse_diff(text: str) -> list[FilePatch]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("diff --git "):
-            cur = FilePatch(*git_paths(line[len("diff --git "):]), git=True)
+            cur = FilePatch(*git_paths(line[len("diff --git ") :]), git=True)
             patches.append(cur)
-        elif cur is not None and cur.git and not cur.hunks and not cur.has_paths and (
-                git_header(cur, line)):
+        elif (
+            cur is not None
+            and cur.git
+            and not cur.hunks
+            and not cur.has_paths
+            and (git_header(cur, line))
+        ):
             pass
         elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
             if cur is None or cur.hunks or cur.has_paths:
@@ -90,8 +95,9 @@ def parse_diff(text: str) -> list[FilePatch]:
             i += 1
         elif line.startswith("@@"):
             if cur is None:
-                raise ToolError(f"hunk {line!r} comes before any file header "
-                                "('--- a/FILE' and '+++ b/FILE')")
+                raise ToolError(
+                    f"hunk {line!r} comes before any file header ('--- a/FILE' and '+++ b/FILE')"
+                )
             i = parse_hunk(lines, i, cur)
             continue
         i += 1  # anything else (a commit message, "Only in ...") is not part of a change
@@ -164,8 +170,7 @@ def body_line(lines: list[str], i: int) -> bool:
 def file_header(lines: list[str], i: int, then: str = "") -> bool:
     """Whether a file header ("--- X" and "+++ Y") starts at ``i``, followed by a line that
     starts with ``then``: inside a hunk, "--- X" may as well be a removed "-- X"."""
-    if not (lines[i].startswith("--- ") and i + 1 < len(lines)
-            and lines[i + 1].startswith("+++ ")):
+    if not (lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")):
         return False
     return not then or (i + 2 < len(lines) and lines[i + 2].startswith(then))
 
@@ -176,7 +181,7 @@ def locate(have: list[str], want: list[str], lo: int, expected: int) -> int | No
     expected = min(max(expected, lo), max(last, lo))
     for distance in range(max(expected - lo, last - expected) + 1):
         for at in (expected - distance, expected + distance):
-            if lo <= at <= last and have[at:at + len(want)] == want:
+            if lo <= at <= last and have[at : at + len(want)] == want:
                 return at
     return None
 
@@ -191,8 +196,10 @@ def apply_hunks(name: str, text: str, hunks: list[Hunk]) -> tuple[str, list[str]
     pos = drift = 0
     for number, hunk in enumerate(hunks, 1):
         if hunk.origin is None and lines and not hunk.side("+"):
-            raise ToolError(f"hunk {number} of {name} has no range and no context lines: "
-                            "add its '@@ -START,COUNT +START,COUNT @@' header")
+            raise ToolError(
+                f"hunk {number} of {name} has no range and no context lines: "
+                "add its '@@ -START,COUNT +START,COUNT @@' header"
+            )
         expected = pos if hunk.origin is None else hunk.origin + drift
         placed = place(hunk, exact, pos, expected)
         if placed is None:
@@ -203,8 +210,10 @@ def apply_hunks(name: str, text: str, hunks: list[Hunk]) -> tuple[str, list[str]
         if hunk.origin is not None:
             drift = offset
         if offset or how:
-            notes.append(f"  hunk {number} of {name} applied at line {at + 1}"
-                         f"{f' (offset {offset:+d})' if offset else ''}{how}")
+            notes.append(
+                f"  hunk {number} of {name} applied at line {at + 1}"
+                f"{f' (offset {offset:+d})' if offset else ''}{how}"
+            )
         out += lines[pos:at]
         for tag, content, eol in entries:
             if tag == " ":
@@ -220,8 +229,9 @@ def apply_hunks(name: str, text: str, hunks: list[Hunk]) -> tuple[str, list[str]
     return "".join(out), notes
 
 
-def place(hunk: Hunk, exact: list[str], lo: int,
-          expected: int) -> tuple[int, int, list[tuple[str, str, bool]], str] | None:
+def place(
+    hunk: Hunk, exact: list[str], lo: int, expected: int
+) -> tuple[int, int, list[tuple[str, str, bool]], str] | None:
     """Where the hunk applies: the line, how many leading context lines fuzz dropped, the
     entries applied there, and how it matched ("" when exactly)."""
     entries = hunk.lines
@@ -230,12 +240,14 @@ def place(hunk: Hunk, exact: list[str], lo: int,
     loose = [text.rstrip() for text in exact]
     for fuzz in range(3):
         front, back = min(fuzz, lead), min(fuzz, trail)
-        part = entries[front:len(entries) - back]
+        part = entries[front : len(entries) - back]
         want = [text for tag, text, _ in part if tag != "+"]
         if fuzz and (front + back < fuzz or not want):
             continue  # nothing more to drop, or nothing left to anchor the hunk
-        for have, key, how in ((exact, want, ""), (loose, [t.rstrip() for t in want],
-                                                   " ignoring trailing whitespace")):
+        for have, key, how in (
+            (exact, want, ""),
+            (loose, [t.rstrip() for t in want], " ignoring trailing whitespace"),
+        ):
             at = locate(have, key, lo, expected + front)
             if at is not None:
                 return at, front, part, how + (f" with fuzz {fuzz}" if fuzz else "")
@@ -246,16 +258,21 @@ def mismatch(name: str, number: int, hunk: Hunk, exact: list[str], expected: int
     want = hunk.side("+")
     quoted = "\n".join(f"  | {text}" for text in want[:SHOWN])
     more = f"\n  … {len(want) - SHOWN} more" if len(want) > SHOWN else ""
-    message = (f"hunk {number} of {name} ({hunk.header}) does not match the file, so nothing "
-               f"was written. Expected these lines near line {expected + 1}:\n{quoted}{more}")
+    message = (
+        f"hunk {number} of {name} ({hunk.header}) does not match the file, so nothing "
+        f"was written. Expected these lines near line {expected + 1}:\n{quoted}{more}"
+    )
     if want and exact:
         stripped = [text.strip() for text in want]
-        scores = [sum(exact[at + k].strip() == stripped[k]
-                      for k in range(min(len(want), len(exact) - at)))
-                  for at in range(max(len(exact) - len(want), 0) + 1)]
+        scores = [
+            sum(
+                exact[at + k].strip() == stripped[k] for k in range(min(len(want), len(exact) - at))
+            )
+            for at in range(max(len(exact) - len(want), 0) + 1)
+        ]
         best = max(range(len(scores)), key=lambda at: (scores[at], -abs(at - expected)))
         if scores[best]:
-            found = "\n".join(f"  | {text}" for text in exact[best:best + len(want)][:SHOWN])
+            found = "\n".join(f"  | {text}" for text in exact[best : best + len(want)][:SHOWN])
             message += f"\nThe closest lines in {name} start at line {best + 1}:\n{found}"
     return message
 
@@ -286,8 +303,10 @@ def apply_diff(diff: str) -> str:
     file, the hunk and the lines it expected, and nothing is written."""
     patches = parse_diff(diff)
     if not patches:
-        raise ToolError("no file changes in the diff: expected '--- a/FILE', '+++ b/FILE' and "
-                        "'@@ -START,COUNT +START,COUNT @@' hunks")
+        raise ToolError(
+            "no file changes in the diff: expected '--- a/FILE', '+++ b/FILE' and "
+            "'@@ -START,COUNT +START,COUNT @@' hunks"
+        )
     pending: dict[str, str | None] = {}  # path -> new content, None: deleted
     modes: dict[str, int] = {}
     summary: list[str] = []
@@ -300,8 +319,10 @@ def apply_diff(diff: str) -> str:
             if new is None:
                 raise ToolError("a file diff names /dev/null on both sides")
             if exists.get(new, os.path.lexists(new)):
-                raise ToolError(f"the diff creates {new}, which already exists: edit it with "
-                                "a diff against its current content")
+                raise ToolError(
+                    f"the diff creates {new}, which already exists: edit it with "
+                    "a diff against its current content"
+                )
             before = ""
         else:
             before_text = pending[old] if old in pending else read_text(old)
@@ -314,8 +335,10 @@ def apply_diff(diff: str) -> str:
         removed = sum(tag == "-" for h in patch.hunks for tag, _, _ in h.lines)
         if new is None:
             if after.strip() or (before.strip() and not patch.hunks):
-                raise ToolError(f"the diff deletes {old} but does not remove all of its lines; "
-                                "diff it against its current content")
+                raise ToolError(
+                    f"the diff deletes {old} but does not remove all of its lines; "
+                    "diff it against its current content"
+                )
             pending[str(old)] = None
             summary.append(f"  D {old} (-{removed})")
             continue

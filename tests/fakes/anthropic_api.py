@@ -32,8 +32,10 @@ from typing import Any
 from tests.fakes import anthropic_rules as rules_
 from tests.fakes.anthropic_rules import Refused
 
-_VERTEX = re.compile(r"/publishers/anthropic/models/(?P<model>[^/:]+):(?P<verb>streamRawPredict|"
-                     r"rawPredict)$")
+_VERTEX = re.compile(
+    r"/publishers/anthropic/models/(?P<model>[^/:]+):(?P<verb>streamRawPredict|"
+    r"rawPredict)$"
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ class FakeAnthropic:
         self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -123,8 +126,12 @@ class FakeAnthropic:
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -140,51 +147,94 @@ class FakeAnthropic:
         with self._lock:
             self._pending_delay = seconds
 
-    def reply_patch(self, patch: Any, input_tokens: int = 100, output_tokens: int = 20,
-                    cache_creation_input_tokens: int | None = None,
-                    cache_read_input_tokens: int | None = None, *, text: str | None = None,
-                    thinking: str | None = None) -> None:
+    def reply_patch(
+        self,
+        patch: Any,
+        input_tokens: int = 100,
+        output_tokens: int = 20,
+        cache_creation_input_tokens: int | None = None,
+        cache_read_input_tokens: int | None = None,
+        *,
+        text: str | None = None,
+        thinking: str | None = None,
+    ) -> None:
         """A well-formed ``step`` call carrying ``patch``, after optional thinking and text."""
         content: list[dict[str, Any]] = []
         if thinking is not None:
             content.append({"type": "thinking", "thinking": thinking})
         if text is not None:
             content.append({"type": "text", "text": text})
-        content.append({"type": "tool_use", "id": f"toolu_{next(self._ids)}", "name": "step",
-                        "input": {"patch": patch}})
-        self.reply_raw(content, "tool_use", input_tokens, output_tokens,
-                       cache_creation_input_tokens, cache_read_input_tokens)
+        content.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{next(self._ids)}",
+                "name": "step",
+                "input": {"patch": patch},
+            }
+        )
+        self.reply_raw(
+            content,
+            "tool_use",
+            input_tokens,
+            output_tokens,
+            cache_creation_input_tokens,
+            cache_read_input_tokens,
+        )
 
-    def reply_raw(self, content: list[dict[str, Any]], stop_reason: str = "end_turn",
-                  input_tokens: int = 100, output_tokens: int = 20,
-                  cache_creation_input_tokens: int | None = None,
-                  cache_read_input_tokens: int | None = None,
-                  stop_details: dict[str, Any] | None = None) -> None:
+    def reply_raw(
+        self,
+        content: list[dict[str, Any]],
+        stop_reason: str = "end_turn",
+        input_tokens: int = 100,
+        output_tokens: int = 20,
+        cache_creation_input_tokens: int | None = None,
+        cache_read_input_tokens: int | None = None,
+        stop_details: dict[str, Any] | None = None,
+    ) -> None:
         """A 200 reply with exactly these content blocks and stop reason."""
-        usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                                 "cache_creation_input_tokens": cache_creation_input_tokens or 0,
-                                 "cache_read_input_tokens": cache_read_input_tokens or 0}
-        message = {"content": content, "stop_reason": stop_reason, "usage": usage,
-                   "stop_details": stop_details}
+        usage: dict[str, Any] = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": cache_creation_input_tokens or 0,
+            "cache_read_input_tokens": cache_read_input_tokens or 0,
+        }
+        message = {
+            "content": content,
+            "stop_reason": stop_reason,
+            "usage": usage,
+            "stop_details": stop_details,
+        }
         self._push(_Outcome(message=message))
 
     def malformed(self, kind: str = "missing") -> None:
         """A ``step`` call whose input lacks ``patch`` (``missing``) or holds a string."""
         tool_input: dict[str, Any] = {} if kind == "missing" else {"patch": "not a list"}
-        self.reply_raw([{"type": "tool_use", "id": "toolu_bad", "name": "step",
-                         "input": tool_input}], stop_reason="tool_use")
+        self.reply_raw(
+            [{"type": "tool_use", "id": "toolu_bad", "name": "step", "input": tool_input}],
+            stop_reason="tool_use",
+        )
 
     def refusal(self, category: str | None = "cyber") -> None:
         """A billed refusal: HTTP 200, ``stop_reason: refusal``, with ``stop_details``."""
-        self.reply_raw([{"type": "text", "text": "I can't help with that."}], "refusal",
-                       stop_details={"type": "refusal", "category": category,
-                                     "explanation": None})
+        self.reply_raw(
+            [{"type": "text", "text": "I can't help with that."}],
+            "refusal",
+            stop_details={"type": "refusal", "category": category, "explanation": None},
+        )
 
-    def error(self, status: int, error_type: str, message: str = "scripted error",
-              headers: dict[str, str] | None = None) -> None:
+    def error(
+        self,
+        status: int,
+        error_type: str,
+        message: str = "scripted error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         """An HTTP error in the API's documented shape."""
-        body = {"type": "error", "error": {"type": error_type, "message": message},
-                "request_id": "req_fake"}
+        body = {
+            "type": "error",
+            "error": {"type": error_type, "message": message},
+            "request_id": "req_fake",
+        }
         self._push(_Outcome(status=status, error_body=body, headers=dict(headers or {})))
 
     def overloaded(self, retry_after: float | None = None) -> None:
@@ -192,14 +242,19 @@ class FakeAnthropic:
         headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
         self.error(529, "overloaded_error", "Overloaded", headers)
 
-    def rate_limited(self, retry_after: float | None = None,
-                     retry_after_ms: float | None = None) -> None:
+    def rate_limited(
+        self, retry_after: float | None = None, retry_after_ms: float | None = None
+    ) -> None:
         """HTTP 429 ``rate_limit_error`` with ``retry-after`` / ``retry-after-ms`` headers."""
         headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
         if retry_after_ms is not None:
             headers["retry-after-ms"] = f"{retry_after_ms:g}"
-        self.error(429, "rate_limit_error", "Number of request tokens has exceeded your "
-                   "per-minute rate limit", headers)
+        self.error(
+            429,
+            "rate_limit_error",
+            "Number of request tokens has exceeded your per-minute rate limit",
+            headers,
+        )
 
     def break_stream(self, patch: Any, after_events: int = 4, *, clean: bool = False) -> None:
         """A streamed reply whose connection drops after ``after_events`` events (``clean``:
@@ -213,8 +268,10 @@ class FakeAnthropic:
         """HTTP 200 whose stream carries an ``error`` event (the API's mid-stream overload)."""
         self.reply_patch([])
         with self._lock:
-            self._queue[-1].error_event = {"type": "error", "error": {
-                "type": error_type, "message": "Overloaded"}}
+            self._queue[-1].error_event = {
+                "type": "error",
+                "error": {"type": error_type, "message": "Overloaded"},
+            }
 
     def _push(self, outcome: _Outcome) -> None:
         with self._lock:
@@ -228,8 +285,9 @@ class FakeAnthropic:
         a complete Message; the handler streams it when the request asked to stream."""
         with self._lock:
             self._requests.append(request)
-        if request.method != "POST" or not (request.path == "/v1/messages"
-                                             or _VERTEX.search(request.path)):
+        if request.method != "POST" or not (
+            request.path == "/v1/messages" or _VERTEX.search(request.path)
+        ):
             return 404, {}, _error_body("not_found_error", "unknown path"), 0.0
         try:
             rules = rules_.check(request.body, request.model)
@@ -242,9 +300,14 @@ class FakeAnthropic:
             number = next(self._ids)
         if outcome.message is None:
             return outcome.status, outcome.headers, outcome.error_body, outcome.delay
-        body = {"id": f"msg_fake_{number}", "type": "message", "role": "assistant",
-                "model": request.model, "stop_sequence": None,
-                **_shown(outcome.message, request.body, rules)}
+        body = {
+            "id": f"msg_fake_{number}",
+            "type": "message",
+            "role": "assistant",
+            "model": request.model,
+            "stop_sequence": None,
+            **_shown(outcome.message, request.body, rules),
+        }
         if outcome.break_after is not None:
             body["_break_after"] = outcome.break_after
             body["_clean_end"] = outcome.clean_end
@@ -263,25 +326,37 @@ def _shown(message: dict[str, Any], request: dict[str, Any], rules: rules_.Rules
         if block["type"] == "thinking":
             if not active:
                 continue
-            block = {**block, "thinking": block["thinking"] if visible else "",
-                     "signature": "sig_fake"}
+            block = {
+                **block,
+                "thinking": block["thinking"] if visible else "",
+                "signature": "sig_fake",
+            }
         content.append(block)
     return {**message, "content": content}
 
 
 def _error_body(error_type: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": error_type, "message": message},
-            "request_id": "req_fake"}
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": "req_fake",
+    }
 
 
 def _events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The SSE events that stream the complete Message ``body``."""
     usage = body["usage"]
-    start = {**{k: v for k, v in body.items() if not k.startswith("_")},
-             "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    start = {
+        **{k: v for k, v in body.items() if not k.startswith("_")},
+        "content": [],
+        "stop_reason": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
     start.pop("stop_details", None)
     events: list[tuple[str, dict[str, Any]]] = [
-        ("message_start", {"type": "message_start", "message": start}), ("ping", {"type": "ping"})]
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
     if "_error_event" in body:
         return [*events, ("error", body["_error_event"])]
     for index, block in enumerate(body["content"]):
@@ -299,27 +374,36 @@ def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str
     deltas: list[dict[str, Any]]
     if kind == "thinking":
         first = {"type": "thinking", "thinking": "", "signature": ""}
-        deltas = [{"type": "thinking_delta", "thinking": piece}
-                  for piece in _pieces(block["thinking"])]
+        deltas = [
+            {"type": "thinking_delta", "thinking": piece} for piece in _pieces(block["thinking"])
+        ]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
     elif kind == "text":
         first = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
     elif kind == "tool_use":
         first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        deltas = [{"type": "input_json_delta", "partial_json": piece}
-                  for piece in _pieces(json.dumps(block["input"]))]
+        deltas = [
+            {"type": "input_json_delta", "partial_json": piece}
+            for piece in _pieces(json.dumps(block["input"]))
+        ]
     else:
         raise ValueError(f"the fake cannot stream a {kind!r} block")
-    return [("content_block_start", {"type": "content_block_start", "index": index,
-                                     "content_block": first}),
-            *[("content_block_delta", {"type": "content_block_delta", "index": index,
-                                       "delta": delta}) for delta in deltas],
-            ("content_block_stop", {"type": "content_block_stop", "index": index})]
+    return [
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": first},
+        ),
+        *[
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            for delta in deltas
+        ],
+        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
 
 
 def _pieces(text: str, size: int = 7) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
@@ -346,7 +430,8 @@ def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             if delay and fake._closing.wait(delay):
                 return
             streaming = isinstance(body, dict) and (
-                body.get("stream") is True or received.path.endswith(":streamRawPredict"))
+                body.get("stream") is True or received.path.endswith(":streamRawPredict")
+            )
             try:
                 if status == 200 and streaming:
                     self._stream(reply, extra)
@@ -359,14 +444,16 @@ def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
         def _send_json(self, status: int, reply: Any, extra: dict[str, str]) -> None:
             data = json.dumps(reply).encode()
             self.send_response(status)
-            self._headers({"content-type": "application/json",
-                           "content-length": str(len(data)), **extra})
+            self._headers(
+                {"content-type": "application/json", "content-length": str(len(data)), **extra}
+            )
             self.wfile.write(data)
 
         def _stream(self, body: dict[str, Any], extra: dict[str, str]) -> None:
             self.send_response(200)
-            self._headers({"content-type": "text/event-stream", "transfer-encoding": "chunked",
-                           **extra})
+            self._headers(
+                {"content-type": "text/event-stream", "transfer-encoding": "chunked", **extra}
+            )
             events = _events(body)
             limit = body.get("_break_after")
             for number, (name, data) in enumerate(events):

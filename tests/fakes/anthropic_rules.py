@@ -39,46 +39,122 @@ class Rules:
     display_default: str
 
 
-_CURRENT = Rules(128_000, ALL_EFFORTS, frozenset({"adaptive"}), True, False, False, False,
-                 "omitted")
-_5_0 = Rules(128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), True, True, False, False,
-             "omitted")
-_4_7 = Rules(128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), False, True, False, True,
-             "omitted")
-_4_6 = Rules(128_000, NO_XHIGH, frozenset({"adaptive", "enabled", "disabled"}), False, True, True,
-             True, "summarized")
-_BUDGET_ONLY = Rules(64_000, None, frozenset({"enabled", "disabled"}), False, True, True, True,
-                     "summarized")
+_CURRENT = Rules(
+    128_000, ALL_EFFORTS, frozenset({"adaptive"}), True, False, False, False, "omitted"
+)
+_5_0 = Rules(
+    128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), True, True, False, False, "omitted"
+)
+_4_7 = Rules(
+    128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), False, True, False, True, "omitted"
+)
+_4_6 = Rules(
+    128_000,
+    NO_XHIGH,
+    frozenset({"adaptive", "enabled", "disabled"}),
+    False,
+    True,
+    True,
+    True,
+    "summarized",
+)
+_BUDGET_ONLY = Rules(
+    64_000, None, frozenset({"enabled", "disabled"}), False, True, True, True, "summarized"
+)
 
 MODELS: dict[str, Rules] = {
-    "claude-sonnet-5-5": Rules(128_000, ALL_EFFORTS, frozenset({"adaptive", "between_tools"}),
-                               True, False, False, False, "omitted"),
+    "claude-sonnet-5-5": Rules(
+        128_000,
+        ALL_EFFORTS,
+        frozenset({"adaptive", "between_tools"}),
+        True,
+        False,
+        False,
+        False,
+        "omitted",
+    ),
     "claude-opus-5-5": _CURRENT,
-    "claude-haiku-5-5": Rules(128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), True,
-                              False, False, False, "omitted"),
-    "claude-fable-5-2": _CURRENT, "claude-mythos-5-2": _CURRENT,
-    "claude-fable-5-1": _CURRENT, "claude-mythos-5-1": _CURRENT,
-    "claude-fable-5": _CURRENT, "claude-mythos-5": _CURRENT,
-    "claude-sonnet-5": Rules(128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), True,
-                             True, False, True, "omitted"),
+    "claude-haiku-5-5": Rules(
+        128_000,
+        ALL_EFFORTS,
+        frozenset({"adaptive", "disabled"}),
+        True,
+        False,
+        False,
+        False,
+        "omitted",
+    ),
+    "claude-fable-5-2": _CURRENT,
+    "claude-mythos-5-2": _CURRENT,
+    "claude-fable-5-1": _CURRENT,
+    "claude-mythos-5-1": _CURRENT,
+    "claude-fable-5": _CURRENT,
+    "claude-mythos-5": _CURRENT,
+    "claude-sonnet-5": Rules(
+        128_000,
+        ALL_EFFORTS,
+        frozenset({"adaptive", "disabled"}),
+        True,
+        True,
+        False,
+        True,
+        "omitted",
+    ),
     "claude-opus-5": _5_0,
-    "claude-opus-4-8": _4_7, "claude-opus-4-7": _4_7,
+    "claude-opus-4-8": _4_7,
+    "claude-opus-4-7": _4_7,
     "claude-opus-4-6": _4_6,
-    "claude-sonnet-4-6": Rules(64_000, NO_XHIGH, frozenset({"adaptive", "enabled", "disabled"}),
-                               False, True, True, True, "summarized"),
-    "claude-haiku-4-5": _BUDGET_ONLY, "claude-haiku-4-5-20251001": _BUDGET_ONLY,
-    "claude-opus-4-5": Rules(64_000, frozenset({"low", "medium", "high"}),
-                             frozenset({"enabled", "disabled"}), False, True, True, True,
-                             "summarized"),
+    "claude-sonnet-4-6": Rules(
+        64_000,
+        NO_XHIGH,
+        frozenset({"adaptive", "enabled", "disabled"}),
+        False,
+        True,
+        True,
+        True,
+        "summarized",
+    ),
+    "claude-haiku-4-5": _BUDGET_ONLY,
+    "claude-haiku-4-5-20251001": _BUDGET_ONLY,
+    "claude-opus-4-5": Rules(
+        64_000,
+        frozenset({"low", "medium", "high"}),
+        frozenset({"enabled", "disabled"}),
+        False,
+        True,
+        True,
+        True,
+        "summarized",
+    ),
 }
 MODELS["claude-opus-4-5-20251101"] = MODELS["claude-opus-4-5"]
 
-_TOP_LEVEL = frozenset({
-    "model", "messages", "max_tokens", "system", "tools", "tool_choice", "thinking",
-    "output_config", "stream", "metadata", "stop_sequences", "temperature", "top_p", "top_k",
-    "service_tier", "inference_geo", "anthropic_version", "anthropic_beta"})
-_PLATFORM = re.compile(r"^(?:(?:us|eu|apac|global)\.)?(?:anthropic\.)?(?P<id>[a-z0-9.-]+?)"
-                       r"(?:-v\d+(?::\d+)?)?$")
+_TOP_LEVEL = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "stream",
+        "metadata",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "service_tier",
+        "inference_geo",
+        "anthropic_version",
+        "anthropic_beta",
+    }
+)
+_PLATFORM = re.compile(
+    r"^(?:(?:us|eu|apac|global)\.)?(?:anthropic\.)?(?P<id>[a-z0-9.-]+?)"
+    r"(?:-v\d+(?::\d+)?)?$"
+)
 
 
 class Refused(Exception):
@@ -131,8 +207,9 @@ def check(body: Any, model: str) -> Rules:
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
         if not rules.forced_tool_choice:
-            raise _bad(f"tool_choice of type {choice['type']!r} is not supported on {model}; "
-                       "use auto")
+            raise _bad(
+                f"tool_choice of type {choice['type']!r} is not supported on {model}; use auto"
+            )
         if thinking_active(body, rules):
             raise _bad("Thinking may not be enabled when tool_choice forces tool use.")
     _check_tools(body.get("tools"))
@@ -146,8 +223,10 @@ def _check_max_tokens(body: dict[str, Any], rules: Rules) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise _bad("max_tokens: Field required (a positive integer)")
     if value > rules.max_output:
-        raise _bad(f"max_tokens: {value} > {rules.max_output}, which is the maximum allowed "
-                   "number of output tokens for this model")
+        raise _bad(
+            f"max_tokens: {value} > {rules.max_output}, which is the maximum allowed "
+            "number of output tokens for this model"
+        )
 
 
 def _check_messages(body: dict[str, Any], rules: Rules) -> None:
@@ -162,8 +241,10 @@ def _check_messages(body: dict[str, Any], rules: Rules) -> None:
         if not content or not isinstance(content, str | list):
             raise _bad(f"messages.{number}.content: must be non-empty")
     if messages[-1]["role"] == "assistant" and not rules.prefill:
-        raise _bad("This model does not support assistant message prefill. The conversation "
-                   "must end with a user message.")
+        raise _bad(
+            "This model does not support assistant message prefill. The conversation "
+            "must end with a user message."
+        )
 
 
 def _check_thinking(body: dict[str, Any], rules: Rules, model: str) -> None:
@@ -172,8 +253,10 @@ def _check_thinking(body: dict[str, Any], rules: Rules, model: str) -> None:
         return
     kind = thinking.get("type") if isinstance(thinking, dict) else None
     if kind not in rules.thinking:
-        raise _bad(f'thinking.type: "{kind}" is not supported for {model}; use '
-                   f'{" or ".join(sorted(rules.thinking))}')
+        raise _bad(
+            f'thinking.type: "{kind}" is not supported for {model}; use '
+            f"{' or '.join(sorted(rules.thinking))}"
+        )
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
         if not isinstance(budget, int) or budget < 1024 or budget >= body["max_tokens"]:
@@ -199,8 +282,11 @@ def _check_tools(tools: Any) -> None:
     if not isinstance(tools, list):
         raise _bad("tools: must be a list")
     for tool in tools:
-        if not (isinstance(tool, dict) and isinstance(tool.get("name"), str)
-                and isinstance(tool.get("input_schema"), dict)):
+        if not (
+            isinstance(tool, dict)
+            and isinstance(tool.get("name"), str)
+            and isinstance(tool.get("input_schema"), dict)
+        ):
             raise _bad("tools: each tool needs a name and an input_schema")
 
 
@@ -269,7 +355,7 @@ def _read_facts(lines: list[str], finished: dict[str, Any]) -> None:
             index += 1
         elif fence:
             end = lines.index(fence.group(1), index + 1)
-            finished[fence.group(3)][fence.group(2)] = "\n".join(lines[index + 1:end]) + "\n"
+            finished[fence.group(3)][fence.group(2)] = "\n".join(lines[index + 1 : end]) + "\n"
             index = end + 1
         else:
             raise ValueError(f"unexpected line in a Cell block: {lines[index]!r}")

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 GITHUB_LIMIT = 100 * 1024 * 1024
 RULES = "fake-github.json"
 
-HOOK = r'''
+HOOK = r"""
 import json, os, subprocess, sys
 
 ZERO = "0" * 40
@@ -80,15 +80,17 @@ if workflows and allowed != "1":
 for error in errors:
     print(f"error: {error}", file=sys.stderr)
 sys.exit(1 if errors else 0)
-'''
+"""
 
 
-def install_push_rules(bare: Path, *, max_file_bytes: int = GITHUB_LIMIT,
-                       local_workflows: bool = False) -> None:
+def install_push_rules(
+    bare: Path, *, max_file_bytes: int = GITHUB_LIMIT, local_workflows: bool = False
+) -> None:
     """Give the bare repository ``bare`` GitHub's push refusals (idempotent: call again to
     change the rules)."""
-    (bare / RULES).write_text(json.dumps({"max_file_bytes": max_file_bytes,
-                                          "local_workflows": local_workflows}))
+    (bare / RULES).write_text(
+        json.dumps({"max_file_bytes": max_file_bytes, "local_workflows": local_workflows})
+    )
     hook = bare / "hooks" / "pre-receive"
     hook.parent.mkdir(exist_ok=True)
     hook.write_text(f"#!{sys.executable}\n{HOOK}")
@@ -96,42 +98,63 @@ def install_push_rules(bare: Path, *, max_file_bytes: int = GITHUB_LIMIT,
     subprocess.run(["git", "-C", str(bare), "config", "http.receivepack", "true"], check=True)
 
 
-def make_origin(path: Path, *, max_file_bytes: int = GITHUB_LIMIT,
-                local_workflows: bool = False) -> Path:
+def make_origin(
+    path: Path, *, max_file_bytes: int = GITHUB_LIMIT, local_workflows: bool = False
+) -> Path:
     """A new empty bare repository at ``path`` (branch ``main``) with the push rules."""
-    subprocess.run(["git", "init", "--quiet", "--bare", "--initial-branch=main", str(path)],
-                   check=True)
+    subprocess.run(
+        ["git", "init", "--quiet", "--bare", "--initial-branch=main", str(path)], check=True
+    )
     install_push_rules(path, max_file_bytes=max_file_bytes, local_workflows=local_workflows)
     return path
 
 
-def serve(bare: Path, req: Recorded, token: Token | None,
-          prefix: str) -> tuple[int, bytes, dict[str, str]]:
+def serve(
+    bare: Path, req: Recorded, token: Token | None, prefix: str
+) -> tuple[int, bytes, dict[str, str]]:
     """Answer one smart-HTTP request for ``prefix``/... with ``git http-backend``."""
     if token is None:
-        return 401, b"Invalid username or token.\n", {
-            "WWW-Authenticate": 'Basic realm="GitHub"', "Content-Type": "text/plain"}
-    pushing = req.path.endswith("/git-receive-pack") or \
-        req.query.get("service") == "git-receive-pack"
+        return (
+            401,
+            b"Invalid username or token.\n",
+            {"WWW-Authenticate": 'Basic realm="GitHub"', "Content-Type": "text/plain"},
+        )
+    pushing = (
+        req.path.endswith("/git-receive-pack") or req.query.get("service") == "git-receive-pack"
+    )
     contents = "write" if token.permissions is None else token.permissions.get("contents")
     if (pushing and contents != "write") or contents in (None, "none"):
-        return 403, f"Permission to {prefix.strip('/')} denied.\n".encode(), {
-            "Content-Type": "text/plain"}
+        return (
+            403,
+            f"Permission to {prefix.strip('/')} denied.\n".encode(),
+            {"Content-Type": "text/plain"},
+        )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "FAKE_GITHUB_"))}
     env.update(
-        GIT_PROJECT_ROOT=str(bare.parent), GIT_HTTP_EXPORT_ALL="1", REMOTE_USER="x-access-token",
-        PATH_INFO="/" + bare.name + req.path[len(prefix):], REQUEST_METHOD=req.method,
+        GIT_PROJECT_ROOT=str(bare.parent),
+        GIT_HTTP_EXPORT_ALL="1",
+        REMOTE_USER="x-access-token",
+        PATH_INFO="/" + bare.name + req.path[len(prefix) :],
+        REQUEST_METHOD=req.method,
         QUERY_STRING="&".join(f"{k}={v}" for k, v in req.query.items()),
-        CONTENT_TYPE=req.headers.get("content-type", ""), CONTENT_LENGTH=str(len(req.body)),
+        CONTENT_TYPE=req.headers.get("content-type", ""),
+        CONTENT_LENGTH=str(len(req.body)),
         FAKE_GITHUB_WORKFLOWS="1" if token.workflows else "0",
-        FAKE_GITHUB_TOKEN_KIND=token.kind)
+        FAKE_GITHUB_TOKEN_KIND=token.kind,
+    )
     for header in ("content-encoding", "git-protocol"):
         if header in req.headers:
             env["HTTP_" + header.upper().replace("-", "_")] = req.headers[header]
     if "git-protocol" in req.headers:
         env["GIT_PROTOCOL"] = req.headers["git-protocol"]
-    done = subprocess.run(["git", "http-backend"], input=req.body, capture_output=True,
-                          env=env, timeout=120, check=False)
+    done = subprocess.run(
+        ["git", "http-backend"],
+        input=req.body,
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     return _cgi(done.stdout)
 
 
@@ -149,8 +172,9 @@ def _cgi(output: bytes) -> tuple[int, bytes, dict[str, str]]:
     return status, body, headers
 
 
-def push(clone: Path, *args: str, token: str | None = None,
-         env: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+def push(
+    clone: Path, *args: str, token: str | None = None, env: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``git push ARGS`` from ``clone`` as rio-ci does it: the token in an extraheader."""
     import base64
 
@@ -158,6 +182,12 @@ def push(clone: Path, *args: str, token: str | None = None,
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         settings = ["-c", f"http.extraheader=AUTHORIZATION: basic {basic}"]
-    return subprocess.run(["git", *settings, "push", *args], cwd=clone, capture_output=True,
-                          text=True, timeout=120, check=False,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})})
+    return subprocess.run(
+        ["git", *settings, "push", *args],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
+    )

@@ -123,26 +123,32 @@ def violations(directory: Path, *, final: bool) -> list[str]:
     for ack in acks(directory):
         if ack["kind"] == "receive":
             event = by_seq.get(ack["seq"])
-            if not event or event["kind"] != "message_received" or \
-                    event["message"]["id"] != ack["id"]:
+            if (
+                not event
+                or event["kind"] != "message_received"
+                or event["message"]["id"] != ack["id"]
+            ):
                 found.append(f"acknowledged message {ack['id']} (seq {ack['seq']}) is lost")
         elif ack["kind"] == "timer":
             if not timers_set[ack["id"]]:
                 found.append(f"acknowledged Timer {ack['id']} is lost")
         elif ack["kind"] == "seen":
             if ack["turn_id"] not in turns:
-                found.append(f"the model was shown Turn {ack['turn_id']}, which is not in "
-                             "the Journal")
+                found.append(
+                    f"the model was shown Turn {ack['turn_id']}, which is not in the Journal"
+                )
             elif turns[ack["turn_id"]] != ack["state"]:
-                found.append(f"the model was shown a State for Turn {ack['turn_id']} that "
-                             "differs from the one committed")
+                found.append(
+                    f"the model was shown a State for Turn {ack['turn_id']} that "
+                    "differs from the one committed"
+                )
 
     # --- executions and the external side-effect log --------------------------------------
-    started = collections.Counter(e["cell_id"] for e in events
-                                  if e["kind"] == "execution_started")
+    started = collections.Counter(e["cell_id"] for e in events if e["kind"] == "execution_started")
     results = {e["cell_id"]: e["result"] for e in events if e["kind"] == "execution_finished"}
-    finishes = collections.Counter(e["cell_id"] for e in events
-                                   if e["kind"] == "execution_finished")
+    finishes = collections.Counter(
+        e["cell_id"] for e in events if e["kind"] == "execution_finished"
+    )
     runs = effects(directory)
     for cell, n in sorted(runs.items()):
         if n > 1:
@@ -157,8 +163,7 @@ def violations(directory: Path, *, final: bool) -> list[str]:
             found.append(f"Cell {cell} has {n} results")
     for cell, result in sorted(results.items()):
         kind = result["type"]
-        if kind in ("success", "error") and result.get("exit_code") is not None and \
-                runs[cell] != 1:
+        if kind in ("success", "error") and result.get("exit_code") is not None and runs[cell] != 1:
             found.append(f"Cell {cell} has a committed {kind} but ran {runs[cell]} times")
         if kind == "cancelled" and (runs[cell] or started[cell]):
             found.append(f"Cell {cell} was cancelled before launch but started")
@@ -172,11 +177,13 @@ def violations(directory: Path, *, final: bool) -> list[str]:
     found += [f"Timer {t} fired without being set" for t in sorted(fired) if not timers_set[t]]
     delivered = collections.Counter(m["id"] for e in events if (m := message_of(e)))
     found += [f"message {m} committed {n} times" for m, n in sorted(delivered.items()) if n > 1]
-    consumed = collections.Counter(m for e in events if e["kind"] == "patch_accepted"
-                                   for m in e["consumed"])
+    consumed = collections.Counter(
+        m for e in events if e["kind"] == "patch_accepted" for m in e["consumed"]
+    )
     found += [f"message {m} consumed {n} times" for m, n in sorted(consumed.items()) if n > 1]
-    found += [f"message {m} consumed but never received" for m in sorted(consumed)
-              if not delivered[m]]
+    found += [
+        f"message {m} consumed but never received" for m in sorted(consumed) if not delivered[m]
+    ]
 
     if final:
         ended = proj.ended or {}
@@ -212,8 +219,11 @@ def leftover_workers(session_id: str) -> list[int]:
     pids = []
     for proc in psutil.process_iter(["pid"]):
         try:
-            if proc.pid != os.getpid() and proc.status() != psutil.STATUS_ZOMBIE and \
-                    proc.environ().get(TOKEN_VAR, "").startswith(prefix):
+            if (
+                proc.pid != os.getpid()
+                and proc.status() != psutil.STATUS_ZOMBIE
+                and proc.environ().get(TOKEN_VAR, "").startswith(prefix)
+            ):
                 pids.append(proc.pid)
         except psutil.Error:
             continue
@@ -232,8 +242,11 @@ def landing(directory: Path) -> str:
     if proj.ended:
         return "after the run ended"
     if started:
-        return ("while a script ran (Worker registered)" if started[0]["identity"]
-                else "between launch authorisation and Worker registration")
+        return (
+            "while a script ran (Worker registered)"
+            if started[0]["identity"]
+            else "between launch authorisation and Worker registration"
+        )
     if proj.turn is not None:
         return "during a model round (Turn open)"
     return f"between commits, after {last['kind']}"

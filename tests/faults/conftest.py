@@ -31,8 +31,9 @@ def long_run(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture
 def disk_path(tmp_path: Path) -> Path:
     """``tmp_path``, after checking it is a real disk: fsync means nothing on tmpfs."""
-    fstype = subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True,
-                            text=True, check=False).stdout.strip()
+    fstype = subprocess.run(
+        ["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True, text=True, check=False
+    ).stdout.strip()
     if fstype in ("tmpfs", "ramfs"):
         pytest.fail(f"{tmp_path} is on {fstype}; run the fault suite with --basetemp on a disk")
     return tmp_path

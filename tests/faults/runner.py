@@ -33,9 +33,14 @@ def _parse(stdout: str) -> Any:
 
 
 def start(verb: str, directory: Path, **extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.faults.workload", verb, str(directory)],
-                            cwd=ROOT, env=cli_env(**extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.workload", verb, str(directory)],
+        cwd=ROOT,
+        env=cli_env(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait(proc: subprocess.Popen[str], timeout: float = DRIVER_TIMEOUT) -> Finished:
@@ -65,4 +70,3 @@ def kill_tree(pid: int) -> list[int]:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
     return [p.pid for p in family]
-

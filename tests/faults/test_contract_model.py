@@ -32,7 +32,7 @@ from rio_ci.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.kit import cli_env, until
 
-SCRIPT = '''import os, sys, time
+SCRIPT = """import os, sys, time
 fd = os.open("effects.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 os.write(fd, f"{os.environ['RIO_CELL_ID']} {sys.argv[1]} {os.getpid()}\\n".encode())
 os.fsync(fd)
@@ -40,7 +40,7 @@ os.close(fd)
 if sys.argv[1] == "slow":
     time.sleep(30)
 sys.exit(1 if sys.argv[1] == "fail" else 0)
-'''
+"""
 PENDING_CELLS = 32  # the default limit
 
 
@@ -88,9 +88,11 @@ class Reference:
 
     def dispatch_order(self) -> list[int]:
         """The Cells a ``work`` would run after recovery and Controls, up to a pause."""
-        trial = Reference(executions={c: Execution(e.tag, e.phase, e.result)
-                                      for c, e in self.executions.items()},
-                          pause=self.pause, cancels=list(self.cancels))
+        trial = Reference(
+            executions={c: Execution(e.tag, e.phase, e.result) for c, e in self.executions.items()},
+            pause=self.pause,
+            cancels=list(self.cancels),
+        )
         trial.before_dispatch()
         order = []
         while trial.pause is None and trial.queued():
@@ -100,15 +102,19 @@ class Reference:
         return order
 
     def unresolved(self) -> list[int]:
-        return sorted(c for c, e in self.executions.items()
-                      if e.result == "UnknownExecution" and not e.resolved)
+        return sorted(
+            c
+            for c, e in self.executions.items()
+            if e.result == "UnknownExecution" and not e.resolved
+        )
 
     def visible(self) -> dict[str, tuple[str, str | None]]:
         shown = {c for c in self.executions if c in self.heads}
         shown |= {c for c, e in self.executions.items() if e.phase != "finished"}
         shown |= set(self.unresolved())
-        return {str(c): (self.executions[c].phase, self.executions[c].result)
-                for c in sorted(shown)}
+        return {
+            str(c): (self.executions[c].phase, self.executions[c].result) for c in sorted(shown)
+        }
 
 
 class ContractMachine(RuleBasedStateMachine):
@@ -161,15 +167,24 @@ class ContractMachine(RuleBasedStateMachine):
 
     # --- step -----------------------------------------------------------------------------
 
-    def submit(self, ops: list[dict[str, Any]], valid: bool, new: list[tuple[int, str]],
-               heads: list[int], cancel: int | None = None,
-               resolve: int | None = None) -> None:
+    def submit(
+        self,
+        ops: list[dict[str, Any]],
+        valid: bool,
+        new: list[tuple[int, str]],
+        heads: list[int],
+        cancel: int | None = None,
+        resolve: int | None = None,
+    ) -> None:
         """Step ``ops`` on the open Turn; if ``valid``, the State must become ``heads``."""
         ref = self.ref
         assert ref.turn is not None
         head = [{"op": "test", "path": "/revision", "value": ref.revision}]
-        outstanding = (sum(e.phase != "finished" for e in ref.executions.values())
-                       + len(ref.unresolved()) + sum(t in ("ok", "fail", "slow") for _, t in new))
+        outstanding = (
+            sum(e.phase != "finished" for e in ref.executions.values())
+            + len(ref.unresolved())
+            + sum(t in ("ok", "fail", "slow") for _, t in new)
+        )
         valid = valid and outstanding <= PENDING_CELLS
         decision = self.session.step(ref.turn["turn_id"], head + ops)
         if not valid:
@@ -198,15 +213,23 @@ class ContractMachine(RuleBasedStateMachine):
 
     def cell(self, cell_id: int, tag: str) -> dict[str, Any]:
         if tag in ("ok", "fail", "slow"):
-            return {"id": cell_id, "previous_id": None, "kind": "cmd",
-                    "argv": [sys.executable, "effect.py", tag]}
+            return {
+                "id": cell_id,
+                "previous_id": None,
+                "kind": "cmd",
+                "argv": [sys.executable, "effect.py", tag],
+            }
         return {"id": cell_id, "previous_id": None, "kind": "note", "text": tag}
 
-    @rule(kind=st.sampled_from(["add", "add", "add", "replace", "remove", "stale", "cancel",
-                                "resolve", "again"]),
-          tags=st.lists(st.sampled_from(["ok", "ok", "fail", "slow", "note"]), min_size=1,
-                        max_size=3),
-          pick=st.integers(0, 1000))
+    @rule(
+        kind=st.sampled_from(
+            ["add", "add", "add", "replace", "remove", "stale", "cancel", "resolve", "again"]
+        ),
+        tags=st.lists(
+            st.sampled_from(["ok", "ok", "fail", "slow", "note"]), min_size=1, max_size=3
+        ),
+        pick=st.integers(0, 1000),
+    )
     def step(self, kind: str, tags: list[str], pick: int) -> None:
         """A patch of one kind on the open Turn (opening one first if none is open)."""
         self.calls[f"step {kind}"] += 1
@@ -230,38 +253,63 @@ class ContractMachine(RuleBasedStateMachine):
             busy = old in ref.executions and ref.executions[old].phase != "finished"
             heads = list(ref.heads)
             heads[index] = cell
-            self.submit([{"op": "replace", "path": f"/cells/{index}", "value": value}],
-                        not busy, [(cell, "note")], heads)
+            self.submit(
+                [{"op": "replace", "path": f"/cells/{index}", "value": value}],
+                not busy,
+                [(cell, "note")],
+                heads,
+            )
         elif kind == "remove" and ref.heads:
             index = pick % len(ref.heads)
-            self.submit([{"op": "remove", "path": f"/cells/{index}"}], True, [],
-                        ref.heads[:index] + ref.heads[index + 1:])
+            self.submit(
+                [{"op": "remove", "path": f"/cells/{index}"}],
+                True,
+                [],
+                ref.heads[:index] + ref.heads[index + 1 :],
+            )
         elif kind == "cancel" and ref.executions:
             target = sorted(ref.executions)[pick % len(ref.executions)]
             value = {**self.cell(cell, "cancel"), "role": "cancel", "target_cell_id": target}
-            self.submit([{"op": "add", "path": "/cells/-", "value": value}], True,
-                        [(cell, "cancel")], [*ref.heads, cell], cancel=target)
+            self.submit(
+                [{"op": "add", "path": "/cells/-", "value": value}],
+                True,
+                [(cell, "cancel")],
+                [*ref.heads, cell],
+                cancel=target,
+            )
         elif kind == "resolve" and ref.unresolved():
             target = ref.unresolved()[0]
             open_turn = self.session.proj.turn
             assert open_turn is not None
-            evidence = [f"session:event:{m['seq']}" for m in open_turn["state"]["runtime"]["inbox"]
-                        if m["id"] != f"execution:{target}"]
+            evidence = [
+                f"session:event:{m['seq']}"
+                for m in open_turn["state"]["runtime"]["inbox"]
+                if m["id"] != f"execution:{target}"
+            ]
             own = self.session.journal.find(str(target), "execution_finished")
             assert own is not None
-            value = {**self.cell(cell, "resolved"), "role": "resolution",
-                     "target_cell_id": target,
-                     "evidence_refs": evidence or [f"session:event:{own['seq']}"]}
-            self.submit([{"op": "add", "path": "/cells/-", "value": value}], bool(evidence),
-                        [(cell, "resolved")], [*ref.heads, cell], resolve=target)
+            value = {
+                **self.cell(cell, "resolved"),
+                "role": "resolution",
+                "target_cell_id": target,
+                "evidence_refs": evidence or [f"session:event:{own['seq']}"],
+            }
+            self.submit(
+                [{"op": "add", "path": "/cells/-", "value": value}],
+                bool(evidence),
+                [(cell, "resolved")],
+                [*ref.heads, cell],
+                resolve=target,
+            )
         else:  # stale, or nothing to act on: a patch testing the wrong revision
             ops = [{"op": "test", "path": "/revision", "value": ref.revision + 7}]
             self.submit(ops, False, [], ref.heads)
 
     # --- the Owner ----------------------------------------------------------------------
 
-    @precondition(lambda self: all(self.ref.executions[c].tag != "slow"
-                                   for c in self.ref.dispatch_order()))
+    @precondition(
+        lambda self: all(self.ref.executions[c].tag != "slow" for c in self.ref.dispatch_order())
+    )
     @rule()
     def work(self) -> None:
         self.calls["work"] += 1
@@ -275,19 +323,26 @@ class ContractMachine(RuleBasedStateMachine):
         self.ref.before_dispatch()
         for cell in expected:
             self.ref.runs[cell] += 1
-            self.ref.finish(cell, "error" if self.ref.executions[cell].tag == "fail"
-                            else "success")
+            self.ref.finish(cell, "error" if self.ref.executions[cell].tag == "fail" else "success")
         assert checks.leftover_workers(self.session_id) == []
 
-    @precondition(lambda self: self.ref.dispatch_order()[:1] and
-                  self.ref.executions[self.ref.dispatch_order()[0]].tag == "slow")
+    @precondition(
+        lambda self: (
+            self.ref.dispatch_order()[:1]
+            and self.ref.executions[self.ref.dispatch_order()[0]].tag == "slow"
+        )
+    )
     @rule(tree=st.booleans())
     def kill(self, tree: bool) -> None:
         self.calls["kill"] += 1
         slow = self.ref.dispatch_order()[0]
-        proc = subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "work", str(self.db)],
-                                cwd=self.dir, env=cli_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rio_ci.cli", "work", str(self.db)],
+            cwd=self.dir,
+            env=cli_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             until(lambda: checks.effects(self.dir)[slow] == 1, 30)
         finally:
@@ -319,20 +374,29 @@ class ContractMachine(RuleBasedStateMachine):
         assert runtime["next_cell_id"] == ref.next_id
         assert [m["id"] for m in runtime["inbox"]] == ref.inbox
         assert runtime["pause"] == ref.pause
-        shown = {k: (v["phase"], (v["result"] or {}).get("type"))
-                 for k, v in runtime["cells"].items()}
+        shown = {
+            k: (v["phase"], (v["result"] or {}).get("type")) for k, v in runtime["cells"].items()
+        }
         assert shown == ref.visible()
         assert checks.effects(self.dir) == +ref.runs
         assert self.session.journal.replay().to_dict() == self.session.proj.to_dict()
 
 
-def test_public_operations_follow_the_reference_model(disk_path: Path, long_run: bool,
-                                                      fault_report: dict[str, Any]) -> None:
+def test_public_operations_follow_the_reference_model(
+    disk_path: Path, long_run: bool, fault_report: dict[str, Any]
+) -> None:
     ContractMachine.base = disk_path
     examples, steps = (400, 50) if long_run else (80, 30)
     ContractMachine.TestCase.settings = settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
     ContractMachine.TestCase().runTest()
-    fault_report["state machine"] = {"examples": examples, "max_steps": steps,
-                                     "operations": dict(sorted(ContractMachine.calls.items()))}
+    fault_report["state machine"] = {
+        "examples": examples,
+        "max_steps": steps,
+        "operations": dict(sorted(ContractMachine.calls.items())),
+    }

@@ -25,8 +25,12 @@ GENERIC_SAMPLE = 6  # commits sampled per generic point in the default run
 # Points a clean run never passes: they are reached by a recovery from an earlier crash
 # (the "prelude"), so they are crashed a second time while recovering.
 PRELUDE = "script_running:1"
-AFTER_A_CRASH = ("recovery_midway", "recovery_after_commit", "journal_before_commit",
-                 "journal_after_commit")
+AFTER_A_CRASH = (
+    "recovery_midway",
+    "recovery_after_commit",
+    "journal_before_commit",
+    "journal_after_commit",
+)
 
 
 @dataclass
@@ -75,23 +79,30 @@ def crash_and_recover(base: Path, case: Case) -> Case:
         return case
     if recovered.out["second"]:
         case.violations.append(f"a second recovery committed {recovered.out['second']} events")
-    results = {e["cell_id"]: e["result"]["type"] for e in checks.events_of(directory)
-               if e["kind"] == "execution_finished"}
+    results = {
+        e["cell_id"]: e["result"]["type"]
+        for e in checks.events_of(directory)
+        if e["kind"] == "execution_finished"
+    }
     for cell in sorted(started):
         if results.get(cell) != "UnknownExecution":
-            case.violations.append(f"Cell {cell} was started at the crash; after recovery "
-                                   f"it is {results.get(cell)}, not UnknownExecution")
+            case.violations.append(
+                f"Cell {cell} was started at the crash; after recovery "
+                f"it is {results.get(cell)}, not UnknownExecution"
+            )
     case.violations += checks.violations(directory, final=False)
     resumed = runner.drive("run", directory)
     if resumed.code != 0:
-        case.violations.append(f"the resumed run did not succeed: {resumed.out} "
-                               f"{resumed.err[-800:]}")
+        case.violations.append(
+            f"the resumed run did not succeed: {resumed.out} {resumed.err[-800:]}"
+        )
     case.violations += checks.violations(directory, final=True)
     return case
 
 
-def test_every_crash_point_on_a_real_workload(disk_path: Path, long_run: bool,
-                                              fault_report: dict[str, Any]) -> None:
+def test_every_crash_point_on_a_real_workload(
+    disk_path: Path, long_run: bool, fault_report: dict[str, Any]
+) -> None:
     # A dry run: the workload itself must be clean, and it counts each point's passes.
     dry = disk_path / "dry"
     setup(dry)
@@ -109,13 +120,17 @@ def test_every_crash_point_on_a_real_workload(disk_path: Path, long_run: bool,
 
     landed = [c for c in results if c.landed]
     fault_report["crash points"] = {
-        "points": len(POINTS), "cases": len(results), "landed": len(landed),
+        "points": len(POINTS),
+        "cases": len(results),
+        "landed": len(landed),
         "occurrences_in_workload": sum(counts.get(p, 0) for p in POINTS),
         "violations": sum(len(c.violations) for c in results),
         "landed_per_point": {p: sum(c.landed for c in landed if c.point == p) for p in POINTS},
     }
     bad = {f"{c.prelude or ''} {c.point}:{c.nth}": c.violations for c in results if c.violations}
     assert not bad, json.dumps(bad, indent=1)
-    never = sorted({c.point for c in results if c.nth == 1 and not c.landed} - {
-        c.point for c in results if c.landed})
+    never = sorted(
+        {c.point for c in results if c.nth == 1 and not c.landed}
+        - {c.point for c in results if c.landed}
+    )
     assert not never, f"crash points that never fired at their first pass: {never}"

@@ -84,7 +84,8 @@ def recorded(disk_path: Path) -> Any:
 
 @pytest.mark.parametrize("error", sorted(ERRORS))
 def test_a_failed_commit_of_a_message_stops_and_reopens_consistently(
-        recorded: Any, error: str, fault_report: dict[str, Any]) -> None:
+    recorded: Any, error: str, fault_report: dict[str, Any]
+) -> None:
     db, vfs, session = recorded
     session.receive("before", "comment", {"n": 0})
     arm(vfs, *ERRORS[error])
@@ -93,20 +94,26 @@ def test_a_failed_commit_of_a_message_stops_and_reopens_consistently(
     assert_stopped(session)
     session.journal.reopen()  # the real recovery path: drop the projection, read the file
     events = assert_consistent(db)
-    landed = [e for e in events if e["kind"] == "message_received" and
-              e["message"]["id"] == "m1"]
+    landed = [e for e in events if e["kind"] == "message_received" and e["message"]["id"] == "m1"]
     assert len(landed) <= 1
     again = session.receive("m1", "comment", {"n": 1})  # the sender retries: exactly once
     assert again["duplicate"] == bool(landed)
-    assert sum(e["kind"] == "message_received" and e["message"]["id"] == "m1"
-               for e in assert_consistent(db)) == 1
+    assert (
+        sum(
+            e["kind"] == "message_received" and e["message"]["id"] == "m1"
+            for e in assert_consistent(db)
+        )
+        == 1
+    )
     fault_report.setdefault("I/O errors", {})[f"receive/{error}"] = (
-        "committed anyway" if landed else "not committed")
+        "committed anyway" if landed else "not committed"
+    )
 
 
 @pytest.mark.parametrize("error", sorted(ERRORS))
 def test_a_failed_commit_of_a_patch_is_never_applied_twice(
-        recorded: Any, error: str, fault_report: dict[str, Any]) -> None:
+    recorded: Any, error: str, fault_report: dict[str, Any]
+) -> None:
     db, vfs, session = recorded
     turn = session.prepare_turn()
     plan = Plan(turn["state"])
@@ -123,7 +130,8 @@ def test_a_failed_commit_of_a_patch_is_never_applied_twice(
     assert sum(e["kind"] == "patch_accepted" for e in events) == 1
     assert list(session.refresh().executions) == ["1"]  # one Execution, not two
     fault_report.setdefault("I/O errors", {})[f"step/{error}"] = (
-        "committed anyway" if landed else "not committed")
+        "committed anyway" if landed else "not committed"
+    )
 
 
 # --- libfiu: real processes, the stdlib sqlite3 path ----------------------------------------
@@ -139,9 +147,15 @@ def fiu() -> str:
 
 
 def cli(*args: str, prefix: tuple[str, ...] = (), cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*prefix, sys.executable, "-m", "rio_ci.cli", *args], cwd=cwd,
-                          env=cli_env(), capture_output=True, text=True, timeout=60,
-                          check=False)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "rio_ci.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_rio_ci_receive_with_failing_fsync_acknowledges_nothing(disk_path: Path) -> None:
@@ -179,7 +193,8 @@ print("done", flush=True)
 
 @pytest.mark.parametrize("failure", ["posix/io/sync/*", "posix/io/rw/pwrite*"])
 def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
-        disk_path: Path, failure: str, fault_report: dict[str, Any]) -> None:
+    disk_path: Path, failure: str, fault_report: dict[str, Any]
+) -> None:
     """SPEC §10: a commit whose outcome is uncertain stops the Owner's local Workers. The
     script outlives its Owner unless stopped, so "no Worker left" is the Owner's doing."""
     fiu_run, fiu_ctrl = fiu(), shutil.which("fiu-ctrl")
@@ -194,27 +209,41 @@ def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
     session_id = session.proj.session["id"]
     session.close()
     ctrl = str(disk_path / "fiu-ctrl")
-    owner = subprocess.Popen([fiu_run, "-x", "-f", ctrl, sys.executable, "-m", "rio_ci.cli",
-                              "work", str(db)], cwd=disk_path, env=cli_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [fiu_run, "-x", "-f", ctrl, sys.executable, "-m", "rio_ci.cli", "work", str(db)],
+        cwd=disk_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         until(lambda: (disk_path / "effects.log").exists(), 20)
         time.sleep(0.3)  # "started" committed
         assert checks.leftover_workers(session_id), "the Worker runs before the failure"
-        subprocess.run([fiu_ctrl, "-f", ctrl, "-c", f"enable name={failure}", str(owner.pid)],
-                       check=True, timeout=10)
+        subprocess.run(
+            [fiu_ctrl, "-f", ctrl, "-c", f"enable name={failure}", str(owner.pid)],
+            check=True,
+            timeout=10,
+        )
         (disk_path / "poke").touch()  # "poked": an output commit that fails
         out, err = owner.communicate(timeout=30)
         assert owner.returncode == 4, err
         assert "outcome is unknown" in json.loads(out.splitlines()[-1])["error"]
-        until(lambda: not checks.leftover_workers(session_id), 5,
-              "the Worker to stop with its Owner's failed commit")
+        until(
+            lambda: not checks.leftover_workers(session_id),
+            5,
+            "the Worker to stop with its Owner's failed commit",
+        )
     finally:
         runner.kill_tree(owner.pid)
         for pid in checks.leftover_workers(session_id):  # the Worker, if the Owner left it
             runner.kill_tree(pid)
-    before = {e["cell_id"]: e["result"]["type"] for e in assert_consistent(db)
-              if e["kind"] == "execution_finished"}
+    before = {
+        e["cell_id"]: e["result"]["type"]
+        for e in assert_consistent(db)
+        if e["kind"] == "execution_finished"
+    }
     again = cli("work", str(db), cwd=disk_path)  # a new Owner, storage healthy again
     assert again.returncode == 0, again.stderr
     events = assert_consistent(db)
@@ -222,4 +251,5 @@ def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
     assert results == ["UnknownExecution"]  # the script's end was never committed
     assert checks.effects(disk_path)[1] == 1  # and it was not run again
     fault_report.setdefault("I/O errors", {})[f"owner/{failure}"] = (
-        f"result before recovery: {before.get(1, 'none')}")
+        f"result before recovery: {before.get(1, 'none')}"
+    )

@@ -109,13 +109,12 @@ def inspect(db: Path, final: list[dict[str, Any]]) -> tuple[int, str | None]:
         events = list(session.journal.events())
     finally:
         session.close()
-    if events != final[:len(events)]:
+    if events != final[: len(events)]:
         return 0, "holds events that were never committed in this order"
     return len(events), None
 
 
-def check_images(recording: Recording, workdir: Path, per_point: int,
-                 seed: int) -> Verdicts:
+def check_images(recording: Recording, workdir: Path, per_point: int, seed: int) -> Verdicts:
     verdicts = Verdicts(examples=[])
     assert verdicts.examples is not None
     seen: dict[str, tuple[int, str | None]] = {}
@@ -134,8 +133,10 @@ def check_images(recording: Recording, workdir: Path, per_point: int,
         elif last < required:
             verdicts.lost += 1
             what = [w for done, seq, w in recording.acks if done <= image.at and seq > last]
-            verdicts.examples.append(f"op {image.at} ({image.how}): has {last} events, "
-                                     f"acknowledged {required}; lost {what[:3]}")
+            verdicts.examples.append(
+                f"op {image.at} ({image.how}): has {last} events, "
+                f"acknowledged {required}; lost {what[:3]}"
+            )
     return verdicts
 
 
@@ -144,17 +145,23 @@ def images_per_point(long: bool) -> int:
 
 
 @pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
-def test_power_loss_at_every_io_operation(disk_path: Path, long_run: bool, synchronous: str,
-                                          fault_report: dict[str, Any]) -> None:
+def test_power_loss_at_every_io_operation(
+    disk_path: Path, long_run: bool, synchronous: str, fault_report: dict[str, Any]
+) -> None:
     recording = record_workload(disk_path / "run", synchronous)
     syncs = sum(op.kind == "sync" for op in recording.ops)
     seed = int(os.environ.get("RIO_FAULT_SEED", time.time_ns() % 1_000_000))
     verdicts = check_images(recording, disk_path / "image", images_per_point(long_run), seed)
     fault_report[f"power loss ({synchronous})"] = {
-        "seed": seed, "io_operations": len(recording.ops), "syncs": syncs,
-        "acknowledged": len(recording.acks), "images": verdicts.images,
-        "distinct_images_opened": verdicts.opened, "lost_commit_images": verdicts.lost,
-        "inconsistent_images": verdicts.broken}
+        "seed": seed,
+        "io_operations": len(recording.ops),
+        "syncs": syncs,
+        "acknowledged": len(recording.acks),
+        "images": verdicts.images,
+        "distinct_images_opened": verdicts.opened,
+        "lost_commit_images": verdicts.lost,
+        "inconsistent_images": verdicts.broken,
+    }
     examples = "\n".join((verdicts.examples or [])[:10])
     assert verdicts.broken == 0, f"seed {seed}: inconsistent images:\n{examples}"
     if synchronous == "FULL":

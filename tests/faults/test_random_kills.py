@@ -48,8 +48,9 @@ def after_kill(directory: Path, stream: Stream) -> None:
         # stops the leftovers and recovers again.
         stream.failed_closed += 1
         if checks.identity(directory)[1] != last:
-            stream.violations.append(f"{directory.name}: a recovery that failed closed "
-                                     "committed something")
+            stream.violations.append(
+                f"{directory.name}: a recovery that failed closed committed something"
+            )
         for pid in checks.leftover_workers(session_id):
             runner.kill_tree(pid)
         recovered = runner.drive("recover", directory)
@@ -57,15 +58,22 @@ def after_kill(directory: Path, stream: Stream) -> None:
         stream.violations.append(f"{directory.name}: recovery failed: {recovered.err[-600:]}")
         return
     if recovered.out["second"]:
-        stream.violations.append(f"{directory.name}: a second recovery committed "
-                                 f"{recovered.out['second']} events")
-    results = {e["cell_id"]: e["result"]["type"] for e in checks.events_of(directory)
-               if e["kind"] == "execution_finished"}
-    stream.violations += [f"{directory.name}: started Cell {c} is {results.get(c)} after "
-                          "recovery" for c in sorted(started)
-                          if results.get(c) != "UnknownExecution"]
-    stream.violations += [f"{directory.name}: {v}"
-                          for v in checks.violations(directory, final=False)]
+        stream.violations.append(
+            f"{directory.name}: a second recovery committed {recovered.out['second']} events"
+        )
+    results = {
+        e["cell_id"]: e["result"]["type"]
+        for e in checks.events_of(directory)
+        if e["kind"] == "execution_finished"
+    }
+    stream.violations += [
+        f"{directory.name}: started Cell {c} is {results.get(c)} after recovery"
+        for c in sorted(started)
+        if results.get(c) != "UnknownExecution"
+    ]
+    stream.violations += [
+        f"{directory.name}: {v}" for v in checks.violations(directory, final=False)
+    ]
 
 
 def run_stream(base: Path, index: int, wanted: int, seed: int) -> Stream:
@@ -78,14 +86,16 @@ def run_stream(base: Path, index: int, wanted: int, seed: int) -> Stream:
             directory = base / f"s{index}-w{stream.workloads}"
             setup(directory)
         proc = runner.start("run", directory)
-        finished = until(lambda p=proc: p.poll() is not None, rng.uniform(0.0, MAX_DELAY),
-                         fail=False)
+        finished = until(
+            lambda p=proc: p.poll() is not None, rng.uniform(0.0, MAX_DELAY), fail=False
+        )
         if finished:
             done = runner.wait(proc)
             if done.code != 0:
                 stream.violations.append(f"{directory.name}: run failed: {done.err[-600:]}")
-            stream.violations += [f"{directory.name}: {v}"
-                                  for v in checks.violations(directory, final=True)]
+            stream.violations += [
+                f"{directory.name}: {v}" for v in checks.violations(directory, final=True)
+            ]
             directory = None
             continue
         mode = rng.choice(("owner", "tree"))
@@ -101,29 +111,33 @@ def run_stream(base: Path, index: int, wanted: int, seed: int) -> Stream:
         done = runner.drive("run", directory)
         if done.code != 0:
             stream.violations.append(f"{directory.name}: run failed: {done.err[-600:]}")
-        stream.violations += [f"{directory.name}: {v}"
-                              for v in checks.violations(directory, final=True)]
+        stream.violations += [
+            f"{directory.name}: {v}" for v in checks.violations(directory, final=True)
+        ]
     return stream
 
 
-def test_random_kills_of_the_owner_and_its_tree(disk_path: Path, long_run: bool,
-                                                fault_report: dict[str, Any]) -> None:
+def test_random_kills_of_the_owner_and_its_tree(
+    disk_path: Path, long_run: bool, fault_report: dict[str, Any]
+) -> None:
     total = 1000 if long_run else 50
     seed = int(os.environ.get("RIO_FAULT_SEED", time.time_ns() % 1_000_000))
     shares = [total // STREAMS + (i < total % STREAMS) for i in range(STREAMS)]
     with ThreadPoolExecutor(STREAMS) as pool:
-        streams = list(pool.map(lambda i: run_stream(disk_path, i, shares[i], seed + i),
-                                range(STREAMS)))
-    landings: collections.Counter[str] = sum((s.landings for s in streams),
-                                             collections.Counter())
+        streams = list(
+            pool.map(lambda i: run_stream(disk_path, i, shares[i], seed + i), range(STREAMS))
+        )
+    landings: collections.Counter[str] = sum((s.landings for s in streams), collections.Counter())
     violations = [v for s in streams for v in s.violations]
     fault_report["random kills"] = {
-        "seed": seed, "kills": sum(s.kills for s in streams),
+        "seed": seed,
+        "kills": sum(s.kills for s in streams),
         "owner_only": sum(s.modes["owner"] for s in streams),
         "whole_tree": sum(s.modes["tree"] for s in streams),
         "workloads": sum(s.workloads for s in streams),
         "recoveries_failed_closed": sum(s.failed_closed for s in streams),
-        "landed": dict(landings.most_common()), "violations": len(violations),
+        "landed": dict(landings.most_common()),
+        "violations": len(violations),
     }
     assert sum(s.kills for s in streams) == total
     assert not violations, f"seed {seed}:\n" + json.dumps(violations, indent=1)
@@ -137,17 +151,23 @@ def test_a_lost_leader_with_a_surviving_child_fails_recovery_closed(disk_path: P
     session = Session.create(db, "lost leader", cwd=str(disk_path))
     turn = session.prepare_turn()
     plan = Plan(turn["state"])
-    plan.add({"kind": "cmd", "argv": ["sh", "-c", "echo $RIO_CELL_ID sh $$ >> effects.log; "
-                                                  "sleep 30 & wait"]})
+    plan.add(
+        {
+            "kind": "cmd",
+            "argv": ["sh", "-c", "echo $RIO_CELL_ID sh $$ >> effects.log; sleep 30 & wait"],
+        }
+    )
     assert isinstance(session.step(turn["turn_id"], plan.ops), Receipt)
     session.close()
-    owner = subprocess.Popen([sys.executable, "-m", "rio_ci.cli", "work", str(db)],
-                             cwd=disk_path, env=cli_env())
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "rio_ci.cli", "work", str(db)], cwd=disk_path, env=cli_env()
+    )
     until(lambda: checks.started_cells(disk_path) and checks.effects(disk_path), 20)
     session_id, _ = checks.identity(disk_path)
     until(lambda: len(checks.leftover_workers(session_id)) == 2, 10)
-    leader = next(e for e in checks.events_of(disk_path)
-                  if e["kind"] == "worker_registered")["identity"]["pid"]
+    leader = next(e for e in checks.events_of(disk_path) if e["kind"] == "worker_registered")[
+        "identity"
+    ]["pid"]
     os.kill(owner.pid, signal.SIGKILL)
     os.kill(leader, signal.SIGKILL)  # the `sleep` child lives on in the group
     owner.wait()
@@ -161,6 +181,9 @@ def test_a_lost_leader_with_a_surviving_child_fails_recovery_closed(disk_path: P
             runner.kill_tree(pid)
     recovered = runner.drive("recover", disk_path)
     assert recovered.code == 0 and recovered.out == {"first": 1, "second": 0}
-    results = [e["result"]["type"] for e in checks.events_of(disk_path)
-               if e["kind"] == "execution_finished"]
+    results = [
+        e["result"]["type"]
+        for e in checks.events_of(disk_path)
+        if e["kind"] == "execution_finished"
+    ]
     assert results == ["UnknownExecution"] and checks.effects(disk_path)[1] == 1

@@ -16,8 +16,12 @@ def test_every_crash_point_is_registered_called_and_documented() -> None:
     called: set[str] = set()
     for source in (ROOT / "rio_ci").rglob("*.py"):
         called |= set(re.findall(r'crash_point\("([a-z_]+)"\)', source.read_text()))
-    called |= set(re.findall(r'crash_before="([a-z_]+)"', "".join(
-        p.read_text() for p in (ROOT / "rio_ci").rglob("*.py"))))
+    called |= set(
+        re.findall(
+            r'crash_before="([a-z_]+)"',
+            "".join(p.read_text() for p in (ROOT / "rio_ci").rglob("*.py")),
+        )
+    )
     assert called - set(POINTS) == set(), "crash points missing from the registry"
     assert set(POINTS) - called == set(), "registered crash points nothing passes"
     assert len(set(POINTS)) == len(POINTS)

@@ -170,10 +170,10 @@ def _apply(content: bytearray, op: Op) -> None:
         end = op.offset + len(op.data)
         if len(content) < op.offset:
             content.extend(bytes(op.offset - len(content)))
-        content[op.offset:end] = op.data
+        content[op.offset : end] = op.data
     elif op.kind == "truncate":
         if len(content) > op.offset:
-            del content[op.offset:]
+            del content[op.offset :]
         else:
             content.extend(bytes(op.offset - len(content)))
 
@@ -191,8 +191,9 @@ class Image:
         return h.hexdigest()
 
 
-def crash_images(ops: list[Op], base_db: bytes, per_point: int,
-                 rng: random.Random) -> Iterator[Image]:
+def crash_images(
+    ops: list[Op], base_db: bytes, per_point: int, rng: random.Random
+) -> Iterator[Image]:
     """For every I/O operation k (and the end): the synced content, the content with every
     unsynced write (what a process crash leaves), and ``per_point - 2`` random subsets."""
     files = {"db": _File(bytearray(base_db)), "wal": _File(None)}
@@ -215,10 +216,13 @@ def crash_images(ops: list[Op], base_db: bytes, per_point: int,
             state.pending.append(op)
 
 
-def _images_at(k: int, files: dict[str, _File], per_point: int,
-               rng: random.Random) -> Iterator[Image]:
+def _images_at(
+    k: int, files: dict[str, _File], per_point: int, rng: random.Random
+) -> Iterator[Image]:
     choices: list[tuple[str, Callable[[Op], bool]]] = [
-        ("synced", lambda op: False), ("everything", lambda op: True)]
+        ("synced", lambda op: False),
+        ("everything", lambda op: True),
+    ]
     choices += [("random", lambda op: rng.random() < 0.5)] * max(0, per_point - 2)
     for how, keep in choices:
         content: dict[str, bytes] = {}

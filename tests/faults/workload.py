@@ -64,7 +64,7 @@ elif tag == "wait":
 print("done", tag, flush=True)
 sys.exit(1 if tag == "fail" else 0)
 '''
-CODE = '''# /// script
+CODE = """# /// script
 # dependencies = []
 # ///
 import json
@@ -85,7 +85,7 @@ os.fsync(fd)
 os.close(fd)
 time.sleep(0.2)
 print("timer committed", flush=True)
-'''.replace("TIMER_ID", TIMER_ID)
+""".replace("TIMER_ID", TIMER_ID)
 
 
 def state_digest(state: Any) -> str:
@@ -110,10 +110,13 @@ def setup(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "effect.py").write_text(EFFECT)
     db = directory / DB
-    session = Session.create(db, "fault workload", cwd=str(directory),
-                             validators=[[sys.executable, "-c", "pass"]],
-                             limits=Limits(flush_seconds=0.05, execution_seconds=60,
-                                           rounds=60))
+    session = Session.create(
+        db,
+        "fault workload",
+        cwd=str(directory),
+        validators=[[sys.executable, "-c", "pass"]],
+        limits=Limits(flush_seconds=0.05, execution_seconds=60, rounds=60),
+    )
     session.close()
     return db
 
@@ -164,17 +167,25 @@ def decide(state: dict[str, Any]) -> list[dict[str, Any]]:
         plan.add({"kind": "note", "text": "seen: " + " ".join(m["id"] for m in inbox)})
     done = {tag_of(c) for c in cells}
     facts = runtime["cells"]
-    unresolved = sorted(int(k) for k, v in facts.items()
-                        if (v["result"] or {}).get("type") == "UnknownExecution"
-                        and v["resolved_by"] is None)
+    unresolved = sorted(
+        int(k)
+        for k, v in facts.items()
+        if (v["result"] or {}).get("type") == "UnknownExecution" and v["resolved_by"] is None
+    )
     rejected = [m for m in inbox if m["kind"] == "control_rejected"]
     if unresolved:
         target = unresolved[0]
-        evidence = [f"session:event:{m['seq']}" for m in inbox
-                    if m["id"] != f"execution:{target}"]
+        evidence = [f"session:event:{m['seq']}" for m in inbox if m["id"] != f"execution:{target}"]
         if evidence:
-            plan.add({"kind": "note", "role": "resolution", "target_cell_id": target,
-                      "evidence_refs": evidence, "text": "inspected; carrying on"})
+            plan.add(
+                {
+                    "kind": "note",
+                    "role": "resolution",
+                    "target_cell_id": target,
+                    "evidence_refs": evidence,
+                    "text": "inspected; carrying on",
+                }
+            )
         else:
             plan.effect("inspect")
     elif "code" not in done:
@@ -186,8 +197,7 @@ def decide(state: dict[str, Any]) -> list[dict[str, Any]]:
         plan.effect("slow")
     elif "doomed" not in done:
         doomed = plan.effect("doomed")
-        plan.add({"kind": "note", "role": "cancel", "target_cell_id": doomed,
-                  "text": "never mind"})
+        plan.add({"kind": "note", "role": "cancel", "target_cell_id": doomed, "text": "never mind"})
     elif "fail" not in done:
         plan.effect("fail")
     elif not set(EXTERNAL) <= seen or any("Timers" in m["payload"]["reason"] for m in rejected):
@@ -195,8 +205,9 @@ def decide(state: dict[str, Any]) -> list[dict[str, Any]]:
     elif _timer_set(cells, facts) and f"timer:{TIMER_ID}" not in seen:
         plan.effect("wait")  # the Timer is known to exist: wait for it
     else:
-        plan.add({"kind": "note", "role": "conclusion", "result": "success",
-                  "text": "every step done"})
+        plan.add(
+            {"kind": "note", "role": "conclusion", "result": "success", "text": "every step done"}
+        )
         return plan.ops
     if not plan.work:
         plan.effect("wait")  # never leave the Session idle without a wake-up source
@@ -229,8 +240,10 @@ class AdaptiveModel:
         from rio_ci.model.base import ModelReply, Usage
 
         state = request.state
-        append_line(self.acks, json.dumps({"kind": "seen", "turn_id": request.turn_id,
-                                           "state": state_digest(state)}))
+        append_line(
+            self.acks,
+            json.dumps({"kind": "seen", "turn_id": request.turn_id, "state": state_digest(state)}),
+        )
         patch = decide(state)
         return ModelReply(patch=patch, usage=Usage(10, 10, cost_usd=0.0), raw={"patch": patch})
 
@@ -255,8 +268,10 @@ def send_external(db: Path, directory: Path, stop: threading.Event) -> None:
                 except Rejected:  # a full Inbox: back-pressure, retry
                     time.sleep(0.05)
                     continue
-                append_line(directory / "acks.log", json.dumps(
-                    {"kind": "receive", "id": message_id, "seq": ack["seq"]}))
+                append_line(
+                    directory / "acks.log",
+                    json.dumps({"kind": "receive", "id": message_id, "seq": ack["seq"]}),
+                )
                 break
             time.sleep(0.1)
     finally:

@@ -25,18 +25,20 @@ NOBODY = 65534
 
 def strict(line: str) -> Any:
     """``line`` as strict JSON: NaN, Infinity and -Infinity are refused."""
+
     def refuse(name: str) -> Any:
         raise ValueError(f"{name} in rio-ci's output")
+
     return json.loads(line, parse_constant=refuse)
 
 
-def one_error(done: subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str],
-              code: int) -> str:
+def one_error(
+    done: subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str], code: int
+) -> str:
     """The reason of a failure that printed exactly one strict JSON line ``{"error"}`` (or
     ``{"rejected"}``), exited ``code`` and printed no traceback; stdout must be UTF-8."""
     stdout = done.stdout if isinstance(done.stdout, str) else done.stdout.decode("utf-8")
-    stderr = done.stderr if isinstance(done.stderr, str) else done.stderr.decode("utf-8",
-                                                                                 "replace")
+    stderr = done.stderr if isinstance(done.stderr, str) else done.stderr.decode("utf-8", "replace")
     assert "Traceback" not in stderr, stderr
     lines = stdout.splitlines()
     assert len(lines) == 1, stdout
@@ -52,12 +54,23 @@ def listing(*folders: Path) -> dict[str, list[str]]:
     return {str(f): sorted(os.listdir(f)) for f in folders}
 
 
-def rio(*args: str | bytes, env: dict[str, str] | None = None, cwd: Path | None = None,
-        input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+def rio(
+    *args: str | bytes,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    input: bytes | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[bytes]:
     """``python -m rio_ci.cli ARGS`` with bytes in and out (arguments may be raw bytes)."""
-    return subprocess.run([sys.executable, "-m", "rio_ci.cli", *args], env=env or cli_env(),
-                          cwd=cwd, input=input, capture_output=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "rio_ci.cli", *args],
+        env=env or cli_env(),
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # --- not root ---------------------------------------------------------------------------------
@@ -76,10 +89,20 @@ def _unprivileged_python() -> tuple[list[str], str] | None:
     # This interpreter may live where nobody can reach it (/root); try the system one too.
     for python in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
         # rio-ci re-executes itself (sys.executable) to shed credentials: that must work too
-        probe = ("import os, sys; os.execv(sys.executable, "
-                 "[sys.executable, '-c', 'import rio_ci, psutil, yaml'])")
-        if python and subprocess.run([*prefix, python, "-c", probe], env=unprivileged_env(),
-                                     capture_output=True, check=False).returncode == 0:
+        probe = (
+            "import os, sys; os.execv(sys.executable, "
+            "[sys.executable, '-c', 'import rio_ci, psutil, yaml'])"
+        )
+        if (
+            python
+            and subprocess.run(
+                [*prefix, python, "-c", probe],
+                env=unprivileged_env(),
+                capture_output=True,
+                check=False,
+            ).returncode
+            == 0
+        ):
             return prefix, python
     return None
 
@@ -92,13 +115,20 @@ def unprivileged_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def unprivileged_rio(*args: str, env: dict[str, str], cwd: Path,
-                     timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+def unprivileged_rio(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[bytes]:
     found = _unprivileged_python()
     assert found is not None
     prefix, python = found
-    return subprocess.run([*prefix, python, "-m", "rio_ci.cli", *args], env=env, cwd=cwd,
-                          capture_output=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [*prefix, python, "-m", "rio_ci.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def unprivileged_python() -> str:

@@ -20,26 +20,31 @@ pytestmark = pytest.mark.slow
 
 DAMAGE = {
     "garbage over the Session file": (
-        "fd = os.open(db, os.O_WRONLY)\n"
-        "os.pwrite(fd, os.urandom(4096), 0)\n"
-        "os.close(fd)\n"),
+        "fd = os.open(db, os.O_WRONLY)\nos.pwrite(fd, os.urandom(4096), 0)\nos.close(fd)\n"
+    ),
     "the Session file truncated": "os.truncate(db, os.path.getsize(db) // 2)\n",
     "garbage over the WAL": (
         "wal = db + '-wal'\n"
         "fd = os.open(wal, os.O_WRONLY)\n"
         "os.pwrite(fd, os.urandom(os.path.getsize(wal)), 0)\n"
-        "os.close(fd)\n"),
+        "os.close(fd)\n"
+    ),
 }
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_cell_that_damages_its_session_cannot_make_the_owner_rerun_or_publish_it(
-        new: New, damage: str) -> None:
+    new: New, damage: str
+) -> None:
     sess = new()
-    script = (log_prelude(sess.log) + "import os\ndb = os.environ['RIO_SESSION_DB']\n"
-              "log('damaging')\n" + DAMAGE[damage] + "print('damaged', flush=True)\n")
-    sess.propose(cmd(sys.executable, "-c", script),
-                 cmd(sys.executable, "-c", log_prelude(sess.log) + "log('second')\n"))
+    script = (
+        log_prelude(sess.log) + "import os\ndb = os.environ['RIO_SESSION_DB']\n"
+        "log('damaging')\n" + DAMAGE[damage] + "print('damaged', flush=True)\n"
+    )
+    sess.propose(
+        cmd(sys.executable, "-c", script),
+        cmd(sys.executable, "-c", log_prelude(sess.log) + "log('second')\n"),
+    )
     first = sess.run("work", str(sess.db), code=None)
     assert "this Owner stops and commits nothing more" in one_error(first, 4)
     until(lambda: not sess.token_holders(), 10)
@@ -67,15 +72,21 @@ def test_a_cell_that_damages_its_session_cannot_make_the_owner_rerun_or_publish_
 
 @pytest.mark.parametrize("damage", ["garbage over the WAL", "the WAL removed"])
 def test_a_cell_that_destroys_the_wal_and_kills_its_owner_is_not_run_again(
-        new: New, damage: str) -> None:
+    new: New, damage: str
+) -> None:
     """No Owner is left to notice: the next one finds a WAL SQLite throws away. The launch
     was folded into the file itself before the Cell started, so it is an UnknownExecution,
     not queued work to run again."""
     sess = new()
-    destroy = DAMAGE["garbage over the WAL"] if damage != "the WAL removed" else \
-        "os.unlink(db + '-wal')\n"
-    script = (log_prelude(sess.log) + "import os, signal\ndb = os.environ['RIO_SESSION_DB']\n"
-              "log('destroying')\n" + destroy + "os.kill(os.getppid(), signal.SIGKILL)\n")
+    destroy = (
+        DAMAGE["garbage over the WAL"]
+        if damage != "the WAL removed"
+        else "os.unlink(db + '-wal')\n"
+    )
+    script = (
+        log_prelude(sess.log) + "import os, signal\ndb = os.environ['RIO_SESSION_DB']\n"
+        "log('destroying')\n" + destroy + "os.kill(os.getppid(), signal.SIGKILL)\n"
+    )
     sess.propose(cmd(sys.executable, "-c", script))
     killed = sess.run("work", str(sess.db), code=None)
     assert killed.returncode == -9, killed.stdout + killed.stderr
@@ -86,4 +97,3 @@ def test_a_cell_that_destroys_the_wal_and_kills_its_owner_is_not_run_again(
         else:
             one_error(again, 4)
     assert [words[2:] for words in sess.lines()] == [["destroying"]]
-

@@ -14,12 +14,14 @@ from rio_ci.github import progress
 from rio_ci.session import Session
 from tests.hostile.support import rio
 
-HOSTILE = ("\x1b[2J\x1b[H"  # clear the screen, cursor home
-           "\x1b]0;pwned\x07"  # OSC: set the window title
-           "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8 hyperlink
-           "\u009b31m"  # C1 CSI (one code point) turning text red
-           "\rENDED: success — all validators passed\n"  # a fake status line over the line
-           "\x00\x7f\x85\n")
+HOSTILE = (
+    "\x1b[2J\x1b[H"  # clear the screen, cursor home
+    "\x1b]0;pwned\x07"  # OSC: set the window title
+    "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8 hyperlink
+    "\u009b31m"  # C1 CSI (one code point) turning text red
+    "\rENDED: success — all validators passed\n"  # a fake status line over the line
+    "\x00\x7f\x85\n"
+)
 # Everything a terminal acts on except newline and tab (C0, DEL, C1).
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -46,8 +48,14 @@ def test_show_prints_control_sequences_escaped(tmp_path: Path) -> None:
 def test_the_progress_comment_prints_control_sequences_escaped(tmp_path: Path) -> None:
     session = session_with_output(tmp_path, HOSTILE)
     proj: Any = session.refresh()
-    body = progress.render(proj, status=progress.status_of(proj, None), run_url=None,
-                           generation=1, operation="op", note=f"note {HOSTILE}")
+    body = progress.render(
+        proj,
+        status=progress.status_of(proj, None),
+        run_url=None,
+        generation=1,
+        operation="op",
+        note=f"note {HOSTILE}",
+    )
     session.close()
     assert CONTROL.findall(body) == []
     assert "\\x1b[2J" in body and "\\x9b31m" in body and "\\x0dENDED" in body

@@ -37,12 +37,15 @@ def test_a_renamed_session_still_has_one_owner(tmp_path: Path) -> None:
     Owner(str(tmp_path / "moved.db")).close()  # free again once the first let go
 
 
-def test_an_owner_whose_file_is_renamed_stops_and_loses_no_acknowledged_commit(
-        new: New) -> None:
+def test_an_owner_whose_file_is_renamed_stops_and_loses_no_acknowledged_commit(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, 'log("first")\n'),
-                 logged(sess.log, 'log("second")\nprint("second is running", flush=True)\n'
-                                  'import time\ntime.sleep(120)\n'))
+    sess.propose(
+        logged(sess.log, 'log("first")\n'),
+        logged(
+            sess.log,
+            'log("second")\nprint("second is running", flush=True)\nimport time\ntime.sleep(120)\n',
+        ),
+    )
     owner = sess.start_work()
     until(lambda: "second is running" in sess.runtime(2).get("stdout", ""), 60)
     # Acknowledged while the Owner runs: a message from another process, and the output
@@ -70,12 +73,12 @@ def test_an_owner_whose_file_is_renamed_stops_and_loses_no_acknowledged_commit(
     assert [words[2:] for words in sess.lines()] == [["first"], ["second"]]
 
 
-def test_an_owner_whose_file_is_replaced_stops_and_leaves_the_new_file_alone(
-        new: New) -> None:
+def test_an_owner_whose_file_is_replaced_stops_and_leaves_the_new_file_alone(new: New) -> None:
     sess = new()
     other = new()
-    sess.propose(logged(sess.log, 'log("slow")\nprint("slow", flush=True)\n'
-                                  'import time\ntime.sleep(120)\n'))
+    sess.propose(
+        logged(sess.log, 'log("slow")\nprint("slow", flush=True)\nimport time\ntime.sleep(120)\n')
+    )
     owner = sess.start_work()
     until(lambda: "slow" in sess.runtime(1).get("stdout", ""), 60)
     os.replace(other.db, sess.db)  # another Session now has the name
@@ -95,6 +98,7 @@ def test_a_symlink_to_a_session_is_the_same_session(tmp_path: Path) -> None:
     first = Owner(str(tmp_path / "alias.db"))
     try:
         assert "already has an Owner" in one_error(
-            rio("work", str(tmp_path / "s.db"), cwd=tmp_path), 4)
+            rio("work", str(tmp_path / "s.db"), cwd=tmp_path), 4
+        )
     finally:
         first.close()

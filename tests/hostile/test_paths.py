@@ -24,8 +24,15 @@ from tests.hostile.support import (
 )
 from tests.kit import cli_env
 
-COMMANDS = [["work"], ["state"], ["turn"], ["events"], ["show"],
-            ["receive", "m1", "comment", "{}"], ["output", "1"]]
+COMMANDS = [
+    ["work"],
+    ["state"],
+    ["turn"],
+    ["events"],
+    ["show"],
+    ["receive", "m1", "comment", "{}"],
+    ["output", "1"],
+]
 
 
 def foreign_sqlite(path: Path, journal_mode: str) -> None:
@@ -49,11 +56,19 @@ def elsewhere(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
-@pytest.mark.parametrize("target", ["passwd", "app.db", "old.db", "."],
-                         ids=["symlink to a text file", "foreign WAL SQLite",
-                              "foreign SQLite", "symlink to a directory"])
+@pytest.mark.parametrize(
+    "target",
+    ["passwd", "app.db", "old.db", "."],
+    ids=[
+        "symlink to a text file",
+        "foreign WAL SQLite",
+        "foreign SQLite",
+        "symlink to a directory",
+    ],
+)
 def test_a_path_that_is_not_a_session_is_refused_and_nothing_is_created(
-        tmp_path: Path, elsewhere: Path, command: list[str], target: str) -> None:
+    tmp_path: Path, elsewhere: Path, command: list[str], target: str
+) -> None:
     link = tmp_path / "s.db"
     link.symlink_to(elsewhere / target)
     before = listing(tmp_path, elsewhere)
@@ -69,14 +84,16 @@ def test_a_path_that_is_not_a_session_is_refused_and_nothing_is_created(
 def test_a_directory_is_not_a_session(tmp_path: Path, command: list[str]) -> None:
     (tmp_path / "s.db").mkdir()
     before = listing(tmp_path)
-    assert "is a directory" in one_error(rio(command[0], str(tmp_path / "s.db"),
-                                             *command[1:], cwd=tmp_path), 4)
+    assert "is a directory" in one_error(
+        rio(command[0], str(tmp_path / "s.db"), *command[1:], cwd=tmp_path), 4
+    )
     assert listing(tmp_path) == before
 
 
 @pytest.mark.parametrize("kind", ["symlink", "directory", "hard link"])
-def test_a_sidecar_that_is_not_a_plain_file_is_refused(tmp_path: Path, elsewhere: Path,
-                                                       kind: str) -> None:
+def test_a_sidecar_that_is_not_a_plain_file_is_refused(
+    tmp_path: Path, elsewhere: Path, kind: str
+) -> None:
     Session.create(tmp_path / "s.db", "sidecars", cwd=str(tmp_path)).close()
     wal = tmp_path / "s.db-wal"
     if kind == "symlink":
@@ -87,15 +104,15 @@ def test_a_sidecar_that_is_not_a_plain_file_is_refused(tmp_path: Path, elsewhere
         os.link(elsewhere / "passwd", wal)
     contents = (elsewhere / "passwd").read_bytes()
     for command in (["work"], ["state"], ["receive", "m1", "comment", "{}"]):
-        reason = one_error(rio(command[0], str(tmp_path / "s.db"), *command[1:],
-                               cwd=tmp_path), 4)
+        reason = one_error(rio(command[0], str(tmp_path / "s.db"), *command[1:], cwd=tmp_path), 4)
         assert "s.db-wal" in reason
     assert (elsewhere / "passwd").read_bytes() == contents
 
 
 @pytest.mark.parametrize("kind", ["directory", "symlink"])
-def test_a_lock_path_beside_the_session_is_not_used(tmp_path: Path, elsewhere: Path,
-                                                    kind: str) -> None:
+def test_a_lock_path_beside_the_session_is_not_used(
+    tmp_path: Path, elsewhere: Path, kind: str
+) -> None:
     Session.create(tmp_path / "s.db", "no lock file", cwd=str(tmp_path)).close()
     lock = tmp_path / "s.db.lock"
     lock.mkdir() if kind == "directory" else lock.symlink_to(elsewhere / "passwd")
@@ -126,18 +143,31 @@ def test_a_read_only_session_file_gives_one_line_errors() -> None:
     """As a user who is not root (root writes read-only files): the file is mode 0444."""
     with shared_folder() as folder:
         env = unprivileged_env()
-        made = unprivileged_rio("new", str(folder / "s.db"), "--goal", "read only",
-                                "--cwd", str(folder), env=env, cwd=folder)
+        made = unprivileged_rio(
+            "new",
+            str(folder / "s.db"),
+            "--goal",
+            "read only",
+            "--cwd",
+            str(folder),
+            env=env,
+            cwd=folder,
+        )
         assert made.returncode == 0, made.stderr
         (folder / "s.db").chmod(0o444)
         before = listing(folder)
-        for command, code in ((["work"], 4), (["receive", "m1", "comment", "{}"], 4),
-                              (["turn"], 4)):
-            done = unprivileged_rio(command[0], str(folder / "s.db"), *command[1:], env=env,
-                                    cwd=folder)
+        for command, code in (
+            (["work"], 4),
+            (["receive", "m1", "comment", "{}"], 4),
+            (["turn"], 4),
+        ):
+            done = unprivileged_rio(
+                command[0], str(folder / "s.db"), *command[1:], env=env, cwd=folder
+            )
             assert "readonly" in one_error(done, code).replace("-", "").replace(" ", "")
-        assert sorted(set(listing(folder)[str(folder)]) - {"s.db-wal", "s.db-shm"}) == \
-            sorted(set(before[str(folder)]) - {"s.db-wal", "s.db-shm"})
+        assert sorted(set(listing(folder)[str(folder)]) - {"s.db-wal", "s.db-shm"}) == sorted(
+            set(before[str(folder)]) - {"s.db-wal", "s.db-shm"}
+        )
 
 
 def test_a_read_only_file_system_gives_one_line_errors(tmp_path: Path) -> None:
@@ -150,15 +180,22 @@ def test_a_read_only_file_system_gives_one_line_errors(tmp_path: Path) -> None:
     data.mkdir()
     view.mkdir()
     Session.create(data / "s.db", "read-only file system", cwd=str(data)).close()
-    script = (f"mount --bind {data} {view} && mount -o remount,bind,ro {view} && "
-              f"exec {sys.executable} -m rio_ci.cli \"$@\"")
+    script = (
+        f"mount --bind {data} {view} && mount -o remount,bind,ro {view} && "
+        f'exec {sys.executable} -m rio_ci.cli "$@"'
+    )
     before = listing(data)
-    for command, code in ((["work", str(view / "s.db")], 4),
-                          (["receive", str(view / "s.db"), "m1", "comment", "{}"], 4),
-                          (["new", str(view / "t.db"), "--goal", "g"], 4)):
-        done = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c",
-                               script, "sh", *command], capture_output=True,
-                              env=cli_env(), check=False)
+    for command, code in (
+        (["work", str(view / "s.db")], 4),
+        (["receive", str(view / "s.db"), "m1", "comment", "{}"], 4),
+        (["new", str(view / "t.db"), "--goal", "g"], 4),
+    ):
+        done = subprocess.run(
+            [unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command],
+            capture_output=True,
+            env=cli_env(),
+            check=False,
+        )
         if b"mount:" in done.stderr:
             pytest.skip(f"mounting is not allowed here: {done.stderr.decode()[:200]}")
         reason = one_error(done, code)

@@ -29,9 +29,11 @@ from tests.session_cli import New, cmd
 new = session_cli.new  # the shared fixture
 pytestmark = pytest.mark.slow
 
-CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-71c3a9",
-            "GITHUB_TOKEN": "canary-github-5e82d0",
-            "DATABASE_URL": "canary-named-by-secret-b4f1"}  # not credential-named: --secret
+CANARIES = {
+    "ANTHROPIC_API_KEY": "canary-anthropic-71c3a9",
+    "GITHUB_TOKEN": "canary-github-5e82d0",
+    "DATABASE_URL": "canary-named-by-secret-b4f1",
+}  # not credential-named: --secret
 
 # Reads every environment it can and says which canaries it found, by name only.
 GREP = textwrap.dedent("""
@@ -66,8 +68,16 @@ GREP = textwrap.dedent("""
 def with_secret(sess: session_cli.CliSession) -> session_cli.CliSession:
     """``sess`` pointed at a new Session that names DATABASE_URL with ``--secret``."""
     sess.db = sess.root / "secret.db"
-    sess.json("new", str(sess.db), "--goal", "hunt for canaries", "--cwd", str(sess.cwd),
-              "--secret", "DATABASE_URL")
+    sess.json(
+        "new",
+        str(sess.db),
+        "--goal",
+        "hunt for canaries",
+        "--cwd",
+        str(sess.cwd),
+        "--secret",
+        "DATABASE_URL",
+    )
     return sess
 
 
@@ -78,8 +88,10 @@ def canaries_for_cell() -> str:
 
 
 def cell_that_greps() -> dict[str, object]:
-    script = GREP.replace("canaries = json.loads(sys.argv[1])",
-                          "canaries = {k: v[::-1] for k, v in json.loads(sys.argv[1]).items()}")
+    script = GREP.replace(
+        "canaries = json.loads(sys.argv[1])",
+        "canaries = {k: v[::-1] for k, v in json.loads(sys.argv[1]).items()}",
+    )
     return cmd(sys.executable, "-c", script, canaries_for_cell())
 
 
@@ -138,8 +150,9 @@ def test_the_owner_is_not_readable_by_a_script_of_the_same_user() -> None:
         python = unprivileged_python()
         env = unprivileged_env()
         db = folder / "s.db"
-        made = unprivileged_rio("new", str(db), "--goal", "peek at the Owner", "--cwd",
-                                str(folder), env=env, cwd=folder)
+        made = unprivileged_rio(
+            "new", str(db), "--goal", "peek at the Owner", "--cwd", str(folder), env=env, cwd=folder
+        )
         assert made.returncode == 0, made.stdout + made.stderr
         peek = textwrap.dedent("""
             import json, os
@@ -155,13 +168,23 @@ def test_the_owner_is_not_readable_by_a_script_of_the_same_user() -> None:
             print(json.dumps({"uid": os.getuid(), "seen": seen}))
         """)
         turn = json.loads(unprivileged_rio("turn", str(db), env=env, cwd=folder).stdout)
-        patch = [{"op": "test", "path": "/revision", "value": 0},
-                 {"op": "add", "path": "/cells/-", "value": {
-                     "id": 1, "previous_id": None, "kind": "cmd",
-                     "argv": [python, "-c", peek]}}]
+        patch = [
+            {"op": "test", "path": "/revision", "value": 0},
+            {
+                "op": "add",
+                "path": "/cells/-",
+                "value": {
+                    "id": 1,
+                    "previous_id": None,
+                    "kind": "cmd",
+                    "argv": [python, "-c", peek],
+                },
+            },
+        ]
         (folder / "patch.json").write_text(json.dumps(patch))
-        stepped = unprivileged_rio("step", str(db), turn["turn_id"], str(folder / "patch.json"),
-                                   env=env, cwd=folder)
+        stepped = unprivileged_rio(
+            "step", str(db), turn["turn_id"], str(folder / "patch.json"), env=env, cwd=folder
+        )
         assert stepped.returncode == 0, stepped.stdout
         worked = unprivileged_rio("work", str(db), env={**env, **CANARIES}, cwd=folder)
         assert json.loads(worked.stdout).get("ran") == [1], worked.stdout + worked.stderr
@@ -175,6 +198,7 @@ def test_the_owner_is_not_readable_by_a_script_of_the_same_user() -> None:
 def test_a_forged_secrets_descriptor_stops_the_owner(tmp_path: Path) -> None:
     made = rio("new", str(tmp_path / "s.db"), "--goal", "g", cwd=tmp_path)
     assert made.returncode == 0
-    done = rio("work", str(tmp_path / "s.db"), cwd=tmp_path,
-               env=cli_env(RIO_SECRETS_FD="not-a-descriptor"))
+    done = rio(
+        "work", str(tmp_path / "s.db"), cwd=tmp_path, env=cli_env(RIO_SECRETS_FD="not-a-descriptor")
+    )
     assert "RIO_SECRETS_FD" in one_error(done, 1)

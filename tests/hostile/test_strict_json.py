@@ -44,8 +44,7 @@ def test_receive_refuses_numbers_json_has_not(db: Path, number: str) -> None:
 
 
 @pytest.mark.parametrize("number", NOT_JSON)
-def test_step_refuses_numbers_json_has_not_from_a_file_and_stdin(db: Path,
-                                                                 number: str) -> None:
+def test_step_refuses_numbers_json_has_not_from_a_file_and_stdin(db: Path, number: str) -> None:
     turn = json.loads(rio("turn", str(db), cwd=db.parent).stdout)["turn_id"]
     patch = f'[{{"op": "test", "path": "/revision", "value": {number}}}]'
     (db.parent / "patch.json").write_text(patch)
@@ -69,24 +68,39 @@ def test_a_patch_with_nan_from_a_model_is_rejected_and_stored_as_a_digest(db: Pa
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "-1"])
 def test_limits_and_durations_must_be_finite(db: Path, value: str) -> None:
     cwd = db.parent
-    for args in (["new", str(cwd / "t.db"), "--goal", "g", "--limit", f"cost_usd={value}"],
-                 ["work", str(db), "--timeout", value],
-                 ["run", str(db), "--deadline", value, "--model", "scripted:none.yaml"]):
+    for args in (
+        ["new", str(cwd / "t.db"), "--goal", "g", "--limit", f"cost_usd={value}"],
+        ["work", str(db), "--timeout", value],
+        ["run", str(db), "--deadline", value, "--model", "scripted:none.yaml"],
+    ):
         one_error(rio(*args, cwd=cwd), 2)
     assert not (cwd / "t.db").exists()
 
 
 def test_a_price_too_large_to_be_a_number_is_refused(db: Path) -> None:
-    done = rio("run", str(db), "--model", "scripted:none.yaml", "--price", "9" * 400 + "/1",
-               cwd=db.parent)
+    done = rio(
+        "run", str(db), "--model", "scripted:none.yaml", "--price", "9" * 400 + "/1", cwd=db.parent
+    )
     assert "too large" in one_error(done, 2)
 
 
 def test_a_timer_payload_must_be_strict_json(db: Path) -> None:
     for payload in ("NaN", '{"at": Infinity}', "1e400"):
         done = subprocess.run(
-            [sys.executable, "-m", "rio_ci.cell_bridge", str(db), "timer", "t1", "100",
-             payload, ""], capture_output=True, check=False)
+            [
+                sys.executable,
+                "-m",
+                "rio_ci.cell_bridge",
+                str(db),
+                "timer",
+                "t1",
+                "100",
+                payload,
+                "",
+            ],
+            capture_output=True,
+            check=False,
+        )
         assert "Timer payload is not valid JSON" in one_error(done, 1)
     assert committed(db) == 1
 
@@ -102,14 +116,16 @@ def test_the_same_message_received_twice_is_one_message(db: Path) -> None:
 def plant(db: Path, data: str) -> None:
     """Write an event holding NaN the way no rio-ci ever would (a damaged or forged file)."""
     conn = sqlite3.connect(db)
-    conn.execute("INSERT INTO events VALUES ((SELECT max(seq) + 1 FROM events), "
-                 "'message_received', 0, 'x', ?)", (data,))
+    conn.execute(
+        "INSERT INTO events VALUES ((SELECT max(seq) + 1 FROM events), "
+        "'message_received', 0, 'x', ?)",
+        (data,),
+    )
     conn.commit()
     conn.close()
 
 
-@pytest.mark.parametrize("command", [["state"], ["events"], ["show", "--json"], ["turn"],
-                                     ["work"]])
+@pytest.mark.parametrize("command", [["state"], ["events"], ["show", "--json"], ["turn"], ["work"]])
 def test_nothing_printed_is_ever_not_json(db: Path, command: list[str]) -> None:
     plant(db, '{"message": {"id": "x", "kind": "comment", "payload": NaN}}')
     done = rio(command[0], str(db), *command[1:], cwd=db.parent)
@@ -118,6 +134,7 @@ def test_nothing_printed_is_ever_not_json(db: Path, command: list[str]) -> None:
 
 def test_every_line_events_prints_is_strict_json(db: Path) -> None:
     rio("receive", str(db), "m1", "comment", '{"x": 1.5e300, "y": "\\u001b[2J"}', cwd=db.parent)
-    lines: list[Any] = [strict(line) for line in
-                        rio("events", str(db), cwd=db.parent).stdout.decode().splitlines()]
+    lines: list[Any] = [
+        strict(line) for line in rio("events", str(db), cwd=db.parent).stdout.decode().splitlines()
+    ]
     assert [e["kind"] for e in lines] == ["session_created", "message_received"]

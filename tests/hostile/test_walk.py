@@ -28,57 +28,109 @@ def hostile_cases(root: Path) -> dict[str, list[list[str | bytes]]]:
     s = str(root / "s.db")  # a real Session
     fresh = str(root / "fresh.db")
     dbs: list[str | bytes] = [
-        str(root / "missing.db"), str(root / "folder"), str(root / "garbage.db"),
-        str(root / "empty.db"), str(root / "foreign.db"), str(root / "to-text.db"),
-        str(root / "folder") + "/", os.fsencode(str(root)) + b"/" + BAD + b".db",
-        "", "/proc/self/environ", "/dev/null", str(root / "loop.db"),
-        str(root / ("n" * 300 + ".db"))]
+        str(root / "missing.db"),
+        str(root / "folder"),
+        str(root / "garbage.db"),
+        str(root / "empty.db"),
+        str(root / "foreign.db"),
+        str(root / "to-text.db"),
+        str(root / "folder") + "/",
+        os.fsencode(str(root)) + b"/" + BAD + b".db",
+        "",
+        "/proc/self/environ",
+        "/dev/null",
+        str(root / "loop.db"),
+        str(root / ("n" * 300 + ".db")),
+    ]
     patch = str(root / "patch.json")
     text_cases = [[*rest] for rest in ([BAD], ["NaN"], ["[" * 5000], ["9" * 5000])]
     return {
-        "new": [[fresh, "--goal", BAD], [fresh, "--goal", "g", "--cwd", BAD],
-                [fresh, "--goal", "g", "--cwd", "/proc/foo"], [fresh, "--goal", " "],
-                [fresh, "--goal", "g", "--limit", "cost_usd=nan"],
-                [fresh, "--goal", "g", "--limit", "rounds=1e3"],
-                [fresh, "--goal", "g", "--limit", "bogus=1"],
-                [fresh, "--goal", "g", "--validator", '"unclosed'],
-                [fresh, "--goal", "g", "--pass-env", "A B"],
-                [fresh, "--goal", "g", "--secret", BAD], [s, "--goal", "g"],
-                ["/proc/foo/x.db", "--goal", "g"], [str(root / "folder"), "--goal", "g"],
-                [str(root / "loop.db"), "--goal", "g"], [str(root / ("n" * 300)), "--goal", "g"],
-                [str(root / "to-text.db"), "--goal", "g"], ["--goal", "g"]],
+        "new": [
+            [fresh, "--goal", BAD],
+            [fresh, "--goal", "g", "--cwd", BAD],
+            [fresh, "--goal", "g", "--cwd", "/proc/foo"],
+            [fresh, "--goal", " "],
+            [fresh, "--goal", "g", "--limit", "cost_usd=nan"],
+            [fresh, "--goal", "g", "--limit", "rounds=1e3"],
+            [fresh, "--goal", "g", "--limit", "bogus=1"],
+            [fresh, "--goal", "g", "--validator", '"unclosed'],
+            [fresh, "--goal", "g", "--pass-env", "A B"],
+            [fresh, "--goal", "g", "--secret", BAD],
+            [s, "--goal", "g"],
+            ["/proc/foo/x.db", "--goal", "g"],
+            [str(root / "folder"), "--goal", "g"],
+            [str(root / "loop.db"), "--goal", "g"],
+            [str(root / ("n" * 300)), "--goal", "g"],
+            [str(root / "to-text.db"), "--goal", "g"],
+            ["--goal", "g"],
+        ],
         "turn": [[db] for db in dbs],
-        "step": [*([db, "turn-1", patch] for db in dbs),
-                 [s, "turn-x", "/dev/zero"], [s, "turn-x", str(root / "folder")],
-                 [s, "turn-x", str(root / "missing.json")], [s, "turn-x", str(root / "bad.json")],
-                 [s, BAD, patch], [s, "turn-x", "-"]],
-        "receive": [*([db, "m1", "comment", "{}"] for db in dbs),
-                    *([s, "m1", "comment", *rest] for rest in text_cases),
-                    [s, BAD, "comment", "{}"], [s, "m1", BAD, "{}"], [s, "m1", "Comment", "{}"],
-                    [s, "execution:1", "comment", "{}"], [s, "m1", "timer", "{}"],
-                    [s, "x" * 300, "comment", "{}"], [s, "m1", "comment", '"' + "x" * 70000 + '"']],
-        "work": [*([db] for db in dbs), [s, "--timeout", "nan"], [s, "--timeout", "-1"],
-                 [s, "--timeout", "1e999"], [s, "--timeout", "x"]],
-        "run": [*([db, "--model", "scripted:missing.yaml"] for db in dbs),
-                [s, "--deadline", "nan"], [s, "--deadline", "inf"], [s, "--price", "x"],
-                [s, "--price", "9" * 400 + "/1"], [s, "--model", "nonsense:x"],
-                [s, "--model", BAD], [s, "--model", "scripted:" + str(root / "missing.yaml")],
-                [s, "--model", "scripted:" + str(root / "garbage.db")],
-                [s, "--model", "scripted:/dev/null", "--effort", "extreme"]],
+        "step": [
+            *([db, "turn-1", patch] for db in dbs),
+            [s, "turn-x", "/dev/zero"],
+            [s, "turn-x", str(root / "folder")],
+            [s, "turn-x", str(root / "missing.json")],
+            [s, "turn-x", str(root / "bad.json")],
+            [s, BAD, patch],
+            [s, "turn-x", "-"],
+        ],
+        "receive": [
+            *([db, "m1", "comment", "{}"] for db in dbs),
+            *([s, "m1", "comment", *rest] for rest in text_cases),
+            [s, BAD, "comment", "{}"],
+            [s, "m1", BAD, "{}"],
+            [s, "m1", "Comment", "{}"],
+            [s, "execution:1", "comment", "{}"],
+            [s, "m1", "timer", "{}"],
+            [s, "x" * 300, "comment", "{}"],
+            [s, "m1", "comment", '"' + "x" * 70000 + '"'],
+        ],
+        "work": [
+            *([db] for db in dbs),
+            [s, "--timeout", "nan"],
+            [s, "--timeout", "-1"],
+            [s, "--timeout", "1e999"],
+            [s, "--timeout", "x"],
+        ],
+        "run": [
+            *([db, "--model", "scripted:missing.yaml"] for db in dbs),
+            [s, "--deadline", "nan"],
+            [s, "--deadline", "inf"],
+            [s, "--price", "x"],
+            [s, "--price", "9" * 400 + "/1"],
+            [s, "--model", "nonsense:x"],
+            [s, "--model", BAD],
+            [s, "--model", "scripted:" + str(root / "missing.yaml")],
+            [s, "--model", "scripted:" + str(root / "garbage.db")],
+            [s, "--model", "scripted:/dev/null", "--effort", "extreme"],
+        ],
         "state": [[db] for db in dbs],
-        "events": [*([db] for db in dbs), [s, "--after", "99999999999999999999999"],
-                   [s, "--after", "-1"], [s, "--after", "nan"]],
+        "events": [
+            *([db] for db in dbs),
+            [s, "--after", "99999999999999999999999"],
+            [s, "--after", "-1"],
+            [s, "--after", "nan"],
+        ],
         "show": [*([db] for db in dbs), *([db, "--json"] for db in dbs)],
-        "output": [*([db, "1"] for db in dbs), [s, "99999999999999999999"], [s, "1e3"],
-                   [s, "1", "--stream", "stdin"], [s, "-1"]],
+        "output": [
+            *([db, "1"] for db in dbs),
+            [s, "99999999999999999999"],
+            [s, "1e3"],
+            [s, "1", "--stream", "stdin"],
+            [s, "-1"],
+        ],
         "demo": [["/proc/foo"], [str(root / "garbage.db")], [str(root)], [BAD]],
         "bench": [["--dir", "/proc"], ["--dir", "/proc/foo"], ["--dir", str(root / "garbage.db")]],
-        "eval": [[str(root / "missing")], [str(root / "missing"), "--model", "x"],
-                 [str(root), "--model", "scripted:oracle", "--trials", "0"],
-                 [str(root), "--model", "scripted:oracle", "--trials", "nan"],
-                 [str(root), "--model", "scripted:oracle", "--timeout", "nan"],
-                 [str(root / "garbage.db"), "--model", "scripted:oracle"],
-                 [str(root), "--model", "scripted:oracle"], [BAD, "--model", "scripted:oracle"]],
+        "eval": [
+            [str(root / "missing")],
+            [str(root / "missing"), "--model", "x"],
+            [str(root), "--model", "scripted:oracle", "--trials", "0"],
+            [str(root), "--model", "scripted:oracle", "--trials", "nan"],
+            [str(root), "--model", "scripted:oracle", "--timeout", "nan"],
+            [str(root / "garbage.db"), "--model", "scripted:oracle"],
+            [str(root), "--model", "scripted:oracle"],
+            [BAD, "--model", "scripted:oracle"],
+        ],
         "action": [[], ["finish"], ["sweep"], ["bogus"]],
     }
 
@@ -137,8 +189,11 @@ def test_no_command_prints_a_traceback_or_anything_but_strict_json(tmp_path: Pat
         except ValueError as exc:
             return f"{shown}: stdout is not strict JSON ({exc}): {stdout[:300]!r}"
         if done.returncode != 0:
-            if len(values) != 1 or not isinstance(values[0], dict) or not (
-                    values[0].get("error") or values[0].get("rejected")):
+            if (
+                len(values) != 1
+                or not isinstance(values[0], dict)
+                or not (values[0].get("error") or values[0].get("rejected"))
+            ):
                 return f"{shown}: a failure must print one error line: {stdout[:300]!r}"
             if "\n" in json.dumps(values[0]).replace("\\n", "\n")[1:-1]:
                 return f"{shown}: the error is not one line: {values[0]!r}"
@@ -152,5 +207,8 @@ def test_no_command_prints_a_traceback_or_anything_but_strict_json(tmp_path: Pat
     # Only the Session's own files may appear (its WAL, and a bytes-named Session `new`
     # may legitimately create); never a lock, a .creating leftover or a foreign file's WAL.
     assert not [n for n in new_names if n.endswith((".lock", ".creating"))], new_names
-    assert not [n for n in new_names if n.startswith(("foreign.db-", "garbage.db-",
-                                                      "empty.db-", "text.txt-"))], new_names
+    assert not [
+        n
+        for n in new_names
+        if n.startswith(("foreign.db-", "garbage.db-", "empty.db-", "text.txt-"))
+    ], new_names

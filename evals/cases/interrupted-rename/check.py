@@ -1,4 +1,5 @@
 """Hidden check for interrupted-rename: the rename is complete and consistent."""
+
 import os
 import re
 import subprocess

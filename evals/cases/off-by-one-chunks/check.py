@@ -1,4 +1,5 @@
 """Hidden check for off-by-one-chunks: run in the working copy after the Session ends."""
+
 import os
 import subprocess
 import sys

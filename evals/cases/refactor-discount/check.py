@@ -1,4 +1,5 @@
 """Hidden check for refactor-discount: one home for the rules, and the same behaviour."""
+
 import ast
 import os
 import subprocess
@@ -38,10 +39,14 @@ for code in codes:
 source = Path("orders.py").read_text()
 for rule in ("SAVE10", "HALF", "FIVEOFF", "0.9", "0.5"):
     if rule in source:
-        failures.append(f"orders.py still holds the rule {rule!r}: "
-                        "the rules must live in pricing.py")
-calls = {n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
-         for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)}
+        failures.append(
+            f"orders.py still holds the rule {rule!r}: the rules must live in pricing.py"
+        )
+calls = {
+    n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
+    for n in ast.walk(ast.parse(source))
+    if isinstance(n, ast.Call)
+}
 if "apply_discount" not in calls:
     failures.append("orders.py does not call apply_discount")
 tests = subprocess.run([sys.executable, "-m", "unittest", "-q"], capture_output=True, text=True)

@@ -1,4 +1,5 @@
 """Hidden check for stricter-hidden-check: the docstring's contract, not just the one test."""
+
 import os
 import re
 import subprocess
@@ -8,10 +9,17 @@ sys.path.insert(0, os.getcwd())
 from slug import slugify
 
 failures = []
-for title, want in (("Hello World", "hello-world"), ("  Hello,   World!  ", "hello-world"),
-                    ("Crème brûlée", "creme-brulee"), ("C++ & Python 3", "c-python-3"),
-                    ("a--b__c", "a-b-c"), ("", ""), ("!!!", ""), ("Ünïcödé Çafé", "unicode-cafe"),
-                    ("2024: A Year", "2024-a-year")):
+for title, want in (
+    ("Hello World", "hello-world"),
+    ("  Hello,   World!  ", "hello-world"),
+    ("Crème brûlée", "creme-brulee"),
+    ("C++ & Python 3", "c-python-3"),
+    ("a--b__c", "a-b-c"),
+    ("", ""),
+    ("!!!", ""),
+    ("Ünïcödé Çafé", "unicode-cafe"),
+    ("2024: A Year", "2024-a-year"),
+):
     got = slugify(title)
     if got != want:
         failures.append(f"slugify({title!r}) = {got!r}, want {want!r}")

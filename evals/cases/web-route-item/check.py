@@ -1,4 +1,5 @@
 """Hidden check for web-route-item: serves app.py over real HTTP on 127.0.0.1 and asks it."""
+
 import json
 import os
 import subprocess
@@ -23,9 +24,15 @@ failures = []
 with make_server("127.0.0.1", 0, application, handler_class=Quiet) as server:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}"
-    cases = [("/health", 200, {"ok": True}), ("/items/1", 200, {"id": 1, "name": "kettle"}),
-             ("/items/2", 200, {"id": 2, "name": "teapot"}), ("/items/99", 404, None),
-             ("/items/abc", 404, None), ("/items/", 404, None), ("/nothing", 404, None)]
+    cases = [
+        ("/health", 200, {"ok": True}),
+        ("/items/1", 200, {"id": 1, "name": "kettle"}),
+        ("/items/2", 200, {"id": 2, "name": "teapot"}),
+        ("/items/99", 404, None),
+        ("/items/abc", 404, None),
+        ("/items/", 404, None),
+        ("/nothing", 404, None),
+    ]
     for path, status, body in cases:
         try:
             with urllib.request.urlopen(base + path, timeout=10) as reply:

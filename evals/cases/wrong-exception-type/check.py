@@ -1,4 +1,5 @@
 """Hidden check for wrong-exception-type: run in the working copy after the Session ends."""
+
 import os
 import subprocess
 import sys

@@ -40,25 +40,49 @@ from rio_ci.github.record import measure_launch_record  # GitHub's launch record
 
 MEMORY_FILE_SYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
 # (figure, comparison, goal) from the performance issues; the figures are never assumed.
-GOALS = (("ratio_step_commit", "<=", 1.3), ("ratio_round_bookkeeping", "<=", 5.0),
-         ("ratio_bytes_per_round", "<=", 1.5), ("write_transactions_silent_cell", "<=", 3),
-         ("ratio_open_100k_1k", "<=", 3.0), ("ratio_owner_open_100k_1k", "<=", 3.0),
-         ("overhead_ms_cmd_cell", "<=", 2.0), ("ratio_code_cell_vs_uv", "<=", 1.15),
-         ("finish_seconds_300_rounds", "<=", 2.0), ("restore_seconds_300_rounds", "<=", 2.0),
-         ("idle_owner_rss_mib", "<=", 30.0), ("idle_worker_processes", "==", 0))
+GOALS = (
+    ("ratio_step_commit", "<=", 1.3),
+    ("ratio_round_bookkeeping", "<=", 5.0),
+    ("ratio_bytes_per_round", "<=", 1.5),
+    ("write_transactions_silent_cell", "<=", 3),
+    ("ratio_open_100k_1k", "<=", 3.0),
+    ("ratio_owner_open_100k_1k", "<=", 3.0),
+    ("overhead_ms_cmd_cell", "<=", 2.0),
+    ("ratio_code_cell_vs_uv", "<=", 1.15),
+    ("finish_seconds_300_rounds", "<=", 2.0),
+    ("restore_seconds_300_rounds", "<=", 2.0),
+    ("idle_owner_rss_mib", "<=", 30.0),
+    ("idle_worker_processes", "==", 0),
+)
 Measure = Callable[[Path, bool], dict[str, Any]]
 # In this order; the GitHub layer measures the cost of its write-ahead launch record per
 # launch (``launch_record_ms``, SPEC §13.1) with its own function.
 MEASURES: tuple[Measure, ...] = (
-    measure_steps, measure_rounds, measure_fold, measure_storage, measure_open, measure_artifact,
-    measure_cells, measure_silent, measure_inbox, measure_recovery, measure_idle,
-    measure_launch_record)
+    measure_steps,
+    measure_rounds,
+    measure_fold,
+    measure_storage,
+    measure_open,
+    measure_artifact,
+    measure_cells,
+    measure_silent,
+    measure_inbox,
+    measure_recovery,
+    measure_idle,
+    measure_launch_record,
+)
 CHART_ROUNDS = 300
 
 
-def bench_command(*, as_json: bool, quick: bool, directory: str | None,
-                  emit: Callable[[Any], None], chart_path: str | None = None,
-                  before: list[str] | None = None) -> int:
+def bench_command(
+    *,
+    as_json: bool,
+    quick: bool,
+    directory: str | None,
+    emit: Callable[[Any], None],
+    chart_path: str | None = None,
+    before: list[str] | None = None,
+) -> int:
     base = Path(directory or os.getcwd()).resolve()
     if not base.is_dir():
         raise UsageError(f"--dir {base}: not a directory")
@@ -74,32 +98,52 @@ def bench_command(*, as_json: bool, quick: bool, directory: str | None,
         raise UsageError(
             f"refusing to measure durability on {fs['type']} ({base}, mounted at "
             f"{fs['mount']}): fsync costs nothing in memory, so commit figures would be "
-            "meaningless. Give --dir a folder on a disk-backed file system.")
+            "meaningless. Give --dir a folder on a disk-backed file system."
+        )
     say: Callable[[str], None] = (lambda line: None) if as_json else print
-    say(f"rio-ci bench ({'quick' if quick else 'full'}) in {base}: file system {fs['type']} "
-        f"({fs['device']} mounted at {fs['mount']})")
-    figures: dict[str, Any] = {"filesystem": fs, "quick": quick, "machine": {
-        "cpus": os.cpu_count(), "python": sys.version.split()[0], "sqlite": SQLITE_VERSION,
-        "load_average": [round(x, 2) for x in os.getloadavg()]}}
+    say(
+        f"rio-ci bench ({'quick' if quick else 'full'}) in {base}: file system {fs['type']} "
+        f"({fs['device']} mounted at {fs['mount']})"
+    )
+    figures: dict[str, Any] = {
+        "filesystem": fs,
+        "quick": quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "sqlite": SQLITE_VERSION,
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        },
+    }
     root = Path(tempfile.mkdtemp(prefix="rio-bench-", dir=base))
     try:
         for measure in MEASURES:
             started = time.monotonic()
             figures.update(measure(root, quick))
-            say(f"  measured {measure.__name__.removeprefix('measure_')} in "
-                f"{time.monotonic() - started:.1f} s")
+            say(
+                f"  measured {measure.__name__.removeprefix('measure_')} in "
+                f"{time.monotonic() - started:.1f} s"
+            )
         if chart_path is not None:
             series = chart.growth(trees, root, *((60, 5) if quick else (CHART_ROUNDS, 10)))
-            Path(chart_path).write_text(chart.svg(
-                series, "Session size on disk against rounds played (bench drive)"))
-            figures["chart"] = {"path": chart_path, "bytes_per_round": {
-                label: chart.per_round(points) for label, points in series.items()}}
+            Path(chart_path).write_text(
+                chart.svg(series, "Session size on disk against rounds played (bench drive)")
+            )
+            figures["chart"] = {
+                "path": chart_path,
+                "bytes_per_round": {
+                    label: chart.per_round(points) for label, points in series.items()
+                },
+            }
     finally:
         shutil.rmtree(root, ignore_errors=True)
     figures["goals"] = {
-        name: {"goal": f"{op} {limit}",
-               "met": figures[name] <= limit if op == "<=" else figures[name] == limit}
-        for name, op, limit in GOALS}
+        name: {
+            "goal": f"{op} {limit}",
+            "met": figures[name] <= limit if op == "<=" else figures[name] == limit,
+        }
+        for name, op, limit in GOALS
+    }
     if as_json:
         emit(figures)
     else:
@@ -109,13 +153,21 @@ def bench_command(*, as_json: bool, quick: bool, directory: str | None,
 
 def file_system(path: Path) -> dict[str, str]:
     """The mount holding ``path``: the longest mount point that contains it."""
-    best = max((p for p in psutil.disk_partitions(all=True)
-                if path == Path(p.mountpoint) or Path(p.mountpoint) in path.parents),
-               key=lambda p: len(p.mountpoint), default=None)
-    return {"path": str(path), "type": best.fstype if best else "unknown",
-            "device": best.device if best else "unknown",
-            "mount": best.mountpoint if best else "unknown"}
-
+    best = max(
+        (
+            p
+            for p in psutil.disk_partitions(all=True)
+            if path == Path(p.mountpoint) or Path(p.mountpoint) in path.parents
+        ),
+        key=lambda p: len(p.mountpoint),
+        default=None,
+    )
+    return {
+        "path": str(path),
+        "type": best.fstype if best else "unknown",
+        "device": best.device if best else "unknown",
+        "mount": best.mountpoint if best else "unknown",
+    }
 
 
 def table(figures: dict[str, Any]) -> str:

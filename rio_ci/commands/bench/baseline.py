@@ -23,8 +23,11 @@ class BareCommits:
     def __init__(self, path: Path):
         self._conn = sqlite3.connect(path, isolation_level=None)
         pragmas = ("journal_mode = WAL", "synchronous = FULL", "synchronous")
-        if [self._conn.execute(f"PRAGMA {p}").fetchall() for p in pragmas] != \
-                [[("wal",)], [], [(2,)]]:
+        if [self._conn.execute(f"PRAGMA {p}").fetchall() for p in pragmas] != [
+            [("wal",)],
+            [],
+            [(2,)],
+        ]:
             raise RuntimeError("bench: cannot set WAL + synchronous=FULL for the bare commit")
         self._conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
 
@@ -71,9 +74,15 @@ class BareLaunch:
         self._commits.commit("started")
         self._commits.fold()
         pipe = subprocess.PIPE
-        proc = subprocess.Popen(["/bin/sh", "-c", GATE, "rio-worker", *argv], cwd=self._cwd,
-                                env=self._env, stdin=pipe, stdout=pipe, stderr=pipe,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", GATE, "rio-worker", *argv],
+            cwd=self._cwd,
+            env=self._env,
+            stdin=pipe,
+            stdout=pipe,
+            stderr=pipe,
+            start_new_session=True,
+        )
         created = psutil.Process(proc.pid).create_time()
         self._commits.commit(f"{proc.pid} {created}", synchronous="NORMAL")
         out, err = proc.communicate(b"go\n")  # the gate's answer, then output to EOF
@@ -111,8 +120,12 @@ class BareSteps:
     def __init__(self, path: Path, template: Path):
         with contextlib.closing(sqlite3.connect(f"file:{template}?mode=ro", uri=True)) as src:
             page = src.execute("PRAGMA page_size").fetchone()[0]
-            schema = [row[0] for row in src.execute(
-                "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")]
+            schema = [
+                row[0]
+                for row in src.execute(
+                    "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
+                )
+            ]
         self._conn = sqlite3.connect(path, isolation_level=None)
         self._conn.execute(f"PRAGMA page_size = {int(page)}")
         self._conn.execute("PRAGMA journal_mode = WAL")
@@ -124,11 +137,16 @@ class BareSteps:
     def step(self, data: str) -> float:
         started = time.perf_counter()
         self._conn.execute("BEGIN IMMEDIATE")
-        self._conn.execute("SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq",
-                           (self._last,)).fetchall()
-        self._last = self._conn.execute(
-            "INSERT INTO events (kind, at, ref, data) VALUES ('patch_accepted', ?, NULL, ?)",
-            (time.time(), data)).lastrowid or self._last
+        self._conn.execute(
+            "SELECT seq, kind, data FROM events WHERE seq > ? ORDER BY seq", (self._last,)
+        ).fetchall()
+        self._last = (
+            self._conn.execute(
+                "INSERT INTO events (kind, at, ref, data) VALUES ('patch_accepted', ?, NULL, ?)",
+                (time.time(), data),
+            ).lastrowid
+            or self._last
+        )
         self._conn.execute("COMMIT")
         return time.perf_counter() - started
 

@@ -63,8 +63,10 @@ def measure_cells(root: Path, quick: bool) -> dict[str, Any]:
 
     floor = BareLaunch(root / "floor.sqlite3", work)
     try:
-        out: dict[str, Any] = {"code_cell_ms_owner_first": ms(through_owner(CODE)),
-                               "code_cell_ms_uv_first": ms(bare(uv_argv))}  # uv builds envs
+        out: dict[str, Any] = {
+            "code_cell_ms_owner_first": ms(through_owner(CODE)),
+            "code_cell_ms_uv_first": ms(bare(uv_argv)),
+        }  # uv builds envs
         pairs: dict[str, list[tuple[float, float]]] = {"code": [], "cmd": []}
         floors: list[float] = []
         for i in range(-2, 12 if quick else 40):  # two rounds of warm-up
@@ -121,8 +123,10 @@ def measure_inbox(root: Path, quick: bool) -> dict[str, Any]:
         harness.step(turn["turn_id"], patch_for(turn["state"], [], replace=False))  # consumes
     for session in (outside, harness):
         session.close()
-    return {"inbox_to_turn_ms_p50": ms(pct(latencies, 50)),
-            "inbox_to_turn_ms_p95": ms(pct(latencies, 95))}
+    return {
+        "inbox_to_turn_ms_p50": ms(pct(latencies, 50)),
+        "inbox_to_turn_ms_p95": ms(pct(latencies, 95)),
+    }
 
 
 def measure_recovery(root: Path, quick: bool) -> dict[str, Any]:
@@ -171,15 +175,22 @@ def measure_idle(root: Path, quick: bool) -> dict[str, Any]:
     session.close()
     script = root / "idle-model.yaml"  # JSON is YAML
     rounds = [[CMD, CODE], [{"kind": "note", "text": "waiting for the Timer"}]]
-    script.write_text(json.dumps([[{"op": "add", "path": "/cells/-", "value": cell}
-                                   for cell in cells] for cells in rounds]))
+    script.write_text(
+        json.dumps(
+            [
+                [{"op": "add", "path": "/cells/-", "value": cell} for cell in cells]
+                for cells in rounds
+            ]
+        )
+    )
     harness = cli("run", str(db), "--model", f"scripted:{script}", "--deadline", "120")
     try:
         wait_for(lambda: harness.poll() is not None or _waiting(db), "the harness to idle")
         time.sleep(0.5)
         if harness.poll() is not None:
-            raise RuntimeError(f"bench: the harness exited ({harness.returncode}) instead "
-                               "of waiting for its Timer")
+            raise RuntimeError(
+                f"bench: the harness exited ({harness.returncode}) instead of waiting for its Timer"
+            )
         proc = psutil.Process(harness.pid)
         before, started = proc.cpu_times(), time.monotonic()
         time.sleep(1.0 if quick else 3.0)
@@ -193,14 +204,14 @@ def measure_idle(root: Path, quick: bool) -> dict[str, Any]:
         harness.kill()  # only if SIGTERM was not enough
         harness.wait()
     busy = after.user + after.system - before.user - before.system
-    return {"idle_owner_rss_mib": round(rss / 2**20, 1),
-            "idle_owner_cpu_percent": round(100 * busy / elapsed, 2),
-            "idle_worker_processes": workers}
+    return {
+        "idle_owner_rss_mib": round(rss / 2**20, 1),
+        "idle_owner_cpu_percent": round(100 * busy / elapsed, 2),
+        "idle_worker_processes": workers,
+    }
 
 
 def _waiting(db: Path) -> bool:
     session = Session.open(db)
     session.close()
     return session.proj.accepted_turns >= 2 and not session.proj.pending()
-
-

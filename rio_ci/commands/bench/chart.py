@@ -31,8 +31,9 @@ def parse_before(specs: list[str]) -> dict[str, Path]:
         label, sep, folder = spec.partition("=")
         tree = Path(folder).expanduser().resolve()
         if not sep or not label.strip() or not (tree / "rio_ci" / "session.py").is_file():
-            raise UsageError(f"--before expects LABEL=DIR with DIR a rio_ci source tree, "
-                             f"got {spec!r}")
+            raise UsageError(
+                f"--before expects LABEL=DIR with DIR a rio_ci source tree, got {spec!r}"
+            )
         trees[label.strip()] = tree
     return trees
 
@@ -46,8 +47,13 @@ def growth(trees: dict[str, Path], root: Path, rounds: int, every: int) -> Serie
         env.pop("PYTHONPATH", None)
         if tree is not None:
             env["PYTHONPATH"] = str(tree)
-        done = subprocess.run([sys.executable, str(script), str(rounds), str(every)], env=env,
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [sys.executable, str(script), str(rounds), str(every)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"bench: the drive failed for {label}: {done.stderr[-500:]}")
         points = json.loads(done.stdout)
@@ -76,36 +82,50 @@ def svg(series: Series, title: str) -> str:
     def y(b: float) -> float:
         return TOP + plot_h * (1 - b / top)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-             f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
-             f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-             f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="14">'
-             f'{escape(title)}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
+    ]
     for n in range(int(top / step) + 1):  # horizontal grid and the size axis
         value = n * step
-        parts.append(f'<line x1="{LEFT}" y1="{y(value):.1f}" x2="{WIDTH - RIGHT}" '
-                     f'y2="{y(value):.1f}" stroke="#ddd"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
-                     f'{value / 1e6:g} MB</text>')
+        parts.append(
+            f'<line x1="{LEFT}" y1="{y(value):.1f}" x2="{WIDTH - RIGHT}" '
+            f'y2="{y(value):.1f}" stroke="#ddd"/>'
+        )
+        parts.append(
+            f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
+            f"{value / 1e6:g} MB</text>"
+        )
     for n in range(6):  # the rounds axis
         r = rounds * n / 5
-        parts.append(f'<text x="{x(r):.1f}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">'
-                     f'{r:g}</text>')
-    parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 10}" text-anchor="middle">'
-                 'rounds played</text>')
-    parts.append(f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" '
-                 f'y2="{TOP + plot_h}" stroke="#333"/>')
+        parts.append(
+            f'<text x="{x(r):.1f}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">{r:g}</text>'
+        )
+    parts.append(
+        f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 10}" text-anchor="middle">rounds played</text>'
+    )
+    parts.append(
+        f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" '
+        f'y2="{TOP + plot_h}" stroke="#333"/>'
+    )
     for n, (label, points) in enumerate(series.items()):
         colour = "#7f7f7f" if label == CONTENT else COLOURS[n % len(COLOURS)]
         line = " ".join(f"{x(r):.1f},{y(b):.1f}" for r, b in points)
         dash = ' stroke-dasharray="6 4"' if label == CONTENT else ""
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} '
-                     f'points="{line}"/>')
+        parts.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{line}"/>'
+        )
         legend_y = TOP + 16 + 18 * n
-        parts.append(f'<line x1="{LEFT + 12}" y1="{legend_y - 4}" x2="{LEFT + 36}" '
-                     f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"{dash}/>')
-        parts.append(f'<text x="{LEFT + 42}" y="{legend_y}">{escape(label)}: '
-                     f'{per_round(points):,} bytes per round</text>')
+        parts.append(
+            f'<line x1="{LEFT + 12}" y1="{legend_y - 4}" x2="{LEFT + 36}" '
+            f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"{dash}/>'
+        )
+        parts.append(
+            f'<text x="{LEFT + 42}" y="{legend_y}">{escape(label)}: '
+            f"{per_round(points):,} bytes per round</text>"
+        )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

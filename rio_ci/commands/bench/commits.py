@@ -42,14 +42,17 @@ def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
     bare.close()
     sql.close()
     steps, commits, sqls = (list(column) for column in zip(*triples[WARM_UP:], strict=True))
-    return {"step_commit_ms_p50": ms(pct(steps, 50)), "step_commit_ms_p95": ms(pct(steps, 95)),
-            "bare_commit_ms_p50": ms(pct(commits, 50)),
-            "bare_commit_ms_p95": ms(pct(commits, 95)),
-            "ratio_step_commit": round(pct(steps, 50) / pct(commits, 50), 3),
-            "ratio_step_commit_p95": round(pct(steps, 95) / pct(commits, 95), 3),
-            "step_sql_ms_p50": ms(pct(sqls, 50)),
-            "ratio_step_sql_commit": round(pct(sqls, 50) / pct(commits, 50), 3),
-            "step_samples": len(steps)}
+    return {
+        "step_commit_ms_p50": ms(pct(steps, 50)),
+        "step_commit_ms_p95": ms(pct(steps, 95)),
+        "bare_commit_ms_p50": ms(pct(commits, 50)),
+        "bare_commit_ms_p95": ms(pct(commits, 95)),
+        "ratio_step_commit": round(pct(steps, 50) / pct(commits, 50), 3),
+        "ratio_step_commit_p95": round(pct(steps, 95) / pct(commits, 95), 3),
+        "step_sql_ms_p50": ms(pct(sqls, 50)),
+        "ratio_step_sql_commit": round(pct(sqls, 50) / pct(commits, 50), 3),
+        "step_samples": len(steps),
+    }
 
 
 def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
@@ -65,8 +68,10 @@ def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
     for n in range((100 if quick else 1000) + WARM_UP):
         before, started = session.journal.commits, time.perf_counter()
         turn = session.prepare_turn()
-        receipt = session.step(turn["turn_id"], patch_for(
-            turn["state"], [{"kind": "cmd", "argv": ["echo", str(n)]}], replace=True))
+        receipt = session.step(
+            turn["turn_id"],
+            patch_for(turn["state"], [{"kind": "cmd", "argv": ["echo", str(n)]}], replace=True),
+        )
         if isinstance(receipt, Refused):
             raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
         head = receipt.cell_ids[0]
@@ -79,11 +84,13 @@ def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
     session.close()
     bare.close()
     rounds, bares = [a for a, _ in pairs[WARM_UP:]], [b for _, b in pairs[WARM_UP:]]
-    return {"round_bookkeeping_ms_p50": ms(pct(rounds, 50)),
-            "round_bookkeeping_ms_p95": ms(pct(rounds, 95)),
-            "round_bookkeeping_commits": commits,
-            "ratio_round_bookkeeping": round(pct(rounds, 50) / pct(bares, 50), 3),
-            "round_samples": len(rounds)}
+    return {
+        "round_bookkeeping_ms_p50": ms(pct(rounds, 50)),
+        "round_bookkeeping_ms_p95": ms(pct(rounds, 95)),
+        "round_bookkeeping_commits": commits,
+        "ratio_round_bookkeeping": round(pct(rounds, 50) / pct(bares, 50), 3),
+        "round_samples": len(rounds),
+    }
 
 
 def measure_fold(root: Path, quick: bool) -> dict[str, Any]:
@@ -99,5 +106,7 @@ def measure_fold(root: Path, quick: bool) -> dict[str, Any]:
         after_fold.append(bare.commit(f"registered {i}", synchronous="NORMAL"))
         plain.append(bare.commit(f"output {i}", synchronous="NORMAL"))
     bare.close()
-    return {"unsynced_commit_ms_after_fold": ms(pct(after_fold[WARM_UP:], 50)),
-            "unsynced_commit_ms": ms(pct(plain[WARM_UP:], 50))}
+    return {
+        "unsynced_commit_ms_after_fold": ms(pct(after_fold[WARM_UP:], 50)),
+        "unsynced_commit_ms": ms(pct(plain[WARM_UP:], 50)),
+    }

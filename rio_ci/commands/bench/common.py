@@ -14,8 +14,19 @@ import psutil
 from rio_ci.commands.bench.drive import NOTE, accept, patch_for
 from rio_ci.run.survivors import TOKEN_VAR
 
-__all__ = ["CMD", "CODE", "NOTE", "SCRIPT", "accept", "cli", "ms", "patch_for", "pct",
-           "token_holders", "wait_for"]
+__all__ = [
+    "CMD",
+    "CODE",
+    "NOTE",
+    "SCRIPT",
+    "accept",
+    "cli",
+    "ms",
+    "patch_for",
+    "pct",
+    "token_holders",
+    "wait_for",
+]
 
 SCRIPT = "# /// script\n# dependencies = []\n# ///\nprint('hello from a trivial Cell')\n"
 CODE: dict[str, Any] = {"kind": "code", "runtime": "python", "source": SCRIPT}  # trivial
@@ -40,8 +51,11 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) ->
 
 
 def cli(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "rio_ci.cli", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rio_ci.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def token_holders(prefix: str) -> int:
@@ -49,6 +63,8 @@ def token_holders(prefix: str) -> int:
     count = 0
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            count += (proc.environ().get(TOKEN_VAR, "").startswith(prefix)
-                      and proc.status() != psutil.STATUS_ZOMBIE)
+            count += (
+                proc.environ().get(TOKEN_VAR, "").startswith(prefix)
+                and proc.status() != psutil.STATUS_ZOMBIE
+            )
     return count

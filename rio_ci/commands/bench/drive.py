@@ -26,9 +26,11 @@ from rio_ci.session import Session
 NOTE = "A note of ordinary length, standing in for what a model writes between rounds. " * 4
 # A trivial PEP 723 script of about 1 KB and the 2 KB a short test run prints.
 SOURCE = "# /// script\n# dependencies = []\n# ///\n" + "".join(
-    f"print('step {i}: ' + 'checking the module under test ' * 1)\n" for i in range(18))
-OUTPUT = "".join(f"tests/test_module.py::test_case_{i:03d} PASSED{' ' * 12}[{i:3d}%]\n"
-                 for i in range(36))
+    f"print('step {i}: ' + 'checking the module under test ' * 1)\n" for i in range(18)
+)
+OUTPUT = "".join(
+    f"tests/test_module.py::test_case_{i:03d} PASSED{' ' * 12}[{i:3d}%]\n" for i in range(36)
+)
 
 
 def compact(value: Any) -> int:
@@ -38,8 +40,9 @@ def compact(value: Any) -> int:
 
 def new_session(path: Path, *, synchronous: str = "FULL") -> Session:
     """A Session with a few notes of context, as a model keeps them."""
-    session = Session.create(path, "bench: a realistic Session", cwd=str(path.parent),
-                             synchronous=synchronous)
+    session = Session.create(
+        path, "bench: a realistic Session", cwd=str(path.parent), synchronous=synchronous
+    )
     accept(session, [{"kind": "note", "text": f"{NOTE} ({n})"} for n in range(6)])
     return session
 
@@ -63,8 +66,7 @@ def play_round(session: Session, n: int, head: int | None) -> tuple[int, int]:
 def execute(session: Session, cell_id: int, output: str) -> None:
     """What the Owner commits for one Execution that printed ``output`` and exited 0."""
     token = f"rio-{session.proj.session['id']}-{cell_id}-{uuid.uuid4().hex[:12]}"
-    identity = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9,
-                "token": token}
+    identity = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9, "token": token}
     session.authorize_launch(cell_id, token)
     session.register_worker(cell_id, identity)
     session.finish(cell_id, ev.exited(cell_id, 0), output=[ev.OutputPiece("stdout", output)])
@@ -81,8 +83,9 @@ def accept(session: Session, cells: list[dict[str, Any]], *, replace: bool = Fal
     return list(cell_ids)
 
 
-def patch_for(state: dict[str, Any], cells: list[dict[str, Any]], *,
-              replace: bool) -> list[dict[str, Any]]:
+def patch_for(
+    state: dict[str, Any], cells: list[dict[str, Any]], *, replace: bool
+) -> list[dict[str, Any]]:
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/revision", "value": state["revision"]}]
     next_id = state["runtime"]["next_cell_id"]
     for n, cell in enumerate(cells):
@@ -90,8 +93,13 @@ def patch_for(state: dict[str, Any], cells: list[dict[str, Any]], *,
             value = {**cell, "id": next_id, "previous_id": state["cells"][0]["id"]}
             ops.append({"op": "replace", "path": "/cells/0", "value": value})
         else:
-            ops.append({"op": "add", "path": "/cells/-",
-                        "value": {**cell, "id": next_id + n, "previous_id": None}})
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/cells/-",
+                    "value": {**cell, "id": next_id + n, "previous_id": None},
+                }
+            )
     return ops
 
 
@@ -123,6 +131,7 @@ def _settled(session: Session, path: Path) -> int:
 
 if __name__ == "__main__":  # python drive.py ROUNDS EVERY: the growth series as JSON
     rounds, every = int(sys.argv[1]), int(sys.argv[2])
-    with tempfile.TemporaryDirectory(prefix="rio-drive-", dir=os.environ.get("RIO_DRIVE_DIR")) \
-            as where:
+    with tempfile.TemporaryDirectory(
+        prefix="rio-drive-", dir=os.environ.get("RIO_DRIVE_DIR")
+    ) as where:
         print(json.dumps(growth(Path(where) / "drive.sqlite3", rounds, every)))

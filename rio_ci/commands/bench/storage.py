@@ -41,11 +41,13 @@ def measure_storage(root: Path, quick: bool) -> dict[str, Any]:
         session.journal.checkpoint()
     grown = on_disk(path) - start
     session.close()
-    return {"session_bytes_per_round": round(grown / measured),
-            "content_bytes_per_round": round(content / measured),
-            "wal_bytes_per_round": round(written / measured),
-            "ratio_bytes_per_round": round(grown / content, 3),
-            "storage_rounds": measured}
+    return {
+        "session_bytes_per_round": round(grown / measured),
+        "content_bytes_per_round": round(content / measured),
+        "wal_bytes_per_round": round(written / measured),
+        "ratio_bytes_per_round": round(grown / content, 3),
+        "storage_rounds": measured,
+    }
 
 
 def measure_artifact(root: Path, quick: bool) -> dict[str, Any]:
@@ -62,8 +64,7 @@ def measure_artifact(root: Path, quick: bool) -> dict[str, Any]:
     for i in range(3 if quick else 9):
         out, zipped, dest = root / f"pack-{i}", root / f"artifact-{i}.zip", root / f"back-{i}"
         started = time.perf_counter()
-        artifact.pack(db, out, generation=1, parent_generation=None, run_id=None,
-                      next_wake=None)
+        artifact.pack(db, out, generation=1, parent_generation=None, run_id=None, next_wake=None)
         artifact.archive(out, zipped)
         finish.append(time.perf_counter() - started)
         started = time.perf_counter()
@@ -73,9 +74,12 @@ def measure_artifact(root: Path, quick: bool) -> dict[str, Any]:
         for leftover in (out, dest):
             shutil.rmtree(leftover)
         zipped.unlink()
-    return {"finish_seconds_300_rounds": round(statistics.median(finish), 3),
-            "restore_seconds_300_rounds": round(statistics.median(restore), 3),
-            "session_bytes_300_rounds": snapshot_bytes, "artifact_bytes_300_rounds": zip_bytes}
+    return {
+        "finish_seconds_300_rounds": round(statistics.median(finish), 3),
+        "restore_seconds_300_rounds": round(statistics.median(restore), 3),
+        "session_bytes_300_rounds": snapshot_bytes,
+        "artifact_bytes_300_rounds": zip_bytes,
+    }
 
 
 def measure_open(root: Path, quick: bool) -> dict[str, Any]:
@@ -90,7 +94,8 @@ def measure_open(root: Path, quick: bool) -> dict[str, Any]:
     Session.open(unclean).close()
     kinds: dict[str, Callable[[Path], None]] = {
         "open_ms": lambda p: Session.open(p).close(),
-        "owner_open_ms": lambda p: Owner(str(p)).close()}
+        "owner_open_ms": lambda p: Owner(str(p)).close(),
+    }
     times: dict[str, list[float]] = {}
     for _ in range(7 if quick else 31):
         for prefix, opener in kinds.items():
@@ -101,8 +106,7 @@ def measure_open(root: Path, quick: bool) -> dict[str, Any]:
         Path(f"{unclean}-wal").write_bytes(b"\0" * 4096)  # not a valid WAL: SQLite drops it
         started = time.perf_counter()
         Owner(str(unclean)).close()
-        times.setdefault("owner_open_ms_100k_in_doubt", []).append(
-            time.perf_counter() - started)
+        times.setdefault("owner_open_ms_100k_in_doubt", []).append(time.perf_counter() - started)
     out.update({key: ms(statistics.median(samples)) for key, samples in times.items()})
     out["ratio_open_100k_1k"] = round(out["open_ms_100k"] / out["open_ms_1k"], 3)
     out["ratio_owner_open_100k_1k"] = round(out["owner_open_ms_100k"] / out["owner_open_ms_1k"], 3)
@@ -120,8 +124,7 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
     Cell, its Execution's four events) through the Session API, copied as it passes each
     size. Built with synchronous=NORMAL (building is not what is measured)."""
     path = root / "long.sqlite3"
-    session = Session.create(path, "bench: a long Session", cwd=str(root),
-                             synchronous="NORMAL")
+    session = Session.create(path, "bench: a long Session", cwd=str(root), synchronous="NORMAL")
     accept(session, [{"kind": "note", "text": f"{NOTE} ({n})"} for n in range(6)])
     copies: dict[str, Path] = {}
     head: int | None = None
@@ -129,8 +132,9 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
         while session.proj.last_seq < size:
             n = session.proj.last_seq
             session.receive(f"comment-{n}", "comment", {"body": f"comment {n}: {NOTE}"})
-            head = accept(session, [{"kind": "cmd", "argv": ["echo", str(n)]}],
-                          replace=head is not None)[0]
+            head = accept(
+                session, [{"kind": "cmd", "argv": ["echo", str(n)]}], replace=head is not None
+            )[0]
             token = f"rio-bench-{head}"
             who = {"pid": 1, "pgid": 1, "create_time": 0.0, "boot_time": 0.0, "token": token}
             session.authorize_launch(head, token)

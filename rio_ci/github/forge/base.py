@@ -65,8 +65,9 @@ class Forge(Protocol):
         ``body`` must already contain ``marker``. Returns the comment id."""
         ...
 
-    def checks(self, branch: str, after_id: int = 0,
-               warn: Callable[[str], None] | None = None) -> list[Check]:
+    def checks(
+        self, branch: str, after_id: int = 0, warn: Callable[[str], None] | None = None
+    ) -> list[Check]:
         """Completed workflow runs and check runs on ``branch`` with id > after_id. With
         ``warn``, a listing refused with 403 or 404 is reported there and skipped."""
         ...

@@ -37,8 +37,9 @@ class _KeepRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def fetch_zip(url: str, token: str, dest: Path, *, artifact_id: int, max_bytes: int,
-              timeout: int) -> Path:
+def fetch_zip(
+    url: str, token: str, dest: Path, *, artifact_id: int, max_bytes: int, timeout: int
+) -> Path:
     """GET ``url`` into ``dest``. More than ``max_bytes`` raises ``StorageError`` and leaves
     no file behind; an HTTP or network failure raises ``ForgeError``."""
     what = f"downloading artifact {artifact_id}"
@@ -46,8 +47,9 @@ def fetch_zip(url: str, token: str, dest: Path, *, artifact_id: int, max_bytes: 
         with _follow(url, token, what, timeout) as response:
             declared = response.headers.get("Content-Length")
             if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise StorageError(f"artifact {artifact_id} is {declared} bytes, over the "
-                                   f"{max_bytes}-byte limit")
+                raise StorageError(
+                    f"artifact {artifact_id} is {declared} bytes, over the {max_bytes}-byte limit"
+                )
             partial = dest.with_name(dest.name + ".part")
             try:
                 _stream(response, partial, max_bytes, artifact_id)
@@ -73,11 +75,14 @@ def _stream(response: HTTPResponse, partial: Path, max_bytes: int, artifact_id: 
 def _follow(url: str, token: str, what: str, timeout: int) -> Iterator[HTTPResponse]:
     """GET ``url`` with the token, then follow redirects by hand without it."""
     opener = urllib.request.build_opener(_KeepRedirects)
-    request = urllib.request.Request(url, headers={
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/vnd.github+json",
-        "User-Agent": _USER_AGENT,
-    })
+    request = urllib.request.Request(
+        url,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/vnd.github+json",
+            "User-Agent": _USER_AGENT,
+        },
+    )
     for _ in range(_MAX_HOPS):
         try:
             response: HTTPResponse = opener.open(request, timeout=timeout)
@@ -85,12 +90,14 @@ def _follow(url: str, token: str, what: str, timeout: int) -> Iterator[HTTPRespo
             location = exc.headers.get("Location") if exc.code in _REDIRECTS else None
             exc.close()
             if location is None:
-                raise ForgeError(f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}",
-                                 status=exc.code) from exc
+                raise ForgeError(
+                    f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}", status=exc.code
+                ) from exc
             target = urllib.parse.urljoin(request.full_url, location)
             if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
-                raise ForgeError(f"GitHub: {what} failed: redirect to a non-HTTP URL",
-                                 status=exc.code) from exc
+                raise ForgeError(
+                    f"GitHub: {what} failed: redirect to a non-HTTP URL", status=exc.code
+                ) from exc
             request = urllib.request.Request(target, headers={"User-Agent": _USER_AGENT})
             continue
         with response:

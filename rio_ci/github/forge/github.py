@@ -43,8 +43,9 @@ def _failing(what: str) -> Iterator[None]:
         yield
     except GithubException as exc:
         detail = exc.message or (exc.data.get("message") if isinstance(exc.data, dict) else None)
-        raise ForgeError(f"GitHub: {what} failed: HTTP {exc.status} {detail or ''}".rstrip(),
-                         status=exc.status) from exc
+        raise ForgeError(
+            f"GitHub: {what} failed: HTTP {exc.status} {detail or ''}".rstrip(), status=exc.status
+        ) from exc
     except BadAttributeException as exc:
         raise ForgeError(f"GitHub: {what} failed: unexpected response shape") from exc
     except OSError as exc:  # requests' and urllib's errors are OSErrors
@@ -232,8 +233,9 @@ class GitHubForge:
 
     # -- checks --------------------------------------------------------------------------------
 
-    def checks(self, branch: str, after_id: int = 0,
-               warn: Callable[[str], None] | None = None) -> list[Check]:
+    def checks(
+        self, branch: str, after_id: int = 0, warn: Callable[[str], None] | None = None
+    ) -> list[Check]:
         """Completed workflow runs on ``branch`` plus completed check runs of its head commit,
         each with id > ``after_id``, sorted by id. Check runs made by GitHub Actions are left
         out: they are the jobs of the workflow runs already listed, and one observation per
@@ -252,25 +254,44 @@ class GitHubForge:
 
         def runs() -> list[Check]:
             # A fork may name its branch rio/issue-7 too; only our own branch counts.
-            return [Check(id=run.id, kind="workflow_run", name=run.name or "",
-                          conclusion=run.conclusion or "", url=run.html_url, head_branch=branch)
-                    for run in self._repo.get_workflow_runs(branch=head, status="completed")
-                    if run.id > after_id and run.head_branch == branch
-                    and self._is_ours(run.head_repository)]
+            return [
+                Check(
+                    id=run.id,
+                    kind="workflow_run",
+                    name=run.name or "",
+                    conclusion=run.conclusion or "",
+                    url=run.html_url,
+                    head_branch=branch,
+                )
+                for run in self._repo.get_workflow_runs(branch=head, status="completed")
+                if run.id > after_id
+                and run.head_branch == branch
+                and self._is_ours(run.head_repository)
+            ]
 
         def check_runs() -> list[Check]:
-            return [Check(id=c.id, kind="check_run", name=c.name,
-                          conclusion=c.conclusion or "", url=c.html_url, head_branch=branch)
-                    for c in head.commit.get_check_runs(status="completed")
-                    if c.id > after_id and (c.app is None or c.app.slug != "github-actions")]
+            return [
+                Check(
+                    id=c.id,
+                    kind="check_run",
+                    name=c.name,
+                    conclusion=c.conclusion or "",
+                    url=c.html_url,
+                    head_branch=branch,
+                )
+                for c in head.commit.get_check_runs(status="completed")
+                if c.id > after_id and (c.app is None or c.app.slug != "github-actions")
+            ]
 
-        found = (self._optional(f"listing workflow runs of {branch}", runs, warn)
-                 + self._optional(f"listing check runs of {branch}", check_runs, warn))
+        found = self._optional(f"listing workflow runs of {branch}", runs, warn) + self._optional(
+            f"listing check runs of {branch}", check_runs, warn
+        )
         return sorted(found, key=lambda c: c.id)
 
     @staticmethod
-    def _optional(what: str, read: Callable[[], list[Check]],
-                  warn: Callable[[str], None] | None) -> list[Check]:
+    def _optional(
+        what: str, read: Callable[[], list[Check]], warn: Callable[[str], None] | None
+    ) -> list[Check]:
         try:
             with _failing(what):
                 return read()
@@ -291,8 +312,9 @@ class GitHubForge:
             if existing is not None:
                 return existing
             try:
-                return self._repo.create_pull(base=base, head=branch, title=title,
-                                              body=body).html_url
+                return self._repo.create_pull(
+                    base=base, head=branch, title=title, body=body
+                ).html_url
             except GithubException as exc:
                 again = self._open_pull(head) if exc.status == 422 else None
                 if again is None:
@@ -354,8 +376,14 @@ class GitHubForge:
     ) -> Path:
         """Fetch the artifact's zip into ``dest`` (see ``download.fetch_zip``)."""
         url = f"{self._api_url}/repos/{self._full_name}/actions/artifacts/{artifact_id}/zip"
-        return fetch_zip(url, self._token, dest, artifact_id=artifact_id, max_bytes=max_bytes,
-                         timeout=self._timeout)
+        return fetch_zip(
+            url,
+            self._token,
+            dest,
+            artifact_id=artifact_id,
+            max_bytes=max_bytes,
+            timeout=self._timeout,
+        )
 
 
 def _conforms(forge: GitHubForge) -> Forge:

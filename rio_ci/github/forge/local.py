@@ -33,26 +33,47 @@ class LocalForge:
             raise ForgeError(f"{root} is not a local forge (no {FILE}); create one first")
 
     @classmethod
-    def create(cls, root: Path, repository: str, *, people: dict[str, str] | None = None,
-               default_branch: str = "main") -> LocalForge:
+    def create(
+        cls,
+        root: Path,
+        repository: str,
+        *,
+        people: dict[str, str] | None = None,
+        default_branch: str = "main",
+    ) -> LocalForge:
         """A new, empty forge in ``root`` (made if missing); ``people``: login -> permission."""
         root.mkdir(parents=True, exist_ok=True)
         if (root / FILE).exists():
             raise ForgeError(f"{root} already holds a forge")
-        _write(root / FILE, {"repository": repository, "default_branch": default_branch,
-                             "next_id": 1, "people": people or {}, "issues": {},
-                             "comments": [], "pulls": {}, "dispatches": []})
+        _write(
+            root / FILE,
+            {
+                "repository": repository,
+                "default_branch": default_branch,
+                "next_id": 1,
+                "people": people or {},
+                "issues": {},
+                "comments": [],
+                "pulls": {},
+                "dispatches": [],
+            },
+        )
         return cls(root)
 
     # -- what only a local forge does ----------------------------------------------------
 
-    def add_issue(self, title: str, body: str, author: str,
-                  labels: tuple[str, ...] = ()) -> Issue:
+    def add_issue(self, title: str, body: str, author: str, labels: tuple[str, ...] = ()) -> Issue:
         def change(data: dict[str, Any]) -> int:
             number = _take_id(data)
-            data["issues"][str(number)] = {"number": number, "title": title, "body": body,
-                                           "author": author, "labels": list(labels)}
+            data["issues"][str(number)] = {
+                "number": number,
+                "title": title,
+                "body": body,
+                "author": author,
+                "labels": list(labels),
+            }
             return number
+
         return self.issue(self._update(change))
 
     def pull_requests(self) -> list[dict[str, Any]]:
@@ -64,15 +85,19 @@ class LocalForge:
         found = self._read()["issues"].get(str(number))
         if found is None:
             raise ForgeError(f"issue #{number} does not exist in {self.path}", status=404)
-        return Issue(found["number"], found["title"], found["body"], found["author"],
-                     tuple(found["labels"]))
+        return Issue(
+            found["number"], found["title"], found["body"], found["author"], tuple(found["labels"])
+        )
 
     def permission(self, user: str) -> str:
         return str(self._read()["people"].get(user, "none"))
 
     def comments(self, number: int, after_id: int = 0) -> list[Comment]:
-        return [_comment(c) for c in self._read()["comments"]
-                if c["issue"] == number and c["id"] > after_id]
+        return [
+            _comment(c)
+            for c in self._read()["comments"]
+            if c["issue"] == number and c["id"] > after_id
+        ]
 
     def upsert_comment(self, number: int, marker: str, body: str) -> int:
         if marker not in body:
@@ -84,10 +109,12 @@ class LocalForge:
                     comment["body"] = body
                     return int(comment["id"])
             return _add_comment(data, number, "rio-ci[bot]", "NONE", body, self.root)
+
         return self._update(change)
 
-    def checks(self, branch: str, after_id: int = 0,
-               warn: Callable[[str], None] | None = None) -> list[Check]:
+    def checks(
+        self, branch: str, after_id: int = 0, warn: Callable[[str], None] | None = None
+    ) -> list[Check]:
         return []  # nothing runs CI here
 
     def open_pull_request(self, branch: str, base: str, title: str, body: str) -> str:
@@ -97,10 +124,17 @@ class LocalForge:
                     return str(pull["url"])
             number = _take_id(data)
             url = f"{self.root.as_uri()}/pull/{number}"
-            data["pulls"][str(number)] = {"number": number, "head": branch, "base": base,
-                                          "title": title, "body": body, "state": "open",
-                                          "url": url}
+            data["pulls"][str(number)] = {
+                "number": number,
+                "head": branch,
+                "base": base,
+                "title": title,
+                "body": body,
+                "state": "open",
+                "url": url,
+            }
             return url
+
         return self._update(change)
 
     def default_branch(self) -> str:
@@ -110,12 +144,14 @@ class LocalForge:
         return []  # a local Session is its own file
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
-        raise ForgeError(f"a local forge keeps no artifacts (asked for {artifact_id})",
-                         status=404)
+        raise ForgeError(f"a local forge keeps no artifacts (asked for {artifact_id})", status=404)
 
     def issues_with_label(self, label: str) -> list[Issue]:
-        return [self.issue(int(n)) for n, found in self._read()["issues"].items()
-                if label in found["labels"]]
+        return [
+            self.issue(int(n))
+            for n, found in self._read()["issues"].items()
+            if label in found["labels"]
+        ]
 
     def find_comment(self, number: int, marker: str) -> Comment | None:
         return next((c for c in self.comments(number) if marker in c.body), None)
@@ -125,8 +161,11 @@ class LocalForge:
         return None if pull is None else str(pull["head"])
 
     def dispatch(self, workflow: str, ref: str, inputs: dict[str, str]) -> None:
-        self._update(lambda data: data["dispatches"].append(
-            {"workflow": workflow, "ref": ref, "inputs": inputs}))
+        self._update(
+            lambda data: data["dispatches"].append(
+                {"workflow": workflow, "ref": ref, "inputs": inputs}
+            )
+        )
 
     def workflow_state(self, workflow: str) -> str | None:
         return None  # no workflows here
@@ -141,6 +180,7 @@ class LocalForge:
             labels = data["issues"][str(number)]["labels"]
             if label not in labels:
                 labels.append(label)
+
         self._update(change)
 
     # -- the file --------------------------------------------------------------------------
@@ -168,18 +208,27 @@ def _take_id(data: dict[str, Any]) -> int:
     return number
 
 
-def _add_comment(data: dict[str, Any], number: int, author: str, association: str,
-                 body: str, root: Path) -> int:
+def _add_comment(
+    data: dict[str, Any], number: int, author: str, association: str, body: str, root: Path
+) -> int:
     comment_id = _take_id(data)
-    data["comments"].append({"id": comment_id, "issue": number, "author": author,
-                             "association": association, "body": body,
-                             "url": f"{root.as_uri()}/issues/{number}#comment-{comment_id}"})
+    data["comments"].append(
+        {
+            "id": comment_id,
+            "issue": number,
+            "author": author,
+            "association": association,
+            "body": body,
+            "url": f"{root.as_uri()}/issues/{number}#comment-{comment_id}",
+        }
+    )
     return comment_id
 
 
 def _comment(data: dict[str, Any]) -> Comment:
-    return Comment(data["id"], data["issue"], data["author"], data["association"],
-                   data["body"], data["url"])
+    return Comment(
+        data["id"], data["issue"], data["author"], data["association"], data["body"], data["url"]
+    )
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

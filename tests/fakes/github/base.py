@@ -60,12 +60,21 @@ class Failure:
 
 # The permission a job token needs for a REST path (after /repos/{owner}/{repo}); reads need
 # `read`, anything else `write`. Paths not listed need only metadata, which every token has.
-SCOPES = [(re.compile(p), scope) for p, scope in (
-    (r"/issues.*", "issues"), (r"/pulls.*", "pull-requests"), (r"/actions/.*", "actions"),
-    (r"/commits/[^/]+/check-(runs|suites)|/check-(runs|suites).*", "checks"),
-    (r"/dispatches", "contents"), (r"/git/.*|/contents/.*", "contents"))]
-REFUSALS = {"app": "Resource not accessible by integration",
-            "pat": "Resource not accessible by personal access token"}
+SCOPES = [
+    (re.compile(p), scope)
+    for p, scope in (
+        (r"/issues.*", "issues"),
+        (r"/pulls.*", "pull-requests"),
+        (r"/actions/.*", "actions"),
+        (r"/commits/[^/]+/check-(runs|suites)|/check-(runs|suites).*", "checks"),
+        (r"/dispatches", "contents"),
+        (r"/git/.*|/contents/.*", "contents"),
+    )
+]
+REFUSALS = {
+    "app": "Resource not accessible by integration",
+    "pat": "Resource not accessible by personal access token",
+}
 WORKFLOW_STATES = ("active", "disabled_manually", "disabled_inactivity")
 
 
@@ -77,4 +86,3 @@ def encode(status: int, data: Json, headers: dict[str, str]) -> tuple[int, bytes
     if data is None:
         return status, b"", headers
     return status, json.dumps(data).encode(), {"Content-Type": "application/json", **headers}
-

@@ -20,8 +20,14 @@ from fakes.github.base import WORKFLOW_STATES, Failure, Json, Recorded, Token
 class GitHubData:
     """What the fake knows; ``FakeGitHub`` serves it."""
 
-    def __init__(self, repo: str = "octo/demo", *, token: str = "fake-token",
-                 default_branch: str = "main", bot: str = "github-actions[bot]") -> None:
+    def __init__(
+        self,
+        repo: str = "octo/demo",
+        *,
+        token: str = "fake-token",
+        default_branch: str = "main",
+        bot: str = "github-actions[bot]",
+    ) -> None:
         self.repo = repo
         self.owner, self.name = repo.split("/")
         self.token = token
@@ -62,8 +68,13 @@ class GitHubData:
 
     def _user(self, login: str) -> Json:
         kind = "Bot" if login.endswith("[bot]") else "User"
-        return {"login": login, "id": abs(hash(login)) % 10**6, "type": kind,
-                "url": f"{self.api_url}/users/{login}", "html_url": f"https://github.test/{login}"}
+        return {
+            "login": login,
+            "id": abs(hash(login)) % 10**6,
+            "type": kind,
+            "url": f"{self.api_url}/users/{login}",
+            "html_url": f"https://github.test/{login}",
+        }
 
     @property
     def _base(self) -> str:
@@ -72,8 +83,9 @@ class GitHubData:
     def add_collaborator(self, user: str, permission: str) -> None:
         self.collaborators[user] = permission
 
-    def add_user(self, login: str, role: str | None, *, member: bool = False,
-                 association: str | None = None) -> None:
+    def add_user(
+        self, login: str, role: str | None, *, member: bool = False, association: str | None = None
+    ) -> None:
         """A person as GitHub sees them: ``role`` on this repository (``admin``, ``maintain``,
         ``write``, ``triage``, ``read`` or a custom role; None: no access), and whether they
         are a member of the owning organization. Their comments carry ``association`` or
@@ -82,10 +94,17 @@ class GitHubData:
         if role is not None:
             self.collaborators[login] = role
         self.associations[login] = association or (
-            "MEMBER" if member else "COLLABORATOR" if role is not None else "NONE")
+            "MEMBER" if member else "COLLABORATOR" if role is not None else "NONE"
+        )
 
-    def add_token(self, token: str, *, permissions: dict[str, str] | None = None,
-                  workflows: bool = False, kind: str = "app") -> Token:
+    def add_token(
+        self,
+        token: str,
+        *,
+        permissions: dict[str, str] | None = None,
+        workflows: bool = False,
+        kind: str = "app",
+    ) -> Token:
         """Another accepted token (an app installation token, a fine-grained PAT, a job
         token with limited ``permissions``)."""
         self.tokens[token] = Token(permissions, workflows, kind)
@@ -95,12 +114,22 @@ class GitHubData:
         """From now on ``token`` (default: the main one) gets 401, on the API and over git."""
         self.tokens[token or self.token].expired = True
 
-    def add_issue(self, title: str, body: str = "", user: str = "alice",
-                  labels: tuple[str, ...] = (), state: str = "open") -> int:
+    def add_issue(
+        self,
+        title: str,
+        body: str = "",
+        user: str = "alice",
+        labels: tuple[str, ...] = (),
+        state: str = "open",
+    ) -> int:
         number = next(self._numbers)
         self.issues[number] = {
-            "id": number + 500_000, "number": number, "title": title, "body": body,
-            "user": self._user(user), "state": state,
+            "id": number + 500_000,
+            "number": number,
+            "title": title,
+            "body": body,
+            "user": self._user(user),
+            "state": state,
             "labels": [{"name": n, "url": f"{self._base}/labels/{n}"} for n in labels],
             "url": f"{self._base}/issues/{number}",
             "html_url": f"https://github.test/{self.repo}/issues/{number}",
@@ -113,68 +142,111 @@ class GitHubData:
         if all(label["name"] != name for label in labels):
             labels.append({"name": name, "url": f"{self._base}/labels/{name}"})
 
-    def add_comment(self, number: int, body: str, user: str = "alice",
-                    association: str | None = None) -> int:
+    def add_comment(
+        self, number: int, body: str, user: str = "alice", association: str | None = None
+    ) -> int:
         """A comment by ``user``; its association defaults to the one ``add_user`` gave
         them, else COLLABORATOR."""
         association = association or self.associations.get(user, "COLLABORATOR")
         comment_id = next(self._ids)
         self.comments[comment_id] = {
-            "id": comment_id, "body": body, "user": self._user(user),
-            "author_association": association, "issue_number": number,
+            "id": comment_id,
+            "body": body,
+            "user": self._user(user),
+            "author_association": association,
+            "issue_number": number,
             "url": f"{self._base}/issues/comments/{comment_id}",
             "html_url": f"https://github.test/{self.repo}/issues/{number}#issuecomment-{comment_id}",
             "issue_url": f"{self._base}/issues/{number}",
-            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+            "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
         }
         return comment_id
 
     def set_branch(self, branch: str, sha: str) -> None:
         self.branches[branch] = sha
 
-    def add_workflow_run(self, branch: str, name: str = "CI", conclusion: str | None = "success",
-                         status: str = "completed", head_repo: str | None = None) -> int:
+    def add_workflow_run(
+        self,
+        branch: str,
+        name: str = "CI",
+        conclusion: str | None = "success",
+        status: str = "completed",
+        head_repo: str | None = None,
+    ) -> int:
         """A workflow run on ``branch``; ``head_repo`` names a fork it came from (default:
         this repository)."""
         run_id = next(self._ids)
         self.runs[run_id] = {
-            "id": run_id, "name": name, "head_branch": branch,
+            "id": run_id,
+            "name": name,
+            "head_branch": branch,
             "head_repository": self._repo_ref(head_repo or self.repo),
-            "head_sha": self.branches.get(branch, "0" * 40), "status": status,
-            "conclusion": conclusion, "event": "push", "run_number": run_id,
+            "head_sha": self.branches.get(branch, "0" * 40),
+            "status": status,
+            "conclusion": conclusion,
+            "event": "push",
+            "run_number": run_id,
             "url": f"{self._base}/actions/runs/{run_id}",
             "html_url": f"https://github.test/{self.repo}/actions/runs/{run_id}",
-            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+            "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
         }
         return run_id
 
-    def add_check_run(self, sha: str, name: str, conclusion: str | None = "success",
-                      status: str = "completed", app: str = "ci-app") -> int:
+    def add_check_run(
+        self,
+        sha: str,
+        name: str,
+        conclusion: str | None = "success",
+        status: str = "completed",
+        app: str = "ci-app",
+    ) -> int:
         check_id = next(self._ids)
         self.check_runs[check_id] = {
-            "id": check_id, "name": name, "head_sha": sha, "status": status,
-            "conclusion": conclusion, "app": {"id": 1, "slug": app, "name": app},
+            "id": check_id,
+            "name": name,
+            "head_sha": sha,
+            "status": status,
+            "conclusion": conclusion,
+            "app": {"id": 1, "slug": app, "name": app},
             "url": f"{self._base}/check-runs/{check_id}",
             "html_url": f"https://github.test/{self.repo}/runs/{check_id}",
         }
         return check_id
 
-    def add_check_suite(self, sha: str, conclusion: str | None = "success",
-                        status: str = "completed", app: str = "ci-app") -> int:
+    def add_check_suite(
+        self,
+        sha: str,
+        conclusion: str | None = "success",
+        status: str = "completed",
+        app: str = "ci-app",
+    ) -> int:
         suite_id = next(self._ids)
         self.check_suites[suite_id] = {
-            "id": suite_id, "head_sha": sha, "status": status, "conclusion": conclusion,
+            "id": suite_id,
+            "head_sha": sha,
+            "status": status,
+            "conclusion": conclusion,
             "app": {"id": 1, "slug": app, "name": app},
-            "url": f"{self._base}/check-suites/{suite_id}"}
+            "url": f"{self._base}/check-suites/{suite_id}",
+        }
         return suite_id
 
     def add_workflow(self, file_name: str, state: str = "active") -> None:
         assert state in WORKFLOW_STATES, state
         self.workflows[file_name] = state
 
-    def add_artifact(self, name: str, zip_bytes: bytes, created_at: str = "2024-01-01T00:00:00Z",
-                     *, expired: bool = False, run_id: int = 42,
-                     retention_days: int | None = None) -> int:
+    def add_artifact(
+        self,
+        name: str,
+        zip_bytes: bytes,
+        created_at: str = "2024-01-01T00:00:00Z",
+        *,
+        expired: bool = False,
+        run_id: int = 42,
+        retention_days: int | None = None,
+    ) -> int:
         """An artifact as the upload left it. ``retention_days`` as the ``retention-days``
         input: empty or 0 means the repository default, more than the maximum is cut to it
         (as actions/upload-artifact documents); ``expires_at`` follows from it."""
@@ -185,25 +257,44 @@ class GitHubData:
         artifact_id = next(self._ids)
         self.blobs[artifact_id] = zip_bytes
         self.artifacts[artifact_id] = {
-            "id": artifact_id, "node_id": f"A_{artifact_id}", "name": name,
-            "size_in_bytes": len(zip_bytes), "expired": expired, "retention_days": days,
+            "id": artifact_id,
+            "node_id": f"A_{artifact_id}",
+            "name": name,
+            "size_in_bytes": len(zip_bytes),
+            "expired": expired,
+            "retention_days": days,
             "url": f"{self._base}/actions/artifacts/{artifact_id}",
             "archive_download_url": f"{self._base}/actions/artifacts/{artifact_id}/zip",
-            "created_at": created_at, "updated_at": created_at, "expires_at": expires_at,
-            "workflow_run": {"id": run_id, "repository_id": 1, "head_repository_id": 1,
-                             "head_branch": self.default_branch, "head_sha": "0" * 40},
+            "created_at": created_at,
+            "updated_at": created_at,
+            "expires_at": expires_at,
+            "workflow_run": {
+                "id": run_id,
+                "repository_id": 1,
+                "head_repository_id": 1,
+                "head_branch": self.default_branch,
+                "head_sha": "0" * 40,
+            },
         }
         return artifact_id
 
-    def upload_artifact(self, name: str, directory: Path, *, retention_days: int | None = None,
-                        run_id: int = 42, created_at: str = "2024-01-01T00:00:00Z") -> int:
+    def upload_artifact(
+        self,
+        name: str,
+        directory: Path,
+        *,
+        retention_days: int | None = None,
+        run_id: int = 42,
+        created_at: str = "2024-01-01T00:00:00Z",
+    ) -> int:
         """What actions/upload-artifact does with a directory: its files, zipped."""
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
             for path in sorted(directory.iterdir()):
                 bundle.write(path, arcname=path.name)
-        return self.add_artifact(name, buffer.getvalue(), created_at, run_id=run_id,
-                                 retention_days=retention_days)
+        return self.add_artifact(
+            name, buffer.getvalue(), created_at, run_id=run_id, retention_days=retention_days
+        )
 
     def serve_git(self, origin: Path) -> str:
         """Serve the bare repository ``origin`` over smart HTTP; returns its URL. Pushes need
@@ -216,12 +307,26 @@ class GitHubData:
     def git_url(self) -> str:
         return f"{self.api_url}/{self.repo}.git"
 
-    def fail(self, path_pattern: str, status: int, *, method: str = "*",
-             times: int | None = None, after: int = 0, message: str = "") -> Failure:
+    def fail(
+        self,
+        path_pattern: str,
+        status: int,
+        *,
+        method: str = "*",
+        times: int | None = None,
+        after: int = 0,
+        message: str = "",
+    ) -> Failure:
         """Answer requests whose path fully matches the regex ``path_pattern`` with
         ``status``: ``times`` of them (None: all), after letting ``after`` through."""
-        failure = Failure(method, re.compile(path_pattern), status, times, after,
-                          message or f"injected failure {status}")
+        failure = Failure(
+            method,
+            re.compile(path_pattern),
+            status,
+            times,
+            after,
+            message or f"injected failure {status}",
+        )
         self.failures.append(failure)
         return failure
 
@@ -239,8 +344,13 @@ class GitHubData:
 
     def _repo_ref(self, full_name: str) -> Json:
         owner, name = full_name.split("/")
-        return {"id": 1 if full_name == self.repo else 2, "name": name, "full_name": full_name,
-                "owner": self._user(owner), "url": f"{self.api_url}/repos/{full_name}"}
+        return {
+            "id": 1 if full_name == self.repo else 2,
+            "name": name,
+            "full_name": full_name,
+            "owner": self._user(owner),
+            "url": f"{self.api_url}/repos/{full_name}",
+        }
 
     def merge_pull(self, number: int) -> None:
         """The pull request is merged and closed (delete its branch in the origin with git,
@@ -248,30 +358,55 @@ class GitHubData:
         self.pulls[number].update(state="closed", merged=True)
         self.issues[number]["state"] = "closed"
 
-    def add_pull(self, head: str, title: str, body: str | None = None, *, base: str = "main",
-                 user: str = "alice", head_repo: str | None = None) -> int:
+    def add_pull(
+        self,
+        head: str,
+        title: str,
+        body: str | None = None,
+        *,
+        base: str = "main",
+        user: str = "alice",
+        head_repo: str | None = None,
+    ) -> int:
         """An open pull request from ``head`` (of ``head_repo``, default this repository).
         Like GitHub, it is an issue too: its number is shared and comments go to the issue."""
         number = next(self._numbers)
         owner = (head_repo or self.repo).split("/")[0]
         self.pulls[number] = {
-            "id": number + 700_000, "number": number, "state": "open", "title": title,
-            "body": body, "user": self._user(user),
-            "head": {"ref": head, "label": f"{owner}:{head}", "sha": self.branches.get(head),
-                     "repo": self._repo_ref(head_repo or self.repo)},
-            "base": {"ref": base, "label": f"{self.owner}:{base}",
-                     "repo": self._repo_ref(self.repo)},
+            "id": number + 700_000,
+            "number": number,
+            "state": "open",
+            "title": title,
+            "body": body,
+            "user": self._user(user),
+            "head": {
+                "ref": head,
+                "label": f"{owner}:{head}",
+                "sha": self.branches.get(head),
+                "repo": self._repo_ref(head_repo or self.repo),
+            },
+            "base": {
+                "ref": base,
+                "label": f"{self.owner}:{base}",
+                "repo": self._repo_ref(self.repo),
+            },
             "url": f"{self._base}/pulls/{number}",
             "html_url": f"https://github.test/{self.repo}/pull/{number}",
         }
         self.issues[number] = {
-            "id": number + 500_000, "number": number, "title": title, "body": body or "",
-            "user": self._user(user), "state": "open", "labels": [],
+            "id": number + 500_000,
+            "number": number,
+            "title": title,
+            "body": body or "",
+            "user": self._user(user),
+            "state": "open",
+            "labels": [],
             "url": f"{self._base}/issues/{number}",
             "html_url": f"https://github.test/{self.repo}/pull/{number}",
             "comments_url": f"{self._base}/issues/{number}/comments",
-            "pull_request": {"url": f"{self._base}/pulls/{number}",
-                             "html_url": f"https://github.test/{self.repo}/pull/{number}"},
+            "pull_request": {
+                "url": f"{self._base}/pulls/{number}",
+                "html_url": f"https://github.test/{self.repo}/pull/{number}",
+            },
         }
         return number
-

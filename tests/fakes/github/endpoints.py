@@ -15,11 +15,20 @@ class Endpoints(GitHubData):
     """One handler per endpoint; ``_routes`` maps (method, path regex) to them."""
 
     def _repo_json(self, _: Recorded, __: re.Match[str]) -> Reply:
-        return 200, {
-            "id": 1, "name": self.name, "full_name": self.repo, "owner": self._user(self.owner),
-            "private": False, "default_branch": self.default_branch, "url": self._base,
-            "html_url": f"https://github.test/{self.repo}",
-        }, {}
+        return (
+            200,
+            {
+                "id": 1,
+                "name": self.name,
+                "full_name": self.repo,
+                "owner": self._user(self.owner),
+                "private": False,
+                "default_branch": self.default_branch,
+                "url": self._base,
+                "html_url": f"https://github.test/{self.repo}",
+            },
+            {},
+        )
 
     def _issue(self, _: Recorded, m: re.Match[str]) -> Reply:
         issue = self.issues.get(int(m[1]))
@@ -39,7 +48,7 @@ class Endpoints(GitHubData):
         if "per_page" in req.query or "page" in req.query:
             size = max(1, min(int(req.query.get("per_page", 30)), 100))
             page = max(1, int(req.query.get("page", 1)))
-            page_items = items[(page - 1) * size:page * size]
+            page_items = items[(page - 1) * size : page * size]
             last = max(1, -(-len(items) // size))
             links = []
             for rel, number in (("next", page + 1), ("last", last)):
@@ -89,9 +98,12 @@ class Endpoints(GitHubData):
         return 200, {"permission": legacy, "role_name": role, "user": self._user(user)}, {}
 
     def _list_runs(self, req: Recorded, _: re.Match[str]) -> Reply:
-        runs = [r for r in self.runs.values()
-                if req.query.get("branch", r["head_branch"]) == r["head_branch"]
-                and req.query.get("status", r["status"]) == r["status"]]
+        runs = [
+            r
+            for r in self.runs.values()
+            if req.query.get("branch", r["head_branch"]) == r["head_branch"]
+            and req.query.get("status", r["status"]) == r["status"]
+        ]
         runs.sort(key=lambda r: -r["id"])  # GitHub lists the newest run first
         return self._paged(req, runs, "workflow_runs")
 
@@ -108,8 +120,12 @@ class Endpoints(GitHubData):
         return self.branches.get(urllib.parse.unquote(ref), ref)
 
     def _check_runs(self, req: Recorded, m: re.Match[str]) -> Reply:
-        runs = [c for c in self.check_runs.values() if c["head_sha"] == self._sha(m[1])
-                and req.query.get("status", c["status"]) == c["status"]]
+        runs = [
+            c
+            for c in self.check_runs.values()
+            if c["head_sha"] == self._sha(m[1])
+            and req.query.get("status", c["status"]) == c["status"]
+        ]
         return self._paged(req, runs, "check_runs")
 
     def _check_suites(self, req: Recorded, m: re.Match[str]) -> Reply:
@@ -117,19 +133,35 @@ class Endpoints(GitHubData):
         return self._paged(req, suites, "check_suites")
 
     def _list_pulls(self, req: Recorded, _: re.Match[str]) -> Reply:
-        pulls = [p for p in self.pulls.values()
-                 if req.query.get("state", "open") in (p["state"], "all")
-                 and req.query.get("head", p["head"]["label"]) == p["head"]["label"]]
+        pulls = [
+            p
+            for p in self.pulls.values()
+            if req.query.get("state", "open") in (p["state"], "all")
+            and req.query.get("head", p["head"]["label"]) == p["head"]["label"]
+        ]
         return self._paged(req, pulls)
 
     def _create_pull(self, req: Recorded, _: re.Match[str]) -> Reply:
         data = json.loads(req.body)
         label = f"{self.owner}:{data['head']}"
         if any(p["head"]["label"] == label and p["state"] == "open" for p in self.pulls.values()):
-            return 422, {"message": "Validation Failed", "errors": [
-                {"message": f"A pull request already exists for {label}."}]}, {}
-        return 201, self.pulls[self.add_pull(data["head"], data["title"], data.get("body"),
-                                             base=data["base"], user=self.bot)], {}
+            return (
+                422,
+                {
+                    "message": "Validation Failed",
+                    "errors": [{"message": f"A pull request already exists for {label}."}],
+                },
+                {},
+            )
+        return (
+            201,
+            self.pulls[
+                self.add_pull(
+                    data["head"], data["title"], data.get("body"), base=data["base"], user=self.bot
+                )
+            ],
+            {},
+        )
 
     def _pull(self, _: Recorded, m: re.Match[str]) -> Reply:
         pull = self.pulls.get(int(m[1]))
@@ -140,9 +172,12 @@ class Endpoints(GitHubData):
         list that must all be present."""
         wanted = [n for n in req.query.get("labels", "").split(",") if n]
         state = req.query.get("state", "open")
-        found = [i for i in self.issues.values()
-                 if state in (i["state"], "all")
-                 and all(n in {label["name"] for label in i["labels"]} for n in wanted)]
+        found = [
+            i
+            for i in self.issues.values()
+            if state in (i["state"], "all")
+            and all(n in {label["name"] for label in i["labels"]} for n in wanted)
+        ]
         return self._paged(req, sorted(found, key=lambda i: -i["number"]))
 
     def _workflow_name(self, key: str) -> str | None:
@@ -160,11 +195,18 @@ class Endpoints(GitHubData):
         name = self._workflow_name(m[1])
         if name is None:
             return not_found()
-        return 200, {
-            "id": self._workflow_id(name), "name": name, "path": f".github/workflows/{name}",
-            "state": self.workflows[name], "url": f"{self._base}/actions/workflows/{name}",
-            "html_url": f"https://github.test/{self.repo}/actions/workflows/{name}",
-        }, {}
+        return (
+            200,
+            {
+                "id": self._workflow_id(name),
+                "name": name,
+                "path": f".github/workflows/{name}",
+                "state": self.workflows[name],
+                "url": f"{self._base}/actions/workflows/{name}",
+                "html_url": f"https://github.test/{self.repo}/actions/workflows/{name}",
+            },
+            {},
+        )
 
     def _switch_workflow(self, _: Recorded, m: re.Match[str]) -> Reply:
         name = self._workflow_name(m[1])
@@ -179,25 +221,31 @@ class Endpoints(GitHubData):
         if name is None:
             return not_found()
         if self.workflows[name] != "active":
-            return 422, {"message": "Cannot trigger a 'workflow_dispatch' on a disabled "
-                                    "workflow"}, {}
+            return (
+                422,
+                {"message": "Cannot trigger a 'workflow_dispatch' on a disabled workflow"},
+                {},
+            )
         data = json.loads(req.body)
-        self.dispatches.append({"workflow": name, "ref": data["ref"],
-                                "inputs": data.get("inputs", {})})
+        self.dispatches.append(
+            {"workflow": name, "ref": data["ref"], "inputs": data.get("inputs", {})}
+        )
         return 204, None, {}
 
     def _repository_dispatch(self, req: Recorded, _: re.Match[str]) -> Reply:
         data = json.loads(req.body or b"{}")
         if not isinstance(data.get("event_type"), str) or not data["event_type"]:
             return 422, {"message": "Invalid request.\n\nNo event_type provided."}, {}
-        self.repository_dispatches.append({"event_type": data["event_type"],
-                                           "client_payload": data.get("client_payload", {})})
+        self.repository_dispatches.append(
+            {"event_type": data["event_type"], "client_payload": data.get("client_payload", {})}
+        )
         return 204, None, {}
 
     def _list_artifacts(self, req: Recorded, _: re.Match[str]) -> Reply:
         # Insertion order, not newest first: the client must not rely on the server's order.
-        found = [a for a in self.artifacts.values()
-                 if req.query.get("name", a["name"]) == a["name"]]
+        found = [
+            a for a in self.artifacts.values() if req.query.get("name", a["name"]) == a["name"]
+        ]
         return self._paged(req, found, "artifacts")
 
     def _artifact_zip(self, _: Recorded, m: re.Match[str]) -> Reply:
@@ -233,4 +281,3 @@ class Endpoints(GitHubData):
             ("GET", rf"{r}/actions/artifacts", self._list_artifacts),
             ("GET", rf"{r}/actions/artifacts/(\d+)/zip", self._artifact_zip),
         ]
-

@@ -32,8 +32,9 @@ class FakeGitHub(Endpoints):
         self._thread.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         assert self._server is not None and self._thread is not None
         self._server.shutdown()
         self._server.server_close()
@@ -95,7 +96,6 @@ class FakeGitHub(Endpoints):
             return encode(*not_found())
 
 
-
 def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -111,7 +111,8 @@ def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             query = {k: v[0] for k, v in urllib.parse.parse_qs(split.query).items()}
             headers = {k.lower(): v for k, v in self.headers.items()}
             status, payload, extra = fake.answer(
-                Recorded(self.command, split.path, query, headers, body))
+                Recorded(self.command, split.path, query, headers, body)
+            )
             self.send_response(status)
             for name, value in extra.items():
                 self.send_header(name, value)
