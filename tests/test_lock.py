@@ -142,3 +142,28 @@ def _base_python() -> str:
 
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared_bounds() -> dict[str, str]:
+    """pyproject.toml's runtime dependencies and their lower bounds."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    bounds = {}
+    for requirement in project["dependencies"]:
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+)(?:,<[0-9.]+)?", requirement)
+        assert found, f"{requirement!r}: every runtime dependency has a lower bound"
+        bounds[_normal(found.group(1))] = found.group(2)
+    return bounds
+
+
+def test_every_lower_bound_is_the_one_the_design_notes_checked() -> None:
+    """docs/design.md, "Declared versions are the versions used", names for each runtime
+    dependency the release that first has what rio-ci calls; pyproject.toml must say the
+    same (PyGithub 2.9 for ``create_dispatch(throw=True)``, uv 0.4.19 for ``--script``)."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    section = design.split("## Declared versions are the versions used", 1)[1]
+    table = {
+        _normal(name): bound
+        for name, bound in re.findall(r"^\| ([A-Za-z0-9_.-]+) \| ([0-9.]+) \|", section, re.M)
+    }
+    assert declared_bounds() == table
+    assert table["pygithub"] == "2.9" and table["uv"] == "0.4.19"
