@@ -182,7 +182,13 @@ def test_git_config_hooks_filters_and_proxies_written_by_a_cell_are_not_honoured
         )
     )
     issue = gh.add_issue("Fix", labels=("rio",))
-    job = _job_without_proxy_exemptions(repo, tmp_path, labeled(issue))
+    # What a step's $GITHUB_ENV could hand the later steps: git variables of its own.
+    planted_env = {
+        "GIT_CONFIG_PARAMETERS": f"'http.proxy'='{listener.url}'",
+        "GIT_TRACE": str(marks / "trace"),
+        "GIT_SSL_NO_VERIFY": "1",
+    }
+    job = _job_without_proxy_exemptions(repo, tmp_path, labeled(issue), planted_env)
 
     assert job.run.code == 0 and job.finish.code == 0, job.logs
     assert job.outputs["status"] == "waiting", job.logs
@@ -192,6 +198,7 @@ def test_git_config_hooks_filters_and_proxies_written_by_a_cell_are_not_honoured
     assert (Path(job.env["HOME"]) / ".gitconfig").read_text().count("[filter") == 1
     # ... and none of it was honoured by the launch record of the next Cell or by finish.
     assert not (marks / "ran").exists(), (marks / "ran").read_text()
+    assert not (marks / "trace").exists()  # no GIT_* variable of the job reached git
     assert listener.received == [], listener.received
     assert _refs(decoy) == []
     record = json.loads(_git(repo.origin, "show", f"refs/rio/sessions/{issue}:record.json"))
@@ -270,10 +277,13 @@ def test_only_the_origins_transport_is_allowed(url: str, expected: str) -> None:
 # --- helpers -----------------------------------------------------------------------------
 
 
-def _job_without_proxy_exemptions(repo: Repository, tmp: Path, payload: dict[str, object]) -> Job:
-    """One job whose HOME is the test's, with no NO_PROXY exemption for loopback: so a
-    proxy git honoured would really be used."""
+def _job_without_proxy_exemptions(
+    repo: Repository, tmp: Path, payload: dict[str, object], extra: dict[str, str]
+) -> Job:
+    """One job whose HOME is the test's, with no NO_PROXY exemption for loopback (so a
+    proxy git honoured would really be used) and ``extra`` in its environment."""
     job = repo.prepare("issues", payload)
+    job.env.update(extra)
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
