@@ -259,6 +259,20 @@ def test_a_checkout_owned_by_another_user_is_still_checkpointed(
     assert _git(repo.origin, "cat-file", "blob", f"rio/issue-{issue}:notes.txt") == "x"
 
 
+def test_a_checkout_without_an_origin_is_a_clear_error_that_pushes_nothing(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    repo = Repository(tmp_path, gh)
+    repo.set_script(script(WAIT))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    _git(job.workspace, "remote", "remove", "origin")
+    step = repo.step(job)
+    assert step.code != 0
+    assert "has no 'origin' remote" in step.stdout + step.stderr
+    assert [r for r in _refs(repo.origin) if not r.startswith("refs/heads/main")] == []
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [

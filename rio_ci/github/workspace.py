@@ -48,9 +48,12 @@ def adopt(state_dir: Path, checkout: Path) -> Git:
     Git(repo.git_dir).run("init", "--quiet", "--bare")
     for name in _HISTORY:
         _copy(dot / name, repo.git_dir / name, skip={dot / "objects" / "info" / "alternates"})
-    url = repo.run(
-        "config", "--file", str(dot / "config"), "--get", "remote.origin.url", check=False
-    ).stdout.strip()
+    config = dot / "config"
+    url = ""
+    if config.is_file() and not config.is_symlink():
+        url = repo.run(
+            "config", "--file", str(config), "--get", "remote.origin.url", check=False
+        ).stdout.strip()
     if not url:
         raise ForgeError(f"{checkout} has no 'origin' remote")
     repo.run("config", ORIGIN_KEY, url)
