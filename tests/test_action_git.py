@@ -259,6 +259,33 @@ def test_a_checkout_owned_by_another_user_is_still_checkpointed(
     assert _git(repo.origin, "cat-file", "blob", f"rio/issue-{issue}:notes.txt") == "x"
 
 
+def test_finish_pushes_to_the_origin_recorded_before_any_cell_ran(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    """A rewritten ``remote.origin.url`` in the checkout, or a ``remote`` put into
+    ``job.json``, does not move finish's push: the origin is the one kept in the harness's
+    git directory when the job began."""
+    repo = Repository(tmp_path, gh)
+    decoy = tmp_path / "decoy.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(decoy)], check=True)
+    rewrite = (
+        f"git remote set-url origin {decoy}; git remote set-url --push origin {decoy}; "
+        "echo changed > notes.txt"
+    )
+    repo.set_script(script([add(cmd_cell("sh", "-c", rewrite))], WAIT))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    repo.collect(job, repo.start(job))
+    record = job.runner_temp / "rio" / "job.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "remote": str(decoy)}))
+    repo.step(job, "finish")
+
+    assert job.finish.code == 0, job.logs
+    assert str(decoy) in _git(job.workspace, "remote", "get-url", "origin")  # it was changed
+    assert _refs(decoy) == []
+    assert _git(repo.origin, "cat-file", "blob", f"rio/issue-{issue}:notes.txt") == "changed\n"
+
+
 def test_a_checkout_without_an_origin_is_a_clear_error_that_pushes_nothing(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:

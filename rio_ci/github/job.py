@@ -98,7 +98,6 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         **restored,
         "issue": issue,
         "db": str(db),
-        "remote": remote,
         "started": time.time(),
         "generation": launches.generation,
         "record_after": launches.after_seq,
