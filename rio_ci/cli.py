@@ -353,6 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
     specs["turn"].add_argument("db")
     p = specs["step"]
+    p.epilog = (
+        "What a patch may contain (the four operations, Cells, Controls), with patches to "
+        "copy: docs/patches.md"
+    )
     p.add_argument("db")
     p.add_argument("turn_id")
     p.add_argument("patch", help='a file or - (stdin): {"patch": [...]} or a bare list')

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from rio_ci.cli import COMMANDS, build_parser
 from rio_ci.core.events import KINDS as EVENT_KINDS
+from rio_ci.core.state import validate_cell
+from tests.kit import cli_env
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 ROOT = DOCS.parent
+
+
+def rio(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rio_ci.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(),
+        cwd=ROOT,
+    )
 
 
 def test_every_cli_command_has_a_section_in_the_reference() -> None:
@@ -51,3 +69,36 @@ def test_index_links_every_page() -> None:
     index = (DOCS / "index.md").read_text()
     pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
     assert {p for p in pages if f"({p})" not in index} == set()
+
+
+def _blocks(text: str, info: str) -> list[Any]:
+    return [json.loads(b) for b in re.findall(rf"^```{info}\n(.*?)^```$", text, re.M | re.S)]
+
+
+def test_the_patches_page_walk_through_runs_as_written(tmp_path: Path) -> None:
+    """docs/patches.md: each ``json`` patch, submitted in order with ``work`` between."""
+    page = (DOCS / "patches.md").read_text()
+    patches = _blocks(page, "json")
+    assert len(patches) == 3
+    db = str(tmp_path / "s.db")
+    made = rio("new", db, "--goal", "Say hello from a script", "--cwd", str(tmp_path))
+    assert made.returncode == 0, made.stdout
+    for patch in patches:
+        turn = json.loads(rio("turn", db).stdout)
+        done = rio("step", db, turn["turn_id"], "-", stdin=json.dumps(patch))
+        assert done.returncode == 0, done.stdout
+        assert rio("work", db).returncode == 0
+    assert (tmp_path / "hello.txt").read_text() == "hello\n"
+    shown = json.loads(rio("show", db, "--json").stdout)
+    assert shown["ended"]["result"] == "success"
+
+
+def test_the_patches_page_cells_to_copy_are_valid_cells() -> None:
+    cells = _blocks((DOCS / "patches.md").read_text(), "json cell")
+    assert [c["role"] for c in cells] == ["cancel", "resolution", "conclusion"]
+    assert [validate_cell(c) for c in cells] == [None, None, None]
+
+
+def test_step_help_points_at_the_patches_page() -> None:
+    done = rio("step", "--help")
+    assert "docs/patches.md" in done.stdout and (DOCS / "patches.md").is_file()
