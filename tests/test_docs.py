@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from rio_ci.cli import COMMANDS, build_parser
@@ -75,6 +76,7 @@ def _blocks(text: str, info: str) -> list[Any]:
     return [json.loads(b) for b in re.findall(rf"^```{info}\n(.*?)^```$", text, re.M | re.S)]
 
 
+@pytest.mark.slow
 def test_the_patches_page_walk_through_runs_as_written(tmp_path: Path) -> None:
     """docs/patches.md: each ``json`` patch, submitted in order with ``work`` between."""
     page = (DOCS / "patches.md").read_text()
