@@ -111,6 +111,11 @@ def _validate_note(cell: dict[str, Any]) -> str | None:
         return "role must be one of cancel, resolution, conclusion (omit it for plain notes)"
     if role is not None and role not in ROLES:
         return f"role must be one of cancel, resolution, conclusion, got {role!r}"
+    return _note_fields_problem(cell) or _role_needs_problem(cell, role)
+
+
+def _note_fields_problem(cell: dict[str, Any]) -> str | None:
+    """A Control field of the wrong shape (whatever the role)."""
     if "target_cell_id" in cell and not is_int(cell["target_cell_id"]):
         return "target_cell_id must be an integer"
     if "evidence_refs" in cell:
@@ -121,6 +126,11 @@ def _validate_note(cell: dict[str, Any]) -> str | None:
             return "evidence_refs must be a list of 'session:event:N' strings"
     if "result" in cell and cell["result"] not in ("success", "failure"):
         return "result must be 'success' or 'failure'"
+    return None
+
+
+def _role_needs_problem(cell: dict[str, Any], role: str | None) -> str | None:
+    """A field the role needs and the note lacks."""
     if role in ("cancel", "resolution") and "target_cell_id" not in cell:
         return f"a {role} note needs target_cell_id"
     if role == "resolution" and not cell.get("evidence_refs"):
