@@ -21,8 +21,9 @@ from typing import Any, NoReturn
 
 from rio_ci import jsonio
 from rio_ci.commands.human import add_output_flags, render
-from rio_ci.core.admission import Refused
+from rio_ci.core.admission import Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
+from rio_ci.core.state import is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.run.environment import scrub_own_environment, session_secret_names
 from rio_ci.session import Session
@@ -100,7 +101,7 @@ def _check_text(args: argparse.Namespace) -> None:
     surrogates): it may be stored, echoed in JSON, or sent to a model."""
     for name, value in vars(args).items():
         for item in value if isinstance(value, list) else [value]:
-            if name not in _PATH_ARGS and isinstance(item, str) and not jsonio.is_text(item):
+            if name not in _PATH_ARGS and isinstance(item, str) and not is_text_safe(item):
                 raise UsageError(
                     f"argument {name}: '{jsonio.printable(item)}' is not valid UTF-8 text"
                 )
@@ -143,7 +144,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise RioError(str(exc)) from None
     except ValueError as exc:  # a Session that could never work: nothing is created
         raise UsageError(f"--goal/--limit: {exc}") from None
-    _out(args, {"session": session.proj.session["id"], "db": str(session.journal.path)})
+    _out(args, {"session": session.proj.session["id"], "db": str(session.path)})
     return 0
 
 
@@ -157,8 +158,8 @@ def cmd_step(args: argparse.Namespace) -> int:
     try:
         result = Session.open(args.db).step(args.turn_id, patch)
     except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
-        result = Refused(str(exc))
-    if isinstance(result, Refused):  # the failure line: JSON, like an error, even --human
+        result = Rejection(str(exc))
+    if isinstance(result, Rejection):  # the failure line: JSON, like an error, even --human
         _emit({"rejected": result.reason})
         return 3
     _out(args, result.to_dict())
@@ -194,7 +195,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 
 def cmd_events(args: argparse.Namespace) -> int:
     session = Session.open(args.db)
-    for n, event in enumerate(session.journal.events(after=args.after)):
+    for n, event in enumerate(session.events(after=args.after)):
         if args.human and n:
             jsonio.write_stdout("\n")  # a blank line between events
         _out(args, event)

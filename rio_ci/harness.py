@@ -250,7 +250,7 @@ class Harness:
         cost = usage["cost_usd"] + (unknown * self.attempt_bound() if unknown else 0.0)
         if cost >= limits["cost_usd"]:
             return f"cost budget exhausted (${cost:.4f} of ${limits['cost_usd']})"
-        size = self.session.journal.size_bytes()
+        size = self.session.size_bytes()
         if size >= limits["storage_bytes"]:
             return f"storage budget exhausted ({size} bytes of {limits['storage_bytes']})"
         return None

@@ -31,7 +31,7 @@ class LiveLog:
         """Tell every event committed since the last call."""
         lines: list[str] = []
         last = self.after
-        for event in self.session.journal.events(after=self.after):
+        for event in self.session.events(after=self.after):
             lines.extend(self._lines(event))
             last = event["seq"]
         self.after = last

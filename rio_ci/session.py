@@ -13,13 +13,13 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from rio_ci.core import admission
 from rio_ci.core import events as ev
-from rio_ci.core.admission import Encoded, Facts, Receipt, Refused, decide, encode, unwrap
+from rio_ci.core.admission import Encoded, Facts, Receipt, Rejection, decide, encode, unwrap
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import creation_problem
@@ -98,6 +98,38 @@ class Session:
 
     # --- Inbox ---------------------------------------------------------------------------
 
+    # --- reading what is committed: the Journal stays behind the Session ----------------
+
+    @property
+    def path(self) -> Path:
+        """The Session file."""
+        return self.journal.path
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed through this handle (the bench counts them)."""
+        return self.journal.commits
+
+    def events(
+        self, after: int = 0, limit: int | None = None, kinds: Sequence[str] = ()
+    ) -> Iterator[dict[str, Any]]:
+        """Committed events after seq ``after``, in order; only those of ``kinds`` if given."""
+        return self.journal.events(after=after, limit=limit, kinds=kinds)
+
+    def find(self, ref: str, kind: str, after: int = 0) -> dict[str, Any] | None:
+        """The first event of ``kind`` after seq ``after`` whose ref is ``ref``."""
+        return self.journal.find(ref, kind, after)
+
+    def size_bytes(self) -> int:
+        """The Session file's size as SQLite counts it (page count times page size)."""
+        return self.journal.size_bytes()
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the file and truncate it."""
+        self.journal.checkpoint()
+
+    # --- writing: every outcome is a method --------------------------------------------
+
     def receive(self, message_id: str, kind: str, payload: Any) -> dict[str, Any]:
         """Commit an external Inbox message; returns ``{"id", "seq", "duplicate"}``."""
         problem = message_problem(message_id, kind, payload)
@@ -173,7 +205,7 @@ class Session:
             "delivered": list(turn["delivered"]),
         }
 
-    def step(self, turn_id: str, patch: Any) -> Receipt | Refused:
+    def step(self, turn_id: str, patch: Any) -> Receipt | Rejection:
         """Admit one patch for a Turn. Identical re-submission returns the original Receipt."""
         ops = unwrap(patch)
         if not is_text_safe(turn_id):
@@ -184,7 +216,7 @@ class Session:
             if turn is None or turn["turn_id"] != turn_id:  # the open Turn accepted nothing
                 return self._closed_turn(w, turn_id, ops, encoded)
             decision = decide(proj, turn, ops, self._facts(proj, ops), encoded)
-            if isinstance(decision, Refused):
+            if isinstance(decision, Rejection):
                 w.append(ev.patch_rejected(turn_id, decision.reason, encoded.digest, encoded.size))
                 return decision
             data, text = decision.stored(turn_id, ops, encoded)
@@ -195,7 +227,7 @@ class Session:
 
     def _closed_turn(
         self, w: Writer, turn_id: str, ops: Any, encoded: Encoded
-    ) -> Receipt | Refused:
+    ) -> Receipt | Rejection:
         """A step for a Turn not open: the same patch's Receipt (equal by value too), else
         why not; a conflict is recorded like any rejection (digest, size, reason: SPEC §3)."""
         prepared = self.journal.find(turn_id, "turn_prepared")
@@ -205,7 +237,7 @@ class Session:
                 return Receipt.of(accepted)
             why = f"conflict: Turn {turn_id} already accepted a different patch"
             w.append(ev.patch_rejected(turn_id, why, encoded.digest, encoded.size))
-            return Refused(why)
+            return Rejection(why)
         _not_ended(w, "no new patches")
         raise Rejected(
             f"unknown Turn {turn_id}" if prepared is None else f"Turn {turn_id} is closed"

@@ -30,7 +30,7 @@ from conftest import (
     succeed,
 )
 
-from rio_ci.core.admission import Refused, digest
+from rio_ci.core.admission import Rejection, digest
 from rio_ci.core.state import encoded_size
 from rio_ci.session import Receipt, Session
 from tests.kit import Patch, cli_env, until
@@ -53,7 +53,7 @@ def reject(session: Session, build: Build, match: str) -> str:
     path = session.journal.path
     before_rows, before_state = journal_rows(path), session.state()
     result = session.step(turn["turn_id"], ops)
-    assert isinstance(result, Refused), f"accepted: {result}"
+    assert isinstance(result, Rejection), f"accepted: {result}"
     assert match in result.reason, result.reason
     after_rows = journal_rows(path)
     assert after_rows[:-1] == before_rows

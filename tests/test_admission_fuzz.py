@@ -3,7 +3,7 @@
 
 Patches are built from the Turn's snapshot, so many are accepted; others mix in wrong ids,
 stale predecessors, bad Cells, forbidden paths and plain garbage. Whatever comes in,
-admission answers with an acceptance or a ``Refused``, a rejection changes nothing, and an
+admission answers with an acceptance or a ``Rejection``, a rejection changes nothing, and an
 acceptance keeps the invariants of SPEC §3.
 """
 
@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from rio_ci.core.admission import Accepted, Facts, Refused, decide
+from rio_ci.core.admission import Accepted, Facts, Rejection, decide
 from rio_ci.core.events import OBSERVATION_KINDS
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
@@ -423,7 +423,7 @@ def check_one(base: Base, patch: Any, outcomes: Counter[str]) -> None:
     before = fingerprint(base)
     result = decide(base.proj, base.turn, patch, base.facts)
     assert fingerprint(base) == before, "decide() changed its inputs"
-    if isinstance(result, Refused):
+    if isinstance(result, Rejection):
         assert isinstance(result.reason, str) and result.reason
         outcomes["rejected"] += 1
     else:
@@ -478,7 +478,7 @@ class StepMachine(RuleBasedStateMachine):
         rows, state = journal_rows(session.journal.path), session.state()
         result = session.step(turn["turn_id"], patch)
         after_rows, after = journal_rows(session.journal.path), session.state()
-        if isinstance(result, Refused):
+        if isinstance(result, Rejection):
             StepMachine.outcomes["rejected"] += 1
             assert after_rows[:-1] == rows
             assert after_rows[-1]["kind"] == "patch_rejected"

@@ -152,7 +152,7 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
         passed = hidden_check(case, repo, settings.env, logs / f"{case.name}-{index}.check.log")
     session = Session.open(db)
     try:
-        events = list(session.journal.events())
+        events = list(session.events())
     finally:
         session.close()
     figures = measure(events)
@@ -287,7 +287,7 @@ def crash_owner(db: Path, proc: subprocess.Popen[str]) -> bool:
         registered: dict[int, float] = {}
         printed: set[int] = set()
         while proc.poll() is None:
-            for event in session.journal.events(after=after):
+            for event in session.events(after=after):
                 after = event["seq"]
                 kind, cell = event["kind"], event.get("cell_id")
                 if kind == "patch_accepted":

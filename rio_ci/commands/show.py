@@ -25,7 +25,7 @@ def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
     versions: dict[int, dict[str, Any]] = {}  # executable Cell versions by id
     resolutions: dict[int, int] = {}  # target Cell id -> the first resolution note
     dropped: dict[int, dict[str, Any]] = {}
-    for event in session.journal.events(kinds=("patch_accepted", "execution_finished")):
+    for event in session.events(kinds=("patch_accepted", "execution_finished")):
         if event["seq"] > proj.last_seq:  # committed by another process since: not shown
             break
         if event["kind"] == "patch_accepted":
@@ -55,7 +55,7 @@ def no_output(session: Session, cell_id: int, db: str) -> str:
     """Why ``rio-ci output`` has no text for ``cell_id``: its Execution was never launched
     (cancelled before launch, or still queued), or it has none."""
     proj = session.refresh()
-    finished = session.journal.find(str(cell_id), "execution_finished")
+    finished = session.find(str(cell_id), "execution_finished")
     if finished is not None:
         result = finished["result"]
         return (
@@ -93,7 +93,7 @@ def summary(session: Session) -> dict[str, Any]:
 def render_text(session: Session) -> str:
     proj = session.refresh()
     lines = [
-        f"Session {proj.session['id']}  ({escape_control(str(session.journal.path))})",
+        f"Session {proj.session['id']}  ({escape_control(str(session.path))})",
         f"goal: {escape_control(clip(proj.session['goal'], 300))}",
         f"working directory: {escape_control(proj.session['cwd'])}",
         f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}",

@@ -121,7 +121,7 @@ class Receipt:
 
 
 @dataclass(frozen=True)
-class Refused:
+class Rejection:
     """Admission's answer to a patch it will not accept: the first rule it breaks."""
 
     reason: str
@@ -158,12 +158,12 @@ def digest(patch: Any) -> str:
 
 def decide(
     proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts, encoded: Encoded | None = None
-) -> Accepted | Refused:
+) -> Accepted | Rejection:
     """``encoded``: ``encode(unwrap(patch))`` if the caller has it already."""
     try:
         return _decide(proj, turn, patch, facts, encoded or encode(unwrap(patch)))
     except _Reject as exc:
-        return Refused(str(exc))
+        return Rejection(str(exc))
 
 
 class _Reject(Exception):

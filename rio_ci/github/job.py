@@ -317,7 +317,7 @@ def quiet(session: Session, base: int) -> bool:
     """Nothing new since seq ``base`` but watermarks, and nothing the harness would do."""
     proj = session.refresh()
     now = time.time()
-    kinds = {e["kind"] for e in session.journal.events(after=base)}
+    kinds = {e["kind"] for e in session.events(after=base)}
     return kinds <= {"watermark"} and not (
         proj.inbox
         or proj.turn

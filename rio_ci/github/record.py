@@ -95,7 +95,7 @@ def event_line(event: dict[str, Any]) -> str:
 
 def journal_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
     """The Session's events after ``after`` in the tail's shape."""
-    for event in session.journal.events(after=after):
+    for event in session.events(after=after):
         yield json.loads(event_line(event))
 
 
@@ -204,7 +204,7 @@ class LaunchRecord:
 
     def _extend(self, session: Session) -> None:
         self._session_id = session.proj.session["id"]
-        for event in session.journal.events(after=self._last):
+        for event in session.events(after=self._last):
             self._lines.append(event_line(event) + "\n")
             self._last = event["seq"]
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from rio_ci.core.admission import Refused
+from rio_ci.core.admission import Rejection
 from rio_ci.errors import Rejected
 from rio_ci.run.owner import Owner
 from rio_ci.session import Receipt, Session
@@ -188,7 +188,7 @@ class ContractMachine(RuleBasedStateMachine):
         valid = valid and outstanding <= PENDING_CELLS
         decision = self.session.step(ref.turn["turn_id"], head + ops)
         if not valid:
-            assert isinstance(decision, Refused), decision
+            assert isinstance(decision, Rejection), decision
             return
         assert isinstance(decision, Receipt), decision
         assert decision.revision == ref.revision + 1

@@ -99,10 +99,10 @@ def measure_silent(root: Path, quick: bool) -> dict[str, Any]:
     try:
         owner.recover()
         cell_id = accept(owner.session, [{"kind": "cmd", "argv": ["sleep", "1"]}])[0]
-        before = owner.session.journal.commits
+        before = owner.session.commits
         while owner.session.proj.executions[str(cell_id)]["phase"] != "finished":
             owner.tick(wait=0.05)
-        return {"write_transactions_silent_cell": owner.session.journal.commits - before}
+        return {"write_transactions_silent_cell": owner.session.commits - before}
     finally:
         owner.close()
 

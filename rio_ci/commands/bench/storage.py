@@ -32,13 +32,13 @@ def measure_storage(root: Path, quick: bool) -> dict[str, Any]:
     head, content, written = None, 0, 0
     for n in range(1, warm + 1):
         head, _ = play_round(session, n, head)
-    session.journal.checkpoint()
+    session.checkpoint()
     start = on_disk(path)
     for n in range(warm + 1, warm + measured + 1):
         head, new = play_round(session, n, head)
         content += new
         written += Path(f"{path}-wal").stat().st_size
-        session.journal.checkpoint()
+        session.checkpoint()
     grown = on_disk(path) - start
     session.close()
     return {
@@ -114,7 +114,7 @@ def measure_open(root: Path, quick: bool) -> dict[str, Any]:
         session = Session.open(path)
         out[f"events_{name}"] = session.proj.last_seq
         out[f"state_bytes_{name}"] = encoded_size(session.state())
-        out[f"session_bytes_{name}"] = session.journal.size_bytes()
+        out[f"session_bytes_{name}"] = session.size_bytes()
         session.close()
     return out
 
@@ -140,7 +140,7 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
             session.authorize_launch(head, token)
             session.register_worker(head, who)
             session.finish(head, ev.exited(head, 0), output=[ev.OutputPiece("stdout", f"{n}\n")])
-        session.journal.checkpoint()  # everything in the main file: a plain copy is whole
+        session.checkpoint()  # everything in the main file: a plain copy is whole
         copies[name] = root / f"open-{name}.sqlite3"
         shutil.copyfile(path, copies[name])
     session.close()
