@@ -422,7 +422,9 @@ class Session:
         return seq
 
     def mark_lost(self, lost: Sequence[tuple[int, str]]) -> None:
-        """Recovery: each ``started`` one of ``lost`` (cell, reason) ends UnknownExecution."""
+        """Recovery: every ``started`` Execution among ``lost`` (cell id, reason) becomes an
+        UnknownExecution, once: one already finished (by an earlier recovery, or by another
+        process meanwhile) is left as it is, so recovering twice commits nothing."""
         with self.journal.write() as w:
             for cell_id, reason in lost:
                 if w.proj.executions[str(cell_id)]["phase"] == "started":
