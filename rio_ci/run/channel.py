@@ -83,9 +83,10 @@ class Channel:
 
     def _reply(self, conn: socket.socket) -> dict[str, object]:
         uid = peer_uid(conn)
+        data = _read(conn)  # whole, even when refused: unread bytes would reset the answer
         if uid is not None and uid != self.peer_uid:
             return {"code": 1, "stdout": "", "stderr": f"user {uid} may not use this channel"}
-        args = _request(conn)
+        args = _request(data)
         done = subprocess.run(
             [sys.executable, "-P", "-m", "rio_ci.cell_bridge", str(self.db), *args],
             env=self.env,
@@ -110,12 +111,16 @@ def peer_uid(conn: socket.socket) -> int | None:
     return int(uid)
 
 
-def _request(conn: socket.socket) -> list[str]:
+def _read(conn: socket.socket) -> bytes:
     data = bytearray()
     while chunk := conn.recv(65536):
         data += chunk
         if len(data) > MAX_REQUEST:
             raise ValueError(f"a request is at most {MAX_REQUEST} bytes")
+    return bytes(data)
+
+
+def _request(data: bytes) -> list[str]:
     request = json.loads(data.decode("utf-8"))
     args = request.get("args") if isinstance(request, dict) else None
     if (
