@@ -410,3 +410,61 @@ def test_without_root_the_cells_share_the_harness_user_and_it_is_said() -> None:
         assert "not root" in mode["reason"]
         assert show(sess)["cell_user"]["mode"] == "shared"
         assert "share the harness's user" in sess.run("show", str(db)).stdout
+
+
+# --- a harness user with passwordless sudo (a GitHub-hosted runner's) ------------------------
+
+
+@pytest.fixture
+def sudoer() -> Iterator[pwd.struct_passwd]:
+    """A user who may run anything as root without a password, as a hosted runner's user."""
+    if not shutil.which("sudo") or not shutil.which("setpriv"):
+        pytest.skip("sudo and setpriv are needed to play a runner user with passwordless sudo")
+    name = f"rio-su-{secrets.token_hex(4)}"
+    subprocess.run(["useradd", "--system", "--create-home", name], check=True)
+    rule = Path(f"/etc/sudoers.d/{name}")
+    rule.write_text(f"{name} ALL=(ALL) NOPASSWD:ALL\n")
+    rule.chmod(0o440)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        rule.unlink()
+        subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
+
+
+def test_an_owner_with_passwordless_sudo_becomes_root_for_its_cell_user(
+    place: Path, cell_user: str, sudoer: pwd.struct_passwd
+) -> None:
+    tree = place / "tree"
+    tree.mkdir()
+    for path in (place, tree):
+        os.chown(path, sudoer.pw_uid, sudoer.pw_gid)
+    env = unprivileged_env(HOME=sudoer.pw_dir, ANTHROPIC_API_KEY="sk-ant-kept-from-cells")
+    as_sudoer = [
+        "setpriv",
+        f"--reuid={sudoer.pw_uid}",
+        f"--regid={sudoer.pw_gid}",
+        "--init-groups",
+        SYSTEM_PYTHON,
+        "-m",
+        "rio_ci.cli",
+    ]
+
+    def rio(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*as_sudoer, *args], env=env, cwd=place, capture_output=True, text=True, check=False
+        )
+
+    db = place / "s.db"
+    assert rio("new", str(db), "--goal", "g", "--cwd", str(tree)).returncode == 0
+    sess = CliSession(place)
+    sess.propose(cmd("sh", "-c", "id -u; cat /proc/$PPID/environ > /dev/null || echo refused"))
+
+    done = rio("work", str(db), "--cell-user", cell_user)
+
+    assert done.returncode == 0, done
+    assert "share the harness's user" not in done.stderr
+    uid, refused = output(sess, 1).split()
+    assert int(uid) == pwd.getpwnam(cell_user).pw_uid and refused == "refused"
+    assert tree.stat().st_uid == sudoer.pw_uid  # handed back to the runner's user
+    assert sess.events("cell_user")[0]["mode"] == "separate"

@@ -89,8 +89,8 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
     """Re-execute this Owner command as root through ``sudo -n`` when a Cell user is asked
     for, this process is not root and passwordless sudo works (GitHub-hosted runners): only
     root can run Cells as another user and keep them out of the Owner's reach. The
-    environment is kept as it is (``-E``, with ``PATH`` restored: sudo's ``secure_path``
-    would reset it), so the re-executed command and its Cells see what they would have seen;
+    environment is kept as it is (``-E``, with ``PATH`` and ``PYTHONPATH`` restored: sudo
+    resets or drops them), so the re-executed command and its Cells see what they would have seen;
     the credentials in it are moved out of the initial environment right after, as always.
     Returns when there is nothing to do (then Cells may share the harness's user)."""
     if (
@@ -106,7 +106,9 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
     probe = subprocess.run([sudo, "-n", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         return
-    path = os.environ.get("PATH", os.defpath)
+    # sudo drops these even with -E; they name where rio-ci itself is, nothing secret, and
+    # whoever may sudo without a password may run anything as root anyway.
+    kept = [f"{k}={os.environ[k]}" for k in ("PATH", "PYTHONPATH") if k in os.environ]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(
@@ -117,7 +119,7 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
             "-E",
             "--",
             "/usr/bin/env",
-            f"PATH={path}",
+            *kept,
             f"{SUDO_MARK}=1",
             sys.executable,
             "-m",
