@@ -268,6 +268,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         emit=_emit,
         chart_path=args.chart,
         before=args.before,
+        cell_user=args.cell_user,
     )
 
 
@@ -379,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
         "vertex:MODEL or scripted:FILE (a YAML list of patches)",
     )
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
-    for q in (specs["work"], p):
+    for q in (specs["work"], p, specs["bench"]):
         q.add_argument(
             "--cell-user",
             metavar="NAME|none",

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import psutil
 import pytest
 
 import rio_ci
+from rio_ci.commands.bench.cells import measure_cells
 from rio_ci.run.channel import Channel
 from rio_ci.session import Session
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
@@ -468,3 +470,46 @@ def test_an_owner_with_passwordless_sudo_becomes_root_for_its_cell_user(
     assert int(uid) == pwd.getpwnam(cell_user).pw_uid and refused == "refused"
     assert tree.stat().st_uid == sudoer.pw_uid  # handed back to the runner's user
     assert sess.events("cell_user")[0]["mode"] == "separate"
+
+
+# --- what a Cell user makes unnecessary -------------------------------------------------------
+
+
+@pytest.mark.parametrize("separate", [True, False], ids=["cell-user", "shared"])
+def test_the_launch_is_folded_into_the_file_only_where_cells_could_reach_the_wal(
+    place: Path, cell_user: str, separate: bool
+) -> None:
+    """Sharing the harness's user, a Cell could destroy the WAL, so its launch record is
+    folded into the database file before it starts; under a Cell user it cannot, and the
+    fold (a FULL checkpoint per launch) is left out."""
+    sess = session_in(place / "s")
+    sess.propose(cmd("sh", "-c", "touch started; sleep 60"))
+    args = ["--cell-user", cell_user] if separate else []
+    owner = sess.start("work", str(sess.db), *args)
+    until((sess.cwd / "started").exists, 60, "the Cell to start")
+    copy = place / "file-alone.sqlite3"  # the database file without its WAL
+    shutil.copyfile(sess.db, copy)
+    with contextlib.closing(sqlite3.connect(f"file:{copy}?immutable=1", uri=True)) as db:
+        ((started,),) = db.execute(
+            "SELECT count(*) FROM events WHERE kind = 'execution_started'"
+        ).fetchall()
+
+    assert started == (0 if separate else 1)
+    owner.send_signal(signal.SIGTERM)
+    owner.communicate(timeout=30)
+
+
+def test_the_bench_measures_cells_under_a_cell_user(place: Path, cell_user: str) -> None:
+    root = place / "bench"
+    root.mkdir()
+
+    figures = measure_cells(root, True, cell_user)
+
+    assert figures["cell_user"] == cell_user
+    session = Session.open(root / "cells.sqlite3")
+    try:
+        assert session.proj.cell_user is not None
+        assert session.proj.cell_user["mode"] == "separate"
+        assert session.proj.cell_user["uid"] == pwd.getpwnam(cell_user).pw_uid
+    finally:
+        session.close()
