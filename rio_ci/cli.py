@@ -25,6 +25,7 @@ from rio_ci.core.admission import Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.core.state import is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
+from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names
 from rio_ci.session import Session
 
@@ -233,7 +234,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_work(args: argparse.Namespace) -> int:
     from rio_ci.commands.run import work_command
 
-    return work_command(args.db, timeout=args.timeout, emit=partial(_out, args))
+    return work_command(
+        args.db, timeout=args.timeout, cell_user=args.cell_user, emit=partial(_out, args)
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -245,6 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         price=args.price,
         effort=args.effort,
+        cell_user=args.cell_user,
         emit=partial(_out, args),
     )
 
@@ -265,6 +269,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         emit=_emit,
         chart_path=args.chart,
         before=args.before,
+        cell_user=args.cell_user,
     )
 
 
@@ -380,6 +385,15 @@ def build_parser() -> argparse.ArgumentParser:
         "vertex:MODEL or scripted:FILE (a YAML list of patches)",
     )
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
+    for q in (specs["work"], p, specs["bench"]):
+        q.add_argument(
+            "--cell-user",
+            metavar="NAME|none",
+            type=cell_user.requested,
+            default=None,
+            help="run every Cell as this unprivileged user (created when missing) where "
+            "rio-ci is root or has passwordless sudo; none (default): as rio-ci's own user",
+        )
     for q in (p, specs["eval"]):  # eval passes them on to each run
         q.add_argument(
             "--price",
@@ -481,6 +495,12 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         _check_text(args)
         if args.command in OWNER_COMMANDS:
+            asked = (
+                cell_user.requested(os.environ.get("RIO_CELL_USER"))
+                if args.command == "action"
+                else args.cell_user
+            )
+            cell_user.become_root(asked, sys.argv[1:] if argv is None else argv)
             names = session_secret_names(args.db) if getattr(args, "db", None) else []
             scrub_own_environment(sys.argv[1:] if argv is None else argv, names)
         handler, _ = COMMANDS[args.command]

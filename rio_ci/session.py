@@ -183,6 +183,13 @@ class Session:
             if w.proj.watermarks.get(name) != value:
                 w.append(ev.watermark(name, value))
 
+    def record_cell_user(self, mode: ev.CellUserMode) -> None:
+        """Commit how Cells run, when it changed (``rio-ci show`` reports it)."""
+        with self.journal.write() as w:
+            now = w.proj.cell_user
+            if now is None or {k: v for k, v in now.items() if k != "seq"} != mode:
+                w.append(ev.cell_user(mode))
+
     # --- Turns ---------------------------------------------------------------------------
 
     def prepare_turn(self) -> dict[str, Any]:

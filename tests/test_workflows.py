@@ -30,6 +30,7 @@ INPUTS = {  # input → (environment variable, default)
     "trigger-label": ("RIO_TRIGGER_LABEL", action_env.DEFAULT_LABEL),
     "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
     "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),
+    "cell-user": ("RIO_CELL_USER", action_env.ACTION_CELL_USER),
 }
 OUTPUTS = {"status", "session", "next-wake", "pull-request", "artifact-name"}
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -99,6 +100,8 @@ def test_each_input_reaches_rio_ci_through_the_environment_only(action: dict[str
     assert 'exec "$RUNNER_TEMP/rio-ci-venv/bin/rio-ci" action finish' in finish["run"]
     assert "ANTHROPIC_API_KEY" not in finish["env"]  # finish never calls the model
     assert finish["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+    # finish stops the Cell user's processes and hands the working tree back
+    assert finish["env"]["RIO_CELL_USER"] == "${{ inputs.cell-user }}"
 
 
 def test_rio_ci_is_installed_from_the_actions_own_path_beside_the_workflows_python(

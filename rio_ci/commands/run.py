@@ -23,8 +23,10 @@ from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
 
-def work_command(db: str, *, timeout: float | None, emit: Callable[[Any], None]) -> int:
-    owner = Owner(db)
+def work_command(
+    db: str, *, timeout: float | None, cell_user: str | None, emit: Callable[[Any], None]
+) -> int:
+    owner = Owner(db, cell_user=cell_user)
     restore = handle_signals(owner.interrupted)
     try:
         status = owner.work(timeout)
@@ -46,6 +48,7 @@ def run_command(
     deadline: float | None,
     price: str | None,
     effort: str,
+    cell_user: str | None,
     emit: Callable[[Any], None],
 ) -> int:
     given = parse_price(price) if price is not None else None
@@ -55,7 +58,7 @@ def run_command(
     finally:
         session.close()
     model = priced_model(spec, effort=effort, price=given, stored=stored)
-    owner = Owner(db)
+    owner = Owner(db, cell_user=cell_user)
     restore = handle_signals(owner.interrupted)
     live = LiveLog(owner.session, sys.stderr)
     limit = None if deadline is None else time.monotonic() + deadline

@@ -86,8 +86,30 @@ def summary(session: Session) -> dict[str, Any]:
         "usage": proj.usage,
         "rationale": proj.rationale,
         "ended": proj.ended,
+        "cell_user": cell_user_summary(proj.cell_user),
         "events": proj.last_seq,
     }
+
+
+def cell_user_summary(mode: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How Cells ran, as the last ``cell_user`` event says (None: no Cell user was asked)."""
+    if mode is None:
+        return None
+    return {k: mode.get(k) for k in ("mode", "user", "uid", "reason")}
+
+
+def cell_user_line(mode: dict[str, Any] | None) -> str | None:
+    if mode is None:
+        return None
+    if mode["mode"] == "separate":
+        return (
+            f"cells run as: {escape_control(mode['user'])} (uid {mode['uid']}), apart from rio-ci"
+        )
+    return (
+        f"cells run as: rio-ci's own user — Cells share the harness's user "
+        f"({escape_control(str(mode.get('reason')))}; the Cell user "
+        f"{escape_control(str(mode.get('user')))} was asked for)"
+    )
 
 
 def render_text(session: Session) -> str:
@@ -98,6 +120,8 @@ def render_text(session: Session) -> str:
         f"working directory: {escape_control(proj.session['cwd'])}",
         f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}",
     ]
+    if (line := cell_user_line(proj.cell_user)) is not None:
+        lines.append(line)
     if proj.ended:
         lines.append(f"ENDED: {proj.ended['result']} — {escape_control(proj.ended['reason'])}")
         for left in proj.ended.get("unresolved") or []:  # the uncertainty a failure keeps

@@ -274,6 +274,20 @@ class Watermark(TypedDict):
     value: Any
 
 
+class CellUserMode(TypedDict):
+    """How Cells run: ``separate`` (as ``user``, uid ``uid``) or ``shared`` (as the
+    harness's user, for ``reason``); ``tree``: the working tree's owner before it was lent to
+    the Cell user; ``opened``: directories given a search bit for it (``[path, mode]``)."""
+
+    mode: Literal["separate", "shared"]
+    user: str
+    uid: int | None
+    gid: int | None
+    reason: str | None
+    tree: dict[str, Any] | None
+    opened: list[list[Any]]
+
+
 # --- constructors ---------------------------------------------------------------------------
 
 
@@ -408,6 +422,10 @@ def watermark(name: str, value: Json) -> Event:
     return Event("watermark", dict(data), name)
 
 
+def cell_user(mode: CellUserMode) -> Event:
+    return Event("cell_user", dict(mode))
+
+
 def imported(kind: str, data: dict[str, Any]) -> Event:
     """An event another copy of this Session committed (GitHub: a verified launch record),
     kept as it was, with the ref its constructor gave it. Unknown kinds raise ValueError."""
@@ -448,6 +466,7 @@ KINDS = (
     "timer_cancelled",
     "run_ended",
     "watermark",
+    "cell_user",
 )
 
 # Events that are observations a resolution may cite (SPEC §3.8).

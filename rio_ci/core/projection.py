@@ -15,7 +15,7 @@ from rio_ci.core.state import is_unresolved
 
 # The shape of a Projection. Raise it whenever the fold changes what it keeps: a snapshot
 # written in another format is ignored and the Journal replayed.
-PROJECTION_FORMAT = 3
+PROJECTION_FORMAT = 4
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Projection:
     watermarks: dict[str, Any] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> price (--price)
     rationale: str = ""  # what the model last wrote before its step call
+    cell_user: dict[str, Any] | None = None  # how Cells run (the last cell_user event)
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.__dict__)

@@ -297,6 +297,10 @@ def _watermark(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     proj.watermarks[d["name"]] = d["value"]
 
 
+def _cell_user(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    proj.cell_user = {**data, "seq": seq}
+
+
 def _execution(proj: Projection, cell_id: int) -> dict[str, Any]:
     return proj.executions[str(cell_id)]
 
@@ -333,6 +337,7 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "timer_cancelled": _timer_cancelled,
     "run_ended": _run_ended,
     "watermark": _watermark,
+    "cell_user": _cell_user,
 }
 assert tuple(_HANDLERS) == ev.KINDS
 

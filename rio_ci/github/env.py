@@ -19,11 +19,13 @@ import yaml
 
 from rio_ci.core.limits import Limits
 from rio_ci.errors import UsageError
+from rio_ci.run.cell_user import requested
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
+ACTION_CELL_USER = "rio-cell"  # the action's cell-user default (RIO_CELL_USER unset: none)
 DEFAULT_RETENTION_DAYS = 90  # GitHub's default artifact retention (1-90 public, 1-400 private)
 JOB_FILE = "job.json"  # what the run step hands the finish step, in state_dir
 OUTPUTS = {
@@ -58,6 +60,7 @@ class ActionEnv:
     server_url: str
     workflow_ref: str
     ref_name: str
+    cell_user: str | None = None  # RIO_CELL_USER (the action's cell-user); None: none
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
@@ -102,6 +105,7 @@ class ActionEnv:
             server_url=environ.get("GITHUB_SERVER_URL", "").strip() or "https://github.com",
             workflow_ref=environ.get("GITHUB_WORKFLOW_REF", "").strip(),
             ref_name=environ.get("GITHUB_REF_NAME", "").strip(),
+            cell_user=requested(environ.get("RIO_CELL_USER")),
         )
 
     def event(self) -> dict[str, Any]:

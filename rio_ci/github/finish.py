@@ -50,11 +50,12 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
             status="error",
             reason="another job wrote this Session's launch record meanwhile",
         )
-    owner = take_over(Path(job["db"]))
+    owner = take_over(Path(job["db"]), cell_user=env.cell_user)
     packed = None
     try:
         try:
             owner.recover()
+            owner.hand_back()  # a run step killed before its own hand back
             timers.refuse_far_timers(owner.session, job["retention_days"])
             packed = _persist(env, job["db"], result, generation, job)
             write_outputs(env, result, FIRST_OUTPUTS)
@@ -116,6 +117,7 @@ def _publish(
             "artifact_name": orphan,
             "reason": f"a newer generation of {job['artifact_name']} exists",
         }
+    owner.hand_back()  # the validators ran as the Cell user; git works on the harness's tree
     out["commit"] = _checkpoint(env, session, job, notes)
     pull = None
     if problem is not None:

@@ -117,7 +117,12 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     def before_spawn(cell_id: int, token: str) -> None:
         launches.push(owners[0].session, cell_id)
 
-    owner = Owner(str(db), before_spawn=before_spawn)
+    owner = Owner(
+        str(db),
+        before_spawn=before_spawn,
+        cell_user=env.cell_user,
+        notice=lambda message: warn(env, message),
+    )
     owners.append(owner)
     restore_signals = handle_signals(owner.interrupted)
     try:

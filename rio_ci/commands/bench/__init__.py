@@ -82,6 +82,7 @@ def bench_command(
     emit: Callable[[Any], None],
     chart_path: str | None = None,
     before: list[str] | None = None,
+    cell_user: str | None = None,
 ) -> int:
     base = Path(directory or os.getcwd()).resolve()
     if not base.is_dir():
@@ -119,7 +120,11 @@ def bench_command(
     try:
         for measure in MEASURES:
             started = time.monotonic()
-            figures.update(measure(root, quick))
+            figures.update(
+                measure_cells(root, quick, cell_user)
+                if measure is measure_cells
+                else measure(root, quick)
+            )
             say(
                 f"  measured {measure.__name__.removeprefix('measure_')} in "
                 f"{time.monotonic() - started:.1f} s"
