@@ -96,7 +96,8 @@ def classify(
         return Trigger("sweep")
     if event_name == "workflow_dispatch":
         raw = str((payload.get("inputs") or {}).get("issue") or "").strip()
-        if not raw.isdigit() or int(raw) < 1:
+        # ASCII digits only ('²'.isdigit() is True, and int() refuses it), and a sane length.
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or int(raw) < 1:
             return Trigger("ignore", reason="workflow_dispatch needs an 'issue' input (a number)")
         return Trigger("resume", issue=int(raw), actor=sender)
     return Trigger("ignore", reason=f"event {event_name!r} is not handled")

@@ -98,7 +98,7 @@ def _publish(
             "pull request and the progress comment wait for the next job",
         )
     newer = (
-        newer_generations(forge, job["artifact_name"], set(job.get("seen") or []))
+        newer_generations(env, forge, job["artifact_name"], set(job.get("seen") or []))
         if forge is not None
         else []
     )
@@ -274,4 +274,4 @@ def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
 
 
 def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
