@@ -16,10 +16,13 @@ first and returns the first one that passes, with the reasons the newer ones wer
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import math
 import os
+import shutil
 import stat
 import zipfile
 import zlib
@@ -29,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict
 
 from rio_ci import jsonio
+from rio_ci.crashpoints import crash_point
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.github.forge.base import Artifact, Forge
 from rio_ci.journal import copy_single_file, single_file_problem
@@ -154,6 +158,7 @@ def pack(
             os.fsync(stream.fileno())
         manifest = Manifest(generation, parent_generation, run_id, _sha256(partial), next_wake)
         os.replace(partial, out_dir / SNAPSHOT)
+        crash_point("artifact_pack_midway")
         manifest_partial = out_dir / f".{MANIFEST}.partial"
         manifest_partial.write_text(
             json.dumps(manifest.to_dict(), indent=2, allow_nan=False) + "\n"
@@ -165,6 +170,54 @@ def pack(
         partial.unlink(missing_ok=True)
         Path(f"{partial}-journal").unlink(missing_ok=True)
     return out_dir
+
+
+def replace_directory(aside: Path, target: Path) -> None:
+    """Make the complete directory ``aside`` the one at ``target`` in one step, so a kill at
+    any instant leaves ``target`` holding the old contents or the new, never a mix, never
+    empty. Linux swaps the two with ``renameat2(RENAME_EXCHANGE)`` and then removes the old
+    one (now at ``aside``); where that call is missing, two renames leave a moment with no
+    ``target`` at all (an upload then finds nothing: no partial generation is published).
+    Both directories must be on one file system (siblings)."""
+    if not target.exists():
+        os.rename(aside, target)
+    elif not _exchange(aside, target):
+        retired = aside.with_name(aside.name + ".old")
+        shutil.rmtree(retired, ignore_errors=True)
+        os.rename(target, retired)
+        os.rename(aside, target)
+        aside = retired
+    _fsync_dir(target.parent)
+    crash_point("artifact_swapped")
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically; False when this system cannot (not Linux, an old libc,
+    or a file system without RENAME_EXCHANGE)."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    result = call(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def _fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def archive(out_dir: Path, zip_path: Path) -> Path:

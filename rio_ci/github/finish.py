@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RioError
 from rio_ci.github import artifact, gate, progress, timers, workspace
 from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
@@ -235,16 +236,21 @@ def _persist(
             next_wake=proj.next_wake(),
             status=result.get("status") or _status(proj.ended, job),
         )
-        if env.artifact_dir.exists():
-            shutil.rmtree(env.artifact_dir)
+        # Written aside, then swapped in: the upload step may publish the directory under
+        # the artifact-name already in the outputs, so it is never empty or half written.
+        aside = env.artifact_dir.with_name(env.artifact_dir.name + ".next")
+        if aside.exists():
+            shutil.rmtree(aside)  # a half-written one from a finish killed before
         artifact.pack(
             Path(db),
-            env.artifact_dir,
+            aside,
             generation=generation + 1,
             parent_generation=generation or None,
             run_id=_int(env.run_id),
             next_wake=result["next_wake"],
         )
+        crash_point("artifact_aside_written")
+        artifact.replace_directory(aside, env.artifact_dir)
         return proj.last_seq
     finally:
         reader.close()
