@@ -14,7 +14,7 @@ from typing import Any
 
 from rio_ci.github.forge.base import Check
 
-BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)$")
+BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)\Z")
 # author_association values that can only belong to someone without write access, so a
 # comment may be dropped before asking the permission API. NONE and CONTRIBUTOR are not
 # among them: a private organization member with write access through a team arrives so.

@@ -217,7 +217,7 @@ def _pull_request(
         notes.append(f"the pull request was not opened: {exc}")
         log(f"::error::rio-ci: the pull request was not opened: {exc}")
         return None
-    number = re.search(r"/pull/([0-9]+)$", url)
+    number = re.search(r"/pull/([0-9]+)\Z", url)
     if number:  # comments on the pull request steer the Session (and its follow-ups) too
         session.set_watermark("pull_request", int(number.group(1)))
     return url
