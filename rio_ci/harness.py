@@ -13,16 +13,20 @@ request is in flight.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.text import escape_control
 from rio_ci.errors import ModelError, Rejected, RunEnded
 from rio_ci.live import LiveLog
 from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage, strict_reply
 from rio_ci.run.owner import Owner
+from rio_ci.treefile import read_tree_file
 
 # An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
 # at least two bytes of JSON; the system prompt and tool are far below PROMPT_TOKENS).
@@ -63,6 +67,7 @@ class Harness:
         self.live = live
         self.external_wakeups = external_wakeups
         self.deadline: float | None = None
+        self.warned: set[str] = set()
 
     def run(self, deadline: float | None = None) -> Outcome:
         """Rounds until the run ends, waits, is interrupted or passes ``deadline``
@@ -131,7 +136,7 @@ class Harness:
             round_index=self.session.proj.accepted_turns + 1,
             feedback=state["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
-            guidance=read_guidance(Path(self.session.proj.session["cwd"])),
+            guidance=read_guidance(Path(self.session.proj.session["cwd"]), self.warn_once),
         )
         attempt = self.session.begin_attempt(
             turn["turn_id"], self.model.name, [request.state, request.feedback]
@@ -300,16 +305,26 @@ class Harness:
         if self.live is not None:
             self.live.update()
 
+    def warn_once(self, message: str) -> None:
+        """A warning on stderr, once per run for each message (guidance is read every
+        round)."""
+        if message not in self.warned:
+            self.warned.add(message)
+            print(f"rio-ci: warning: {escape_control(message)}", file=sys.stderr, flush=True)
 
-def read_guidance(cwd: Path) -> str | None:
+
+def read_guidance(cwd: Path, warn: Callable[[str], None] | None = None) -> str | None:
     """The repository's guidance for agents (the first of ``GUIDANCE_FILES`` found), clipped
-    at ``GUIDANCE_BYTES``, or None."""
+    at ``GUIDANCE_BYTES``, or None. Only a regular file inside ``cwd`` counts, and at most
+    ``GUIDANCE_BYTES + 1`` bytes of it are read (rio_ci.treefile); one that links out of the
+    tree, a FIFO or a device is skipped and ``warn`` told why."""
     for name in GUIDANCE_FILES:
-        try:
-            raw = (cwd / name).read_bytes()
-        except OSError:  # absent, a directory, unreadable: not guidance
+        found = read_tree_file(cwd, name, GUIDANCE_BYTES)
+        if found.skipped is not None and warn is not None:
+            warn(f"{found.skipped}; it is not shown to the model")
+        if found.data is None:
             continue
-        text = raw[:GUIDANCE_BYTES].decode("utf-8", "ignore")
-        more = len(raw) - GUIDANCE_BYTES
+        text = found.data[:GUIDANCE_BYTES].decode("utf-8", "ignore")
+        more = found.size - GUIDANCE_BYTES
         return f"{name}:\n{text}" + (f"\n[… {more} more bytes not shown]" if more > 0 else "")
     return None

@@ -284,6 +284,8 @@ class Repository:
             RIO_TRIGGER_LABEL="rio",
             RIO_TIME_BUDGET_MINUTES=str(self.budget_minutes),
         )
+        if int(env["GITHUB_RUN_ID"]) not in self.gh.runs:  # this job is a run of rio.yml
+            self.gh.add_rio_run(int(env["GITHUB_RUN_ID"]), event=event_name)
         job = Job(number, directory, workspace, runner_temp, env)
         self.jobs.append(job)
         return job

@@ -836,3 +836,36 @@ def test_a_rejected_patch_via_the_cli_exits_3_and_records_only_the_reason(rio: A
     assert (after[-1]["kind"], after[-1]["reason"]) == ("patch_rejected", out["rejected"])
     assert rio("state", "s.db").out == state
     assert rio("turn", "s.db").out == turn
+
+
+@pytest.mark.parametrize("suffix", ["\n", "\r\n"])
+def test_a_cell_path_with_a_trailing_newline_is_rejected_at_the_cli(rio: Any, suffix: str) -> None:
+    """``$`` matches before a final newline; ``/cells/0\\n`` must not pass for ``/cells/0``
+    (its replacement could never be replayed)."""
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    first = Patch(turn["state"]).add(note("one")).build()
+    assert rio("step", "s.db", turn["turn_id"], "-", input=first).code == 0
+    turn = rio("turn", "s.db").out
+    patch = Patch(turn["state"]).replace(0, note("two")).build()
+    patch[-1]["path"] += suffix
+    before = rio("events", "s.db").lines
+
+    code_, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=patch)
+
+    assert code_ == 3 and "/cells/N" in out["rejected"]
+    after = rio("events", "s.db").lines
+    assert after[: len(before)] == before
+    assert [e["kind"] for e in after[len(before) :]] == ["patch_rejected"]
+    assert [c["text"] for c in rio("state", "s.db").out["cells"]] == ["one"]
+
+
+@pytest.mark.parametrize("kind", ["execution\n", "comment\n", "timer\n"])
+def test_a_message_kind_with_a_trailing_newline_is_rejected(rio: Any, kind: str) -> None:
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    before = rio("events", "s.db").lines
+
+    done = rio("receive", "s.db", "m-1", kind, "{}")
+
+    assert done.code != 0 and "lowercase word" in done.out["error"]
+    assert rio("events", "s.db").lines == before

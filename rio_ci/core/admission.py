@@ -28,7 +28,7 @@ from rio_ci.core.state import (
 )
 from rio_ci.core.view import render, unbounded_size
 
-_INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+_INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")
 _OP_KEYS = {
     "test": {"op", "path", "value"},
     "add": {"op", "path", "value"},

@@ -15,7 +15,7 @@ from typing import Any
 SCHEMA = "rio.state/1"
 ROLES = ("cancel", "resolution", "conclusion")
 EXECUTABLE = ("code", "cmd")
-EVIDENCE_REF = re.compile(r"^session:event:([1-9][0-9]*)$")
+EVIDENCE_REF = re.compile(r"^session:event:([1-9][0-9]*)\Z")
 
 _FIELDS = {
     "note": {"text"},
@@ -31,7 +31,7 @@ LAST_UNIX_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z: every clock and format
 RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
 # Kinds only the harness writes: an outside message must not pass for one of its own.
 HARNESS_KINDS = frozenset({"execution", "timer", "control_rejected", "invalid_idle"})
-_KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}\Z")
 
 
 def message_problem(message_id: Any, kind: Any, payload: Any) -> str | None:

@@ -18,14 +18,17 @@ from typing import Any
 import yaml
 
 from rio_ci.core.limits import Limits
+from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
 from rio_ci.run.cell_user import requested
+from rio_ci.treefile import read_tree_file
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
 ACTION_CELL_USER = "rio-cell"  # the action's cell-user default (RIO_CELL_USER unset: none)
+CONFIG_MAX_BYTES = 64 * 1024  # a configuration is a few lines
 DEFAULT_RETENTION_DAYS = 90  # GitHub's default artifact retention (1-90 public, 1-400 private)
 JOB_FILE = "job.json"  # what the run step hands the finish step, in state_dir
 OUTPUTS = {
@@ -153,16 +156,24 @@ class Config:
     pass_env: tuple[str, ...] = ()
     retention_days: int = DEFAULT_RETENTION_DAYS
     secrets: tuple[str, ...] = ()  # more variables whose values are redacted and withheld
+    skipped: str | None = None  # why the file was not read (the defaults apply): a warning
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
-        path = workspace / relative
-        if not path.exists():
-            return cls([], Limits())
+        """Read the configuration as a regular file inside the checkout, at most
+        ``CONFIG_MAX_BYTES`` (rio_ci.treefile): absent, or skipped (a link out of the tree,
+        a FIFO, a device: ``skipped`` says why), it is the defaults; too big or not YAML, a
+        UsageError."""
+        found = read_tree_file(workspace, relative, CONFIG_MAX_BYTES)
+        if found.data is None:
+            return cls([], Limits(), skipped=found.skipped)
+        if found.over:
+            raise UsageError(f"{relative}: the configuration is over {CONFIG_MAX_BYTES} bytes")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UsageError(f"{relative}: cannot read the configuration: {exc}") from None
+            data = yaml.safe_load(found.data.decode("utf-8")) or {}
+        except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+            reason = " ".join(str(exc).split())[:300] or "nested too deeply"
+            raise UsageError(f"{relative}: cannot read the configuration: {reason}") from None
         if not isinstance(data, dict):
             raise UsageError(f"{relative}: the configuration must be a mapping")
         unknown = sorted(
@@ -223,8 +234,9 @@ def log(message: str) -> None:
 
 
 def warn(env: ActionEnv, message: str) -> None:
-    """A warning in the log (an annotation on the run) and in the step summary."""
-    line = " ".join(message.split())
+    """A warning in the log (an annotation on the run) and in the step summary: one line
+    (no workflow command can follow it), control and bidi characters escaped."""
+    line = escape_control(" ".join(message.split()))
     log(f"::warning::rio-ci: {line}")
     if env.summary is not None:
         with env.summary.open("a") as stream:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RioError
 from rio_ci.github import artifact, gate, progress, timers, workspace
 from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
@@ -99,7 +100,7 @@ def _publish(
             "pull request and the progress comment wait for the next job",
         )
     newer = (
-        newer_generations(forge, job["artifact_name"], set(job.get("seen") or []))
+        newer_generations(env, forge, job["artifact_name"], set(job.get("seen") or []))
         if forge is not None
         else []
     )
@@ -218,7 +219,7 @@ def _pull_request(
         notes.append(f"the pull request was not opened: {exc}")
         log(f"::error::rio-ci: the pull request was not opened: {exc}")
         return None
-    number = re.search(r"/pull/([0-9]+)$", url)
+    number = re.search(r"/pull/([0-9]+)\Z", url)
     if number:  # comments on the pull request steer the Session (and its follow-ups) too
         session.set_watermark("pull_request", int(number.group(1)))
     return url
@@ -237,16 +238,21 @@ def _persist(
             next_wake=proj.next_wake(),
             status=result.get("status") or _status(proj.ended, job),
         )
-        if env.artifact_dir.exists():
-            shutil.rmtree(env.artifact_dir)
+        # Written aside, then swapped in: the upload step may publish the directory under
+        # the artifact-name already in the outputs, so it is never empty or half written.
+        aside = env.artifact_dir.with_name(env.artifact_dir.name + ".next")
+        if aside.exists():
+            shutil.rmtree(aside)  # a half-written one from a finish killed before
         artifact.pack(
             Path(db),
-            env.artifact_dir,
+            aside,
             generation=generation + 1,
             parent_generation=generation or None,
             run_id=_int(env.run_id),
             next_wake=result["next_wake"],
         )
+        crash_point("artifact_aside_written")
+        artifact.replace_directory(aside, env.artifact_dir)
         return proj.last_seq
     finally:
         reader.close()
@@ -276,4 +282,4 @@ def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
 
 
 def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None

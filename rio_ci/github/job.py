@@ -73,6 +73,8 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         log(f"rio-ci: comment by @{trigger.actor} ignored (no write access); re-scanning")
 
     config = Config.load(env.workspace, env.config)
+    if config.skipped is not None:
+        warn(env, f"{config.skipped}; the configuration's defaults apply")
     env.state_dir.mkdir(parents=True, exist_ok=True)
     db = env.state_dir / "session.sqlite3"
     remote = workspace.origin_url(env.workspace)  # read before any Cell can change it

@@ -163,7 +163,7 @@ def read_meta(body: str) -> dict[str, Any] | None:
         return None
     try:
         meta = json.loads(match.group(1))
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # damaged, or nested past the parser's depth
         return None
     return meta if isinstance(meta, dict) else None
 

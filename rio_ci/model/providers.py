@@ -22,7 +22,7 @@ __all__ = ["DEFAULT_SPEC", "build_model", "parse_price", "priced_model"]
 
 DEFAULT_SPEC = "anthropic"
 _CLAUDE = ("anthropic", "bedrock", "vertex")
-_PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)$")
+_PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)\Z")
 
 
 def build_model(

@@ -25,7 +25,7 @@ import yaml
 from rio_ci.errors import ModelError, UsageError
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 
-_INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+_INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")
 WHEN = ("unresolved", "settled")
 
 

@@ -36,7 +36,7 @@ EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # "anthropic.claude-haiku-4-5-20251001-v1:0", "claude-opus-4-5@20251101".
 _PLATFORM_WRAPPING = re.compile(
     r"^(?:(?:us|eu|apac|jp|au|global)\.)?(?:anthropic\.)?(?P<id>[a-z0-9.-]+?)(?:-v\d+(?::\d+)?)?"
-    r"(?:@[0-9a-z-]+)?$"
+    r"(?:@[0-9a-z-]+)?\Z"
 )
 
 

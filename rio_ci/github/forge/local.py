@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue
+from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue, WorkflowRun
 
 FILE = "forge.json"
 T = TypeVar("T")
@@ -145,6 +145,12 @@ class LocalForge:
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
         raise ForgeError(f"a local forge keeps no artifacts (asked for {artifact_id})", status=404)
+
+    def repository_id(self) -> int | None:
+        return None  # no artifacts, so nothing to prove the origin of
+
+    def workflow_run(self, run_id: int) -> WorkflowRun | None:
+        return None
 
     def issues_with_label(self, label: str) -> list[Issue]:
         return [
