@@ -165,11 +165,14 @@ def _checkpoint(
     if not job.get("start"):  # the run step never checked the branch out: nothing to save
         return None
     try:
+        # The harness's git directory and the origin it kept: not job.json's "remote", nor
+        # anything in the checkout.
+        repo = workspace.harness_git(env.state_dir, env.workspace)
         done = workspace.checkpoint(
-            env.workspace,
+            repo,
             branch_for(issue),
             f"rio-ci: checkpoint of #{issue} (run {env.run_id})",
-            job["remote"],
+            workspace.origin_url(repo),
             env.token,
             job["start"],
             exclude=[env.runner_temp],

@@ -77,7 +77,8 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         warn(env, f"{config.skipped}; the configuration's defaults apply")
     env.state_dir.mkdir(parents=True, exist_ok=True)
     db = env.state_dir / "session.sqlite3"
-    remote = workspace.origin_url(env.workspace)  # read before any Cell can change it
+    repo = workspace.adopt(env.state_dir, env.workspace)  # before any Cell can change it
+    remote = workspace.origin_url(repo)
     launches = LaunchRecord(env.state_dir / "record.git", remote, env.token, issue, env.run_id)
     restored = restore(env, forge, issue, db, launches)
     if "problem" in restored:
@@ -109,8 +110,9 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     }
     write_job(env, job)
     log("::group::rio-ci: working tree")
-    existed = workspace.check_out(env.workspace, branch_for(issue), remote, env.token)
-    job["start"] = workspace.head(env.workspace)
+    existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
+    workspace.lend(repo, branch_for(issue))
+    job["start"] = workspace.head(repo)
     write_job(env, job)
     log(f"branch {branch_for(issue)} {'restored' if existed else 'started'}")
     log("::endgroup::")

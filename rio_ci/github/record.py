@@ -36,7 +36,7 @@ from typing import Any
 
 from rio_ci.core.events import KINDS
 from rio_ci.errors import ForgeError
-from rio_ci.github.workspace import git
+from rio_ci.github.git import EMAIL, NAME, Git
 from rio_ci.session import Session
 
 SCHEMA = "rio.launch/1"
@@ -45,7 +45,6 @@ TAIL = "tail.jsonl"
 MAX_TAIL_BYTES = 512 * 1024 * 1024  # as an artifact's snapshot
 MAX_HEADER_BYTES = 64 * 1024  # a few ids and counts
 PUSH_ATTEMPTS = 3
-NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
 _HEADER_FIELDS = (
     "schema",
     "session_id",
@@ -112,9 +111,10 @@ class LaunchRecord:
         self.lease: str | None = None  # the ref's value as this job last saw it
         self.parent: str | None = None  # this job's previous record
         self.begin(0, 0)
+        self.repo = Git(git_dir)  # the harness's own: no Cell writes its config or hooks
         if not (git_dir / "HEAD").exists():
             git_dir.mkdir(parents=True, exist_ok=True)
-            git(git_dir, "init", "--quiet", "--bare", "--object-format=sha1")
+            self.repo.run("init", "--quiet", "--bare", "--object-format=sha1")
 
     def begin(self, generation: int, after_seq: int) -> None:
         """Records from now on carry the tail after ``after_seq``, the last seq of the
@@ -129,8 +129,8 @@ class LaunchRecord:
         return ref_for(self.issue)
 
     def _git(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        return git(
-            self.git_dir, *args, remote=self.remote, token=self.token, check=check, stdin=stdin
+        return self.repo.run(
+            *args, remote=self.remote, token=self.token, check=check, stdin=stdin
         ).stdout
 
     # --- reading -------------------------------------------------------------------------
@@ -230,8 +230,7 @@ class LaunchRecord:
         lease = f"--force-with-lease={self.ref}:{self.lease or ''}"
         problem = ""
         for attempt in range(PUSH_ATTEMPTS):
-            done = git(
-                self.git_dir,
+            done = self.repo.run(
                 "push",
                 "--porcelain",
                 "--no-verify",
@@ -309,7 +308,7 @@ def push_samples(root: Path, launches: int) -> list[float]:
     bare repository, the Session growing between them by about what a round commits (an
     observation of ordinary size), so each push carries a longer tail than the last."""
     remote = root / "launch-remote.git"
-    git(root, "init", "--quiet", "--bare", str(remote))
+    Git(remote).run("init", "--quiet", "--bare")
     session = Session.create(root / "launch.sqlite3", "measure launch records", cwd=str(root))
     record = LaunchRecord(root / "launch-record.git", str(remote), None, 1, "bench")
     samples = []
