@@ -246,13 +246,16 @@ class Session:
             if w.proj.prices.get(model) != price:
                 w.append(ev.price_set(model, price))
 
-    def begin_attempt(self, turn_id: str, model: str, request: Any) -> int:
-        """Commit a model attempt before its request is sent; returns its number."""
+    def begin_attempt(
+        self, turn_id: str, model: str, request: Any, fallback_from: str | None = None
+    ) -> int:
+        """Commit a model attempt before its request is sent; returns its number.
+        ``fallback_from``: the model this attempt replaces (a fallback after a refusal)."""
         fingerprint = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         with self.journal.write() as w:
             turn = w.proj.turn
             attempt = (turn["attempts"] + turn["transient"] + 1) if turn else 1
-            w.append(ev.model_attempt(turn_id, attempt, fingerprint, model))
+            w.append(ev.model_attempt(turn_id, attempt, fingerprint, model, fallback_from))
         crash_point("attempt_after_commit")
         return attempt
 
@@ -286,22 +289,23 @@ class Session:
         not_before: float,
         retry_since: float | None,
         usage: dict[str, Any] | None,
+        gave_up: str | None = None,
     ) -> None:
+        """Commit a failed attempt; ``gave_up`` says why a transient one is not retried."""
+        data: ev.ModelResponse = {
+            "turn_id": turn_id,
+            "attempt": attempt,
+            "ok": False,
+            "error": error,
+            "transient": transient,
+            "not_before": not_before,
+            "retry_since": retry_since,
+            "usage": usage,
+        }
+        if gave_up is not None:
+            data["gave_up"] = gave_up
         with self.journal.write() as w:
-            w.append(
-                ev.model_response(
-                    {
-                        "turn_id": turn_id,
-                        "attempt": attempt,
-                        "ok": False,
-                        "error": error,
-                        "transient": transient,
-                        "not_before": not_before,
-                        "retry_since": retry_since,
-                        "usage": usage,
-                    }
-                )
-            )
+            w.append(ev.model_response(data))
 
     # --- Timers (any process; usually a Cell through rio_ci.api) --------------------------
 

@@ -176,6 +176,8 @@ class ModelAttempt(TypedDict):
     attempt: int
     fingerprint: str
     model: str
+    # set when this attempt went to the fallback model after a refusal: the model it replaces
+    fallback_from: NotRequired[str]
 
 
 class ModelResponse(TypedDict):
@@ -192,6 +194,7 @@ class ModelResponse(TypedDict):
     transient: NotRequired[bool]
     not_before: NotRequired[float]
     retry_since: NotRequired[float | None]  # when this Turn's run of transient failures began
+    gave_up: NotRequired[str]  # a transient failure not retried: why (the wait is past the limit)
     usage: dict[str, Any] | None
     rationale: NotRequired[str]
     raw: NotRequired[dict[str, Any]]
@@ -305,13 +308,17 @@ def price_set(model: str, price: dict[str, float]) -> Event:
     return Event("price_set", dict(data), model)
 
 
-def model_attempt(turn_id: str, attempt: int, fingerprint: str, model: str) -> Event:
+def model_attempt(
+    turn_id: str, attempt: int, fingerprint: str, model: str, fallback_from: str | None = None
+) -> Event:
     data: ModelAttempt = {
         "turn_id": turn_id,
         "attempt": attempt,
         "fingerprint": fingerprint,
         "model": model,
     }
+    if fallback_from is not None:
+        data["fallback_from"] = fallback_from
     return Event("model_attempt", dict(data), turn_id)
 
 

@@ -103,6 +103,7 @@ def _turn_prepared(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         "not_before": 0.0,
         "feedback": None,
         "response": None,
+        "refused": False,  # a reply of this Turn was a refusal: a fallback model may answer next
     }
 
 
@@ -200,6 +201,8 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         turn["retry_since"] = turn["retry_since"] or data.get("retry_since")
     if d.get("invalid"):
         turn["feedback"] = f"the reply had no admissible step call: {d['invalid']}"
+    if (d.get("raw") or {}).get("stop_reason") == "refusal":
+        turn["refused"] = True
     turn["response"] = {
         "attempt": d["attempt"],
         "ok": d["ok"],

@@ -42,7 +42,7 @@ from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
 from rio_ci.harness import Harness
 from rio_ci.live import LiveLog
-from rio_ci.model.providers import parse_price, priced_model
+from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
@@ -286,11 +286,13 @@ def _work(
             "reason": proj.ended["reason"],
         }
     given = parse_price(env.price) if env.price else None
-    model = priced_model(env.model, effort=env.effort, price=given, stored=proj.prices)
+    model, fallback = priced_models(
+        env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
+    )
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
-    harness = Harness(owner, model, live=live, external_wakeups=True)
+    harness = Harness(owner, model, live=live, external_wakeups=True, fallback=fallback)
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)

@@ -39,11 +39,21 @@ from rio_ci.model import table
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 from rio_ci.model.layout import system_blocks, user_content
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PROVIDERS", "STEP_TOOL", "AnthropicModel", "system_prompt"]
+__all__ = [
+    "PATCH_OPS",
+    "PROVIDERS",
+    "STEP_TOOL",
+    "AnthropicModel",
+    "strict_obstacle",
+    "system_prompt",
+    "tool_for",
+]
 
-DEFAULT_MAX_TOKENS = 32_000
 PROVIDERS = ("anthropic", "bedrock", "vertex")
 RATIONALE_CHARS = 16_000
+
+# The operations admission accepts (rio_ci/core/admission.py): a patch is a list of these.
+PATCH_OPS = ("test", "add", "replace", "remove")
 
 STEP_TOOL: ToolParam = {
     "name": "step",
@@ -53,15 +63,65 @@ STEP_TOOL: ToolParam = {
     ),
     "input_schema": {
         "type": "object",
-        "properties": {"patch": {"type": "array", "items": {"type": "object"}}},
+        "properties": {
+            "patch": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "op": {"type": "string", "enum": list(PATCH_OPS)},
+                        "path": {"type": "string"},
+                        # any JSON value: a Cell, the revision, a field's new value
+                        "value": {},
+                    },
+                    "required": ["op", "path"],
+                    "additionalProperties": False,
+                },
+            }
+        },
         "required": ["patch"],
+        "additionalProperties": False,
     },
 }
+
+
+def strict_obstacle(schema: Any, where: str = "input_schema") -> str | None:
+    """Why ``schema`` cannot be sent under strict tool use, or None when it can.
+
+    Strict tool use compiles the schema into a grammar and needs every object closed
+    (``additionalProperties: false``, docs/models.md); a value left open (``{}``: any JSON,
+    objects with any keys included) cannot be closed. ``step``'s ``value`` is such a value
+    (a Cell's keys depend on its kind), so ``step`` is sent without ``strict``."""
+    if not isinstance(schema, dict):
+        return f"{where} is not a schema"
+    if not ({"type", "enum", "const", "anyOf"} & set(schema)):
+        return f"{where} is an open value (any JSON)"
+    if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
+        return f"{where} is an object without additionalProperties: false"
+    for name, sub in (schema.get("properties") or {}).items():
+        if (reason := strict_obstacle(sub, f"{where}.{name}")) is not None:
+            return reason
+    if "items" in schema:
+        return strict_obstacle(schema["items"], f"{where}[]")
+    return None
+
+
+def tool_for(info: table.ModelInfo, tool: ToolParam) -> ToolParam:
+    """``tool`` as sent to the model of ``info``: with ``strict: true`` where the model offers
+    strict tool use and the schema can be strict; as given otherwise."""
+    if info.features.strict_tools and strict_obstacle(tool["input_schema"]) is None:
+        return {**tool, "strict": True}
+    return tool
+
 
 # Status codes where another attempt may succeed (5xx and 529 too); and the error types a
 # stream reports mid-way (HTTP 200 already sent) that mean the same.
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+# Final whatever the status: a spend cap (a 429 without retry-after, docs/models.md) and
+# billing problems.
+_FINAL_CODES = frozenset({"enforced_spend_limit_reached"})
+_FINAL_TYPES = frozenset({"billing_error"})
 _EXTRAS = {"bedrock": ("boto3", "botocore"), "vertex": ("google.auth",)}
 
 
@@ -77,7 +137,8 @@ class AnthropicModel:
     ``effort`` is sent as ``output_config.effort`` where the model takes it (an extended-thinking
     model without it gets a thinking budget for that level instead); a level the model does not
     accept is a ``UsageError`` here, before any Turn. ``price`` (``--price``) replaces the
-    table's price. ``max_tokens`` is capped at the model's maximum output.
+    table's price. ``max_tokens`` (default: by effort, from the table) is capped at the
+    model's maximum output.
 
     Credentials come from the provider's usual environment: ``ANTHROPIC_API_KEY`` (and
     ``ANTHROPIC_BASE_URL``); for Bedrock ``AWS_BEARER_TOKEN_BEDROCK`` or the AWS credential chain
@@ -95,7 +156,7 @@ class AnthropicModel:
         price: Price | None = None,
         api_key: str | None = None,
         base_url: str | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
         timeout: float = 600.0,
         region: str | None = None,
         project: str | None = None,
@@ -118,7 +179,11 @@ class AnthropicModel:
         self.model = self.info.platform_id(provider) if plain and provider != "anthropic" else model
         self.provider = provider
         self.effort = _checked_effort(self.info, effort)
-        self.max_tokens = max(1, min(max_tokens, self.info.max_output))
+        self.max_tokens = (
+            table.max_tokens(self.info, self.effort)
+            if max_tokens is None
+            else max(1, min(max_tokens, self.info.max_output))
+        )
         self._price = price if price is not None else self.info.price_on(provider)
         self._client = (
             _client(
@@ -147,7 +212,7 @@ class AnthropicModel:
             "max_tokens": self.max_tokens,
             "system": system_blocks(system_prompt(), request.guidance),
             "messages": [{"role": "user", "content": user_content(request)}],
-            "tools": [STEP_TOOL],
+            "tools": [tool_for(self.info, STEP_TOOL)],
         }
         thinking = self._thinking()
         if thinking is not None:
@@ -162,15 +227,18 @@ class AnthropicModel:
             raise ModelError(
                 f"{self.name} was built without a client (connect=False)", transient=False
             )
+        answered = False  # the response had begun: a connection lost now broke the stream
         try:
             with self._client.messages.stream(**self.request_params(request)) as stream:
+                answered = True
                 message = stream.get_final_message()
         except anthropic.APIStatusError as exc:
-            raise _status_error(self.provider, exc) from exc
+            raise _status_error(self.provider, self.model, exc) from exc
         except anthropic.APITimeoutError as exc:
             raise ModelError(f"{self.provider}: the request timed out", transient=True) from exc
         except anthropic.APIConnectionError as exc:
-            raise ModelError(f"{self.provider}: connection failed: {exc}", transient=True) from exc
+            what = "the response stream broke" if answered else "connection failed"
+            raise ModelError(f"{self.provider}: {what}: {exc}", transient=True) from exc
         except anthropic.APIResponseValidationError as exc:
             raise ModelError(f"{self.provider}: malformed response: {exc}", transient=True) from exc
         except (httpx2.HTTPError, AssertionError) as exc:
@@ -269,6 +337,13 @@ def _step_patch(
         )
     if message.stop_reason != "tool_use":
         return None, f"the reply stopped with {message.stop_reason!r}, not a complete step call."
+    for number, op in enumerate(patch):
+        if op.get("op") not in PATCH_OPS or not isinstance(op.get("path"), str):
+            return None, (
+                f"malformed step input: operation {number} must have an op of "
+                f"{', '.join(PATCH_OPS)} and a string path; got op {op.get('op')!r}, "
+                f"path {op.get('path')!r}."
+            )
     return patch, None
 
 
@@ -324,31 +399,52 @@ def _rationale(message: Message) -> str:
     return text
 
 
-def _status_error(provider: str, exc: anthropic.APIStatusError) -> ModelError:
+def _status_error(provider: str, model: str, exc: anthropic.APIStatusError) -> ModelError:
     status = exc.status_code
-    kind, text = _error_body(exc)
+    kind, text, code = _error_body(exc)
     if status == 200:  # an ``error`` event inside a stream that had begun
         transient = kind in _RETRYABLE_TYPES
     else:
         transient = status in _RETRYABLE_STATUS or status >= 500
     label = f"HTTP {status}" if status != 200 else "stream error"
+    detail = f"{kind} ({code})" if code else kind
+    message = f"{provider} {label}: {detail}: {text}"
+    if code in _FINAL_CODES or kind in _FINAL_TYPES:
+        # A spend cap or a billing problem: asking again fails until a person acts.
+        transient = False
+        message += " — an account limit, not retried"
+    elif status == 404 and kind == "not_found_error":
+        message += _replacement_hint(model)
     # An error answered before any output (status != 200) is not billed; one inside a stream
     # that had begun may have been, so its usage stays unknown.
     return ModelError(
-        f"{provider} {label}: {kind}: {text}",
+        message,
         transient=transient,
         retry_after=_retry_after(exc.response.headers) if transient else None,
         status=status if status != 200 else None,
     )
 
 
-def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
-    """The provider's own error type and message when the body has the documented shape."""
+def _replacement_hint(model: str) -> str:
+    """What to use instead of a model the provider does not know (from the model table)."""
+    gone = table.retired(model)
+    if gone is not None:
+        return f" — {gone.id} was retired on {gone.retired}; use {gone.replacement}"
+    if table.lookup(model) is None:
+        return f" — the model table does not list {model}; the default is {table.default_model()}"
+    return ""
+
+
+def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str, str | None]:
+    """The provider's own error type, message and ``error.details.error_code`` when the body
+    has the documented shape."""
     body = exc.body
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error.get("type", "error")), error["message"]
-    return "error", exc.message
+        details = error.get("details")
+        code = details.get("error_code") if isinstance(details, dict) else None
+        return str(error.get("type", "error")), error["message"], str(code) if code else None
+    return "error", exc.message, None
 
 
 def _retry_after(headers: Any) -> float | None:
