@@ -21,7 +21,8 @@ from typing import Any
 
 from rio_ci.errors import ModelError, Rejected, RunEnded
 from rio_ci.live import LiveLog
-from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage, strict_reply
+from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, strict_reply
+from rio_ci.model.environment import environment_block
 from rio_ci.run.owner import Owner
 
 # An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
@@ -63,6 +64,7 @@ class Harness:
         self.model = model
         # asked instead of ``model`` for the rest of a Turn once a reply of it was a refusal
         self.fallback = fallback
+        self._images: dict[str, tuple[str, str]] = {}  # digest → (media type, base64)
         self.live = live
         self.external_wakeups = external_wakeups
         self.deadline: float | None = None
@@ -135,6 +137,8 @@ class Harness:
             feedback=state["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
             guidance=read_guidance(Path(self.session.proj.session["cwd"])),
+            environment=environment_block(Path(self.session.proj.session["cwd"])),
+            images=self.pictures(turn["state"]),
         )
         model = self.fallback if self.fallback is not None and state["refused"] else self.model
         attempt = self.session.begin_attempt(
@@ -158,6 +162,37 @@ class Harness:
             return reply
         self.failed(turn["turn_id"], attempt, state, box["error"])
         return None
+
+    def pictures(self, state: dict[str, Any]) -> tuple[Picture, ...]:
+        """The goal's pictures and those of the Inbox messages ``state`` shows (stored by
+        digest; docs/github.md): sent while their text is in the State."""
+        wanted: list[tuple[str, str, dict[str, Any]]] = [
+            ("goal", "the goal", ref)
+            for ref in self.session.proj.watermarks.get("goal_images") or []
+            if isinstance(ref, dict)
+        ]
+        for message in state["runtime"].get("inbox") or []:
+            payload = message.get("payload")
+            refs = payload.get("images") if isinstance(payload, dict) else None
+            for ref in refs if isinstance(refs, list) else []:
+                if isinstance(ref, dict):
+                    wanted.append((str(message["id"]), f"message {message['id']}", ref))
+        pictures = []
+        for number, (owner, whose, ref) in enumerate(wanted, start=1):
+            stored = self._stored_image(str(ref.get("digest")))
+            if stored is not None:
+                alt = f" ({ref['alt']})" if ref.get("alt") else ""
+                label = f"Picture {number}, from {whose}{alt}:"
+                pictures.append(Picture(owner, label, stored[0], stored[1]))
+        return tuple(pictures)
+
+    def _stored_image(self, digest: str) -> tuple[str, str] | None:
+        if digest not in self._images:
+            found = self.session.image(digest)
+            if found is None:
+                return None
+            self._images[digest] = found
+        return self._images[digest]
 
     def _call(self, model: Model, request: ModelRequest, box: dict[str, Any]) -> None:
         try:

@@ -9,6 +9,7 @@ authorised, output, a result, a model reply); events are built only by the const
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -145,6 +146,23 @@ class Session:
                 raise Rejected(f"a tail after seq {after} does not fit seq {w.proj.last_seq}")
             for event in events:
                 w.append(ev.imported(event["kind"], event["data"]))
+
+    def store_image(self, digest: str, media_type: str, data: bytes) -> None:
+        """Keep a picture by its digest (once), within ``storage_bytes``; ``Rejected`` when it
+        would not fit."""
+        encoded = base64.b64encode(data).decode()
+        with self.journal.write() as w:
+            if self.journal.find(digest, "image_stored") is not None:
+                return
+            size = self.journal.size_bytes() + len(encoded)
+            if size > w.proj.limits["storage_bytes"]:
+                raise Rejected(f"it would take the Session past storage_bytes ({size} bytes)")
+            w.append(ev.image_stored(digest, media_type, len(data), encoded))
+
+    def image(self, digest: str) -> tuple[str, str] | None:
+        """``(media_type, base64 data)`` of a stored picture, or None."""
+        found = self.journal.find(digest, "image_stored")
+        return None if found is None else (str(found["media_type"]), str(found["data"]))
 
     def set_watermark(self, name: str, value: Any) -> None:
         with self.journal.write() as w:

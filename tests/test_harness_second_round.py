@@ -4,11 +4,13 @@ Real ``rio-ci run`` subprocesses, the real SDK, the strict fake Messages API."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from rio_ci.model.environment import ENVIRONMENT_HEADER
 from tests.harness_kit import DONE, MODEL, UNPRICED, WatchedFake, kinds, patch
 from tests.kit import events
 from tests.run_cli import new_session, rio, status
@@ -64,9 +66,17 @@ def test_without_a_fallback_a_refusal_is_asked_again_of_the_same_model(tmp_path:
     with WatchedFake(db) as fake:
         fake.refusal("cyber")
         fake.reply_patch(patch(0, 1, DONE))
+        started = time.time()
         done = fake.run()
         asked = [r.model for r in fake.requests]
+        texts = [r.user_text for r in fake.requests]
     assert done.returncode == 0 and asked == [MODEL, MODEL]
+    # every request says where the model is, at the time it was sent
+    for text in texts:
+        block = text[text.index(ENVIRONMENT_HEADER) :]
+        unix = int(re.search(r"unix time: (\d+)", block).group(1))  # type: ignore[union-attr]
+        assert started - 1 <= unix <= time.time()
+        assert f"working directory: {tmp_path}" in block and "git status --short:" in block
 
 
 def test_an_unpriced_fallback_refuses_to_start(tmp_path: Path) -> None:

@@ -4,6 +4,11 @@ by effort, and the corrected model table."""
 
 from __future__ import annotations
 
+import json
+import platform
+import subprocess
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -18,6 +23,13 @@ from rio_ci.model.anthropic import (
     AnthropicModel,
     strict_obstacle,
     tool_for,
+)
+from rio_ci.model.environment import (
+    ENVIRONMENT_HEADER,
+    STATUS_BYTES,
+    STATUS_LINES,
+    environment_block,
+    git_status,
 )
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.test_model_anthropic import KEY, PATCH, ask_error, fake, model_for, request
@@ -189,3 +201,80 @@ def test_every_retired_entry_has_a_date_a_listed_replacement_and_a_source() -> N
         assert spec["retired"] <= table.checked(), name
         assert table.lookup(spec["replacement"]) is not None, name
         assert spec["source"].startswith("https://platform.claude.com/docs/"), name
+
+
+# --- the environment block -------------------------------------------------------------------
+
+
+def test_the_environment_block_follows_the_last_breakpoint_and_keeps_the_prefix(
+    fake: FakeAnthropic,
+) -> None:
+    model = model_for(fake)
+    for now in (1_800_000_000, 1_800_000_600):
+        fake.reply_patch(PATCH)
+        block = environment_block(Path("/work/repo"), now=now)
+        model.ask(replace(request(), environment=block))
+    bodies = [r.body for r in fake.requests]
+    prefixes = []
+    for body, now in zip(bodies, (1_800_000_000, 1_800_000_600), strict=True):
+        content = body["messages"][0]["content"]
+        last_mark = max(i for i, b in enumerate(content) if b.get("cache_control"))
+        (where,) = [i for i, b in enumerate(content) if b["text"].startswith(ENVIRONMENT_HEADER)]
+        assert where > last_mark
+        assert f"unix time: {now}" in content[where]["text"]
+        assert "working directory: /work/repo" in content[where]["text"]
+        cached = {
+            "system": body["system"],
+            "tools": body["tools"],
+            "head": content[: last_mark + 1],
+        }
+        prefixes.append(json.dumps(cached, sort_keys=True))
+    assert prefixes[0] == prefixes[1]
+    assert bodies[0]["messages"] != bodies[1]["messages"]  # only the block changed
+
+
+def test_the_block_says_date_time_os_python_and_status(tmp_path: Path) -> None:
+    block = environment_block(tmp_path, now=1_800_000_000)
+    assert "date: 2027-01-15 (UTC; 2027-01-15T08:00:00Z)" in block
+    assert f"python: {platform.python_version()}" in block and f"os: {platform.platform()}" in block
+    assert "git status unavailable: fatal: not a git repository" in block
+
+
+def init_repo(path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+
+
+def test_git_status_is_clipped_with_a_marker(tmp_path: Path) -> None:
+    init_repo(tmp_path)
+    assert git_status(tmp_path) == "(clean)"
+    for number in range(STATUS_LINES + 15):
+        (tmp_path / f"file-{number:03}.txt").write_text("x")
+    shown = git_status(tmp_path).splitlines()
+    assert len(shown) == STATUS_LINES + 1 and shown[0] == "?? file-000.txt"
+    assert shown[-1] == "[… 15 more lines not shown]"
+    long_names = tmp_path / "long"
+    long_names.mkdir()
+    init_repo(long_names)
+    for number in range(30):
+        (long_names / (f"{number:02}" + "n" * 200)).write_text("x")
+    assert len(git_status(long_names).encode()) <= STATUS_BYTES + 100
+
+
+def test_git_status_honours_none_of_the_trees_configuration(tmp_path: Path) -> None:
+    init_repo(tmp_path)
+    ran = tmp_path.parent / f"{tmp_path.name}-ran"
+    hook = tmp_path.parent / f"{tmp_path.name}-hook.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    hook.chmod(0o755)
+    (tmp_path / "tracked.txt").write_text("x")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "tracked.txt"], check=True)
+    with (tmp_path / ".git" / "config").open("a") as config:
+        config.write(f"[core]\n\tfsmonitor = {hook}\n")
+    (tmp_path / "tracked.txt").write_text("changed")
+    assert "tracked.txt" in git_status(tmp_path)
+    with (tmp_path / ".git" / "config").open("a") as config:
+        config.write(f'[filter "evil"]\n\tclean = {hook}\n')
+    (tmp_path / ".gitattributes").write_text("*.txt filter=evil\n")
+    said = git_status(tmp_path)
+    assert said.startswith("git status unavailable: the tree's git configuration declares filter")
+    assert not ran.exists()  # neither the fsmonitor nor the filter program ever ran

@@ -410,6 +410,18 @@ def run_ended(
     return Event("run_ended", dict(data))
 
 
+class ImageStored(TypedDict):
+    digest: str  # sha256 of the picture's bytes, hex
+    media_type: str  # image/png | image/jpeg | image/gif | image/webp (by its first bytes)
+    size: int  # bytes
+    data: str  # base64
+
+
+def image_stored(digest: str, media_type: str, size: int, data: str) -> Event:
+    stored: ImageStored = {"digest": digest, "media_type": media_type, "size": size, "data": data}
+    return Event("image_stored", dict(stored), digest)
+
+
 def watermark(name: str, value: Json) -> Event:
     data: Watermark = {"name": name, "value": value}
     return Event("watermark", dict(data), name)
@@ -421,7 +433,9 @@ def imported(kind: str, data: dict[str, Any]) -> Event:
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
     message = data.get("message")
-    keys = [k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name") if k in data]
+    keys = [
+        k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name", "digest") if k in data
+    ]
     ref = (
         message.get("id")
         if isinstance(message, dict)
@@ -455,6 +469,7 @@ KINDS = (
     "timer_cancelled",
     "run_ended",
     "watermark",
+    "image_stored",
 )
 
 # Events that are observations a resolution may cite (SPEC §3.8).

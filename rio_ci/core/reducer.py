@@ -164,6 +164,10 @@ def _price_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     proj.prices[d["model"]] = dict(d["price"])
 
 
+def _image_stored(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    """A picture kept for the model (read back by digest); it changes no State."""
+
+
 def _model_attempt(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ModelAttempt, data)
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
@@ -336,6 +340,7 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "timer_cancelled": _timer_cancelled,
     "run_ended": _run_ended,
     "watermark": _watermark,
+    "image_stored": _image_stored,
 }
 assert tuple(_HANDLERS) == ev.KINDS
 

@@ -36,6 +36,7 @@ from rio_ci.github.events import (
 )
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import rejections_note, restore
+from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
@@ -263,6 +264,7 @@ def _work(
         issue,
         warn=lambda message: warn(env, message),
         reported=trigger.data.get("check"),
+        fetcher=ImageFetcher(env.server_url, env.api_url, env.token),
     )
     if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
         (env.state_dir / JOB_FILE).unlink(missing_ok=True)

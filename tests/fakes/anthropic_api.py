@@ -73,6 +73,14 @@ class ReceivedRequest:
         """Every text block of the (last) user message, joined."""
         return "\n".join(rules_.user_blocks(self.body))
 
+    @property
+    def images(self) -> list[dict[str, Any]]:
+        """Every image block of the (last) user message, in order."""
+        content = self.body["messages"][-1]["content"]
+        if not isinstance(content, list):
+            return []
+        return [block for block in content if block.get("type") == "image"]
+
     def state(self) -> dict[str, Any]:
         """The State this request showed the model, rebuilt from its blocks."""
         return rules_.state_from(self.body)

@@ -246,11 +246,47 @@ def _check_messages(body: dict[str, Any], rules: Rules) -> None:
         content = message.get("content")
         if not content or not isinstance(content, str | list):
             raise _bad(f"messages.{number}.content: must be non-empty")
+        if isinstance(content, list):
+            for index, block in enumerate(content):
+                if isinstance(block, dict) and block.get("type") == "image":
+                    _check_image(block, f"messages.{number}.content.{index}")
     if messages[-1]["role"] == "assistant" and not rules.prefill:
         raise _bad(
             "This model does not support assistant message prefill. The conversation "
             "must end with a user message."
         )
+
+
+_IMAGE_TYPES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+
+
+def _check_image(block: dict[str, Any], where: str) -> None:
+    """An image block (vision): a base64 source of a supported type whose bytes are that type."""
+    import base64
+    import binascii
+
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") not in ("base64", "url", "file"):
+        raise _bad(f"{where}.source: must be a base64, url or file source")
+    if source["type"] != "base64":
+        return
+    kind = source.get("media_type")
+    if kind not in _IMAGE_TYPES:
+        raise _bad(
+            f"{where}.source.media_type: Input should be 'image/jpeg', 'image/png', "
+            "'image/gif' or 'image/webp'"
+        )
+    try:
+        data = base64.b64decode(str(source.get("data") or ""), validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad(f"{where}.source.data: invalid base64 data") from None
+    if not data or not data.startswith(_IMAGE_TYPES[kind]):
+        raise _bad(f"{where}: Image does not match the provided media type {kind}")
 
 
 def _check_thinking(body: dict[str, Any], rules: Rules, model: str) -> None:
