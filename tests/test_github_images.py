@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from action_job import Repository, labeled, note_cell
+from action_job import Repository, cmd_cell, commented, labeled, note_cell
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.limits import Limits
@@ -231,3 +231,46 @@ def test_an_issue_with_a_png_gives_a_first_request_carrying_it(
     assert repo.step(job, "finish").code == 0
     stored = [e for e in repo.events(job) if e["kind"] == "image_stored"]
     assert [e["media_type"] for e in stored] == ["image/png"]
+
+
+def run_job(repo: Repository, model: FakeAnthropic, event: str, payload: dict[str, Any]) -> None:
+    """One job (run, finish, upload) with the Claude model of the Messages API fake."""
+    job = repo.prepare(event, payload)
+    job.env.update(
+        RIO_MODEL="anthropic:claude-sonnet-5-5",
+        ANTHROPIC_BASE_URL=model.base_url,
+        ANTHROPIC_API_KEY="sk-ant-test-key",
+    )
+    step = repo.step(job)
+    assert step.code == 0, step.stdout + step.stderr
+    assert repo.step(job, "finish").code == 0
+    repo.upload(job)
+
+
+@pytest.mark.people(alice="write")
+def test_a_comment_s_picture_goes_with_the_turn_that_delivers_it(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    shot = png(5, 5)
+    gh.attachments["after"] = (shot, "image/png")
+    repo = Repository(tmp_path, gh)
+    issue = gh.add_issue("Fix the colour", body="It looks wrong.", labels=("rio",))
+    with FakeAnthropic() as model:
+        model.reply_patch(Patch.at(0, 1).add(note_cell("need a screenshot")).build())
+        run_job(repo, model, "issues", labeled(issue))  # round 1, then it waits
+        comment = gh.add_comment(issue, f"Here: ![after the click]({asset(gh, 'after')})")
+        model.reply_patch(Patch.at(1, 2).add(cmd_cell("echo", "checked")).build())
+        done = note_cell("fixed", role="conclusion", result="success")
+        model.reply_patch(Patch.at(2, 3).add(done).build())
+        run_job(repo, model, "issue_comment", commented(gh, comment))
+        requests = model.requests
+    assert len(requests) == 3
+    assert requests[0].images == []
+    (block,) = requests[1].images  # the Turn that delivers the comment
+    assert block["source"]["data"] == base64.b64encode(shot).decode()
+    assert "Picture 1, from message comment:" in requests[1].user_text
+    assert requests[2].images == []  # the comment was consumed: no longer in the State
+    # the picture comes after the cached prefix: the stable blocks carry no image
+    content = requests[1].body["messages"][0]["content"]
+    last_mark = max(i for i, b in enumerate(content) if b.get("cache_control"))
+    assert all(b["type"] == "text" for b in content[: last_mark + 1])

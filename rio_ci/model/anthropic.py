@@ -22,22 +22,22 @@ and rationale: never keys, headers or the request.
 
 from __future__ import annotations
 
-import email.utils
 import importlib.util
 import os
-import time
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import anthropic
 import httpx2
-from anthropic.types import Message, ThinkingConfigParam, ToolParam
+from anthropic.types import Message, ThinkingConfigParam
 
 from rio_ci.errors import ModelError, UsageError
 from rio_ci.model import table
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
+from rio_ci.model.failures import status_error
 from rio_ci.model.layout import system_blocks, user_content
+from rio_ci.model.step_tool import PATCH_OPS, STEP_TOOL, step_patch, strict_obstacle, tool_for
 
 __all__ = [
     "PATCH_OPS",
@@ -52,76 +52,6 @@ __all__ = [
 PROVIDERS = ("anthropic", "bedrock", "vertex")
 RATIONALE_CHARS = 16_000
 
-# The operations admission accepts (rio_ci/core/admission.py): a patch is a list of these.
-PATCH_OPS = ("test", "add", "replace", "remove")
-
-STEP_TOOL: ToolParam = {
-    "name": "step",
-    "description": (
-        "Submit this Turn's decision: an RFC 6902 JSON Patch on the State. The first operation "
-        'must be {"op": "test", "path": "/revision", "value": <revision shown>}.'
-    ),
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "patch": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "op": {"type": "string", "enum": list(PATCH_OPS)},
-                        "path": {"type": "string"},
-                        # any JSON value: a Cell, the revision, a field's new value
-                        "value": {},
-                    },
-                    "required": ["op", "path"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        "required": ["patch"],
-        "additionalProperties": False,
-    },
-}
-
-
-def strict_obstacle(schema: Any, where: str = "input_schema") -> str | None:
-    """Why ``schema`` cannot be sent under strict tool use, or None when it can.
-
-    Strict tool use compiles the schema into a grammar and needs every object closed
-    (``additionalProperties: false``, docs/models.md); a value left open (``{}``: any JSON,
-    objects with any keys included) cannot be closed. ``step``'s ``value`` is such a value
-    (a Cell's keys depend on its kind), so ``step`` is sent without ``strict``."""
-    if not isinstance(schema, dict):
-        return f"{where} is not a schema"
-    if not ({"type", "enum", "const", "anyOf"} & set(schema)):
-        return f"{where} is an open value (any JSON)"
-    if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
-        return f"{where} is an object without additionalProperties: false"
-    for name, sub in (schema.get("properties") or {}).items():
-        if (reason := strict_obstacle(sub, f"{where}.{name}")) is not None:
-            return reason
-    if "items" in schema:
-        return strict_obstacle(schema["items"], f"{where}[]")
-    return None
-
-
-def tool_for(info: table.ModelInfo, tool: ToolParam) -> ToolParam:
-    """``tool`` as sent to the model of ``info``: with ``strict: true`` where the model offers
-    strict tool use and the schema can be strict; as given otherwise."""
-    if info.features.strict_tools and strict_obstacle(tool["input_schema"]) is None:
-        return {**tool, "strict": True}
-    return tool
-
-
-# Status codes where another attempt may succeed (5xx and 529 too); and the error types a
-# stream reports mid-way (HTTP 200 already sent) that mean the same.
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
-_RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
-# Final whatever the status: a spend cap (a 429 without retry-after, docs/models.md) and
-# billing problems.
-_FINAL_CODES = frozenset({"enforced_spend_limit_reached"})
-_FINAL_TYPES = frozenset({"billing_error"})
 _EXTRAS = {"bedrock": ("boto3", "botocore"), "vertex": ("google.auth",)}
 
 
@@ -233,7 +163,7 @@ class AnthropicModel:
                 answered = True
                 message = stream.get_final_message()
         except anthropic.APIStatusError as exc:
-            raise _status_error(self.provider, self.model, exc) from exc
+            raise status_error(self.provider, self.model, exc) from exc
         except anthropic.APITimeoutError as exc:
             raise ModelError(f"{self.provider}: the request timed out", transient=True) from exc
         except anthropic.APIConnectionError as exc:
@@ -271,7 +201,7 @@ class AnthropicModel:
         usage, usage_raw = self._usage(message)
         rationale = _rationale(message)
         calls = [block for block in message.content if block.type == "tool_use"]
-        patch, invalid = _step_patch(message, calls, self.max_tokens)
+        patch, invalid = step_patch(message, calls, self.max_tokens)
         raw: dict[str, Any] = {
             "id": message.id,
             "model": message.model,
@@ -320,68 +250,6 @@ def _checked_effort(info: table.ModelInfo, effort: str) -> str:
     return effort
 
 
-def _step_patch(
-    message: Message, calls: list[Any], max_tokens: int
-) -> tuple[list[Any] | None, str | None]:
-    """The single step call's patch, or why ``message`` cannot be admitted (phrased for the
-    model, which is told on its next attempt)."""
-    reason = _unusable(message, calls, max_tokens)
-    if reason is not None:
-        return None, reason
-    tool_input = calls[0].input
-    patch = tool_input.get("patch") if isinstance(tool_input, dict) else None
-    if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
-        return None, (
-            'malformed step input: it must be {"patch": [operation objects]}, a '
-            "list of RFC 6902 operations, each a JSON object."
-        )
-    if message.stop_reason != "tool_use":
-        return None, f"the reply stopped with {message.stop_reason!r}, not a complete step call."
-    for number, op in enumerate(patch):
-        if op.get("op") not in PATCH_OPS or not isinstance(op.get("path"), str):
-            return None, (
-                f"malformed step input: operation {number} must have an op of "
-                f"{', '.join(PATCH_OPS)} and a string path; got op {op.get('op')!r}, "
-                f"path {op.get('path')!r}."
-            )
-    return patch, None
-
-
-def _unusable(message: Message, calls: list[Any], max_tokens: int) -> str | None:
-    stop = message.stop_reason
-    if stop == "refusal":
-        details = getattr(message, "stop_details", None)
-        category = getattr(details, "category", None)
-        return (
-            f"the reply was a refusal{f' (category: {category})' if category else ''}. If "
-            "the task is legitimate, take a different, clearly benign approach; otherwise "
-            "conclude with result failure and say why."
-        )
-    if stop == "max_tokens":
-        return (
-            f"the reply was cut off at max_tokens ({max_tokens}) before a complete step "
-            "call. Think less, write less, and send a smaller patch (one or two Cells)."
-        )
-    if stop == "model_context_window_exceeded":
-        return (
-            "the request filled the model's context window. Remove Cells you no longer need "
-            "and keep outputs short."
-        )
-    if not calls:
-        return (
-            f"no step call (stop reason {stop}). Text alone does nothing: call the step "
-            'tool exactly once with {"patch": [...]}.'
-        )
-    if len(calls) > 1:
-        return (
-            f"{len(calls)} tool calls in one reply. Call step exactly once; put every "
-            "operation in that one patch."
-        )
-    if calls[0].name != "step":
-        return f"unknown tool {calls[0].name!r}. The only tool is step."
-    return None
-
-
 def _rationale(message: Message) -> str:
     """The reply's text; else its thinking summary (the 5.x family writes the reasoning it
     shows between tool calls as thinking); clipped for the Journal."""
@@ -397,76 +265,6 @@ def _rationale(message: Message) -> str:
         half = RATIONALE_CHARS // 2
         text = f"{text[:half]}\n[… {len(text) - 2 * half} characters elided …]\n{text[-half:]}"
     return text
-
-
-def _status_error(provider: str, model: str, exc: anthropic.APIStatusError) -> ModelError:
-    status = exc.status_code
-    kind, text, code = _error_body(exc)
-    if status == 200:  # an ``error`` event inside a stream that had begun
-        transient = kind in _RETRYABLE_TYPES
-    else:
-        transient = status in _RETRYABLE_STATUS or status >= 500
-    label = f"HTTP {status}" if status != 200 else "stream error"
-    detail = f"{kind} ({code})" if code else kind
-    message = f"{provider} {label}: {detail}: {text}"
-    if code in _FINAL_CODES or kind in _FINAL_TYPES:
-        # A spend cap or a billing problem: asking again fails until a person acts.
-        transient = False
-        message += " — an account limit, not retried"
-    elif status == 404 and kind == "not_found_error":
-        message += _replacement_hint(model)
-    # An error answered before any output (status != 200) is not billed; one inside a stream
-    # that had begun may have been, so its usage stays unknown.
-    return ModelError(
-        message,
-        transient=transient,
-        retry_after=_retry_after(exc.response.headers) if transient else None,
-        status=status if status != 200 else None,
-    )
-
-
-def _replacement_hint(model: str) -> str:
-    """What to use instead of a model the provider does not know (from the model table)."""
-    gone = table.retired(model)
-    if gone is not None:
-        return f" — {gone.id} was retired on {gone.retired}; use {gone.replacement}"
-    if table.lookup(model) is None:
-        return f" — the model table does not list {model}; the default is {table.default_model()}"
-    return ""
-
-
-def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str, str | None]:
-    """The provider's own error type, message and ``error.details.error_code`` when the body
-    has the documented shape."""
-    body = exc.body
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        details = error.get("details")
-        code = details.get("error_code") if isinstance(details, dict) else None
-        return str(error.get("type", "error")), error["message"], str(code) if code else None
-    return "error", exc.message, None
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
 
 
 def _client(
