@@ -250,6 +250,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         effort=args.effort,
         cell_user=args.cell_user,
         emit=partial(_out, args),
+        fallback=args.fallback_model,
     )
 
 
@@ -287,6 +288,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         emit=_emit,
         price=args.price,
         effort=args.effort,
+        fallback=args.fallback_model,
     )
 
 
@@ -406,6 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
             default="high",
             help="how hard the model thinks: low, "
             "medium, high (default), xhigh or max, where the model offers it",
+        )
+        q.add_argument(
+            "--fallback-model",
+            metavar="MODEL",
+            help="the model asked instead after a refusal, for the rest of that Turn (a spec "
+            "as for --model, or a model id on the same provider)",
         )
     specs["state"].add_argument("db")
     p = specs["events"]

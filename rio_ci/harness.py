@@ -24,14 +24,15 @@ from typing import Any
 from rio_ci.core.text import escape_control
 from rio_ci.errors import ModelError, Rejected, RunEnded
 from rio_ci.live import LiveLog
-from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage, strict_reply
+from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, strict_reply
+from rio_ci.model.environment import environment_block
 from rio_ci.run.owner import Owner
 from rio_ci.treefile import read_tree_file
 
 # An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
 # at least two bytes of JSON; the system prompt and tool are far below PROMPT_TOKENS).
 PROMPT_TOKENS = 20_000
-MAX_REPLY_TOKENS = 32_000
+MAX_REPLY_TOKENS = 64_000  # the most max_tokens asks for (at xhigh and max)
 BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
 GUIDANCE_FILES = ("AGENTS.md", "CLAUDE.md", ".github/copilot-instructions.md")
@@ -60,10 +61,14 @@ class Harness:
         *,
         live: LiveLog | None = None,
         external_wakeups: bool = False,
+        fallback: Model | None = None,
     ):
         self.owner = owner
         self.session = owner.session
         self.model = model
+        # asked instead of ``model`` for the rest of a Turn once a reply of it was a refusal
+        self.fallback = fallback
+        self._images: dict[str, tuple[str, str]] = {}  # digest → (media type, base64)
         self.live = live
         self.external_wakeups = external_wakeups
         self.deadline: float | None = None
@@ -137,12 +142,18 @@ class Harness:
             feedback=state["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
             guidance=read_guidance(Path(self.session.proj.session["cwd"]), self.warn_once),
+            environment=environment_block(Path(self.session.proj.session["cwd"])),
+            images=self.pictures(turn["state"]),
         )
+        model = self.fallback if self.fallback is not None and state["refused"] else self.model
         attempt = self.session.begin_attempt(
-            turn["turn_id"], self.model.name, [request.state, request.feedback]
+            turn["turn_id"],
+            model.name,
+            [request.state, request.feedback],
+            fallback_from=self.model.name if model is not self.model else None,
         )
         box: dict[str, Any] = {}
-        thread = threading.Thread(target=self._call, args=(request, box), daemon=True)
+        thread = threading.Thread(target=self._call, args=(model, request, box), daemon=True)
         thread.start()
         while thread.is_alive():  # the Owner keeps supervising while the model thinks
             if (stop := self.interrupted()) is not None:
@@ -157,9 +168,40 @@ class Harness:
         self.failed(turn["turn_id"], attempt, state, box["error"])
         return None
 
-    def _call(self, request: ModelRequest, box: dict[str, Any]) -> None:
+    def pictures(self, state: dict[str, Any]) -> tuple[Picture, ...]:
+        """The goal's pictures and those of the Inbox messages ``state`` shows (stored by
+        digest; docs/github.md): sent while their text is in the State."""
+        wanted: list[tuple[str, str, dict[str, Any]]] = [
+            ("goal", "the goal", ref)
+            for ref in self.session.proj.watermarks.get("goal_images") or []
+            if isinstance(ref, dict)
+        ]
+        for message in state["runtime"].get("inbox") or []:
+            payload = message.get("payload")
+            refs = payload.get("images") if isinstance(payload, dict) else None
+            for ref in refs if isinstance(refs, list) else []:
+                if isinstance(ref, dict):
+                    wanted.append((str(message["id"]), f"message {message['id']}", ref))
+        pictures = []
+        for number, (owner, whose, ref) in enumerate(wanted, start=1):
+            stored = self._stored_image(str(ref.get("digest")))
+            if stored is not None:
+                alt = f" ({ref['alt']})" if ref.get("alt") else ""
+                label = f"Picture {number}, from {whose}{alt}:"
+                pictures.append(Picture(owner, label, stored[0], stored[1]))
+        return tuple(pictures)
+
+    def _stored_image(self, digest: str) -> tuple[str, str] | None:
+        if digest not in self._images:
+            found = self.session.image(digest)
+            if found is None:
+                return None
+            self._images[digest] = found
+        return self._images[digest]
+
+    def _call(self, model: Model, request: ModelRequest, box: dict[str, Any]) -> None:
         try:
-            box["reply"] = self.model.ask(request)
+            box["reply"] = model.ask(request)
         except ModelError as exc:
             box["error"] = exc
         except Exception as exc:  # a provider bug must not kill the Owner
@@ -167,11 +209,15 @@ class Harness:
 
     def failed(self, turn_id: str, attempt: int, state: dict[str, Any], error: ModelError) -> None:
         """Commit a failed attempt; a transient one is retried after a persisted backoff
-        (exponential from about a second, capped, with jitter; longer if the provider asks)."""
+        (exponential from about a second, capped, with jitter; longer if the provider asks),
+        unless that wait would pass ``provider_retry_seconds``: then the run ends at once,
+        saying so, rather than waiting for nothing."""
         now = time.time()
+        since = state["retry_since"] or now
         delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** state["transient"])
         delay *= random.uniform(0.5, 1.0)
         delay = max(delay, error.retry_after or 0.0)
+        gave_up = self.give_up(error, delay, now - since) if error.transient else None
         # An HTTP answer (a status) is not billed; a lost connection may have been.
         usage = (
             None
@@ -184,11 +230,30 @@ class Harness:
             str(error),
             transient=error.transient,
             not_before=now + delay if error.transient else 0.0,
-            retry_since=state["retry_since"] or now,
+            retry_since=since,
             usage=usage,
+            gave_up=gave_up,
         )
         if not error.transient:
             self.owner.end_in_failure(f"model error: {error}")
+        elif gave_up is not None:
+            self.owner.end_in_failure(f"model error: {error} — {gave_up}")
+
+    def give_up(self, error: ModelError, delay: float, used: float) -> str | None:
+        """Why a transient failure is not retried (its wait passes the retry budget), or None."""
+        limit = float(self.session.limits["provider_retry_seconds"])
+        left = limit - used
+        if delay <= left:
+            return None
+        if error.retry_after is not None and error.retry_after >= delay:
+            return (
+                f"the provider asks to wait {error.retry_after:.0f} s, more than the "
+                f"{max(left, 0.0):.0f} s left of provider_retry_seconds ({limit:.0f} s)"
+            )
+        return (
+            f"the model provider kept failing for {used:.0f} s; the next retry (in "
+            f"{delay:.1f} s) would pass provider_retry_seconds ({limit:.0f} s)"
+        )
 
     def admit(self, turn_id: str, patch: list[Any]) -> None:
         try:
@@ -266,9 +331,11 @@ class Harness:
         unknown is counted at this price, never as free."""
         context_tokens = self.session.limits["context_bytes"] // 2 + PROMPT_TOKENS
         # priced by the model, whose long-prompt tier (if any) applies to a long context
+        models = [self.model] if self.fallback is None else [self.model, self.fallback]
         costs = [
-            self.model.cost(Usage(output_tokens=MAX_REPLY_TOKENS, **{kind: context_tokens}))
+            model.cost(Usage(output_tokens=MAX_REPLY_TOKENS, **{kind: context_tokens}))
             for kind in ("cache_write_tokens", "input_tokens")
+            for model in models
         ]
         # run refuses to start an unpriced model with a cost budget
         return max((c for c in costs if c is not None), default=0.0)

@@ -82,8 +82,8 @@ class LiveLog:
         if event.get("invalid"):
             lines.append(f"   reply not admitted: {escape_control(event['invalid'])}")
         if event.get("error"):
-            again = " (will retry)" if event.get("transient") else ""
-            lines.append(f"   model error{again}: {escape_control(clip(event['error'], 500))}")
+            error = escape_control(clip(event["error"], 500))
+            lines.append(f"   model error: {error} — {self._retry_note(event)}")
         usage = self.session.proj.usage
         if event.get("usage"):
             lines.append(
@@ -101,6 +101,30 @@ class LiveLog:
         lines += [f"   + [{cell['id']}] {describe(cell)}" for cell in event["cells"]]
         lines += [f"   - [{cell_id}] removed" for cell_id in event["removed"]]
         return lines
+
+    def _retry_note(self, event: dict[str, Any]) -> str:
+        """What happens after a failed attempt: how long the retry waits and how much of the
+        retry budget is used, or why there is none."""
+        if event.get("gave_up"):
+            return f"not retried: {event['gave_up']}"
+        if not event.get("transient"):
+            return "final, not retried"
+        at = float(event["at"])
+        wait = max(float(event.get("not_before") or at) - at, 0.0)
+        used = at - float(event.get("retry_since") or at)
+        limit = self.session.limits["provider_retry_seconds"]
+        return (
+            f"retrying in {wait:.1f} s (attempt {event['attempt']}, {used:.0f} s of "
+            f"{limit:.0f} s used)"
+        )
+
+    def _model_attempt(self, event: dict[str, Any]) -> list[str]:
+        if event.get("fallback_from"):
+            return [
+                f"   the last reply was a refusal: attempt {event['attempt']} goes to "
+                f"{event['model']} (fallback for {event['fallback_from']})"
+            ]
+        return []
 
     def _execution_started(self, event: dict[str, Any]) -> list[str]:
         return [f"   [{event['cell_id']}] started"]

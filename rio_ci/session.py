@@ -9,6 +9,7 @@ authorised, output, a result, a model reply); events are built only by the const
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -178,6 +179,23 @@ class Session:
             for event in events:
                 w.append(ev.imported(event["kind"], event["data"]))
 
+    def store_image(self, digest: str, media_type: str, data: bytes) -> None:
+        """Keep a picture by its digest (once), within ``storage_bytes``; ``Rejected`` when it
+        would not fit."""
+        encoded = base64.b64encode(data).decode()
+        with self.journal.write() as w:
+            if self.journal.find(digest, "image_stored") is not None:
+                return
+            size = self.journal.size_bytes() + len(encoded)
+            if size > w.proj.limits["storage_bytes"]:
+                raise Rejected(f"it would take the Session past storage_bytes ({size} bytes)")
+            w.append(ev.image_stored(digest, media_type, len(data), encoded))
+
+    def image(self, digest: str) -> tuple[str, str] | None:
+        """``(media_type, base64 data)`` of a stored picture, or None."""
+        found = self.journal.find(digest, "image_stored")
+        return None if found is None else (str(found["media_type"]), str(found["data"]))
+
     def set_watermark(self, name: str, value: Any) -> None:
         with self.journal.write() as w:
             if w.proj.watermarks.get(name) != value:
@@ -285,13 +303,16 @@ class Session:
             if w.proj.prices.get(model) != price:
                 w.append(ev.price_set(model, price))
 
-    def begin_attempt(self, turn_id: str, model: str, request: Any) -> int:
-        """Commit a model attempt before its request is sent; returns its number."""
+    def begin_attempt(
+        self, turn_id: str, model: str, request: Any, fallback_from: str | None = None
+    ) -> int:
+        """Commit a model attempt before its request is sent; returns its number.
+        ``fallback_from``: the model this attempt replaces (a fallback after a refusal)."""
         fingerprint = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         with self.journal.write() as w:
             turn = w.proj.turn
             attempt = (turn["attempts"] + turn["transient"] + 1) if turn else 1
-            w.append(ev.model_attempt(turn_id, attempt, fingerprint, model))
+            w.append(ev.model_attempt(turn_id, attempt, fingerprint, model, fallback_from))
         crash_point("attempt_after_commit")
         return attempt
 
@@ -325,22 +346,23 @@ class Session:
         not_before: float,
         retry_since: float | None,
         usage: dict[str, Any] | None,
+        gave_up: str | None = None,
     ) -> None:
+        """Commit a failed attempt; ``gave_up`` says why a transient one is not retried."""
+        data: ev.ModelResponse = {
+            "turn_id": turn_id,
+            "attempt": attempt,
+            "ok": False,
+            "error": error,
+            "transient": transient,
+            "not_before": not_before,
+            "retry_since": retry_since,
+            "usage": usage,
+        }
+        if gave_up is not None:
+            data["gave_up"] = gave_up
         with self.journal.write() as w:
-            w.append(
-                ev.model_response(
-                    {
-                        "turn_id": turn_id,
-                        "attempt": attempt,
-                        "ok": False,
-                        "error": error,
-                        "transient": transient,
-                        "not_before": not_before,
-                        "retry_since": retry_since,
-                        "usage": usage,
-                    }
-                )
-            )
+            w.append(ev.model_response(data))
 
     # --- Timers (any process; usually a Cell through rio_ci.api) --------------------------
 

@@ -355,7 +355,7 @@ def test_rejected_patch_reason_is_shown_on_the_next_attempt(
     (rejected,) = kinds(evs, "patch_rejected")
     assert rejected["reason"]
     first, second = fake.requests
-    assert "rejected" not in first.user_text
+    assert "rejected" not in turn_text(first)  # (the test's own directory name says it)
     assert f"rejected: {rejected['reason']}" in turn_text(second)
     (accepted,) = kinds(evs, "patch_accepted")
     assert accepted["turn_id"] == rejected["turn_id"]  # the rejection did not use up the Turn

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import re
 import signal
 import sys
 import time
@@ -268,7 +269,11 @@ def test_six_transient_errors_in_a_row_do_not_use_up_model_attempts(tmp_path: Pa
     # have been, so they stay unknown (never free).
     assert used["unknown_cost_attempts"] == 3
     assert used["cost_usd"] == pytest.approx(cost(900, 90))
-    assert log.getvalue().count("(will retry)") == 6
+    assert log.getvalue().count("— retrying in ") == 6
+    assert re.search(
+        r"HTTP 529: overloaded_error: .* — retrying in \d+\.\d s \(attempt 1, 0 s of \d+ s used\)",
+        log.getvalue(),
+    )
 
 
 def test_transient_failures_give_up_after_provider_retry_seconds(tmp_path: Path) -> None:
@@ -283,7 +288,7 @@ def test_transient_failures_give_up_after_provider_retry_seconds(tmp_path: Path)
     assert done.returncode == 1 and status(done.stdout)["status"] == "failed"
     assert 2 <= asked < 10 and took < 15
     (ended,) = kinds(events(db), "run_ended")
-    assert "kept failing for over 2 s" in ended["reason"] and "529" in ended["reason"]
+    assert "would pass provider_retry_seconds (2 s)" in ended["reason"] and "529" in ended["reason"]
     failures = kinds(events(db), "model_response")
     assert len(failures) == asked and all(f["transient"] for f in failures)
     # It gave up as soon as the next retry would fall past the limit, without waiting.
@@ -299,7 +304,11 @@ def test_a_retry_after_past_the_limit_gives_up_at_once(tmp_path: Path) -> None:
         done = fake.run()
         assert time.monotonic() - started < 10 and len(fake.requests) == 1
     assert status(done.stdout)["status"] == "failed"
-    assert "kept failing for over 30 s" in kinds(events(db), "run_ended")[0]["reason"]
+    reason = kinds(events(db), "run_ended")[0]["reason"]
+    # said honestly: one failure, and a wait the retry budget cannot cover
+    assert "asks to wait 3600 s, more than the 30 s left of provider_retry_seconds" in reason
+    assert "kept failing" not in reason
+    assert "not retried: the provider asks to wait 3600 s" in done.stderr
 
 
 # --- provider errors, prices, effort ------------------------------------------------------------

@@ -74,8 +74,9 @@ def eval_command(
     emit: Callable[[Any], None],
     price: str | None = None,
     effort: str = "high",
+    fallback: str | None = None,
 ) -> int:
-    """``price`` and ``effort`` are passed on to every ``rio-ci run``."""
+    """``price``, ``effort`` and ``fallback`` are passed on to every ``rio-ci run``."""
     if trials < 1:
         raise UsageError("--trials must be at least 1")
     if timeout <= 0:
@@ -88,7 +89,12 @@ def eval_command(
         out=Path(out).resolve(),
         timeout=timeout,
         env=child_environment(),
-        run_args=(*(("--price", price) if price else ()), "--effort", effort),
+        run_args=(
+            *(("--price", price) if price else ()),
+            "--effort",
+            effort,
+            *(("--fallback-model", fallback) if fallback else ()),
+        ),
     )
     for kind in ("sessions", "logs"):
         shutil.rmtree(settings.out / kind / settings.mode, ignore_errors=True)

@@ -154,6 +154,7 @@ def render_text(session: Session) -> str:
         )
     for timer in proj.timers.values():
         lines.append(f"timer {escape_control(timer['id'])} due at {timer['deadline']}")
+    lines.extend(_fallback_lines(session))
     if proj.rationale:
         lines.append(
             "the model's last rationale: "
@@ -166,6 +167,21 @@ def render_text(session: Session) -> str:
         f" known cost, {usage.get('unknown_cost_attempts', 0)} attempts of unknown cost"
     )
     return "\n".join(lines)
+
+
+def _fallback_lines(session: Session) -> list[str]:
+    """Attempts that went to the fallback model after a refusal (``model_attempt`` events
+    with ``fallback_from``)."""
+    switched = [
+        event
+        for event in session.journal.events(kinds=("model_attempt",))
+        if event.get("fallback_from")
+    ]
+    return [
+        f"after a refusal, {escape_control(e['turn_id'])} attempt {e['attempt']} went to "
+        f"{escape_control(e['model'])} (fallback for {escape_control(e['fallback_from'])})"
+        for e in switched
+    ]
 
 
 def _execution_lines(ex: dict[str, Any]) -> list[str]:

@@ -103,6 +103,7 @@ def _turn_prepared(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         "not_before": 0.0,
         "feedback": None,
         "response": None,
+        "refused": False,  # a reply of this Turn was a refusal: a fallback model may answer next
     }
 
 
@@ -163,6 +164,10 @@ def _price_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     proj.prices[d["model"]] = dict(d["price"])
 
 
+def _image_stored(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    """A picture kept for the model (read back by digest); it changes no State."""
+
+
 def _model_attempt(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ModelAttempt, data)
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
@@ -200,6 +205,8 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         turn["retry_since"] = turn["retry_since"] or data.get("retry_since")
     if d.get("invalid"):
         turn["feedback"] = f"the reply had no admissible step call: {d['invalid']}"
+    if (d.get("raw") or {}).get("stop_reason") == "refusal":
+        turn["refused"] = True
     turn["response"] = {
         "attempt": d["attempt"],
         "ok": d["ok"],
@@ -338,6 +345,7 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "run_ended": _run_ended,
     "watermark": _watermark,
     "cell_user": _cell_user,
+    "image_stored": _image_stored,
 }
 assert tuple(_HANDLERS) == ev.KINDS
 

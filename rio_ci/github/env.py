@@ -57,6 +57,7 @@ class ActionEnv:
     model: str
     effort: str
     price: str | None
+    fallback_model: str | None  # RIO_FALLBACK_MODEL: asked after a refusal
     trigger_label: str
     config: str
     budget_minutes: float
@@ -102,6 +103,7 @@ class ActionEnv:
             model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
             effort=environ.get("RIO_EFFORT", "").strip() or "high",
             price=environ.get("RIO_PRICE", "").strip() or None,
+            fallback_model=environ.get("RIO_FALLBACK_MODEL", "").strip() or None,
             trigger_label=environ.get("RIO_TRIGGER_LABEL", "").strip() or DEFAULT_LABEL,
             config=environ.get("RIO_CONFIG", "").strip() or DEFAULT_CONFIG,
             budget_minutes=budget,

@@ -11,6 +11,7 @@ from rio_ci.github import progress
 from rio_ci.github.env import log
 from rio_ci.github.events import NEVER_WRITERS, branch_for, quote_untrusted, steer_command
 from rio_ci.github.forge.base import Check, Comment, Forge
+from rio_ci.github.images import ImageFetcher, kept
 from rio_ci.run.owner import Owner
 
 WRITERS = frozenset({"admin", "maintain", "write"})
@@ -39,6 +40,7 @@ def take_in(
     issue: int,
     warn: Callable[[str], None] | None = None,
     reported: Check | None = None,
+    fetcher: ImageFetcher | None = None,
 ) -> None:
     """Re-scan comments (issue and pull request) and checks; each observation enters the
     Inbox once, under a stable id. Listing checks is optional: a 403 or 404 there goes to
@@ -52,7 +54,7 @@ def take_in(
     numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
     try:
         for number in numbers:
-            _take_comments(owner, forge, number)
+            _take_comments(owner, forge, number, fetcher)
         listed = forge.checks(branch_for(issue), warn=warn)
         for check in sorted(
             {(c.kind, c.id): c for c in [*([reported] if reported else []), *listed]}.values(),
@@ -74,7 +76,9 @@ def take_in(
         log(f"::warning::rio-ci: an observation was not taken in: {exc}")
 
 
-def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
+def _take_comments(
+    owner: Owner, forge: Forge, number: int, fetcher: ImageFetcher | None = None
+) -> None:
     session = owner.session
     key = f"comments:{number}"
     last = int(session.proj.watermarks.get(key, 0))
@@ -97,6 +101,8 @@ def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
                     "url": comment.url,
                     "untrusted": True,
                     "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES),
+                    # its pictures, stored by digest (rio_ci/github/images.py)
+                    **(kept(session, fetcher.fetch(comment.body)) if fetcher else {}),
                 },
             )
         # "/rio status" needs nothing here: this job rewrites the progress comment anyway.

@@ -36,13 +36,14 @@ from rio_ci.github.events import (
 )
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import rejections_note, restore
+from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
 from rio_ci.harness import Harness
 from rio_ci.live import LiveLog
-from rio_ci.model.providers import parse_price, priced_model
+from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
@@ -272,6 +273,7 @@ def _work(
         issue,
         warn=lambda message: warn(env, message),
         reported=trigger.data.get("check"),
+        fetcher=ImageFetcher(env.server_url, env.api_url, env.token),
     )
     if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
         (env.state_dir / JOB_FILE).unlink(missing_ok=True)
@@ -295,11 +297,13 @@ def _work(
             "reason": proj.ended["reason"],
         }
     given = parse_price(env.price) if env.price else None
-    model = priced_model(env.model, effort=env.effort, price=given, stored=proj.prices)
+    model, fallback = priced_models(
+        env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
+    )
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
-    harness = Harness(owner, model, live=live, external_wakeups=True)
+    harness = Harness(owner, model, live=live, external_wakeups=True, fallback=fallback)
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)

@@ -14,14 +14,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
+from rio_ci.github import images
 from rio_ci.github.env import ActionEnv, Config, log
 from rio_ci.github.events import goal_for, requested_goal, steer_command
 from rio_ci.github.forge.base import Comment, Forge
+from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import is_ours, may_steer
 from rio_ci.github.progress import PUBLISHED
 from rio_ci.session import Session
@@ -55,10 +58,19 @@ def from_issue(
     """Start a Session on ``issue`` (the label), or on a maintainer's ``/rio`` request given
     as ``(author, url, request)``: then the issue also gets the trigger label."""
     info = forge.issue(issue)
-    goal = goal_for(issue, info.title, info.body)
+    # the issue's pictures (rio_ci/github/images.py): fetched first, so a note on one that
+    # was not fetched is part of the goal; stored once the Session exists
+    fetched = ImageFetcher(env.server_url, env.api_url, env.token).fetch(info.body)
+    goal = goal_for(issue, info.title, info.body) + images.notes_text(fetched)
     if request is not None:
         goal = requested_goal(goal, *request, follow_up=False)
-    create(env, db, config, goal).close()
+    session = create(env, db, config, goal)
+    try:
+        carried = images.kept(session, replace(fetched, notes=[]))
+        if carried.get("images"):
+            session.set_watermark(images.GOAL_IMAGES, carried["images"])
+    finally:
+        session.close()
     if request is not None and env.trigger_label not in info.labels:
         forge.add_label(issue, env.trigger_label)
         log(f"rio-ci: #{issue} labelled {env.trigger_label!r} for the Session /rio started")

@@ -73,6 +73,14 @@ class ReceivedRequest:
         """Every text block of the (last) user message, joined."""
         return "\n".join(rules_.user_blocks(self.body))
 
+    @property
+    def images(self) -> list[dict[str, Any]]:
+        """Every image block of the (last) user message, in order."""
+        content = self.body["messages"][-1]["content"]
+        if not isinstance(content, list):
+            return []
+        return [block for block in content if block.get("type") == "image"]
+
     def state(self) -> dict[str, Any]:
         """The State this request showed the model, rebuilt from its blocks."""
         return rules_.state_from(self.body)
@@ -228,13 +236,13 @@ class FakeAnthropic:
         error_type: str,
         message: str = "scripted error",
         headers: dict[str, str] | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
-        """An HTTP error in the API's documented shape."""
-        body = {
-            "type": "error",
-            "error": {"type": error_type, "message": message},
-            "request_id": "req_fake",
-        }
+        """An HTTP error in the API's documented shape (``details``: ``error.details``)."""
+        error: dict[str, Any] = {"type": error_type, "message": message}
+        if details is not None:
+            error["details"] = details
+        body = {"type": "error", "error": error, "request_id": "req_fake"}
         self._push(_Outcome(status=status, error_body=body, headers=dict(headers or {})))
 
     def overloaded(self, retry_after: float | None = None) -> None:
@@ -254,6 +262,18 @@ class FakeAnthropic:
             "rate_limit_error",
             "Number of request tokens has exceeded your per-minute rate limit",
             headers,
+        )
+
+    def spend_limited(self) -> None:
+        """The tier's monthly spend cap (the rate-limits page): HTTP 429 ``rate_limit_error``
+        with ``error.details.error_code: enforced_spend_limit_reached`` and no ``retry-after``."""
+        self.error(
+            429,
+            "rate_limit_error",
+            "You have reached your API usage limits: your organization has crossed its monthly "
+            "API usage threshold, set based on your organization's API tier. You will regain "
+            "access on 2027-01-01 at 00:00 UTC.",
+            details={"error_code": "enforced_spend_limit_reached"},
         )
 
     def break_stream(self, patch: Any, after_events: int = 4, *, clean: bool = False) -> None:

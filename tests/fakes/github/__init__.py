@@ -31,6 +31,9 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
   rio must never restore;
 - ``serve_git(origin)``: the bare repository over smart HTTP at ``git_url``, with GitHub's
   push refusals (tests/fakes/git_origin.py);
+- pictures in issues and comments: ``attachments[id] = (bytes, content_type)`` served at
+  ``/user-attachments/assets/<id>`` to a valid token only (a private repository's), and
+  ``attachment_redirects[id] = location`` (GitHub's redirect to a signed store URL);
 - ``POST .../issues/{n}/labels``; ``merge_pull(n)``; ``observers``: callables that see
   every request before it is answered (what was on disk at a client's first call).
 """

@@ -54,6 +54,10 @@ class GitHubData:
         self.artifacts: dict[int, dict[str, Json]] = {}
         self.blobs: dict[int, bytes] = {}
         self.gone: set[int] = set()  # artifacts whose download answers 410 Gone
+        # user attachments (issue / comment pictures) at /user-attachments/assets/<id>:
+        # (bytes, the Content-Type it claims); or a redirect to a Location
+        self.attachments: dict[str, tuple[bytes, str]] = {}
+        self.attachment_redirects: dict[str, str] = {}
         self.default_retention_days = 90
         self.max_retention_days = 90  # public repositories: 1 to 90 days
         self.git_origin: Path | None = None
