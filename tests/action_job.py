@@ -283,6 +283,7 @@ class Repository:
             RIO_MODEL=f"scripted:{self.model}",
             RIO_TRIGGER_LABEL="rio",
             RIO_TIME_BUDGET_MINUTES=str(self.budget_minutes),
+            GITHUB_RETENTION_DAYS=str(self.gh.max_retention_days),
         )
         job = Job(number, directory, workspace, runner_temp, env)
         self.jobs.append(job)

@@ -52,7 +52,9 @@ Start = Literal["created", "restored", "republish"]
 
 def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     (env.state_dir / JOB_FILE).unlink(missing_ok=True)
-    trigger = classify(env.event_name, env.event(), env.trigger_label, env.repository)
+    trigger = classify(
+        env.event_name, env.event(), env.trigger_label, env.repository, env.assignee_trigger
+    )
     if trigger.kind == "sweep":
         return sweep(env, forge)
     issue, pull_request = trigger.issue, None
@@ -65,8 +67,9 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         forge, trigger.actor, trigger.association
     )
     if trigger.kind == "start" and not writer:
-        log(f"rio-ci: @{trigger.actor} has no write access; the label is ignored")
-        return {"status": "ignored", "reason": "label by a user without write access"}
+        what = "assignment" if trigger.data.get("by") == "assignment" else "label"
+        log(f"rio-ci: @{trigger.actor} has no write access; the {what} is ignored")
+        return {"status": "ignored", "reason": f"{what} by a user without write access"}
     if trigger.kind == "comment" and not writer:
         # Its job still re-scans: a maintainer's comment whose own job was dropped (a
         # concurrency group keeps one pending job) is delivered now.
@@ -102,7 +105,7 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         "generation": launches.generation,
         "record_after": launches.after_seq,
         "artifact_name": f"rio-session-{issue}",
-        "retention_days": config.retention_days,
+        "retention_days": env.retention_days(config),
         "fresh": start != "restored" or bool(restored["record_imported"]),
     }
     write_job(env, job)
@@ -159,7 +162,9 @@ def _start(
     request = request_of(body) if writer and trigger.kind == "comment" else None
     if generation is None:
         if trigger.kind == "start":
-            starts.from_issue(env, forge, db, config, issue)
+            # An assignment labels the issue too: the sweep looks only at labelled issues.
+            label = trigger.data.get("by") == "assignment"
+            starts.from_issue(env, forge, db, config, issue, label=label)
             return "created"
         if request is not None and not trigger.data.get("is_pull_request"):
             starts.from_issue(

@@ -51,17 +51,21 @@ def from_issue(
     config: Config,
     issue: int,
     request: tuple[str, str, str] | None = None,
+    *,
+    label: bool = False,
 ) -> None:
-    """Start a Session on ``issue`` (the label), or on a maintainer's ``/rio`` request given
-    as ``(author, url, request)``: then the issue also gets the trigger label."""
+    """Start a Session on ``issue`` (the label or an assignment), or on a maintainer's
+    ``/rio`` request given as ``(author, url, request)``. A request, or ``label`` (an
+    assignment), also puts the trigger label on the issue: the sweep looks only there."""
     info = forge.issue(issue)
     goal = goal_for(issue, info.title, info.body)
     if request is not None:
         goal = requested_goal(goal, *request, follow_up=False)
     create(env, db, config, goal).close()
-    if request is not None and env.trigger_label not in info.labels:
+    if (request is not None or label) and env.trigger_label not in info.labels:
         forge.add_label(issue, env.trigger_label)
-        log(f"rio-ci: #{issue} labelled {env.trigger_label!r} for the Session /rio started")
+        why = "/rio" if request is not None else "the assignment"
+        log(f"rio-ci: #{issue} labelled {env.trigger_label!r} for the Session {why} started")
 
 
 def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | None:

@@ -237,6 +237,12 @@ class GitHubData:
         assert state in WORKFLOW_STATES, state
         self.workflows[file_name] = state
 
+    def set_retention(self, days: int) -> None:
+        """The repository's artifact retention setting: the default retention of an upload and
+        the most ``retention-days`` may ask for (what the runner reports as
+        ``GITHUB_RETENTION_DAYS``)."""
+        self.default_retention_days = self.max_retention_days = days
+
     def add_artifact(
         self,
         name: str,
