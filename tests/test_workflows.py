@@ -171,6 +171,9 @@ def test_permissions_are_minimal(rio: dict[str, Any]) -> None:
     }
     assert rio["jobs"]["route"]["permissions"] == {"pull-requests": "read"}
     assert rio["jobs"]["sweep-wake"]["permissions"] == {"actions": "write"}
+    # a queued scheduled sweep would cancel a pending wake-up in the same group
+    sweep_group = load(WORKFLOWS / "rio-sweep.yml")["jobs"]["sweep"]["concurrency"]["group"]
+    assert rio["jobs"]["sweep-wake"]["concurrency"]["group"] != sweep_group
     sweep = load(WORKFLOWS / "rio-sweep.yml")
     assert sweep["permissions"] == {}
     assert sweep["jobs"]["sweep"]["permissions"] == {"actions": "write", "issues": "read"}

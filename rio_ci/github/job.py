@@ -19,6 +19,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +38,7 @@ from rio_ci.github.events import (
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.intake import may_steer, take_in
+from rio_ci.github.listen import Listener
 from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
@@ -50,7 +52,11 @@ TIMER_REFUSALS = 5  # rounds of "that Timer is too far" a job gives the model be
 Start = Literal["created", "restored", "republish"]
 
 
-def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
+def run(
+    env: ActionEnv, forge: Forge, *, clock: Callable[[], float] = time.monotonic
+) -> dict[str, Any]:
+    """The run step. ``clock`` paces the job's listening for new comments (listen.py); a
+    test passes its own so that "30 s later" takes no time."""
     (env.state_dir / JOB_FILE).unlink(missing_ok=True)
     trigger = classify(
         env.event_name, env.event(), env.trigger_label, env.repository, env.assignee_trigger
@@ -124,7 +130,8 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     owners.append(owner)
     restore_signals = handle_signals(owner.interrupted)
     try:
-        result = _work(env, forge, owner, job, trigger, writer, pull_request)
+        listener = Listener(owner, forge, issue, clock=clock, warn=lambda m: warn(env, m))
+        result = _work(env, forge, listener, job, trigger, writer, pull_request)
         if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
             write_job(env, {**job, "outcome": result.get("status")})
         return result
@@ -238,13 +245,14 @@ def _start(
 def _work(
     env: ActionEnv,
     forge: Forge,
-    owner: Owner,
+    listener: Listener,
     job: dict[str, Any],
     trigger: Trigger,
     writer: bool,
     pull_request: int | None,
 ) -> dict[str, Any]:
     issue = int(job["issue"])
+    owner = listener.owner
     session = owner.session
     problem, note = workspace.pin(Path(session.proj.session["cwd"]), env.workspace)
     if note:
@@ -262,6 +270,10 @@ def _work(
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
+    try:  # look before the re-scan: what is written after it is news to the next look
+        listener.prime()
+    except RioError as exc:
+        warn(env, f"the first look for new comments failed ({exc}); they wait for the next job")
     take_in(
         owner,
         forge,
@@ -295,7 +307,7 @@ def _work(
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
-    harness = Harness(owner, model, live=live, external_wakeups=True)
+    harness = Harness(owner, model, live=live, external_wakeups=True, between_rounds=listener)
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)
