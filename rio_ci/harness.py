@@ -62,7 +62,12 @@ class Harness:
         live: LiveLog | None = None,
         external_wakeups: bool = False,
         fallback: Model | None = None,
+        between_rounds: Callable[[], None] | None = None,
     ):
+        """``between_rounds`` is called between rounds and while the harness waits for work
+        or a Timer (often: it must decide cheaply when to do something); it may commit Inbox
+        messages or end the run, which the loop then sees. The GitHub layer listens for
+        new comments there (docs/github.md "Steering a running job")."""
         self.owner = owner
         self.session = owner.session
         self.model = model
@@ -71,6 +76,7 @@ class Harness:
         self._images: dict[str, tuple[str, str]] = {}  # digest → (media type, base64)
         self.live = live
         self.external_wakeups = external_wakeups
+        self.between_rounds = between_rounds
         self.deadline: float | None = None
         self.warned: set[str] = set()
 
@@ -80,6 +86,7 @@ class Harness:
         self.deadline = self.owner.deadline = deadline
         self.owner.recover()
         while True:
+            self.listen()
             stop = self.supervise_until_idle()
             if stop is not None:
                 return stop
@@ -106,6 +113,7 @@ class Harness:
                 return stop
             self.owner.tick()
             self.tell()
+            self.listen()
             if self.outside_input():
                 break
         return self.interrupted()
@@ -293,7 +301,7 @@ class Harness:
             wake = proj.next_wake()
             assert wake is not None
             if self.deadline is not None and wake - time.time() < self.deadline - time.monotonic():
-                return self.wait_until(wake)
+                return self.wait_until(wake, wake_on_input=True)
             return Outcome("waiting", next_wake=wake)
         if self.external_wakeups:
             return Outcome("waiting")
@@ -340,13 +348,16 @@ class Harness:
         # run refuses to start an unpriced model with a cost budget
         return max((c for c in costs if c is not None), default=0.0)
 
-    def wait_until(self, when: float) -> Outcome | None:
+    def wait_until(self, when: float, *, wake_on_input: bool = False) -> Outcome | None:
         while time.time() < when:
             if (stop := self.interrupted()) is not None:
                 return stop
             if not self.owner.tick(wait=0.05):
                 time.sleep(min(0.05, max(0.0, when - time.time())))
             self.tell()
+            self.listen()
+            if wake_on_input and (self.session.proj.ended or self.outside_input()):
+                break  # a comment heard while waiting for a Timer is answered now
         return None
 
     def interrupted(self) -> Outcome | None:
@@ -367,6 +378,11 @@ class Harness:
         assert ended is not None
         status = "succeeded" if ended["result"] == "success" else "failed"
         return Outcome(status, reason=ended["reason"])
+
+    def listen(self) -> None:
+        if self.between_rounds is not None:
+            self.between_rounds()
+            self.session.refresh()
 
     def tell(self) -> None:
         if self.live is not None:

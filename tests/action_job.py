@@ -283,6 +283,7 @@ class Repository:
             RIO_MODEL=f"scripted:{self.model}",
             RIO_TRIGGER_LABEL="rio",
             RIO_TIME_BUDGET_MINUTES=str(self.budget_minutes),
+            GITHUB_RETENTION_DAYS=str(self.gh.max_retention_days),
         )
         if int(env["GITHUB_RUN_ID"]) not in self.gh.runs:  # this job is a run of rio.yml
             self.gh.add_rio_run(int(env["GITHUB_RUN_ID"]), event=event_name)

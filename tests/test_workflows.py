@@ -28,6 +28,7 @@ INPUTS = {  # input → (environment variable, default)
     "effort": ("RIO_EFFORT", "high"),
     "price": ("RIO_PRICE", ""),
     "trigger-label": ("RIO_TRIGGER_LABEL", action_env.DEFAULT_LABEL),
+    "assignee-trigger": ("RIO_ASSIGNEE_TRIGGER", ""),
     "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
     "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),
     "cell-user": ("RIO_CELL_USER", action_env.ACTION_CELL_USER),
@@ -136,8 +137,10 @@ def test_the_workflow_has_every_trigger_of_the_contract_and_no_pull_request_targ
     rio: dict[str, Any],
 ) -> None:
     on = rio["on"]
-    assert on["issues"]["types"] == ["labeled"]
+    assert on["issues"]["types"] == ["labeled", "assigned"]
     assert on["issue_comment"]["types"] == ["created"]
+    assert on["pull_request_review"]["types"] == ["submitted"]
+    assert on["pull_request_review_comment"]["types"] == ["created"]
     assert on["workflow_run"]["types"] == ["completed"] and on["workflow_run"]["workflows"]
     assert "schedule" not in on  # the sweep is its own workflow, off while nothing waits
     assert load(WORKFLOWS / "rio-sweep.yml")["on"]["schedule"][0]["cron"]
@@ -171,6 +174,9 @@ def test_permissions_are_minimal(rio: dict[str, Any]) -> None:
     }
     assert rio["jobs"]["route"]["permissions"] == {"pull-requests": "read"}
     assert rio["jobs"]["sweep-wake"]["permissions"] == {"actions": "write"}
+    # a queued scheduled sweep would cancel a pending wake-up in the same group
+    sweep_group = load(WORKFLOWS / "rio-sweep.yml")["jobs"]["sweep"]["concurrency"]["group"]
+    assert rio["jobs"]["sweep-wake"]["concurrency"]["group"] != sweep_group
     sweep = load(WORKFLOWS / "rio-sweep.yml")
     assert sweep["permissions"] == {}
     assert sweep["jobs"]["sweep"]["permissions"] == {"actions": "write", "issues": "read"}
@@ -180,7 +186,11 @@ def test_the_checkout_keeps_no_credentials_and_full_history(rio: dict[str, Any])
     (checkout,) = [
         s for s in steps_of(rio) if str(s.get("uses", "")).startswith("actions/checkout")
     ]
-    assert checkout["with"] == {"fetch-depth": 0, "persist-credentials": False}
+    assert checkout["with"] == {
+        "ref": "${{ github.event.repository.default_branch }}",  # never a review's merge ref
+        "fetch-depth": 0,
+        "persist-credentials": False,
+    }
 
 
 def test_the_workflow_uses_the_action_with_inputs_it_has(

@@ -174,7 +174,7 @@ def _fallback_lines(session: Session) -> list[str]:
     with ``fallback_from``)."""
     switched = [
         event
-        for event in session.journal.events(kinds=("model_attempt",))
+        for event in session.events(kinds=("model_attempt",))
         if event.get("fallback_from")
     ]
     return [

@@ -65,6 +65,8 @@ class ActionEnv:
     workflow_ref: str
     ref_name: str
     cell_user: str | None = None  # RIO_CELL_USER (the action's cell-user); None: none
+    assignee_trigger: str = ""
+    runner_retention_days: int | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
@@ -111,7 +113,17 @@ class ActionEnv:
             workflow_ref=environ.get("GITHUB_WORKFLOW_REF", "").strip(),
             ref_name=environ.get("GITHUB_REF_NAME", "").strip(),
             cell_user=requested(environ.get("RIO_CELL_USER")),
+            assignee_trigger=environ.get("RIO_ASSIGNEE_TRIGGER", "").strip().removeprefix("@"),
+            runner_retention_days=_retention(environ.get("GITHUB_RETENTION_DAYS", "").strip()),
         )
+
+    def retention_days(self, config: Config) -> int:
+        """How long this job's artifact lives: the runner's ``GITHUB_RETENTION_DAYS`` (the
+        repository's setting, which also caps the upload's ``retention-days``), lowered by
+        ``retention_days`` in the configuration, never raised by it; GitHub's default when
+        neither says."""
+        given = [d for d in (self.runner_retention_days, config.retention_days) if d]
+        return min(given, default=DEFAULT_RETENTION_DAYS)
 
     def event(self) -> dict[str, Any]:
         try:
@@ -140,6 +152,15 @@ class ActionEnv:
         return self.runner_temp / "rio-artifact"
 
 
+def _retention(text: str) -> int | None:
+    """``GITHUB_RETENTION_DAYS`` as a number of days (unset: None)."""
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"GITHUB_RETENTION_DAYS must be a whole number of days, got {text!r}")
+    return int(text)
+
+
 # The harness's own credentials: a Session may never hand them to its Cells.
 HARNESS_SECRETS = frozenset({"GITHUB_TOKEN", "ANTHROPIC_API_KEY"})
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -151,12 +172,13 @@ class Config:
     and more variables to treat as secrets (``secrets``), applied when a Session is created;
     ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts
     (a Session's saved generations), so the artifact outlives every Timer and a Timer past it
-    is refused."""
+    is refused. It can only lower what the runner says (``ActionEnv.retention_days``); None
+    when the file does not set it."""
 
     validators: list[list[str]]
     limits: Limits
     pass_env: tuple[str, ...] = ()
-    retention_days: int = DEFAULT_RETENTION_DAYS
+    retention_days: int | None = None
     secrets: tuple[str, ...] = ()  # more variables whose values are redacted and withheld
     skipped: str | None = None  # why the file was not read (the defaults apply): a warning
 
@@ -196,8 +218,10 @@ class Config:
             limits = Limits.from_dict(limits_data)
         except ValueError as exc:
             raise UsageError(f"{relative}: {exc}") from None
-        days = data.get("retention_days", DEFAULT_RETENTION_DAYS)
-        if isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400:
+        days = data.get("retention_days")
+        if days is not None and (
+            isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400
+        ):
             raise UsageError(
                 f"{relative}: retention_days must be a whole number of days from "
                 "2 to 400 (the repository's artifact retention)"
