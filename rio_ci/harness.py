@@ -15,10 +15,12 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.history import JOB_MARK
 from rio_ci.errors import ModelError, Rejected, RunEnded
 from rio_ci.live import LiveLog
 from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage, strict_reply
@@ -56,18 +58,26 @@ class Harness:
         *,
         live: LiveLog | None = None,
         external_wakeups: bool = False,
+        between_rounds: Callable[[], object] | None = None,
+        job_label: str | None = None,
     ):
         self.owner = owner
         self.session = owner.session
         self.model = model
         self.live = live
         self.external_wakeups = external_wakeups
+        # Called after each round (the GitHub job rewrites its progress comment, paced).
+        self.between_rounds = between_rounds
+        # The name of this job in the Session's history (a ``job`` watermark), or None.
+        self.job_label = job_label
         self.deadline: float | None = None
 
     def run(self, deadline: float | None = None) -> Outcome:
         """Rounds until the run ends, waits, is interrupted or passes ``deadline``
         (a ``time.monotonic()`` value)."""
         self.deadline = self.owner.deadline = deadline
+        if self.job_label is not None and not self.session.refresh().ended:
+            self.session.set_watermark(JOB_MARK, self.job_label)
         self.owner.recover()
         while True:
             stop = self.supervise_until_idle()
@@ -82,6 +92,8 @@ class Harness:
                 self.owner.end_in_failure(problem)
             else:
                 stop = self.round()
+                if self.between_rounds is not None:
+                    self.between_rounds()
             if stop is not None:
                 return stop
 

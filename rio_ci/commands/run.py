@@ -62,7 +62,8 @@ def run_command(
     try:
         if given is not None:
             owner.session.set_price(model.name, asdict(given))
-        outcome = Harness(owner, model, live=live).run(limit)
+        label = f"rio-ci run, pid {os.getpid()}, {time.strftime('%H:%M:%S', time.gmtime())} UTC"
+        outcome = Harness(owner, model, live=live, job_label=label).run(limit)
         if owner.running is not None:
             owner.stop_running(
                 "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"

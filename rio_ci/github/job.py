@@ -290,7 +290,17 @@ def _work(
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
-    harness = Harness(owner, model, live=live, external_wakeups=True)
+    pacer = progress.Pacer(
+        lambda: publish_progress(env, forge, session, issue, job["generation"], None)
+    )
+    harness = Harness(
+        owner,
+        model,
+        live=live,
+        external_wakeups=True,
+        between_rounds=pacer,
+        job_label=f"GitHub Actions run {env.run_id}",
+    )
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)
