@@ -65,6 +65,8 @@ class Harness:
         self.session = owner.session
         self.model = model
         self.live = live
+        if live is not None:
+            owner.validating = live.validator_starting
         self.external_wakeups = external_wakeups
         # Called after each round (the GitHub job rewrites its progress comment, paced).
         self.between_rounds = between_rounds
@@ -148,6 +150,7 @@ class Harness:
         attempt = self.session.begin_attempt(
             turn["turn_id"], self.model.name, [request.state, request.feedback]
         )
+        self.tell()  # "asking …" is told before the answer can come
         box: dict[str, Any] = {}
         thread = threading.Thread(target=self._call, args=(request, box), daemon=True)
         thread.start()

@@ -4,12 +4,20 @@ most every 15 seconds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+import yaml
 from conftest import accept, cmd, record_unknown, succeed
 
 from rio_ci import report
 from rio_ci.github import diagram, progress
+from rio_ci.harness import Harness
+from rio_ci.model.scripted import ScriptedModel
+from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from tests import mermaid
+from tests.harness_kit import DONE
 
 # What a model or an issue could put in an argv to escape the chart or the comment.
 HOSTILE = (
@@ -78,3 +86,30 @@ def test_the_pacer_rewrites_at_most_every_15_seconds() -> None:
     # The job's first write was at 100: the next one at 15 s or more after the one before.
     assert written == [115.0, 130.0, 200.0]
     assert told == [moment in written for moment in moments]
+
+
+@pytest.mark.slow
+def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Path) -> None:
+    """The seam the GitHub job paces its progress rewrites with: called once a round, after
+    the round is committed; the job's name is in the Session's history."""
+    db = tmp_path / "s.db"
+    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    rounds = [[{"op": "add", "path": "/cells/-", "value": cmd("true")}]] * 2
+    rounds.append([{"op": "add", "path": "/cells/-", "value": DONE}])
+    script = tmp_path / "model.yaml"
+    script.write_text(yaml.safe_dump(rounds))
+    owner = Owner(str(db))
+    seen: list[int] = []
+    try:
+        harness = Harness(
+            owner,
+            ScriptedModel(script),
+            between_rounds=lambda: seen.append(owner.session.refresh().accepted_turns),
+            job_label="job under test",
+        )
+        assert harness.run().status == "succeeded"
+        history = report.read_history(owner.session)
+    finally:
+        owner.close()
+    assert seen == list(range(1, len(rounds) + 1))
+    assert [job.label for job in history.jobs] == ["job under test"]
