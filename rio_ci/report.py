@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rio_ci.core.history import KINDS, History, fold_history
+from rio_ci.core.history import KINDS, History, Run, fold_history
 from rio_ci.live import describe
 from rio_ci.session import Session
 
@@ -33,6 +33,15 @@ def seconds(value: float | None) -> str:
     if value < 120:
         return f"{value:.0f} s"
     return f"{int(value // 60)} min {int(value % 60)} s"
+
+
+def took(run: Run) -> str:
+    """How long an Execution ran, in words; an UnknownExecution's end is not known."""
+    if (run.result or {}).get("type") == "UnknownExecution":
+        return "cut off (its end is unknown)"
+    if run.seconds is None:
+        return "not finished" if run.started_at is not None else "not started"
+    return f"took {seconds(run.seconds)}"
 
 
 def result_text(result: dict[str, Any] | None) -> str:

@@ -150,7 +150,7 @@ def _cells(proj: Projection, history: History) -> list[str]:
             result += ", removed"
         rows.append(
             f"| {run.cell_id} | {md.code(describe(run.cell))} | {md.cell_text(result)} | "
-            f"{report.seconds(run.seconds)} | {run.job} · {run.round} |"
+            f"{report.took(run).removeprefix('took ')} | {run.job} · {run.round} |"
         )
     if not history.runs:
         for key, ex in proj.executions.items():
