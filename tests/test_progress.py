@@ -4,6 +4,7 @@ most every 15 seconds."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ HOSTILE = (
 def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
     session: Session,
 ) -> None:
-    batches, size = 3, 16  # more rows than the chart draws, in rounds of admissible size
+    batches, size = 4, 16  # more rows than the chart draws, in rounds of admissible size
     for batch in range(batches):
         accept(session, lambda p: [p.add(cmd("echo", HOSTILE, str(i))) for i in range(size)])
         for cell_id in range(batch * size + 1, (batch + 1) * size + 1):
@@ -52,6 +53,18 @@ def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
     assert [t["task"] for t in parsed["tasks"]] == [
         diagram.label(row.label) for row in every[-diagram.MAX_ITEMS :]
     ]
+    # The comment's table is bounded too, and says so.
+    body = progress.render(
+        session.refresh(),
+        status="running",
+        run_url=None,
+        generation=1,
+        operation="op",
+        history=history,
+    )
+    rows = [line for line in body.splitlines() if re.match(r"\| [0-9]+ \|", line)]
+    assert len(rows) == progress.CELL_ROWS < len(history.runs)
+    assert f"The last {progress.CELL_ROWS} of {len(history.runs)} Executions" in body
 
 
 def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from rio_ci import report
 from rio_ci.core.history import History
 from rio_ci.core.projection import Projection
-from rio_ci.core.text import escape_control
+from rio_ci.core.text import clip, escape_control
 from rio_ci.errors import RioError
 from rio_ci.github import diagram
 from rio_ci.github import markdown as md
@@ -30,6 +30,8 @@ MARKER = "<!-- rio-ci:progress -->"
 # pull request, or the reason there is none) reached GitHub; until then every job that
 # restores it publishes it again (an outage during finish must not leave it unpublished).
 PUBLISHED = "published"
+CELL_ROWS = 50  # Executions listed: GitHub refuses a comment body over its size limit
+UNKNOWN_ROWS = 20  # resolved UnknownExecutions listed (every unresolved one is)
 _META = re.compile(r"<!-- rio-ci:meta (\{.*?\}) -->")
 
 
@@ -138,7 +140,8 @@ def _cells(proj: Projection, history: History) -> list[str]:
     without a History, the Projection's."""
     rows = ["#### Cells", "", "| cell | ran | result | duration | job · round |"]
     rows.append("| --- | --- | --- | --- | --- |")
-    for run in history.runs.values():
+    runs = list(history.runs.values())
+    for run in runs[-CELL_ROWS:]:
         result = report.result_text(run.result)
         if run.result is None:
             result = "running" if run.started_at else "queued"
@@ -159,6 +162,8 @@ def _cells(proj: Projection, history: History) -> list[str]:
                 f"| {key} | {cell['kind']}{_role(cell)} | "
                 f"{md.cell_text(report.result_text(ex.get('result')))} | — | — |"
             )
+    if len(runs) > CELL_ROWS:
+        rows += ["", f"_The last {CELL_ROWS} of {len(runs)} Executions; `rio-ci show` lists all._"]
     return rows if len(rows) > 2 else []
 
 
@@ -168,7 +173,11 @@ def _uncertainty(history: History) -> list[str]:
     if not unknown:
         return []
     lines = ["", "#### UnknownExecutions", ""]
-    for run in unknown:
+    # Every unresolved one, and the latest resolved ones (the comment has a size limit).
+    shown = [r for r in unknown if r.resolution is None or r in unknown[-UNKNOWN_ROWS:]]
+    if len(shown) < len(unknown):
+        lines += [f"_{len(unknown) - len(shown)} earlier resolved ones are left out._", ""]
+    for run in shown:
         reason = md.one_line(str((run.result or {}).get("reason") or ""))
         found = f"found by job {run.finished_job}" if run.finished_job else ""
         lines.append(
@@ -182,7 +191,7 @@ def _uncertainty(history: History) -> list[str]:
         cited = ", ".join(md.code(ref) for ref in res.evidence_refs) or "nothing"
         lines.append(f"  Resolved by note {res.note_id} in round {res.round}, citing {cited}:")
         if res.text:
-            lines.append("  " + md.quoted(res.text).replace("\n", "\n  "))
+            lines.append("  " + md.quoted(clip(res.text, 400)).replace("\n", "\n  "))
     return lines
 
 
