@@ -3,6 +3,7 @@ place so a faster source (derived data kept beside the Journal) can replace the 
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 from rio_ci.core.history import KINDS, History, Run, fold_history
@@ -20,8 +21,16 @@ def read_history(session: Session, upto: int | None = None) -> History:
 
 
 def descriptions(history: History) -> dict[int, str]:
-    """Cell id -> one line saying what it ran (``rio_ci.live.describe``)."""
-    return {cell_id: describe(run.cell) for cell_id, run in history.runs.items()}
+    """Cell id -> one short line saying what it ran (``rio_ci.live.describe``; a command by
+    its program's name, not its path, to fit a chart's label)."""
+    return {cell_id: describe(_short(run.cell)) for cell_id, run in history.runs.items()}
+
+
+def _short(cell: dict[str, Any]) -> dict[str, Any]:
+    if cell.get("kind") != "cmd" or not cell.get("argv"):
+        return cell
+    argv = list(cell["argv"])
+    return {**cell, "argv": [PurePath(str(argv[0])).name or str(argv[0]), *argv[1:]]}
 
 
 def seconds(value: float | None) -> str:

@@ -135,11 +135,12 @@ def test_report_files_exist_and_parse(suite: dict[str, Any]) -> None:
     # both modes, every case, each bar with its trial count
     assert texts.count("100% (n=1)") == 2 * len(report["cases"])
     # the recovery panel: the time the crash cost and the rounds it took, for crashed trials
-    recovery = [t for t in texts if t.endswith("rounds to resolve")]
+    recovery = [t for t in texts if t.endswith(" to resolve")]
     assert len(recovery) == len(report["cases"])
     for name, row in report["cases"].items():
         seconds, rounds = row["median_recovery_seconds"], row["median_rounds_to_resolve"]
-        assert f"{seconds:.1f} s (n=1), {rounds:g} rounds to resolve" in recovery, name
+        plural = "" if rounds == 1 else "s"
+        assert f"{seconds:.1f} s (n=1), {rounds:g} round{plural} to resolve" in recovery, name
     # a scale under each of the three panels: 0, half and full
     assert texts.count("0%") == 1 and texts.count("50%") == 1 and texts.count("100%") == 1
     assert texts.count("0.0 s") == 1

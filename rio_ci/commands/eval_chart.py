@@ -22,7 +22,7 @@ Panel = tuple[int, str, str, float, Callable[[float], str]]
 def bar_chart(modes: dict[str, dict[str, Any]]) -> str:
     """``modes`` maps ``plain``/``crash`` to a report (``build_report``'s value)."""
     names = list(dict.fromkeys(n for r in modes.values() for n in r["cases"]))
-    width = LABEL_W + 3 * PANEL_W + 2 * GAP + 80
+    width = LABEL_W + 3 * PANEL_W + 2 * GAP + 220  # room for the last panel's labels
     height = TOP + ROW_H * max(1, len(names)) + BOTTOM
     model = next(iter(modes.values()))["model"] if modes else ""
     parts = [
@@ -105,7 +105,7 @@ def _bar(panel: Panel, figures: dict[str, Any] | None, bar_y: int, colour: str) 
     if figures is not None:
         text += f" (n={figures['trials']})"
         if key == "median_recovery_seconds" and figures.get("median_rounds_to_resolve") is not None:
-            text += f", {_number(figures['median_rounds_to_resolve'])} rounds to resolve"
+            text += f", {_rounds(figures['median_rounds_to_resolve'])} to resolve"
     return [
         f'<rect x="{left}" y="{bar_y}" width="{length:.1f}" height="{BAR_H}" fill="{colour}"/>',
         f'<text x="{left + length + 4:.1f}" y="{bar_y + BAR_H - 2}" font-size="10">{text}</text>',
@@ -124,5 +124,5 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s"
 
 
-def _number(value: float) -> str:
-    return f"{value:g}"
+def _rounds(value: float) -> str:
+    return f"{value:g} round{'' if value == 1 else 's'}"

@@ -91,7 +91,8 @@ def gantt(history: History, describe: dict[int, str], *, limit: int = MAX_ITEMS)
     """The Mermaid source (without the fence) and the note of rows left out ("" if none)."""
     every = rows(history, describe)
     shown = every[-limit:] if limit > 0 else []
-    lines = ["gantt", "    dateFormat x", "    axisFormat %H:%M:%S"]
+    span = max((r.end for r in shown), default=0.0) - min((r.start for r in shown), default=0.0)
+    lines = ["gantt", "    dateFormat x", f"    axisFormat {_axis_format(span)}"]
     section = None
     for index, row in enumerate(shown):
         if row.section != section:
@@ -102,6 +103,18 @@ def gantt(history: History, describe: dict[int, str], *, limit: int = MAX_ITEMS)
         tags = f"{row.tags}, " if row.tags else ""
         lines.append(f"    {label(row.label)} :{tags}i{index}, {start}, {end}")
     return "\n".join(lines)
+
+
+def _axis_format(span: float) -> str:
+    """A time axis as fine as the chart needs: milliseconds for a chart of seconds, the date
+    for one of days."""
+    if span < 20:
+        return "%H:%M:%S.%L"
+    if span < 6 * 3600:
+        return "%H:%M:%S"
+    if span < 2 * 86400:
+        return "%H:%M"
+    return "%m-%d %H:%M"
 
 
 def left_out(history: History, describe: dict[int, str], *, limit: int = MAX_ITEMS) -> int:
