@@ -289,6 +289,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         price=args.price,
         effort=args.effort,
         fallback=args.fallback_model,
+        keep=args.keep,
     )
 
 
@@ -481,6 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=1800.0,
         help="seconds per trial, all runs included (default 1800)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each trial's working copy (a git repository) in OUT/repos/MODE/CASE-N",
     )
     p = specs["action"]
     p.add_argument(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.history import JOB_MARK
 from rio_ci.core.text import escape_control
 from rio_ci.errors import ModelError, Rejected, RunEnded
 from rio_ci.live import LiveLog
@@ -62,7 +63,8 @@ class Harness:
         live: LiveLog | None = None,
         external_wakeups: bool = False,
         fallback: Model | None = None,
-        between_rounds: Callable[[], None] | None = None,
+        between_rounds: Callable[[], object] | None = None,
+        job_label: str | None = None,
     ):
         """``between_rounds`` is called between rounds and while the harness waits for work
         or a Timer (often: it must decide cheaply when to do something); it may commit Inbox
@@ -75,8 +77,13 @@ class Harness:
         self.fallback = fallback
         self._images: dict[str, tuple[str, str]] = {}  # digest → (media type, base64)
         self.live = live
+        if live is not None:
+            owner.validating = live.validator_starting
         self.external_wakeups = external_wakeups
+        # Called after each round (the GitHub job rewrites its progress comment, paced).
         self.between_rounds = between_rounds
+        # The name of this job in the Session's history (a ``job`` watermark), or None.
+        self.job_label = job_label
         self.deadline: float | None = None
         self.warned: set[str] = set()
 
@@ -84,6 +91,8 @@ class Harness:
         """Rounds until the run ends, waits, is interrupted or passes ``deadline``
         (a ``time.monotonic()`` value)."""
         self.deadline = self.owner.deadline = deadline
+        if self.job_label is not None and not self.session.refresh().ended:
+            self.session.set_watermark(JOB_MARK, self.job_label)
         self.owner.recover()
         while True:
             self.listen()
@@ -99,6 +108,8 @@ class Harness:
                 self.owner.end_in_failure(problem)
             else:
                 stop = self.round()
+                if self.between_rounds is not None:
+                    self.between_rounds()
             if stop is not None:
                 return stop
 
@@ -160,6 +171,7 @@ class Harness:
             [request.state, request.feedback],
             fallback_from=self.model.name if model is not self.model else None,
         )
+        self.tell()  # "asking …" is told before the answer can come
         box: dict[str, Any] = {}
         thread = threading.Thread(target=self._call, args=(model, request, box), daemon=True)
         thread.start()

@@ -104,3 +104,21 @@ def test_the_patches_page_cells_to_copy_are_valid_cells() -> None:
 def test_step_help_points_at_the_patches_page() -> None:
     done = rio("step", "--help")
     assert "docs/patches.md" in done.stdout and (DOCS / "patches.md").is_file()
+
+
+def test_show_json_keys_are_the_documented_ones(tmp_path: Path) -> None:
+    """docs/cli.md names every key of ``show --json``, and no key it does not have."""
+    from rio_ci.commands.show import summary
+    from rio_ci.session import Session
+
+    text = (DOCS / "cli.md").read_text().split("## show", 1)[1].split("\n## ", 1)[0]
+    paragraph = text.split("The JSON object's keys:", 1)[1].split("\n\n", 1)[0]
+    # Top-level keys are the backticked names not inside a parenthesis or a brace.
+    flat = re.sub(r"\([^()]*\)", "", re.sub(r"\{[^{}]*\}", "", paragraph))
+    documented = set(re.findall(r"`([a-z_]+)`", flat))
+    session = Session.create(tmp_path / "s.db", "goal", cwd=str(tmp_path))
+    try:
+        keys = set(summary(session))
+    finally:
+        session.close()
+    assert keys == documented, keys ^ documented

@@ -56,6 +56,7 @@ class Settings:
     timeout: float  # seconds per trial, all runs included
     env: dict[str, str]
     run_args: tuple[str, ...] = ()  # passed on to every rio-ci run
+    keep: bool = False  # keep each trial's working copy in OUT/repos/MODE/
 
     @property
     def mode(self) -> str:
@@ -75,6 +76,7 @@ def eval_command(
     price: str | None = None,
     effort: str = "high",
     fallback: str | None = None,
+    keep: bool = False,
 ) -> int:
     """``price``, ``effort`` and ``fallback`` are passed on to every ``rio-ci run``."""
     if trials < 1:
@@ -95,8 +97,9 @@ def eval_command(
             effort,
             *(("--fallback-model", fallback) if fallback else ()),
         ),
+        keep=keep,
     )
-    for kind in ("sessions", "logs"):
+    for kind in ("sessions", "logs", "repos"):
         shutil.rmtree(settings.out / kind / settings.mode, ignore_errors=True)
         (settings.out / kind / settings.mode).mkdir(parents=True, exist_ok=True)
     results = []
@@ -150,6 +153,8 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
     logs = settings.out / "logs" / settings.mode
     with tempfile.TemporaryDirectory(prefix=f"rio-eval-{case.name}-") as tmp:
         repo = Path(tmp) / "repo"
+        if settings.keep:  # kept for `git diff` afterwards
+            repo = settings.out / "repos" / settings.mode / f"{case.name}-{index}"
         shutil.copytree(case.directory / "repo", repo, symlinks=True)
         make_repository(repo, settings.env)
         new_session(db, case, repo, settings.env)
@@ -170,6 +175,7 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
         **figures,
         "crashed": crashed,
         "session": str(db),
+        **({"repo": str(repo)} if settings.keep else {}),
     }
 
 

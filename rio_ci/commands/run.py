@@ -66,7 +66,8 @@ def run_command(
     try:
         if given is not None:
             owner.session.set_price(model.name, asdict(given))
-        outcome = Harness(owner, model, live=live, fallback=other).run(limit)
+        label = f"rio-ci run, pid {os.getpid()}, {time.strftime('%H:%M:%S', time.gmtime())} UTC"
+        outcome = Harness(owner, model, live=live, fallback=other, job_label=label).run(limit)
         if owner.running is not None:
             owner.stop_running(
                 "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"

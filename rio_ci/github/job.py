@@ -320,13 +320,22 @@ def _work(
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
+    pacer = progress.Pacer(
+        lambda: publish_progress(env, forge, session, issue, job["generation"], None)
+    )
+
+    def between_rounds() -> None:  # new comments and reviews in; the progress comment out
+        listener()
+        pacer()
+
     harness = Harness(
         owner,
         model,
         live=live,
         external_wakeups=True,
         fallback=fallback,
-        between_rounds=listener,
+        between_rounds=between_rounds,
+        job_label=f"GitHub Actions run {env.run_id}",
     )
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):

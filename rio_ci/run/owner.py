@@ -72,6 +72,8 @@ class Owner:
         # A time.monotonic() value past which validators are cut off like an interruption
         # (work --timeout, run --deadline): the Control waits for the next Owner.
         self.deadline: float | None = None
+        # Told each validator's argv as it is launched (the live log says it started).
+        self.validating: Callable[[list[str]], None] | None = None
 
     def close(self) -> None:
         try:
@@ -204,6 +206,8 @@ class Owner:
         problems = proj.success_problems()
         if not problems:
             for index, argv in enumerate(proj.session["validators"]):
+                if self.validating is not None:
+                    self.validating(argv)
                 result = self.launch.validator(note, index, argv, self.interrupted, self.deadline)
                 if result["type"] != "success":
                     why = result.get("reason") or f"exit {result.get('exit_code')}"

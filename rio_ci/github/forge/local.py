@@ -10,6 +10,7 @@ comment and the pull request of its run land here too.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from collections.abc import Callable
@@ -137,7 +138,8 @@ class LocalForge:
                 if pull["head"] == branch and pull["state"] == "open":
                     return str(pull["url"])
             number = _take_id(data)
-            url = f"{self.root.as_uri()}/pull/{number}"
+            page = _pull_page(self.root, number, branch, base, title, body)
+            url = page.as_uri()
             data["pulls"][str(number)] = {
                 "number": number,
                 "head": branch,
@@ -249,6 +251,23 @@ def _comment(data: dict[str, Any]) -> Comment:
     return Comment(
         data["id"], data["issue"], data["author"], data["association"], data["body"], data["url"]
     )
+
+
+def _pull_page(root: Path, number: int, head: str, base: str, title: str, body: str) -> Path:
+    """The pull request as a page a browser opens (``root/pull/<n>.html``): its title,
+    branches and body, every character of them HTML-escaped (the body is shown as the text
+    it is, not rendered)."""
+    page = root / "pull" / f"{number}.html"
+    page.parent.mkdir(exist_ok=True)
+    page.write_text(
+        "<!doctype html>\n<meta charset=utf-8>\n"
+        f"<title>#{number} {html.escape(title)}</title>\n"
+        f"<h1>#{number} {html.escape(title)}</h1>\n"
+        f"<p>{html.escape(head)} → {html.escape(base)} (a pull request of the local forge "
+        f"{html.escape(str(root / FILE))})</p>\n"
+        f"<pre style='white-space: pre-wrap'>{html.escape(body)}</pre>\n"
+    )
+    return page
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
