@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+import rio_ci.sdk_preload  # noqa: F401  (first: starts the SDK import for `run`)
 from rio_ci import jsonio
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Rejection

@@ -1,10 +1,10 @@
 """``rio-ci show``: a readable summary of a Session (committed facts only). Everything a
 Cell or a model wrote is printed with its terminal control characters escaped.
 
-It lists every Execution the Journal holds. The projection keeps only those the State may
-show (in context, not finished, or unresolved) and drops the rest once settled; ``show``
-reads those from their events, in one pass over the Journal's ``patch_accepted`` and
-``execution_finished`` rows (a long Session has many, and is shown in linear time)."""
+It reads the projection alone (the snapshot and the events after it), so it takes the same
+time however long the Journal is: the Executions the State may show (in context, not
+finished, or unresolved) and the last ``DEPARTED_KEPT`` that the fold dropped once settled,
+with the number dropped before them (their events stay in the Journal: ``rio-ci events``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from typing import Any
 from rio_ci import report
 from rio_ci.core.history import History, Run
 from rio_ci.core.projection import Projection
-from rio_ci.core.state import EXECUTABLE
 from rio_ci.core.text import clip, escape_control
 from rio_ci.core.view import retained
 from rio_ci.live import describe
@@ -27,35 +26,12 @@ SHOWN_CHARS = 400
 
 
 def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
-    """Every Execution committed up to ``proj.last_seq``, by Cell id (in id order): the
-    projection's own, and those it dropped, rebuilt from their events as ``{cell_id, cell,
-    phase, result, result_seq, resolved_by}`` (no output: ``rio-ci output`` reads it)."""
-    versions: dict[int, dict[str, Any]] = {}  # executable Cell versions by id
-    resolutions: dict[int, int] = {}  # target Cell id -> the first resolution note
-    dropped: dict[int, dict[str, Any]] = {}
-    for event in session.events(kinds=("patch_accepted", "execution_finished")):
-        if event["seq"] > proj.last_seq:  # committed by another process since: not shown
-            break
-        if event["kind"] == "patch_accepted":
-            versions.update((c["id"], c) for c in event["cells"] if c["kind"] in EXECUTABLE)
-            for control in event["controls"]:
-                if control["role"] == "resolution":
-                    resolutions.setdefault(control["target_cell_id"], control["note_id"])
-        elif str(event["cell_id"]) not in proj.executions:
-            dropped.setdefault(
-                event["cell_id"],
-                {
-                    "cell_id": event["cell_id"],
-                    "cell": versions[event["cell_id"]],
-                    "phase": "finished",
-                    "result": event["result"],
-                    "result_seq": event["seq"],
-                    "resolved_by": None,
-                },
-            )
-    for cell_id, ex in dropped.items():
-        ex["resolved_by"] = resolutions.get(cell_id)
-    every = {**proj.executions, **{str(k): ex for k, ex in dropped.items()}}
+    """The Executions ``show`` lists, by Cell id (in id order): the projection's own, and the
+    last ``DEPARTED_KEPT`` it dropped (``proj.departed``), as ``{cell_id, cell, phase,
+    result, resolved_by}``: finished, the Cell in short, no output (``rio-ci output`` reads
+    it)."""
+    gone = {str(ex["cell_id"]): {**ex, "phase": "finished"} for ex in proj.departed}
+    every = {**proj.executions, **gone}
     return {k: every[k] for k in sorted(every, key=int)}
 
 
@@ -117,6 +93,7 @@ def summary(session: Session) -> dict[str, Any]:
             {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at}
             for v in shown.history.validations
         ],
+        "executions_not_listed": proj.departed_before,
     }
 
 
@@ -174,6 +151,11 @@ def render_text(session: Session) -> str:
     others = [ex for k, ex in every.items() if int(k) not in heads]
     if others:
         lines.append("executions of cells no longer in context (replaced or removed):")
+        if proj.departed_before:
+            lines.append(
+                f"  ({proj.departed_before} earlier ones not listed; "
+                "`rio-ci events DB` has them all)"
+            )
         for ex in others:
             lines.append(f"  [{ex['cell_id']}] {describe(ex['cell'])}")
             lines.extend(_execution_lines(ex, history.runs.get(ex["cell_id"]), db))

@@ -10,10 +10,12 @@ from typing import Any, cast
 
 from rio_ci.core import events as ev
 from rio_ci.core.limits import Limits
-from rio_ci.core.projection import Projection
+from rio_ci.core.projection import DEPARTED_KEPT, Projection
 from rio_ci.core.state import EXECUTABLE, encoded_size, is_unresolved
+from rio_ci.core.text import clip
 from rio_ci.core.view import render
 
+SHORT_CHARS = 200  # of a dropped Execution's Cell text: more than its one-line summary shows
 RATIONALE_KEPT = 4000  # characters of the last rationale the projection keeps for reports
 
 
@@ -320,7 +322,34 @@ def _prune(proj: Projection) -> None:
         for k, e in proj.executions.items()
         if e["phase"] == "finished" and not is_unresolved(e) and int(k) not in heads
     ]:
-        del proj.executions[key]
+        proj.departed.append(departed(proj.executions.pop(key)))
+    extra = len(proj.departed) - DEPARTED_KEPT
+    if extra > 0:
+        del proj.departed[:extra]
+        proj.departed_before += extra
+
+
+def departed(ex: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of a dropped (so finished) Execution: its Cell in short (its kind and
+    the start of its argv or its source's first line: what ``show`` prints) and its result;
+    no output. Small: the snapshot carries ``DEPARTED_KEPT`` of them."""
+    return {
+        "cell_id": ex["cell_id"],
+        "cell": short_cell(ex["cell"]),
+        "result": ex["result"],
+        "resolved_by": ex["resolved_by"],
+    }
+
+
+def short_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    """``cell`` with its text, argv or source cut to what a one-line summary shows."""
+    short: dict[str, Any] = {"kind": cell["kind"]}
+    if cell["kind"] == "cmd":
+        short["argv"] = list(clip(" ".join(cell["argv"]), SHORT_CHARS).split(" "))
+    elif cell["kind"] == "code":
+        lines = (ln for ln in cell["source"].splitlines() if ln.strip() and not ln.startswith("#"))
+        short["source"] = clip(next(lines, ""), SHORT_CHARS)
+    return short
 
 
 _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {

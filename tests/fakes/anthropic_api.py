@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from rio_ci.commands.bench.caching import BreakpointError, PromptCache
 from tests.fakes import anthropic_rules as rules_
 from tests.fakes.anthropic_rules import Refused
 
@@ -99,9 +100,14 @@ class _Outcome:
 
 
 class FakeAnthropic:
-    """Context manager running the fake server; ``base_url`` is what the SDK should use."""
+    """Context manager running the fake server; ``base_url`` is what the SDK should use.
 
-    def __init__(self) -> None:
+    With ``cache`` (the billing model the bench's provider uses, ``rio_ci/commands/bench/
+    caching.py``), every reply's input usage is what that cache bills for the request, in
+    place of the scripted token counts."""
+
+    def __init__(self, cache: PromptCache | None = None) -> None:
+        self.cache = cache
         self._lock = threading.Lock()
         self._queue: deque[_Outcome] = deque()
         self._requests: list[ReceivedRequest] = []
@@ -316,8 +322,20 @@ class FakeAnthropic:
         with self._lock:
             if not self._queue:
                 return 500, {}, _error_body("api_error", "fake: no scripted outcome left"), 0.0
+            try:
+                billed = None if self.cache is None else self.cache.bill(request.body)
+            except BreakpointError as exc:
+                return 400, {}, _error_body("invalid_request_error", str(exc)), 0.0
             outcome = self._queue.popleft()
             number = next(self._ids)
+        if billed is not None and outcome.message is not None:
+            usage = {
+                **outcome.message["usage"],
+                "input_tokens": billed.input_tokens,
+                "cache_creation_input_tokens": billed.cache_creation_input_tokens,
+                "cache_read_input_tokens": billed.cache_read_input_tokens,
+            }
+            outcome.message = {**outcome.message, "usage": usage}
         if outcome.message is None:
             return outcome.status, outcome.headers, outcome.error_body, outcome.delay
         body = {
