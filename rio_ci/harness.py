@@ -279,7 +279,7 @@ class Harness:
         try:
             self.session.step(turn_id, patch)  # a refusal is committed: the next attempt sees it
         except (Rejected, RunEnded):
-            # Another process may step while we run (SPEC §11): if it closed this Turn or
+            # Another process may step while we run (docs/cli.md): if it closed this Turn or
             # ended the run while the model thought, the reply is moot; go on from what is
             # committed. Anything else is a real error.
             proj = self.session.refresh()

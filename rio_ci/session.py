@@ -160,7 +160,7 @@ class Session:
         return {"id": message_id, "seq": seq, "duplicate": False}
 
     def record_idle(self, reason: str) -> None:
-        """An accepted patch left nothing to wake the run: tell the model (SPEC §8)."""
+        """An accepted patch left nothing to wake the run: tell the model (docs/sessions.md)."""
         with self.journal.write() as w:
             message_id = f"idle:{w.proj.last_seq + 1}"
             w.append(
@@ -254,7 +254,8 @@ class Session:
         self, w: Writer, turn_id: str, ops: Any, encoded: Encoded
     ) -> Receipt | Rejection:
         """A step for a Turn not open: the same patch's Receipt (equal by value too), else
-        why not; a conflict is recorded like any rejection (digest, size, reason: SPEC §3)."""
+        why not; a conflict is recorded like any rejection (digest, size, reason:
+        docs/patches.md)."""
         prepared = self.journal.find(turn_id, "turn_prepared")
         accepted = prepared and self.journal.find(turn_id, "patch_accepted", prepared["seq"])
         if accepted:
@@ -413,7 +414,8 @@ class Session:
 
     def authorize_launch(self, cell_id: int, token: str) -> bool:
         """Commit ``started`` before any process exists. False, committing nothing, when a
-        Control arrived meanwhile: it goes first (SPEC §5) and the Execution stays queued."""
+        Control arrived meanwhile: it goes first (docs/sessions.md) and the Execution stays
+        queued."""
         with self.journal.write() as w:
             if w.proj.controls:
                 return False

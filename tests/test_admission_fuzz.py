@@ -4,7 +4,7 @@
 Patches are built from the Turn's snapshot, so many are accepted; others mix in wrong ids,
 stale predecessors, bad Cells, forbidden paths and plain garbage. Whatever comes in,
 admission answers with an acceptance or a ``Rejection``, a rejection changes nothing, and an
-acceptance keeps the invariants of SPEC §3.
+acceptance keeps the invariants of docs/patches.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §11 as a script sees it: every command takes ``--human`` and prints the same result
+"""docs/cli.md as a script sees it: every command takes ``--human`` and prints the same result
 readably; errors stay one JSON line with the same exit status; ``show`` lists every Execution
 the Journal holds; ``output`` says why a Cell that never launched has none."""
 

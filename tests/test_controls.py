@@ -1,4 +1,4 @@
-"""Pauses and Controls through the CLI (SPEC §5, §7): errors pause the queue, cancel,
+"""Pauses and Controls through the CLI (docs/sessions.md): errors pause the queue, cancel,
 resolution, conclusion success and failure, and the end of a run.
 
 Controls are notes submitted with `rio-ci turn` + `rio-ci step`, often from this process

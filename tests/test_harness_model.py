@@ -1,4 +1,5 @@
-"""The harness with a real Claude model's behaviour (SPEC §4.1, §9, §11): issue 11's "done when"
+"""The harness with a real Claude model's behaviour (docs/models.md, docs/sessions.md,
+docs/cli.md): issue 11's "done when"
 runs, invalid replies, transient failures, provider errors, prices, effort, repository
 guidance, what the State shows, and cache-friendly requests.
 
@@ -77,7 +78,7 @@ def rounds_of_work(fake: WatchedFake, rounds: int, **tokens: int) -> None:
     ids=["omitted", "anthropic", "anthropic:claude-sonnet-5-5"],
 )
 def test_three_rounds_with_the_default_model_succeed(tmp_path: Path, model_args: list[str]) -> None:
-    assert table.default_model() == MODEL == "claude-sonnet-5-5"  # SPEC §4.1
+    assert table.default_model() == MODEL == "claude-sonnet-5-5"  # docs/models.md
     db = new_session(tmp_path)
     with WatchedFake(db) as fake:
         rounds_of_work(fake, 3, input_tokens=1200, output_tokens=150)
@@ -489,7 +490,7 @@ def test_an_attempt_of_unknown_cost_counts_against_the_budget_at_its_bound(
 def test_the_bound_of_an_attempt_uses_the_long_prompt_tier_when_the_context_reaches_it(
     tmp_path: Path,
 ) -> None:
-    """SPEC §4.1: unknown-cost attempts count against the budget conservatively. A model
+    """docs/models.md: unknown-cost attempts count against the budget conservatively. A model
     whose long prompts cost more is bounded at that dearer price once the context can hold
     a prompt past its threshold."""
     info = table.lookup("claude-haiku-5-5")

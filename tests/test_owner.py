@@ -1,5 +1,5 @@
-"""The Owner through `rio-ci work` (SPEC §5): serial dispatch in acceptance order, the launch
-protocol, output capture and its limits, timeouts, secrets, signals and hostile scripts.
+"""The Owner through `rio-ci work` (docs/sessions.md): serial dispatch in acceptance order, the
+launch protocol, output capture and its limits, timeouts, secrets, signals and hostile scripts.
 
 Everything is real: the CLI in subprocesses, SQLite files in tmp_path, code Cells under
 `uv run --script`, processes inspected with psutil.

@@ -1,8 +1,8 @@
-"""action.yml and the workflows in .github/workflows/: the SPEC §13 contract read off the
+"""action.yml and the workflows in .github/workflows/: the docs/github.md contract read off the
 YAML itself (inputs, outputs, environment mapping, triggers, concurrency, permissions), plus
 the rules that keep untrusted text out of shell: no ``${{ }}`` inside any ``run:``; and the
-§13.1 hygiene: every ``uses:`` pinned to a commit, only the sweep jobs may change workflows,
-the README's workflow filters as the full example's, zizmor clean."""
+hygiene of docs/github.md: every ``uses:`` pinned to a commit, only the sweep jobs may change
+workflows, the README's workflow filters as the full example's, zizmor clean."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def test_ci_runs_the_repository_check_script() -> None:
     assert "rio/issue-*" in ci["on"]["push"]["branches"]  # so workflow_run reaches rio
 
 
-# --- §13.1 hygiene ------------------------------------------------------------------------
+# --- hygiene (docs/github.md) -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -305,7 +305,7 @@ def readme_workflow() -> dict[str, Any]:
 
 
 def test_the_readme_workflow_filters_and_limits_as_the_full_example(rio: dict[str, Any]) -> None:
-    """SPEC §13.1 "Hygiene": the README's workflow has the same ``if:`` filters and
+    """docs/github.md "Hygiene": the README's workflow has the same ``if:`` filters and
     ``timeout-minutes`` as the full example — the very same text, job by job."""
     readme = readme_workflow()
     assert readme["on"] == {name: rio["on"][name] for name in readme["on"]}

@@ -1,4 +1,4 @@
-"""``rio-ci demo``: the offline end-to-end demonstration (SPEC §12).
+"""``rio-ci demo``: the offline end-to-end demonstration (docs/cli.md).
 
 A small project with a failing test and an issue about it in the local forge
 (``rio_ci.github.forge.local``); a Session on that issue with the scripted model and a

@@ -1,5 +1,5 @@
 """``rio-ci eval``: does the durable agent fix bugs, at what cost, and how does it recover?
-(SPEC §16)
+(docs/eval.md)
 
 Each trial of each case:
 

@@ -1,5 +1,5 @@
 """Evaluation cases: a directory with ``case.yml``, ``repo/`` and whatever its hidden check
-needs (SPEC §16).
+needs (docs/eval.md).
 
 ``case.yml``::
 
@@ -7,7 +7,7 @@ needs (SPEC §16).
     validators: [[argv...], ...]    # the Session's validators (the model sees them)
     check: [argv...]                # hidden acceptance test, run in the working copy after
                                     # the Session ends; "{case_dir}" -> the case directory
-    limits: {NAME: VALUE}           # optional: any limit of SPEC §9
+    limits: {NAME: VALUE}           # optional: any limit of docs/sessions.md
     oracle: FILE                    # optional: a scripted model that solves the case
 
 Every problem is a ``UsageError`` (exit 2) that names the case and the field, raised before

@@ -1,6 +1,6 @@
-"""Step admission (SPEC §3): ``decide(projection, turn, patch, facts)`` is a pure function that
-either accepts a patch (returning everything the commit must store) or names the first rule
-it breaks. Nothing is changed either way: the Journal commits the outcome.
+"""Step admission (docs/patches.md): ``decide(projection, turn, patch, facts)`` is a pure
+function that either accepts a patch (returning everything the commit must store) or names the
+first rule it breaks. Nothing is changed either way: the Journal commits the outcome.
 """
 
 from __future__ import annotations

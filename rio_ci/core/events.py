@@ -491,7 +491,7 @@ KINDS = (
     "image_stored",
 )
 
-# Events that are observations a resolution may cite (SPEC §3.8).
+# Events that are observations a resolution may cite (docs/patches.md).
 OBSERVATION_KINDS = frozenset(
     {
         "message_received",

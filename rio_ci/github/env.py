@@ -1,4 +1,4 @@
-"""The GitHub Actions environment contract (SPEC §13), read once and validated.
+"""The GitHub Actions environment contract (docs/github.md), read once and validated.
 
 Only these variables are read. Unset action inputs take their defaults. Nothing here is
 ever printed whole: the token and the API key stay inside this object.

@@ -1,6 +1,6 @@
 """GitHub events → what a job should do. Pure: a payload in, a ``Trigger`` out.
 
-Which events reach a Session (SPEC §13): a trigger label starts one; comments on its issue
+Which events reach a Session (docs/github.md): a trigger label starts one; comments on its issue
 or pull request, and finished workflow/check runs on its branch, become Inbox messages;
 ``schedule`` sweeps for due Timers; ``workflow_dispatch`` with an ``issue`` input resumes.
 Who may steer is decided later, with the permission API; here only the shape is read.

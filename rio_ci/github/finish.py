@@ -1,4 +1,4 @@
-"""The finish step of ``rio-ci action`` (``if: always()``; SPEC §13, §13.1).
+"""The finish step of ``rio-ci action`` (``if: always()``; docs/github.md).
 
 Persist first, offline: recover (a cut-off run's ``started`` Execution becomes an
 UnknownExecution), withdraw Timers past the retention horizon, and write generation + 1 to

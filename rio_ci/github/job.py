@@ -1,4 +1,4 @@
-"""The run step of ``rio-ci action`` (SPEC §13, §13.1).
+"""The run step of ``rio-ci action`` (docs/github.md).
 
     restore the newest valid generation, merged with the launch record a lost runner left
     → start a Session (label, ``/rio <request>``, a follow-up after the run ended) or go on

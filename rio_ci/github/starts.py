@@ -1,4 +1,4 @@
-"""Where a Session comes from on GitHub (SPEC §13, §13.1 "After the run ends").
+"""Where a Session comes from on GitHub (docs/github.md "After the run ends").
 
 - the trigger label on an issue, by a user with write access: goal = the issue;
 - ``/rio <request>`` by a maintainer on an issue without a Session: goal = the issue + the

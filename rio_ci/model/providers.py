@@ -1,4 +1,4 @@
-"""``--model`` specs → a ``Model`` (SPEC §11).
+"""``--model`` specs → a ``Model`` (docs/cli.md).
 
     anthropic | anthropic:MODEL     the Claude API (default model: the table's default)
     bedrock:MODEL | vertex:MODEL    the same models through Amazon Bedrock / Google Vertex

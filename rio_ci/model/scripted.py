@@ -1,4 +1,4 @@
-"""The scripted model: a YAML list of patches, one per round (SPEC §11).
+"""The scripted model: a YAML list of patches, one per round (docs/cli.md).
 
 Round *k* answers the Session's *k*-th Turn, counted from accepted patches, so a script
 carries on correctly across restarts and jobs. The script fills in what its author cannot

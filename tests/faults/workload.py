@@ -344,8 +344,9 @@ def run(directory: Path) -> int:
 
 
 def recover_twice(directory: Path) -> int:
-    """SPEC §6: recovery, then recovery again by a new Owner, which must commit nothing.
-    Exit 3 with ``{"failed_closed": reason}`` when recovery refuses to go on (SPEC §5: a lost
+    """docs/sessions.md: recovery, then recovery again by a new Owner, which must commit nothing.
+    Exit 3 with ``{"failed_closed": reason}`` when recovery refuses to go on (docs/sessions.md: a
+    lost
     leader with a surviving group, a recycled pid, processes that will not die)."""
     from rio_ci.errors import RecoveryError
     from rio_ci.run.owner import Owner

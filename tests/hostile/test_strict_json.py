@@ -1,4 +1,4 @@
-"""Strict JSON in and out (SPEC §15): NaN, Infinity, -Infinity and numbers that overflow to
+"""Strict JSON in and out: NaN, Infinity, -Infinity and numbers that overflow to
 infinity are refused everywhere a user hands rio-ci JSON or a number, with one-line errors;
 everything rio-ci prints is strict JSON; and receiving the same message twice is harmless."""
 

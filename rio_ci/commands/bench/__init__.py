@@ -1,4 +1,4 @@
-"""``rio-ci bench``: the performance figures of SPEC §14, measured on this machine.
+"""``rio-ci bench``: the performance figures of docs/performance.md, measured on this machine.
 
 Every figure is measured in this run. A ratio compares two things measured side by side,
 interleaved (A B A B …) on the same disk, so a shared machine's drift hits both alike.
@@ -38,7 +38,7 @@ from rio_ci.commands.bench.start import measure_start
 from rio_ci.commands.bench.storage import measure_artifact, measure_open, measure_storage
 from rio_ci.commands.bench.tokens import measure_tokens
 from rio_ci.errors import UsageError
-from rio_ci.github.record import measure_launch_record  # GitHub's launch record, §13.1
+from rio_ci.github.record import measure_launch_record  # GitHub's launch record, docs/github.md
 
 MEMORY_FILE_SYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
 # (figure, comparison, goal) from the performance issues; the figures are never assumed.
@@ -66,7 +66,7 @@ GOALS = (
 )
 Measure = Callable[[Path, bool], dict[str, Any]]
 # In this order; the GitHub layer measures the cost of its write-ahead launch record per
-# launch (``launch_record_ms``, SPEC §13.1) with its own function.
+# launch (``launch_record_ms``, docs/github.md) with its own function.
 MEASURES: tuple[Measure, ...] = (
     measure_steps,
     measure_rounds,

@@ -1,4 +1,4 @@
-"""The local directory forge (SPEC §1: the code host seen through one interface; a local
+"""The local directory forge (docs/concepts.md: the code host seen through one interface; a local
 directory is the default where there is no GitHub). Issues, comments, labels and pull
 requests live in one JSON file, ``forge.json``, in a directory; every write replaces the file
 whole (written beside it, then renamed), so a reader never sees half of one.
