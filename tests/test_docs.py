@@ -122,3 +122,17 @@ def test_show_json_keys_are_the_documented_ones(tmp_path: Path) -> None:
     finally:
         session.close()
     assert keys == documented, keys ^ documented
+
+
+def test_the_repository_cites_its_own_docs_not_an_outside_spec() -> None:
+    """Every contract is stated in docs/; nothing points at a document outside the repository."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    outside = "SPEC" + " §"  # spelled in two parts so this file does not match itself
+    citing = [
+        name
+        for name in tracked
+        if (ROOT / name).is_file() and outside in (ROOT / name).read_text(errors="replace")
+    ]
+    assert citing == []
