@@ -8,10 +8,9 @@ import math
 import sys
 
 from rio_ci import jsonio
+from rio_ci.core.state import MAX_SEQ
 from rio_ci.errors import RioError
 from rio_ci.session import Session
-
-MAX_SEQ = 2**63 - 1  # SQLite's largest integer
 
 
 def main(argv: list[str]) -> int:

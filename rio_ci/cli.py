@@ -24,14 +24,13 @@ from rio_ci import jsonio
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
-from rio_ci.core.state import is_text_safe
+from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names
 from rio_ci.session import Session
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
-MAX_SEQ = 2**63 - 1  # SQLite's largest integer
 MAX_INPUT_BYTES = 64 * 2**20  # a PATCH larger than this cannot fit any context budget
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Arguments that name files may hold any bytes Linux allows; every other one is text.

@@ -10,7 +10,7 @@ import json
 import math
 import re
 import tomllib
-from typing import Any
+from typing import Any, TypeGuard
 
 SCHEMA = "rio.state/1"
 ROLES = ("cancel", "resolution", "conclusion")
@@ -72,7 +72,11 @@ def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
     return None
 
 
-def is_int(value: Any) -> bool:
+MAX_SEQ = 2**63 - 1  # SQLite's largest integer: no seq or id can be larger
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """An integer that is not a bool (JSON has no such thing as ``true == 1``)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 

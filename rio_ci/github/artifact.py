@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict
 
 from rio_ci import jsonio
+from rio_ci.core.state import is_int
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.github.forge.base import Artifact, Forge
@@ -56,10 +57,6 @@ class ManifestDict(TypedDict):
     run_id: int | None
     sha256: str
     next_wake: float | None
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -96,11 +93,11 @@ class Manifest:
             raise ValueError(f"manifest fields {sorted(data)} differ from {sorted(expected)}")
         generation, parent = data["generation"], data["parent_generation"]
         run_id, digest, wake = data["run_id"], data["sha256"], data["next_wake"]
-        if not _is_int(generation) or generation < 1:
+        if not is_int(generation) or generation < 1:
             raise ValueError("manifest generation must be an integer >= 1")
-        if parent is not None and not (_is_int(parent) and 0 <= parent < generation):
+        if parent is not None and not (is_int(parent) and 0 <= parent < generation):
             raise ValueError("manifest parent_generation must be null or below generation")
-        if run_id is not None and not _is_int(run_id):
+        if run_id is not None and not is_int(run_id):
             raise ValueError("manifest run_id must be an integer or null")
         if not (
             isinstance(digest, str)
@@ -479,6 +476,6 @@ def _peek_generation(zip_path: Path) -> int | None:
                 return None
             data: Any = _loads(bundle.read(info))
         generation = data.get("generation") if isinstance(data, dict) else None
-        return generation if _is_int(generation) else None
+        return generation if is_int(generation) else None
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError, zlib.error):
         return None

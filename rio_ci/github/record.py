@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core.events import KINDS
+from rio_ci.core.state import is_int
 from rio_ci.errors import ForgeError
 from rio_ci.github.git import EMAIL, NAME, Git
 from rio_ci.session import Session
@@ -300,7 +301,7 @@ def _loads(text: str) -> Any:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_int(value) and value >= 0
 
 
 def push_samples(root: Path, launches: int) -> list[float]:

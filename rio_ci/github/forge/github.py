@@ -25,6 +25,7 @@ from github.PullRequestComment import PullRequestComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
+from rio_ci.core.state import is_int
 from rio_ci.errors import ForgeError
 from rio_ci.github.forge.base import (
     Artifact,
@@ -491,7 +492,7 @@ class GitHubForge:
 
 
 def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if is_int(value) else None
 
 
 def _text(value: object) -> str:
