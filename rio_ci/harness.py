@@ -261,7 +261,7 @@ class Harness:
 
     def give_up(self, error: ModelError, delay: float, used: float) -> str | None:
         """Why a transient failure is not retried (its wait passes the retry budget), or None."""
-        limit = float(self.session.limits["provider_retry_seconds"])
+        limit = float(self.session.limits.provider_retry_seconds)
         left = limit - used
         if delay <= left:
             return None
@@ -289,7 +289,7 @@ class Harness:
     def turn_spent(self, state: dict[str, Any]) -> str | None:
         """Why this Turn may not be attempted again, or None."""
         limits = self.session.limits
-        if state["attempts"] >= limits["model_attempts"]:
+        if state["attempts"] >= limits.model_attempts:
             return (
                 f"model_attempts exhausted for {state['turn_id']}: "
                 f"{state['feedback'] or (state['response'] or {}).get('error')}"
@@ -298,11 +298,11 @@ class Harness:
         if (
             state["transient"]
             and since is not None
-            and (state["not_before"] - since > limits["provider_retry_seconds"])
+            and (state["not_before"] - since > limits.provider_retry_seconds)
         ):
             return (
                 f"the model provider kept failing for over "
-                f"{limits['provider_retry_seconds']:.0f} s: "
+                f"{limits.provider_retry_seconds:.0f} s: "
                 f"{(state['response'] or {}).get('error')}"
             )
         return None
@@ -319,7 +319,7 @@ class Harness:
             return Outcome("waiting")
         self.session.record_idle(IDLE_REASON)
         streak = self.session.refresh().idle_streak
-        if streak >= self.session.limits["model_attempts"]:  # this one is the last allowed
+        if streak >= self.session.limits.model_attempts:  # this one is the last allowed
             self.owner.end_in_failure(
                 f"invalid idle {streak} times in a row: "
                 "no work, no Timer, no external wake-up source"
@@ -331,25 +331,25 @@ class Harness:
         if proj.turn is not None and (proj.turn["response"] or {}).get("ok"):
             return None  # a reply committed before a crash is paid for: admit it
         usage, limits = proj.usage, self.session.limits
-        if usage["rounds"] >= limits["rounds"]:
-            return f"rounds budget exhausted ({usage['rounds']} of {limits['rounds']})"
+        if usage["rounds"] >= limits.rounds:
+            return f"rounds budget exhausted ({usage['rounds']} of {limits.rounds})"
         tokens = usage["input_tokens"] + usage["output_tokens"]
-        if tokens >= limits["tokens"]:
-            return f"token budget exhausted ({tokens} of {limits['tokens']})"
+        if tokens >= limits.tokens:
+            return f"token budget exhausted ({tokens} of {limits.tokens})"
         unknown = usage["unknown_cost_attempts"]
         cost = usage["cost_usd"] + (unknown * self.attempt_bound() if unknown else 0.0)
-        if cost >= limits["cost_usd"]:
-            return f"cost budget exhausted (${cost:.4f} of ${limits['cost_usd']})"
+        if cost >= limits.cost_usd:
+            return f"cost budget exhausted (${cost:.4f} of ${limits.cost_usd})"
         size = self.session.size_bytes()
-        if size >= limits["storage_bytes"]:
-            return f"storage budget exhausted ({size} bytes of {limits['storage_bytes']})"
+        if size >= limits.storage_bytes:
+            return f"storage budget exhausted ({size} bytes of {limits.storage_bytes})"
         return None
 
     def attempt_bound(self) -> float:
         """The most one attempt can cost: a full context in, all of it written to the cache
         (the dearest kind of input), and a full reply out. An attempt whose outcome is
         unknown is counted at this price, never as free."""
-        context_tokens = self.session.limits["context_bytes"] // 2 + PROMPT_TOKENS
+        context_tokens = self.session.limits.context_bytes // 2 + PROMPT_TOKENS
         # priced by the model, whose long-prompt tier (if any) applies to a long context
         models = [self.model] if self.fallback is None else [self.model, self.fallback]
         costs = [

@@ -148,7 +148,7 @@ class LiveLog:
         at = float(event["at"])
         wait = max(float(event.get("not_before") or at) - at, 0.0)
         used = at - float(event.get("retry_since") or at)
-        limit = self.session.limits["provider_retry_seconds"]
+        limit = self.session.limits.provider_retry_seconds
         return (
             f"retrying in {wait:.1f} s (attempt {event['attempt']}, {used:.0f} s of "
             f"{limit:.0f} s used)"

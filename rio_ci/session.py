@@ -94,7 +94,7 @@ class Session:
         return self.journal.proj
 
     @property
-    def limits(self) -> dict[str, Any]:
+    def limits(self) -> Limits:
         return self.proj.limits
 
     # --- Inbox ---------------------------------------------------------------------------
@@ -139,7 +139,7 @@ class Session:
         size = encoded_size(payload)
         with self.journal.write(crash_before="inbox_before_commit") as w:
             _not_ended(w, "it accepts no new messages")
-            limit = w.proj.limits["output_bytes"]
+            limit = w.proj.limits.output_bytes
             if size > limit:
                 raise Rejected(f"payload is {size} bytes, over output_bytes={limit}")
             existing = self.journal.find(message_id, "message_received")
@@ -151,7 +151,7 @@ class Session:
                         f"message {message_id} was already received with different content"
                     )
                 return {"id": message_id, "seq": existing["seq"], "duplicate": True}
-            if len(w.proj.inbox) >= w.proj.limits["inbox_messages"]:
+            if len(w.proj.inbox) >= w.proj.limits.inbox_messages:
                 raise Rejected(
                     f"the Inbox is full ({len(w.proj.inbox)} unconsumed messages); retry later"
                 )
@@ -187,7 +187,7 @@ class Session:
             if self.journal.find(digest, "image_stored") is not None:
                 return
             size = self.journal.size_bytes() + len(encoded)
-            if size > w.proj.limits["storage_bytes"]:
+            if size > w.proj.limits.storage_bytes:
                 raise Rejected(f"it would take the Session past storage_bytes ({size} bytes)")
             w.append(ev.image_stored(digest, media_type, len(data), encoded))
 
@@ -378,7 +378,7 @@ class Session:
         size = encoded_size(payload)
         with self.journal.write() as w:
             _not_ended(w, "it accepts no Timers")
-            if size > w.proj.limits["output_bytes"]:
+            if size > w.proj.limits.output_bytes:
                 raise Rejected(f"Timer payload is {size} bytes, over output_bytes")
             existing = self.journal.find(timer_id, "timer_set")
             if existing is not None:
@@ -387,9 +387,9 @@ class Session:
                         f"Timer {timer_id} already exists with a different deadline or payload"
                     )
                 return {"id": timer_id, "seq": existing["seq"], "duplicate": True}
-            if len(w.proj.timers) >= w.proj.limits["pending_cells"]:
+            if len(w.proj.timers) >= w.proj.limits.pending_cells:
                 raise Rejected(
-                    f"too many waiting Timers (pending_cells={w.proj.limits['pending_cells']})"
+                    f"too many waiting Timers (pending_cells={w.proj.limits.pending_cells})"
                 )
             seq = w.append(ev.timer_set(timer_id, float(deadline), payload, cell_id))
         return {"id": timer_id, "seq": seq, "duplicate": False}

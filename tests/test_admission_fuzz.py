@@ -302,9 +302,9 @@ def check_accepted(proj: Projection, turn: dict[str, Any], d: Accepted) -> None:
         assert validate_cell(cell) is None
     assert d.executions == [c["id"] for c in d.cells if c["kind"] in EXECUTABLE]
     by_id = {c["id"]: c for c in [*proj.cells, *d.cells]}
-    assert encoded_size([by_id[i] for i in d.heads]) <= proj.limits["context_bytes"] // 2
+    assert encoded_size([by_id[i] for i in d.heads]) <= proj.limits.context_bytes // 2
     outstanding = len(proj.pending()) + len(proj.unresolved()) + len(d.executions)
-    assert outstanding <= proj.limits["pending_cells"]
+    assert outstanding <= proj.limits.pending_cells
     assert d.consumed == turn["delivered"]
     # The fold agrees with the decision.
     folded = Projection.from_dict(json.loads(json.dumps(proj.__dict__)))

@@ -429,25 +429,25 @@ def _check_budgets(
 ) -> None:
     limits = proj.limits
     outstanding = len(proj.pending()) + len(proj.unresolved()) + len(executions)
-    if outstanding > limits["pending_cells"]:
+    if outstanding > limits.pending_cells:
         raise _Reject(
             f"too much outstanding work: {outstanding} pending/unresolved/new executable Cells "
-            f"exceeds pending_cells={limits['pending_cells']}"
+            f"exceeds pending_cells={limits.pending_cells}"
         )
     cells_size = encoded_size(work)
-    if cells_size > limits["context_bytes"] // 2:
+    if cells_size > limits.context_bytes // 2:
         raise _Reject(
             f"context budget: cells take {cells_size} bytes, more than half of "
-            f"context_bytes={limits['context_bytes']}; remove or summarise Cells"
+            f"context_bytes={limits.context_bytes}; remove or summarise Cells"
         )
     # The candidate as the next Turn would render it: its size from its parts while that
     # fits (no State built, the Cells not encoded twice), else rendered with the outputs
     # masked as far as they may be.
     total = unbounded_size(proj, work, cells_size)
-    if total > limits["context_bytes"]:
+    if total > limits.context_bytes:
         total = encoded_size(render(replace(proj, cells=work), []))
-    if total > limits["context_bytes"]:
+    if total > limits.context_bytes:
         raise _Reject(
             f"context budget: the State would take {total} bytes, over "
-            f"context_bytes={limits['context_bytes']}; remove Cells whose output you no longer need"
+            f"context_bytes={limits.context_bytes}; remove Cells whose output you no longer need"
         )

@@ -10,9 +10,11 @@ history) and how many were dropped before them (``departed_before``).
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from rio_ci.core.limits import Limits
 from rio_ci.core.state import is_unresolved
 
 # The shape of a Projection. Raise it whenever the fold changes what it keeps: a snapshot
@@ -53,9 +55,9 @@ class Projection:
         return cls(**copy.deepcopy(data))
 
     @property
-    def limits(self) -> dict[str, Any]:
-        limits: dict[str, Any] = self.session["limits"]
-        return limits
+    def limits(self) -> Limits:
+        """The Session's limits, typed (stored as a mapping in ``session_created``)."""
+        return _limits(tuple(self.session["limits"].items()))
 
     def pending(self) -> list[dict[str, Any]]:
         """Executions not yet finished, in acceptance order (ids rise with acceptance)."""
@@ -87,3 +89,9 @@ class Projection:
         if self.inbox:
             problems.append(f"observations are unconsumed ({[m['id'] for m in self.inbox]})")
         return problems
+
+
+@functools.lru_cache(maxsize=64)
+def _limits(stored: tuple[tuple[str, Any], ...]) -> Limits:
+    """Read at every admission and every Turn: made once per distinct set of values."""
+    return Limits.from_dict(dict(stored))

@@ -387,7 +387,7 @@ def creation_problem(data: dict[str, Any]) -> str | None:
         return "the goal must not be blank"
     proj = Projection()
     apply(proj, 1, "session_created", data)
-    size, limit = encoded_size(render(proj, [])), proj.limits["context_bytes"]
+    size, limit = encoded_size(render(proj, [])), proj.limits.context_bytes
     if size >= limit:
         return (
             f"the goal, limits and validators alone take {size} bytes of the State, "

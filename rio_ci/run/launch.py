@@ -87,9 +87,7 @@ class Launch:
         crash_point("worker_before_release")
         worker.release()
         crash_point("script_running")
-        return Capture(
-            session, cell_id, Watch(worker, session.limits["output_bytes"], self.secrets)
-        )
+        return Capture(session, cell_id, Watch(worker, session.limits.output_bytes, self.secrets))
 
     def _argv(
         self, cell: dict[str, Any], cwd: str, env: dict[str, str]
@@ -148,8 +146,8 @@ class Launch:
             result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}
         else:
             worker.release()
-            watch = Watch(worker, session.limits["output_bytes"], self.secrets)
-            end = run_to_end(watch, session.limits["execution_seconds"], interrupted, stop_at)
+            watch = Watch(worker, session.limits.output_bytes, self.secrets)
+            end = run_to_end(watch, session.limits.execution_seconds, interrupted, stop_at)
             if isinstance(end, str):
                 result = {"type": "error", "exit_code": None, "reason": end}
             else:
