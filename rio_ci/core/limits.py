@@ -53,6 +53,15 @@ class Limits:
             raise ValueError(f"unknown limit(s): {', '.join(unknown)}")
         return cls(**data)
 
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> Limits:
+        """Limits as a Session stored them: checked when the Session was made (and when an
+        artifact carrying it was restored), so read back without checking them again, as
+        every admission and every Turn does."""
+        made = object.__new__(cls)
+        made.__dict__.update(DEFAULTS, **data)  # frozen: no attribute is set after this
+        return made
+
     def with_value(self, name: str, value: Any) -> Limits:
         """A copy with one limit set; raises ValueError naming the problem."""
         if name not in DEFAULTS:

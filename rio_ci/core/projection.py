@@ -10,7 +10,6 @@ history) and how many were dropped before them (``departed_before``).
 from __future__ import annotations
 
 import copy
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +56,7 @@ class Projection:
     @property
     def limits(self) -> Limits:
         """The Session's limits, typed (stored as a mapping in ``session_created``)."""
-        return _limits(tuple(self.session["limits"].items()))
+        return Limits.from_stored(self.session["limits"])
 
     def pending(self) -> list[dict[str, Any]]:
         """Executions not yet finished, in acceptance order (ids rise with acceptance)."""
@@ -89,9 +88,3 @@ class Projection:
         if self.inbox:
             problems.append(f"observations are unconsumed ({[m['id'] for m in self.inbox]})")
         return problems
-
-
-@functools.lru_cache(maxsize=64)
-def _limits(stored: tuple[tuple[str, Any], ...]) -> Limits:
-    """Read at every admission and every Turn: made once per distinct set of values."""
-    return Limits.from_dict(dict(stored))
