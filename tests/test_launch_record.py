@@ -77,6 +77,18 @@ def test_every_event_imported_keeps_the_ref_its_constructor_gave_it() -> None:
         ev.timer_cancelled("tm"),
         ev.run_ended("success", "r", note_id=4, unresolved=[]),
         ev.watermark("w", 1),
+        ev.image_stored("d" * 64, "image/png", 1, "AA=="),
+        ev.cell_user(
+            {
+                "mode": "shared",
+                "user": "rio-cell",
+                "uid": None,
+                "gid": None,
+                "reason": "not root",
+                "tree": None,
+                "opened": [],
+            }
+        ),
     ]
     assert {e.kind for e in made} == set(ev.KINDS) - {"patch_accepted"}
     for event in made:

@@ -27,6 +27,7 @@ INPUTS = {  # input → (environment variable, default)
     "model": ("RIO_MODEL", action_env.DEFAULT_MODEL),
     "effort": ("RIO_EFFORT", "high"),
     "price": ("RIO_PRICE", ""),
+    "fallback-model": ("RIO_FALLBACK_MODEL", ""),
     "trigger-label": ("RIO_TRIGGER_LABEL", action_env.DEFAULT_LABEL),
     "assignee-trigger": ("RIO_ASSIGNEE_TRIGGER", ""),
     "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
