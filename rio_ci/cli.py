@@ -116,15 +116,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         limits = Limits().with_assignments(args.limit)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    validators = []
-    for text in args.validator:
-        try:
-            argv = shlex.split(text)
-        except ValueError as exc:
-            raise UsageError(f"--validator {text!r}: {exc}") from None
-        if not argv:
-            raise UsageError("--validator needs a command")
-        validators.append(argv)
+    validators = [_validator(text) for text in args.validator]
     for flag, names in (("--pass-env", args.pass_env), ("--secret", args.secret)):
         for name in names:
             if not _NAME.fullmatch(name):
@@ -147,6 +139,17 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise UsageError(f"--goal/--limit: {exc}") from None
     _out(args, {"session": session.proj.session["id"], "db": str(session.path)})
     return 0
+
+
+def _validator(text: str) -> list[str]:
+    """``--validator TEXT`` split as a shell would split it (it never runs through one)."""
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--validator {text!r}: {exc}") from None
+    if not argv:
+        raise UsageError("--validator needs a command")
+    return argv
 
 
 def cmd_turn(args: argparse.Namespace) -> int:
@@ -332,7 +335,25 @@ def build_parser() -> argparse.ArgumentParser:
         name: sub.add_parser(name, help=text, description=text)
         for name, (_, text) in COMMANDS.items()
     }
-    p = specs["new"]
+    _new_options(specs["new"])
+    _plumbing_options(specs)
+    _run_options(specs)
+    _bench_options(specs["bench"])
+    _eval_options(specs["eval"])
+    p = specs["action"]
+    p.add_argument(
+        "phase",
+        nargs="?",
+        choices=["run", "finish", "sweep"],
+        default="run",
+        help="run (default): restore and run rounds; finish: persist and report; "
+        "sweep: resume Sessions with a due Timer",
+    )
+    add_output_flags(specs)
+    return parser
+
+
+def _new_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("db", help="the Session file to create")
     p.add_argument("--goal", required=True, help="what the run should achieve")
     p.add_argument("--cwd", help="the working directory of Executions (default: here)")
@@ -360,6 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             flag, action="append", default=[], metavar=metavar, help=f"{text}; repeatable"
         )
+
+
+def _plumbing_options(specs: dict[str, argparse.ArgumentParser]) -> None:
+    """turn, step, receive, work, state, events, output, show, demo: a Session and little else."""
     specs["turn"].add_argument("db")
     p = specs["step"]
     p.epilog = (
@@ -379,6 +404,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = specs["work"]
     p.add_argument("db")
     p.add_argument("--timeout", type=_seconds, help="stop after S seconds")
+    specs["state"].add_argument("db")
+    p = specs["events"]
+    p.add_argument("db")
+    p.add_argument(
+        "--after",
+        type=_bounded_int(0, MAX_SEQ, "--after"),
+        default=0,
+        help="only events with seq > N",
+    )
+    p = specs["output"]
+    p.add_argument("db")
+    p.add_argument("cell", type=_bounded_int(0, MAX_SEQ, "CELL"), help="the Cell id")
+    p.add_argument(
+        "--stream",
+        choices=["stdout", "stderr"],
+        default="stdout",
+        help="which stream (default stdout)",
+    )
+    specs["show"].add_argument("db")
+    specs["demo"].add_argument(
+        "dir", nargs="?", help="a new directory for the demo (default: a fresh one)"
+    )
+
+
+def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
+    """run's own options, and those work, bench and eval share with it."""
     p = specs["run"]
     p.add_argument("db")
     p.add_argument(
@@ -416,29 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
             help="the model asked instead after a refusal, for the rest of that Turn (a spec "
             "as for --model, or a model id on the same provider)",
         )
-    specs["state"].add_argument("db")
-    p = specs["events"]
-    p.add_argument("db")
-    p.add_argument(
-        "--after",
-        type=_bounded_int(0, MAX_SEQ, "--after"),
-        default=0,
-        help="only events with seq > N",
-    )
-    p = specs["output"]
-    p.add_argument("db")
-    p.add_argument("cell", type=_bounded_int(0, MAX_SEQ, "CELL"), help="the Cell id")
-    p.add_argument(
-        "--stream",
-        choices=["stdout", "stderr"],
-        default="stdout",
-        help="which stream (default stdout)",
-    )
-    specs["show"].add_argument("db")
-    specs["demo"].add_argument(
-        "dir", nargs="?", help="a new directory for the demo (default: a fresh one)"
-    )
-    p = specs["bench"]
+
+
+def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
     p.add_argument("--dir", help="where to measure (default: a folder under the current one)")
     p.add_argument("--chart", metavar="SVG", help="also draw Session size against rounds")
@@ -449,7 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LABEL=DIR",
         help="a line of the chart for the rio_ci source tree in DIR (repeatable)",
     )
-    p = specs["eval"]
+
+
+def _eval_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "cases",
         nargs="+",
@@ -488,17 +521,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep each trial's working copy (a git repository) in OUT/repos/MODE/CASE-N",
     )
-    p = specs["action"]
-    p.add_argument(
-        "phase",
-        nargs="?",
-        choices=["run", "finish", "sweep"],
-        default="run",
-        help="run (default): restore and run rounds; finish: persist and report; "
-        "sweep: resume Sessions with a due Timer",
-    )
-    add_output_flags(specs)
-    return parser
 
 
 OWNER_COMMANDS = frozenset({"work", "run", "action"})
