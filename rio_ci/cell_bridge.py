@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterator
 
 from rio_ci import jsonio
 from rio_ci.core.state import MAX_SEQ
@@ -18,41 +19,53 @@ def main(argv: list[str]) -> int:
         if len(argv) < 2:
             raise ValueError("usage: python -m rio_ci.cell_bridge DB VERB ARGS...")
         db, verb, *rest = argv
-        session = Session.open(db)
-        if verb == "timer":
-            timer_id, deadline, payload, cell = rest
-            when = float(deadline)
-            if not math.isfinite(when):  # NaN never fires and is not JSON; inf never fires
-                raise ValueError(f"a Timer deadline must be a finite Unix time, got {deadline}")
-            ack = session.set_timer(
-                timer_id,
-                when,
-                jsonio.loads(payload, "the Timer payload"),
-                int(cell) if cell else None,
-            )
-            _print(ack)
-        elif verb == "cancel_timer":
-            _print(session.cancel_timer(rest[0]))
-        elif verb == "output":
-            cell_id, which = int(rest[0]), rest[1]
-            if which not in ("stdout", "stderr"):
-                raise ValueError(f"stream must be stdout or stderr, got {which!r}")
-            text = session.output(cell_id, "stdout" if which == "stdout" else "stderr")
-            if text is None:
-                raise ValueError(f"cell {cell_id} has no Execution")
-            _print({"text": text})
-        elif verb == "records":
-            after = int(rest[0])
-            if not -MAX_SEQ <= after <= MAX_SEQ:
-                raise ValueError(f"after must be a Journal position, got {after}")
-            for event in session.events(after=after):
-                _print(event)
-        else:
+        answer = _VERBS.get(verb)
+        if answer is None:
             raise ValueError(f"unknown verb {verb}")
+        for value in answer(Session.open(db), rest):
+            _print(value)
     except (RioError, ValueError, IndexError) as exc:
         _print({"error": str(exc)})
         return 1
     return 0
+
+
+def _timer(session: Session, rest: list[str]) -> Iterator[object]:
+    timer_id, deadline, payload, cell = rest
+    when = float(deadline)
+    if not math.isfinite(when):  # NaN never fires and is not JSON; inf never fires
+        raise ValueError(f"a Timer deadline must be a finite Unix time, got {deadline}")
+    payload_value = jsonio.loads(payload, "the Timer payload")
+    yield session.set_timer(timer_id, when, payload_value, int(cell) if cell else None)
+
+
+def _cancel_timer(session: Session, rest: list[str]) -> Iterator[object]:
+    yield session.cancel_timer(rest[0])
+
+
+def _output(session: Session, rest: list[str]) -> Iterator[object]:
+    cell_id, which = int(rest[0]), rest[1]
+    if which not in ("stdout", "stderr"):
+        raise ValueError(f"stream must be stdout or stderr, got {which!r}")
+    text = session.output(cell_id, "stdout" if which == "stdout" else "stderr")
+    if text is None:
+        raise ValueError(f"cell {cell_id} has no Execution")
+    yield {"text": text}
+
+
+def _records(session: Session, rest: list[str]) -> Iterator[object]:
+    after = int(rest[0])
+    if not -MAX_SEQ <= after <= MAX_SEQ:
+        raise ValueError(f"after must be a Journal position, got {after}")
+    yield from session.events(after=after)
+
+
+_VERBS: dict[str, Callable[[Session, list[str]], Iterator[object]]] = {
+    "timer": _timer,
+    "cancel_timer": _cancel_timer,
+    "output": _output,
+    "records": _records,
+}
 
 
 def _print(value: object) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from rio_ci.core.output import elided_marker
 from rio_ci.core.text import clip, escape_control
 from rio_ci.session import Session
 
@@ -176,7 +177,7 @@ class LiveLog:
             return []
         if new <= len(data):
             return self._told(key, data[len(data) - new :].decode("utf-8", "replace"))
-        marker = f"[… {new - len(data)} bytes elided …]"
+        marker = elided_marker(new - len(data)).strip()
         return [*self._flush(key), self._prefix(key) + marker, *self._told(key, tail)]
 
     def _told(self, key: tuple[int, str], text: str) -> list[str]:

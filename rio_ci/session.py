@@ -22,6 +22,7 @@ from rio_ci.core import admission
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Encoded, Facts, Receipt, Rejection, decide, encode, unwrap
 from rio_ci.core.limits import Limits
+from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import creation_problem
 from rio_ci.core.state import (
@@ -32,7 +33,7 @@ from rio_ci.core.state import (
     message_problem,
     timer_problem,
 )
-from rio_ci.core.view import elided_marker, next_turn, render
+from rio_ci.core.view import next_turn, render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.journal import Journal, Writer
@@ -294,7 +295,7 @@ class Session:
             if event["stream"] == stream:
                 head += event.get("text", "")
                 tail, elided = event.get("tail", tail), event.get("elided", elided)
-        return head + (elided_marker(elided) if elided else "") + tail
+        return joined(head, tail, elided)
 
     # --- the model -----------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""rio_ci/core is pure (docs/patches.md: admission is a pure function; STYLE: enforced by a test).
+"""rio_ci/core is pure (rio_ci/core/__init__.py states the rule; admission: docs/patches.md).
 
 Every module there may import only the standard library's pure parts and rio_ci.core
 itself; imports under ``if TYPE_CHECKING:`` count too.

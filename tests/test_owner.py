@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rio_ci.core.view import elided_marker
+from rio_ci.core.output import elided_marker
 from tests import session_cli
 from tests.kit import cli_env, until
 from tests.session_cli import CliSession, New, cmd, gone, log_prelude, logged, note

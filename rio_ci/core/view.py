@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection
 from rio_ci.core.state import SCHEMA, encoded_size, is_unresolved
 
@@ -48,17 +49,13 @@ def masked_marker(cell_id: int, stream: str, size: int) -> str:
     )
 
 
-def elided_marker(size: int) -> str:
-    return f"\n[… {size} bytes elided …]\n"
-
-
 def retained(execution: dict[str, Any], stream: str) -> str:
     """A stream's retained text: its head, then a marker and the tail when bytes between
     them were elided."""
     head: str = execution[stream]
     tail: str = execution.get(f"{stream}_tail", "")
     elided = execution.get(f"{stream}_elided", 0)
-    return head + elided_marker(elided) + tail if elided else head + tail
+    return joined(head, tail, elided)
 
 
 def next_turn(proj: Projection) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from rio_ci.core import events as ev
-from rio_ci.core.view import elided_marker
+from rio_ci.core.output import joined
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RecoveryError
 from rio_ci.run.worker import Stream, Worker
@@ -96,8 +96,7 @@ class Retention:
 
     def text(self) -> str:
         """Everything retained, for a caller that commits once (validators)."""
-        middle = elided_marker(self.elided) if self.elided else ""
-        return self.new_head + middle + self.tail
+        return joined(self.new_head, self.tail, self.elided)
 
 
 class Watch:
