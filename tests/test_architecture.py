@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -122,3 +123,17 @@ def test_function_size_and_complexity_are_bounded_by_ruff() -> None:
     assert {"C901", "PLR0915"} <= set(config["lint"]["select"])
     assert config["lint"]["mccabe"]["max-complexity"] <= 10
     assert config["lint"]["pylint"]["max-statements"] <= 50
+
+
+ACTIONS_ENVIRONMENT = re.compile(r"[\"'](GITHUB|RUNNER)_[A-Z_]+[\"']")
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_only_the_github_layer_reads_the_actions_environment(module: Path) -> None:
+    if not relative(module).startswith("rio_ci/github/"):
+        assert not ACTIONS_ENVIRONMENT.findall(module.read_text()), relative(module)
+
+
+def test_the_actions_environment_check_catches_a_reader() -> None:
+    assert ACTIONS_ENVIRONMENT.search('os.environ["GITHUB_TOKEN"]')
+    assert not ACTIONS_ENVIRONMENT.search('os.environ["RIO_MODEL"]')
