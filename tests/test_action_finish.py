@@ -1,4 +1,4 @@
-"""SPEC §13.1 for the finish step: persist first, offline; refused pushes; the pull-request
+"""docs/github.md for the finish step: persist first, offline; refused pushes; the pull-request
 gate. Real ``rio-ci action`` processes against FakeGitHub and its origin over smart HTTP."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_finish_persists_before_any_network_call_and_an_outage_loses_nothing(
 def test_a_success_whose_finish_could_not_reach_github_is_published_by_the_next_job(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
-    """SPEC §13 "Its final state is always written" and "On success the branch gets a pull
+    """docs/github.md "Its final state is always written" and "On success the branch gets a pull
     request": an outage during finish delays both, and any later job publishes them."""
     repo = Repository(tmp_path, gh, http=True)
     repo.set_script(script(WRITE, [conclude()]))

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict
 
 from rio_ci import jsonio
+from rio_ci.core.state import is_int
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import ArtifactError, StorageError
 from rio_ci.journal import copy_single_file, single_file_problem
@@ -53,10 +54,6 @@ class ManifestDict(TypedDict):
     run_id: int | None
     sha256: str
     next_wake: float | None
-
-
-def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

@@ -222,13 +222,13 @@ def rejections_note(job: dict[str, Any]) -> str | None:
     return "; ".join(notes) or None
 
 
-def take_over(db: Path, patience: float = 10.0) -> Owner:
-    """Become the Owner. The run step's process may take a moment to die after a cancel;
-    its lock goes with it."""
+def take_over(db: Path, patience: float = 10.0, cell_user: str | None = None) -> Owner:
+    """Become the Owner (Cells as ``cell_user``, see ``Owner``). The run step's process may
+    take a moment to die after a cancel; its lock goes with it."""
     deadline = time.monotonic() + patience
     while True:
         try:
-            return Owner(str(db))
+            return Owner(str(db), cell_user=cell_user)
         except OwnershipError:
             if time.monotonic() > deadline:
                 raise

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.state import is_int
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.github.artifact import (
     DEFAULT_MAX_BYTES,
@@ -19,7 +20,6 @@ from rio_ci.github.artifact import (
     MANIFEST_MAX_BYTES,
     SNAPSHOT,
     Manifest,
-    is_int,
     remove_files,
     strict_json,
     unpack,

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core.events import KINDS
+from rio_ci.core.state import is_int
 from rio_ci.errors import ForgeError
-from rio_ci.github.workspace import git
+from rio_ci.github.git import EMAIL, NAME, Git
 from rio_ci.session import Session
 
 SCHEMA = "rio.launch/1"
@@ -45,7 +46,6 @@ TAIL = "tail.jsonl"
 MAX_TAIL_BYTES = 512 * 1024 * 1024  # as an artifact's snapshot
 MAX_HEADER_BYTES = 64 * 1024  # a few ids and counts
 PUSH_ATTEMPTS = 3
-NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
 _HEADER_FIELDS = (
     "schema",
     "session_id",
@@ -96,7 +96,7 @@ def event_line(event: dict[str, Any]) -> str:
 
 def journal_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
     """The Session's events after ``after`` in the tail's shape."""
-    for event in session.journal.events(after=after):
+    for event in session.events(after=after):
         yield json.loads(event_line(event))
 
 
@@ -112,9 +112,10 @@ class LaunchRecord:
         self.lease: str | None = None  # the ref's value as this job last saw it
         self.parent: str | None = None  # this job's previous record
         self.begin(0, 0)
+        self.repo = Git(git_dir)  # the harness's own: no Cell writes its config or hooks
         if not (git_dir / "HEAD").exists():
             git_dir.mkdir(parents=True, exist_ok=True)
-            git(git_dir, "init", "--quiet", "--bare", "--object-format=sha1")
+            self.repo.run("init", "--quiet", "--bare", "--object-format=sha1")
 
     def begin(self, generation: int, after_seq: int) -> None:
         """Records from now on carry the tail after ``after_seq``, the last seq of the
@@ -129,8 +130,8 @@ class LaunchRecord:
         return ref_for(self.issue)
 
     def _git(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        return git(
-            self.git_dir, *args, remote=self.remote, token=self.token, check=check, stdin=stdin
+        return self.repo.run(
+            *args, remote=self.remote, token=self.token, check=check, stdin=stdin
         ).stdout
 
     # --- reading -------------------------------------------------------------------------
@@ -209,7 +210,7 @@ class LaunchRecord:
 
     def _extend(self, session: Session) -> None:
         self._session_id = session.proj.session["id"]
-        for event in session.journal.events(after=self._last):
+        for event in session.events(after=self._last):
             self._lines.append(event_line(event) + "\n")
             self._last = event["seq"]
 
@@ -230,8 +231,7 @@ class LaunchRecord:
         lease = f"--force-with-lease={self.ref}:{self.lease or ''}"
         problem = ""
         for attempt in range(PUSH_ATTEMPTS):
-            done = git(
-                self.git_dir,
+            done = self.repo.run(
                 "push",
                 "--porcelain",
                 "--no-verify",
@@ -301,7 +301,7 @@ def _loads(text: str) -> Any:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_int(value) and value >= 0
 
 
 def push_samples(root: Path, launches: int) -> list[float]:
@@ -309,7 +309,7 @@ def push_samples(root: Path, launches: int) -> list[float]:
     bare repository, the Session growing between them by about what a round commits (an
     observation of ordinary size), so each push carries a longer tail than the last."""
     remote = root / "launch-remote.git"
-    git(root, "init", "--quiet", "--bare", str(remote))
+    Git(remote).run("init", "--quiet", "--bare")
     session = Session.create(root / "launch.sqlite3", "measure launch records", cwd=str(root))
     record = LaunchRecord(root / "launch-record.git", str(remote), None, 1, "bench")
     samples = []

@@ -133,7 +133,7 @@ class ActRepository:
         shutil.copytree(
             ROOT / "rio_ci", self.action / "rio_ci", ignore=shutil.ignore_patterns("__pycache__")
         )
-        for name in ("action.yml", "pyproject.toml", "README.md"):
+        for name in ("action.yml", "pyproject.toml", "README.md", "uv.lock", "uv-bootstrap.txt"):
             shutil.copy(ROOT / name, self.action / name)
         for name, spec in STUBS.items():
             write_stub(self.stubs / name.replace("/", "-"), spec)

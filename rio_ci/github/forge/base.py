@@ -28,6 +28,35 @@ class Comment:
 
 
 @dataclass(frozen=True)
+class ReviewComment:
+    """An inline comment on a line of a pull request's diff."""
+
+    id: int
+    review_id: int | None  # the review it was submitted with (GitHub makes one per comment)
+    author: str
+    association: str
+    path: str
+    line: int | None  # the line of the file it refers to (None: outdated, off the diff)
+    side: str  # LEFT (the old file) | RIGHT (the new file)
+    diff_hunk: str
+    body: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Review:
+    """A submitted review of a pull request with all its inline comments."""
+
+    id: int
+    author: str
+    association: str
+    state: str  # APPROVED | CHANGES_REQUESTED | COMMENTED | DISMISSED
+    body: str
+    url: str
+    comments: tuple[ReviewComment, ...]
+
+
+@dataclass(frozen=True)
 class Check:
     """A finished workflow run or check run on a branch."""
 
@@ -76,6 +105,17 @@ class Forge(Protocol):
 
     def comments(self, number: int, after_id: int = 0) -> list[Comment]:
         """Comments on issue/PR ``number`` with id > after_id, oldest first."""
+        ...
+
+    def reviews(self, pull: int) -> list[Review]:
+        """The submitted reviews of pull request ``pull``, oldest first, each with its inline
+        comments (a pending review, visible only to its author, is not listed)."""
+        ...
+
+    def changed(self, number: int, *, pull: bool = False) -> bool:
+        """Whether issue ``number`` (with ``pull``: pull request ``number``, its reviews and
+        inline comments) may have changed since the last call for it; the first call says
+        True. Asked with conditional requests, so an unchanged answer costs no rate limit."""
         ...
 
     def upsert_comment(self, number: int, marker: str, body: str) -> int:

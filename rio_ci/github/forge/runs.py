@@ -4,11 +4,12 @@ a field that is missing or of the wrong type reads as None (or empty) and never 
 
 from __future__ import annotations
 
+from rio_ci.core.state import is_int
 from rio_ci.github.forge.base import WorkflowRun
 
 
 def int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if is_int(value) else None
 
 
 def _text(value: object) -> str:

@@ -31,6 +31,18 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
   rio must never restore;
 - ``serve_git(origin)``: the bare repository over smart HTTP at ``git_url``, with GitHub's
   push refusals (tests/fakes/git_origin.py);
+- pictures in issues and comments: ``attachments[id] = (bytes, content_type)`` served at
+  ``/user-attachments/assets/<id>`` to a valid token only (a private repository's), and
+  ``attachment_redirects[id] = location`` (GitHub's redirect to a signed store URL);
+- reviews: ``add_review(pull, user, state, body, comments)`` and ``add_review_comment`` (a
+  lone inline comment, which GitHub wraps in a COMMENTED review of its own), listed by
+  ``GET .../pulls/{n}/reviews``, ``.../pulls/{n}/comments`` and
+  ``.../pulls/{n}/reviews/{id}/comments`` (the last in GitHub's older shape, without
+  ``line`` and ``side``);
+- conditional requests: every 200 to a GET carries an ``ETag``, and a GET whose
+  ``If-None-Match`` names the current one is answered 304 (recorded in ``not_modified``);
+  issues and pull requests carry their comment counts, so a new comment changes the ETag;
+- ``set_retention(days)``: the repository's artifact retention setting;
 - ``POST .../issues/{n}/labels``; ``merge_pull(n)``; ``observers``: callables that see
   every request before it is answered (what was on disk at a client's first call).
 """

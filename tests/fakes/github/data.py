@@ -43,6 +43,9 @@ class GitHubData:
         self.issues: dict[int, dict[str, Json]] = {}
         self.comments: dict[int, dict[str, Json]] = {}
         self.pulls: dict[int, dict[str, Json]] = {}
+        self.reviews: dict[int, dict[str, Json]] = {}
+        self.review_comments: dict[int, dict[str, Json]] = {}
+        self.not_modified: list[Recorded] = []  # GETs answered 304 (free of rate limit)
         self.runs: dict[int, dict[str, Json]] = {}
         self.branches: dict[str, str] = {}
         self.check_runs: dict[int, dict[str, Json]] = {}
@@ -54,6 +57,10 @@ class GitHubData:
         self.artifacts: dict[int, dict[str, Json]] = {}
         self.blobs: dict[int, bytes] = {}
         self.gone: set[int] = set()  # artifacts whose download answers 410 Gone
+        # user attachments (issue / comment pictures) at /user-attachments/assets/<id>:
+        # (bytes, the Content-Type it claims); or a redirect to a Location
+        self.attachments: dict[str, tuple[bytes, str]] = {}
+        self.attachment_redirects: dict[str, str] = {}
         self.default_retention_days = 90
         self.max_retention_days = 90  # public repositories: 1 to 90 days
         self.git_origin: Path | None = None
@@ -167,6 +174,75 @@ class GitHubData:
         }
         return comment_id
 
+    def add_review(
+        self,
+        pull: int,
+        user: str = "alice",
+        state: str = "COMMENTED",
+        body: str = "",
+        comments: list[dict[str, Json]] | tuple[dict[str, Json], ...] = (),
+    ) -> int:
+        """A review submitted on pull request ``pull`` with its inline ``comments`` (each
+        ``{"path", "line", "body"}`` and optionally ``"side"``); ``state`` PENDING is a review
+        not submitted yet, which GitHub shows its author only (so never listed here)."""
+        review_id = next(self._ids)
+        self.reviews[review_id] = {
+            "id": review_id,
+            "node_id": f"PRR_{review_id}",
+            "user": self._user(user),
+            "body": body,
+            "state": state,
+            "author_association": self.associations.get(user, "COLLABORATOR"),
+            "commit_id": self.pulls[pull]["head"]["sha"] or "0" * 40,
+            "pull_request_number": pull,
+            "html_url": f"https://github.test/{self.repo}/pull/{pull}#pullrequestreview-{review_id}",
+            "pull_request_url": f"{self._base}/pulls/{pull}",
+            "submitted_at": None if state == "PENDING" else "2024-01-01T00:00:00Z",
+        }
+        for comment in comments:
+            self._add_review_comment(pull, review_id, user, comment)
+        return review_id
+
+    def add_review_comment(
+        self, pull: int, path: str, line: int, body: str, user: str = "alice", side: str = "RIGHT"
+    ) -> int:
+        """A lone inline comment ("Add single comment"): GitHub wraps it in a review of its
+        own, COMMENTED with an empty body. Returns the comment's id."""
+        review_id = self.add_review(pull, user)
+        return self._add_review_comment(
+            pull, review_id, user, {"path": path, "line": line, "body": body, "side": side}
+        )
+
+    def _add_review_comment(
+        self, pull: int, review_id: int, user: str, comment: dict[str, Json]
+    ) -> int:
+        comment_id = next(self._ids)
+        line = comment.get("line")
+        self.review_comments[comment_id] = {
+            "id": comment_id,
+            "node_id": f"PRRC_{comment_id}",
+            "pull_request_review_id": review_id,
+            "pull_request_number": pull,
+            "path": comment["path"],
+            "line": line,
+            "original_line": line,
+            "side": comment.get("side", "RIGHT"),
+            "position": 1,
+            "original_position": 1,
+            "diff_hunk": comment.get("diff_hunk", f"@@ -1,3 +1,4 @@ {comment['path']}"),
+            "body": comment["body"],
+            "user": self._user(user),
+            "author_association": self.associations.get(user, "COLLABORATOR"),
+            "commit_id": "0" * 40,
+            "original_commit_id": "0" * 40,
+            "url": f"{self._base}/pulls/comments/{comment_id}",
+            "html_url": f"https://github.test/{self.repo}/pull/{pull}#discussion_r{comment_id}",
+            "pull_request_url": f"{self._base}/pulls/{pull}",
+            "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
+        }
+        return comment_id
+
     def set_branch(self, branch: str, sha: str) -> None:
         self.branches[branch] = sha
 
@@ -274,6 +350,12 @@ class GitHubData:
     def add_workflow(self, file_name: str, state: str = "active") -> None:
         assert state in WORKFLOW_STATES, state
         self.workflows[file_name] = state
+
+    def set_retention(self, days: int) -> None:
+        """The repository's artifact retention setting: the default retention of an upload and
+        the most ``retention-days`` may ask for (what the runner reports as
+        ``GITHUB_RETENTION_DAYS``)."""
+        self.default_retention_days = self.max_retention_days = days
 
     def add_artifact(
         self,
