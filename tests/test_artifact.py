@@ -17,17 +17,16 @@ from fakes.github_api import FakeGitHub
 
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.github.artifact import (
-    EXPIRED,
     MANIFEST,
     SCHEMA,
     SNAPSHOT,
     Manifest,
     archive,
     pack,
-    restore_newest,
     unpack,
 )
 from rio_ci.github.forge.github import GitHubForge
+from rio_ci.github.newest import EXPIRED, restore_newest
 from rio_ci.github.provenance import Provenance
 from rio_ci.session import Session
 from rio_ci.sessionfile import SCHEMA_OBJECTS

@@ -13,7 +13,7 @@ from typing import Any
 from rio_ci.core.limits import Limits
 from rio_ci.core.state import json_equal
 from rio_ci.errors import OwnershipError, Rejected, RioError
-from rio_ci.github import artifact
+from rio_ci.github import newest
 from rio_ci.github.env import ActionEnv, log, warn
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.provenance import Provenance
@@ -41,14 +41,14 @@ def restore(
         }
     # Every generation that exists now; finish treats any other one as a newer job's.
     seen = [a.id for a in listed]
-    result = artifact.restore_newest(
+    result = newest.restore_newest(
         forge, name, env.state_dir / "restore", provenance=provenance.problem
     )
     for skipped in result.skipped:
         warn(env, f"{name}: skipped artifact {skipped.artifact_id}: {skipped.reason}")
     # GitHub keeps listing an artifact past its retention, marked expired: a Session whose
     # generations all expired is gone (docs/github.md), not damaged.
-    damaged = [r for r in result.rejected if r.reason != artifact.EXPIRED]
+    damaged = [r for r in result.rejected if r.reason != newest.EXPIRED]
     rejected = [str(r) for r in result.rejected]
     for rejection in damaged:
         log(f"::error::rio-ci: {name}: {rejection}")

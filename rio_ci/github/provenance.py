@@ -12,7 +12,7 @@ when the workflow run that uploaded it
   fork's, may run there);
 
 and, once downloaded, its manifest's ``run_id`` is that run's id (checked by
-``artifact.restore_newest``). Everything GitHub answers is read defensively: a field that is
+``newest.restore_newest``). Everything GitHub answers is read defensively: a field that is
 missing or of the wrong type never matches.
 """
 

@@ -25,7 +25,6 @@ from github.PullRequestComment import PullRequestComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
-from rio_ci.core.state import is_int
 from rio_ci.errors import ForgeError
 from rio_ci.github.forge.base import (
     Artifact,
@@ -38,6 +37,7 @@ from rio_ci.github.forge.base import (
     WorkflowRun,
 )
 from rio_ci.github.forge.download import fetch_zip
+from rio_ci.github.forge.runs import artifact_origin, int_or_none, run_of
 
 DEFAULT_API_URL = "https://api.github.com"
 DOWNLOAD_LIMIT_BYTES = 512 * 1024 * 1024
@@ -75,10 +75,8 @@ class GitHubForge:
     PyGithub's spacing between requests (GitHub's advice against secondary rate limits); tests
     against a local fake turn it off. A comment carrying a marker is taken as ours only when
     ``comment_author`` (if given) wrote it, or else when a bot or a user with write access
-    (the collaborator-permission API, never ``author_association``) wrote it: someone
-    without write access who quotes the marker can neither have their comment taken over
-    nor plant metadata the sweep would read.
-    """
+    (the collaborator-permission API, never ``author_association``) wrote it: no one else
+    can have their comment taken over or plant metadata the sweep would read."""
 
     def __init__(
         self,
@@ -452,29 +450,20 @@ class GitHubForge:
                     created_at=_iso(a.created_at),
                     size_in_bytes=a.size_in_bytes,
                     expired=a.expired,
-                    **_origin(a.raw_data.get("workflow_run")),
+                    **artifact_origin(a.raw_data.get("workflow_run")),
                 )
                 for a in listed
             ]
 
-    def repository_id(self) -> int | None:
-        return _int_or_none(self._repo.raw_data.get("id"))
+    def repository_id(self) -> int | None:  # read when the repository was opened
+        return int_or_none(self._repo.raw_data.get("id"))
 
     def workflow_run(self, run_id: int) -> WorkflowRun | None:
-        """GET /repos/{owner}/{repo}/actions/runs/{run_id}, read from its raw JSON (a field
-        of the wrong type reads as missing, so it never matches)."""
         with _failing(f"reading workflow run {run_id}"):
             try:
-                data = self._repo.get_workflow_run(run_id).raw_data
+                return run_of(self._repo.get_workflow_run(run_id).raw_data)
             except UnknownObjectException:
                 return None
-        return WorkflowRun(
-            id=_int_or_none(data.get("id")) or -1,
-            path=_text(data.get("path")),
-            event=_text(data.get("event")),
-            repository_id=_nested_id(data.get("repository")),
-            head_repository_id=_nested_id(data.get("head_repository")),
-        )
 
     def download_artifact(
         self, artifact_id: int, dest: Path, *, max_bytes: int = DOWNLOAD_LIMIT_BYTES
@@ -489,29 +478,6 @@ class GitHubForge:
             max_bytes=max_bytes,
             timeout=self._timeout,
         )
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if is_int(value) else None
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _nested_id(value: object) -> int | None:
-    return _int_or_none(value.get("id") if isinstance(value, dict) else None)
-
-
-def _origin(run: object) -> dict[str, int | None]:
-    """The run fields of an artifact's ``workflow_run`` (id, repository_id,
-    head_repository_id); anything absent or not an integer is None."""
-    data = run if isinstance(run, dict) else {}
-    return {
-        "run_id": _int_or_none(data.get("id")),
-        "repository_id": _int_or_none(data.get("repository_id")),
-        "head_repository_id": _int_or_none(data.get("head_repository_id")),
-    }
 
 
 def _conforms(forge: GitHubForge) -> Forge:
