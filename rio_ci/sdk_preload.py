@@ -1,12 +1,14 @@
 """Importing this module starts importing the model SDK in a thread, when this process is a
-``rio-ci run`` that will talk to Claude: the SDK import (seconds on a busy runner) is the
-floor under a job's first model request, and the thread lets it overlap with everything a
-run does first (its own imports, opening the Session, recovery, the Owner's checks),
-wherever that work waits on the disk or a process. ``rio_ci.model.anthropic`` imports the
+``rio-ci run`` or the run phase of ``rio-ci action`` (a GitHub job) that will talk to
+Claude: the SDK import (seconds on a busy runner) is the floor under a job's first model
+request, and the thread lets it overlap with everything a run does first (its own imports,
+opening the Session, recovery, the Owner's checks, a job's restore), wherever that work
+waits on the disk, the network or a process. ``rio_ci.model.anthropic`` imports the
 SDK as usual; Python's import lock makes it wait for this import rather than start another.
 
-Only the SDK (which imports nothing of rio_ci) is imported here, and only for ``run`` with an
-Anthropic, Bedrock or Vertex model: any other command, or a scripted model, imports nothing.
+Only the SDK (which imports nothing of rio_ci) is imported here, and only for ``run`` (model
+from ``--model``) or ``action [run]`` (model from ``RIO_MODEL``) with an Anthropic, Bedrock or
+Vertex model: any other command or phase, or a scripted model, imports nothing.
 docs/performance.md measures it (``start_to_first_request_seconds``).
 """
 
@@ -17,14 +19,21 @@ import importlib
 import os
 import sys
 import threading
+from collections.abc import Mapping
 
 __all__ = ["PRELOAD", "wanted"]
 
 
-def wanted(argv: list[str]) -> bool:
-    """Whether ``argv`` (``sys.argv``) is a ``rio-ci run`` whose model needs the SDK."""
+def wanted(argv: list[str], environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``argv`` (``sys.argv``) is a ``rio-ci run`` or ``rio-ci action [run]`` whose
+    model needs the SDK."""
     program = os.path.basename(argv[0]) if argv else ""
-    if program not in ("rio-ci", "cli.py") or len(argv) < 2 or argv[1] != "run":
+    if program not in ("rio-ci", "cli.py") or len(argv) < 2:
+        return False
+    if argv[1] == "action":
+        phase = next((arg for arg in argv[2:] if not arg.startswith("-")), "run")
+        return phase == "run" and not environ.get("RIO_MODEL", "").startswith("scripted:")
+    if argv[1] != "run":
         return False
     model = "anthropic"
     for number, arg in enumerate(argv[2:], start=2):

@@ -99,7 +99,7 @@ class SessionScript:
 
     def _add(self, cell_id: int, cell: dict[str, Any]) -> list[dict[str, Any]]:
         self.order.append(cell_id)
-        if cell.get("argv", [None, None, None])[-1:] == ["run_tests.py"]:
+        if cell.get("argv", [])[-1:] == ["run_tests.py"]:  # a test run
             self.tests.append(cell_id)
         value = {**cell, "id": cell_id, "previous_id": None}
         return [{"op": "add", "path": "/cells/-", "value": value}]
