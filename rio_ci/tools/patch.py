@@ -232,18 +232,26 @@ def apply_hunks(name: str, text: str, hunks: list[Hunk]) -> tuple[str, list[str]
                 f"{f' (offset {offset:+d})' if offset else ''}{how}"
             )
         out += lines[pos:at]
-        for tag, content, eol in entries:
-            if tag == " ":
-                out.append(lines[at])
-            elif tag == "+":
-                out.append(content + newline if eol else content)
-            at += tag != "+"
-        pos = at
+        pos = _copy_hunk(entries, lines, at, newline, out)
     out += lines[pos:]
     for k, line in enumerate(out[:-1]):  # a line added after a last line that had no eol
         if not line.endswith("\n"):
             out[k] = line + newline
     return "".join(out), notes
+
+
+def _copy_hunk(
+    entries: list[tuple[str, str, bool]], lines: list[str], at: int, newline: str, out: list[str]
+) -> int:
+    """Append what a hunk placed at line ``at`` leaves (context kept as the file has it,
+    added lines with the file's newline); return the line after the lines it consumed."""
+    for tag, content, eol in entries:
+        if tag == " ":
+            out.append(lines[at])
+        elif tag == "+":
+            out.append(content + newline if eol else content)
+        at += tag != "+"
+    return at
 
 
 def place(
@@ -331,47 +339,14 @@ def apply_diff(diff: str) -> str:
     for patch in patches:
         exists = {path: text is not None for path, text in pending.items()}
         old, new = target(patch, exists)
-        name = new or old or "?"
         # Refused before anything is read, so the reason is plain: the path written, and
         # the one a deletion or a rename removes.
         for path in {new, old if old != new else None} - {None}:
             confined(str(path))
-        if old is None:
-            if new is None:
-                raise ToolError("a file diff names /dev/null on both sides")
-            if exists.get(new, os.path.lexists(new)):
-                raise ToolError(
-                    f"the diff creates {new}, which already exists: edit it with "
-                    "a diff against its current content"
-                )
-            before = ""
-        else:
-            before_text = pending[old] if old in pending else read_text(old)
-            if before_text is None:
-                raise ToolError(f"no such file: {old} (an earlier part of the diff deleted it)")
-            before = before_text
-        after, placed = apply_hunks(name, before, patch.hunks)
+        before = _before(old, new, pending, exists)
+        after, placed = apply_hunks(new or old or "?", before, patch.hunks)
         notes += placed
-        added = sum(tag == "+" for h in patch.hunks for tag, _, _ in h.lines)
-        removed = sum(tag == "-" for h in patch.hunks for tag, _, _ in h.lines)
-        if new is None:
-            if after.strip() or (before.strip() and not patch.hunks):
-                raise ToolError(
-                    f"the diff deletes {old} but does not remove all of its lines; "
-                    "diff it against its current content"
-                )
-            pending[str(old)] = None
-            summary.append(f"  D {old} (-{removed})")
-            continue
-        if old is not None and old != new:
-            if exists.get(new, os.path.lexists(new)):
-                raise ToolError(f"the diff renames {old} to {new}, which already exists")
-            pending[old] = None
-        pending[new] = after
-        if patch.mode is not None:
-            modes[new] = check_mode(new, patch.mode)
-        kind = "A" if old is None else "M" if old == new else f"R {old} ->"
-        summary.append(f"  {kind} {new} (+{added} -{removed})")
+        summary.append(_stage(patch, old, new, (before, after), pending, exists, modes))
     for path in pending:  # every path checked before anything is written
         confined(path)
     for path, text in pending.items():
@@ -381,3 +356,55 @@ def apply_diff(diff: str) -> str:
         else:
             write_text(path, text, modes.get(path))
     return "\n".join([f"applied the diff to {len(summary)} file(s):", *summary, *notes])
+
+
+def _before(
+    old: str | None, new: str | None, pending: dict[str, str | None], exists: dict[str, bool]
+) -> str:
+    """The text a file diff applies to: nothing for a new file, else the file as the diff's
+    earlier parts left it."""
+    if old is None:
+        if new is None:
+            raise ToolError("a file diff names /dev/null on both sides")
+        if exists.get(new, os.path.lexists(new)):
+            raise ToolError(
+                f"the diff creates {new}, which already exists: edit it with "
+                "a diff against its current content"
+            )
+        return ""
+    before = pending[old] if old in pending else read_text(old)
+    if before is None:
+        raise ToolError(f"no such file: {old} (an earlier part of the diff deleted it)")
+    return before
+
+
+def _stage(
+    patch: FilePatch,
+    old: str | None,
+    new: str | None,
+    texts: tuple[str, str],
+    pending: dict[str, str | None],
+    exists: dict[str, bool],
+    modes: dict[str, int],
+) -> str:
+    """Record one file diff's outcome in ``pending`` (and ``modes``); its summary line."""
+    before, after = texts
+    added = sum(tag == "+" for h in patch.hunks for tag, _, _ in h.lines)
+    removed = sum(tag == "-" for h in patch.hunks for tag, _, _ in h.lines)
+    if new is None:
+        if after.strip() or (before.strip() and not patch.hunks):
+            raise ToolError(
+                f"the diff deletes {old} but does not remove all of its lines; "
+                "diff it against its current content"
+            )
+        pending[str(old)] = None
+        return f"  D {old} (-{removed})"
+    if old is not None and old != new:
+        if exists.get(new, os.path.lexists(new)):
+            raise ToolError(f"the diff renames {old} to {new}, which already exists")
+        pending[old] = None
+    pending[new] = after
+    if patch.mode is not None:
+        modes[new] = check_mode(new, patch.mode)
+    kind = "A" if old is None else "M" if old == new else f"R {old} ->"
+    return f"  {kind} {new} (+{added} -{removed})"
