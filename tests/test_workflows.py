@@ -27,6 +27,7 @@ INPUTS = {  # input → (environment variable, default)
     "model": ("RIO_MODEL", action_env.DEFAULT_MODEL),
     "effort": ("RIO_EFFORT", "high"),
     "price": ("RIO_PRICE", ""),
+    "fallback-model": ("RIO_FALLBACK_MODEL", ""),
     "trigger-label": ("RIO_TRIGGER_LABEL", action_env.DEFAULT_LABEL),
     "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
     "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),
