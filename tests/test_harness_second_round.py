@@ -101,3 +101,18 @@ def test_a_retired_model_fails_before_any_request_naming_its_replacement(tmp_pat
     error = status(done.stdout)["error"]
     assert "claude-opus-4-1 was retired on 2026-08-05; use claude-opus-5-5" in error
     assert "--price" not in error and events(db) == before
+
+
+def test_the_switch_to_the_fallback_survives_a_crash_after_the_refusal(tmp_path: Path) -> None:
+    db = new_session(tmp_path)
+    with WatchedFake(db) as fake:
+        fake.refusal("cyber")
+        first = fake.run("--fallback-model", FALLBACK, crash_at="reply_before_admit")
+        assert first.returncode != 0  # killed right after the refusal was committed
+        fake.reply_patch(patch(0, 1, DONE))
+        second = fake.run("--fallback-model", FALLBACK)
+        asked = [r.model for r in fake.requests]
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert asked == [MODEL, FALLBACK]  # the restarted run knew the Turn had a refusal
+    attempts = kinds(events(db), "model_attempt")
+    assert attempts[-1]["fallback_from"] == f"anthropic:{MODEL}"

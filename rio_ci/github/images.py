@@ -52,7 +52,7 @@ GOAL_IMAGES = "goal_images"  # the watermark naming the goal's pictures
 MAX_IMAGES = 8
 MAX_BYTES = 5 * 1024 * 1024
 MAX_REDIRECTS = 3
-TIMEOUT = 20.0
+TIMEOUT = 10.0  # per request: a host that does not answer costs the job little
 STORES = frozenset(
     {
         "private-user-images.githubusercontent.com",

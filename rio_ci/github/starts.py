@@ -69,9 +69,7 @@ def from_issue(
         goal = requested_goal(goal, *request, follow_up=False)
     session = create(env, db, config, goal)
     try:
-        carried = images.kept(session, replace(fetched, notes=[]))
-        if carried.get("images"):
-            session.set_watermark(images.GOAL_IMAGES, carried["images"])
+        _keep_goal_pictures(session, fetched)
     finally:
         session.close()
     if (request is not None or label) and env.trigger_label not in info.labels:
@@ -161,16 +159,25 @@ def _succeed(
     """Replace the ended Session at ``db`` with a new one for ``goal`` (the previous one
     stays in the older generations of the artifact), which keeps its watermarks (the same
     pull request, only newer comments) and starts with how it ended."""
-    session = create(env, db, config, goal)
+    fetched = ImageFetcher(env.server_url, env.api_url, env.token).fetch(goal)
+    session = create(env, db, config, goal + images.notes_text(fetched))
     try:
         session.receive(
             f"previous:{previous.session['id']}", "previous_session", conclusion_of(previous)
         )
         for name, value in sorted({**previous.watermarks, **marks}.items()):
-            if name != PUBLISHED:
+            if name not in (PUBLISHED, images.GOAL_IMAGES):  # the pictures are fetched again
                 session.set_watermark(name, value)
+        _keep_goal_pictures(session, fetched)
     finally:
         session.close()
+
+
+def _keep_goal_pictures(session: Session, fetched: images.Fetched) -> None:
+    """Store the goal's pictures and name them (the watermark ``goal_images``)."""
+    carried = images.kept(session, replace(fetched, notes=[]))
+    if carried.get("images"):
+        session.set_watermark(images.GOAL_IMAGES, carried["images"])
 
 
 def conclusion_of(proj: Projection) -> dict[str, Any]:
