@@ -3,10 +3,12 @@ place so a faster source (derived data kept beside the Journal) can replace the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import PurePath
 from typing import Any
 
-from rio_ci.core.history import KINDS, History, Run, fold_history
+from rio_ci.core.history import KINDS, History, Run, Validation, fold_history
+from rio_ci.core.projection import Projection
 from rio_ci.live import describe
 from rio_ci.session import Session
 
@@ -18,6 +20,48 @@ def read_history(session: Session, upto: int | None = None) -> History:
     if upto is not None:
         events = (e for e in events if e["seq"] <= upto)
     return fold_history(events)
+
+
+# How far back ``recent_history`` looks for validator results: those of the latest
+# conclusions, which come right before the run's end or a control_rejected message.
+RECENT_EVENTS = 2_000
+
+
+def recent_history(session: Session, proj: Projection, cell_ids: Iterable[int]) -> History:
+    """What ``rio-ci show`` needs of the History, read in a bounded number of indexed look-ups
+    (never a scan of the Journal): the first and last event's times, the rounds from the
+    usage, each listed Execution's start and end, and the validator results among the last
+    ``RECENT_EVENTS`` events."""
+    first = next(session.events(limit=1), None)
+    last = next(session.events(after=max(0, proj.last_seq - 1), limit=1), None)
+    history = History(
+        started_at=first["at"] if first else 0.0,
+        last_at=last["at"] if last else 0.0,
+        last_seq=proj.last_seq,
+        round_count=int(proj.usage.get("rounds", 0)),
+    )
+    for cell_id in cell_ids:
+        started = session.find(str(cell_id), "execution_started")
+        finished = session.find(str(cell_id), "execution_finished")
+        if started is not None and started["seq"] <= proj.last_seq:
+            done = finished is not None and finished["seq"] <= proj.last_seq
+            history.runs[cell_id] = Run(
+                cell_id,
+                {},
+                round=0,
+                job=0,
+                queued_at=started["at"],
+                started_at=started["at"],
+                finished_at=finished["at"] if done and finished else None,
+                result=finished["result"] if done and finished else None,
+            )
+    after = max(0, proj.last_seq - RECENT_EVENTS)
+    for event in session.events(after=after, kinds=("validator_result",)):
+        if event["seq"] <= proj.last_seq:
+            history.validations.append(
+                Validation(event["note_id"], event["argv"], event["result"], event["at"])
+            )
+    return history
 
 
 def descriptions(history: History) -> dict[int, str]:

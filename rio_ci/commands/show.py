@@ -62,10 +62,13 @@ class Shown:
 
 
 def gather(session: Session) -> Shown:
-    """The facts ``show`` prints, committed up to one seq: the Projection, every Execution
-    (``executions``) and the History (times, validators, rounds)."""
+    """The facts ``show`` prints, committed up to one seq: the Projection, the Executions it
+    lists (``executions``) and their times and the latest validators (``report.recent``): a
+    bounded number of indexed reads, so ``show`` costs the same on a long Session."""
     proj = session.refresh()
-    return Shown(proj, executions(session, proj), report.read_history(session, proj.last_seq))
+    listed = executions(session, proj)
+    cell_ids = [int(k) for k in listed]
+    return Shown(proj, listed, report.recent_history(session, proj, cell_ids))
 
 
 def summary(session: Session) -> dict[str, Any]:
@@ -167,11 +170,8 @@ def render_text(session: Session) -> str:
 def _times(history: History) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(history.started_at))
     last = report.seconds(history.last_at - history.started_at)
-    jobs = len(history.jobs)
-    return (
-        f"created {started}, last event {last} later; {jobs} job{'s' if jobs != 1 else ''}, "
-        f"{len(history.rounds)} round{'s' if len(history.rounds) != 1 else ''}"
-    )
+    rounds = history.round_count if history.round_count is not None else len(history.rounds)
+    return f"created {started}, last event {last} later; {rounds} round{'s' if rounds != 1 else ''}"
 
 
 def _validator_lines(history: History) -> list[str]:
@@ -196,7 +196,7 @@ def _rest(session: Session, proj: Projection, db: str) -> list[str]:
     for timer in proj.timers.values():
         due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timer["deadline"]))
         lines.append(f"timer {escape_control(timer['id'])} due at {due} ({timer['deadline']})")
-    lines.extend(_fallback_lines(session))
+    lines.extend(_fallback_lines(session, proj))
     if proj.rationale:
         lines.append(
             "the model's last rationale: "
@@ -214,11 +214,14 @@ def _rest(session: Session, proj: Projection, db: str) -> list[str]:
     return lines
 
 
-def _fallback_lines(session: Session) -> list[str]:
+def _fallback_lines(session: Session, proj: Projection) -> list[str]:
     """Attempts that went to the fallback model after a refusal (``model_attempt`` events
-    with ``fallback_from``)."""
+    with ``fallback_from``) among the last ``report.RECENT_EVENTS`` events."""
+    after = max(0, proj.last_seq - report.RECENT_EVENTS)
     switched = [
-        event for event in session.events(kinds=("model_attempt",)) if event.get("fallback_from")
+        event
+        for event in session.events(after=after, kinds=("model_attempt",))
+        if event.get("fallback_from") and event["seq"] <= proj.last_seq
     ]
     return [
         f"after a refusal, {escape_control(e['turn_id'])} attempt {e['attempt']} went to "

@@ -97,6 +97,7 @@ class History:
     validations: list[Validation] = field(default_factory=list)
     conclusion: dict[str, Any] | None = None  # {note_id, result, text, at}
     ended: dict[str, Any] | None = None  # {result, reason, at}
+    round_count: int | None = None  # rounds known without folding them (``show``)
     notes: dict[int, dict[str, Any]] = field(default_factory=dict)  # conclusion/resolution text
 
     @property
