@@ -107,9 +107,7 @@ class Harness:
             elif (problem := self.over_budget()) is not None:
                 self.owner.end_in_failure(problem)
             else:
-                stop = self.round()
-                if self.between_rounds is not None:
-                    self.between_rounds()
+                stop = self.round()  # the loop's next listen() calls between_rounds
             if stop is not None:
                 return stop
 

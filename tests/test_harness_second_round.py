@@ -25,9 +25,8 @@ def test_a_spend_limit_429_ends_the_run_at_once_with_one_request(tmp_path: Path)
     with WatchedFake(db) as fake:
         fake.spend_limited()
         fake.reply_patch(patch(0, 1, DONE))  # would be taken by a retry
-        started = time.monotonic()
         done = fake.run()
-        took = time.monotonic() - started
+        # A retry would have taken the reply waiting in the fake: none was made.
         assert len(fake.requests) == 1 and fake.pending == 1
     assert done.returncode == 1 and status(done.stdout)["status"] == "failed"
     (failure,) = fake.responses()
@@ -35,9 +34,6 @@ def test_a_spend_limit_429_ends_the_run_at_once_with_one_request(tmp_path: Path)
     reason = kinds(events(db), "run_ended")[0]["reason"]
     assert "enforced_spend_limit_reached" in reason and "regain access" in reason
     assert "final, not retried" in done.stderr
-    # The run ended within a second of the answer (the process start is the rest).
-    (ended,) = kinds(events(db), "run_ended")
-    assert ended["at"] - fake.arrivals[0][0] < 1.0, took
 
 
 def test_a_refusal_sends_the_next_attempt_to_the_fallback_model(tmp_path: Path) -> None:

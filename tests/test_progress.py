@@ -124,5 +124,7 @@ def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Pat
         history = report.read_history(owner.session)
     finally:
         owner.close()
-    assert seen == list(range(1, len(rounds) + 1))
+    # Called before the first round, after each one, and while Cells run (the GitHub job
+    # listens for comments then too): every round was seen committed, in order.
+    assert set(range(1, len(rounds) + 1)) <= set(seen) and seen == sorted(seen)
     assert [job.label for job in history.jobs] == ["job under test"]

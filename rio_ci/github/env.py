@@ -153,12 +153,12 @@ class ActionEnv:
 
 
 def _retention(text: str) -> int | None:
-    """``GITHUB_RETENTION_DAYS`` as a number of days (unset: None)."""
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
+    """``GITHUB_RETENTION_DAYS`` as a number of days (unset: None). GitHub's own runners
+    always give 1 or more; ``0``, which local runners such as act pass, says nothing and
+    counts as unset. ASCII digits only: ``"²".isdigit()`` is true but ``int("²")`` fails."""
+    if not re.fullmatch(r"[0-9]{1,6}", text or "0"):
         raise UsageError(f"GITHUB_RETENTION_DAYS must be a whole number of days, got {text!r}")
-    return int(text)
+    return (int(text) or None) if text else None
 
 
 # The harness's own credentials: a Session may never hand them to its Cells.
