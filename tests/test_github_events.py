@@ -173,3 +173,58 @@ def test_the_progress_status_says_how_an_unfinished_job_stopped() -> None:
     assert status_of(proj, "deadline") == "paused"
     proj.ended = {"result": "success", "reason": "conclusion accepted"}
     assert status_of(proj, "interrupted") == "succeeded"
+
+
+def assign_event(assignee: str, sender: str = "alice", **issue: Any) -> dict[str, Any]:
+    return {
+        "action": "assigned",
+        "assignee": {"login": assignee},
+        "sender": {"login": sender},
+        "issue": {"number": 7, **issue},
+    }
+
+
+def test_an_assignment_to_the_trigger_login_starts_and_any_other_is_ignored() -> None:
+    start = classify("issues", assign_event("rio-bot", "bob"), "rio", REPO, "rio-bot")
+    assert (start.kind, start.issue, start.actor, start.data) == (
+        "start",
+        7,
+        "bob",  # who assigned it: their write access is what counts
+        {"by": "assignment"},
+    )
+    other = classify("issues", assign_event("carol"), "rio", REPO, "rio-bot")
+    assert (other.kind, other.reason) == ("ignore", "issues/assigned to 'carol'")
+    off = classify("issues", assign_event("rio-bot"), "rio", REPO, "")
+    assert off.kind == "ignore"  # an empty input: assignment starts nothing
+    on_pull = classify(
+        "issues", assign_event("rio-bot", pull_request={"u": 1}), "rio", REPO, "rio-bot"
+    )
+    assert (on_pull.kind, on_pull.reason) == ("ignore", "the trigger assignment on a pull request")
+
+
+def test_a_review_or_an_inline_comment_names_its_pull_request_and_author() -> None:
+    pull = {"number": 12, "head": {"ref": "rio/issue-7"}}
+    review = {"user": {"login": "alice"}, "author_association": "MEMBER", "id": 5}
+    submitted = classify(
+        "pull_request_review",
+        {"action": "submitted", "review": review, "pull_request": pull},
+        "rio",
+    )
+    assert (submitted.kind, submitted.issue, submitted.actor, submitted.association) == (
+        "comment",
+        12,
+        "alice",
+        "MEMBER",
+    )
+    assert submitted.data["is_pull_request"] and "body" not in submitted.data  # never a /rio
+    inline = classify(
+        "pull_request_review_comment",
+        {"action": "created", "comment": review, "pull_request": pull},
+        "rio",
+    )
+    assert (inline.kind, inline.issue, inline.actor) == ("comment", 12, "alice")
+    for name, action in (
+        ("pull_request_review", "dismissed"),
+        ("pull_request_review_comment", "edited"),
+    ):
+        assert classify(name, {"action": action, "pull_request": pull}, "rio").kind == "ignore"
