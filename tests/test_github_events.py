@@ -228,3 +228,30 @@ def test_a_review_or_an_inline_comment_names_its_pull_request_and_author() -> No
         ("pull_request_review_comment", "edited"),
     ):
         assert classify(name, {"action": action, "pull_request": pull}, "rio").kind == "ignore"
+
+
+def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves_out(
+    tmp_path: Any,
+) -> None:
+    from rio_ci.github.forge.base import Review, ReviewComment
+    from rio_ci.github.intake import review_message
+    from rio_ci.session import Session
+
+    hunk = "@@ -1,400 +1,400 @@\n" + "".join(f" line {n}\n" for n in range(400)) + "+the line"
+    comments = tuple(
+        ReviewComment(n, 9, "alice", "MEMBER", f"f{n}.py", n, "RIGHT", hunk, "x" * 3000, f"u{n}")
+        for n in range(1, 31)
+    )
+    review = Review(9, "alice", "MEMBER", "CHANGES_REQUESTED", "b" * 9000, "url", comments)
+    session = Session.create(tmp_path / "s.sqlite3", "goal", cwd=str(tmp_path))
+    try:
+        limit = session.limits["output_bytes"]
+        kind, payload = review_message(review, limit)
+        session.receive("review:9", str(kind), payload)  # within output_bytes: accepted
+    finally:
+        session.close()
+    shown = payload["comments"]
+    assert kind == "review" and 1 <= len(shown) < len(comments)
+    assert payload["comments_not_shown"] == len(comments) - len(shown)
+    assert all(c["diff_hunk"].endswith("+the line") for c in shown)  # the commented line kept
+    assert "more bytes not shown" in payload["body"]
