@@ -1,4 +1,4 @@
-"""SPEC §13.1 "Timers and retention": the artifact outlives every Timer, a Timer past the
+"""docs/github.md "Timers and retention": the artifact outlives every Timer, a Timer past the
 retention horizon is refused, the sweep is switched on when a Timer waits, and a dispatched
 job that finds no Session clears the next wake."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,6 +250,41 @@ def test_artifacts_expire_after_their_retention_days_cut_to_the_maximum(
     gh.max_retention_days = 400  # a private repository's setting
     longer = gh.upload_artifact("rio-session-1", tmp_path, retention_days=400, created_at=created)
     assert gh.artifacts[longer]["retention_days"] == 400
+
+
+@pytest.mark.parametrize(
+    "kind, event, head, path",
+    [
+        ("fork", "pull_request", "mallory/demo", ".github/workflows/rio.yml"),
+        ("target", "pull_request_target", "octo/demo", ".github/workflows/rio.yml"),
+        ("workflow", "push", "octo/demo", ".github/workflows/ci.yml"),
+    ],
+)
+def test_an_artifact_names_the_run_that_uploaded_it_and_the_run_where_it_came_from(
+    gh: FakeGitHub, repo: Repository, kind: str, event: str, head: str, path: str
+) -> None:
+    run_id = gh.add_foreign_run(kind)
+    artifact_id = gh.add_artifact("rio-session-1", b"zip", run_id=run_id)
+    (listed,) = repo.get_artifacts(name="rio-session-1")
+    origin = listed.raw_data["workflow_run"]
+    assert (origin["id"], origin["repository_id"]) == (run_id, repo.id)
+    assert (origin["head_repository_id"] == repo.id) == (head == gh.repo)
+    run = repo.get_workflow_run(run_id)
+    assert (run.event, run.path, run.head_repository.full_name) == (event, path, head)
+    assert run.repository.id == repo.id and listed.id == artifact_id
+
+
+def test_an_expired_artifacts_download_is_410_even_while_the_listing_lags(
+    gh: FakeGitHub, repo: Repository
+) -> None:
+    artifact_id = gh.add_artifact("rio-session-1", b"zip")
+    gh.expire_artifact(artifact_id, listed=False)
+    assert [a.expired for a in repo.get_artifacts(name="rio-session-1")] == [False]
+    url = f"{gh.api_url}/repos/{gh.repo}/actions/artifacts/{artifact_id}/zip"
+    request = urllib.request.Request(url, headers={"Authorization": f"token {gh.token}"})
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(request, timeout=10)
+    assert gone.value.code == 410
 
 
 def test_lists_are_paged_with_githubs_link_header(

@@ -1,8 +1,8 @@
-"""action.yml and the workflows in .github/workflows/: the SPEC §13 contract read off the
+"""action.yml and the workflows in .github/workflows/: the docs/github.md contract read off the
 YAML itself (inputs, outputs, environment mapping, triggers, concurrency, permissions), plus
 the rules that keep untrusted text out of shell: no ``${{ }}`` inside any ``run:``; and the
-§13.1 hygiene: every ``uses:`` pinned to a commit, only the sweep jobs may change workflows,
-the README's workflow filters as the full example's, zizmor clean."""
+hygiene of docs/github.md: every ``uses:`` pinned to a commit, only the sweep jobs may change
+workflows, the README's workflow filters as the full example's, zizmor clean."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ INPUTS = {  # input → (environment variable, default)
     "assignee-trigger": ("RIO_ASSIGNEE_TRIGGER", ""),
     "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
     "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),
+    "cell-user": ("RIO_CELL_USER", action_env.ACTION_CELL_USER),
 }
 OUTPUTS = {"status", "session", "next-wake", "pull-request", "artifact-name"}
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -100,6 +101,8 @@ def test_each_input_reaches_rio_ci_through_the_environment_only(action: dict[str
     assert 'exec "$RUNNER_TEMP/rio-ci-venv/bin/rio-ci" action finish' in finish["run"]
     assert "ANTHROPIC_API_KEY" not in finish["env"]  # finish never calls the model
     assert finish["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+    # finish stops the Cell user's processes and hands the working tree back
+    assert finish["env"]["RIO_CELL_USER"] == "${{ inputs.cell-user }}"
 
 
 def test_rio_ci_is_installed_from_the_actions_own_path_beside_the_workflows_python(
@@ -217,7 +220,7 @@ def test_ci_runs_the_repository_check_script() -> None:
     assert "rio/issue-*" in ci["on"]["push"]["branches"]  # so workflow_run reaches rio
 
 
-# --- §13.1 hygiene ------------------------------------------------------------------------
+# --- hygiene (docs/github.md) -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -302,7 +305,7 @@ def readme_workflow() -> dict[str, Any]:
 
 
 def test_the_readme_workflow_filters_and_limits_as_the_full_example(rio: dict[str, Any]) -> None:
-    """SPEC §13.1 "Hygiene": the README's workflow has the same ``if:`` filters and
+    """docs/github.md "Hygiene": the README's workflow has the same ``if:`` filters and
     ``timeout-minutes`` as the full example — the very same text, job by job."""
     readme = readme_workflow()
     assert readme["on"] == {name: rio["on"][name] for name in readme["on"]}

@@ -1,6 +1,6 @@
 """GitHub events → what a job should do. Pure: a payload in, a ``Trigger`` out.
 
-Which events reach a Session (SPEC §13): a trigger label starts one; comments on its issue
+Which events reach a Session (docs/github.md): a trigger label starts one; comments on its issue
 or pull request, and finished workflow/check runs on its branch, become Inbox messages;
 ``schedule`` sweeps for due Timers; ``workflow_dispatch`` with an ``issue`` input resumes.
 Who may steer is decided later, with the permission API; here only the shape is read.
@@ -14,7 +14,7 @@ from typing import Any
 
 from rio_ci.github.forge.base import Check
 
-BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)$")
+BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)\Z")
 # author_association values that can only belong to someone without write access, so a
 # comment may be dropped before asking the permission API. NONE and CONTRIBUTOR are not
 # among them: a private organization member with write access through a team arrives so.
@@ -97,7 +97,8 @@ def classify(
         return Trigger("sweep")
     if event_name == "workflow_dispatch":
         raw = str((payload.get("inputs") or {}).get("issue") or "").strip()
-        if not raw.isdigit() or int(raw) < 1:
+        # ASCII digits only ('²'.isdigit() is True, and int() refuses it), and a sane length.
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or int(raw) < 1:
             return Trigger("ignore", reason="workflow_dispatch needs an 'issue' input (a number)")
         return Trigger("resume", issue=int(raw), actor=sender)
     return Trigger("ignore", reason=f"event {event_name!r} is not handled")

@@ -13,6 +13,7 @@ from rio_ci.github import progress
 from rio_ci.github.env import log
 from rio_ci.github.events import NEVER_WRITERS, branch_for, quote_untrusted, steer_command
 from rio_ci.github.forge.base import Check, Comment, Forge, Review, ReviewComment
+from rio_ci.github.images import ImageFetcher, kept
 from rio_ci.run.owner import Owner
 
 WRITERS = frozenset({"admin", "maintain", "write"})
@@ -44,6 +45,7 @@ def take_in(
     issue: int,
     warn: Callable[[str], None] | None = None,
     reported: Check | None = None,
+    fetcher: ImageFetcher | None = None,
 ) -> None:
     """Re-scan comments (issue and pull request), the pull request's reviews, and checks;
     each observation enters the
@@ -58,7 +60,7 @@ def take_in(
     numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
     try:
         for number in numbers:
-            _take_comments(owner, forge, number)
+            _take_comments(owner, forge, number, fetcher)
         if marks.get("pull_request"):
             _take_reviews(owner, forge, int(marks["pull_request"]))
         listed = forge.checks(branch_for(issue), warn=warn)
@@ -82,7 +84,9 @@ def take_in(
         log(f"::warning::rio-ci: an observation was not taken in: {exc}")
 
 
-def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
+def _take_comments(
+    owner: Owner, forge: Forge, number: int, fetcher: ImageFetcher | None = None
+) -> None:
     session = owner.session
     key = f"comments:{number}"
     last = int(session.proj.watermarks.get(key, 0))
@@ -105,6 +109,8 @@ def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
                     "url": comment.url,
                     "untrusted": True,
                     "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES),
+                    # its pictures, stored by digest (rio_ci/github/images.py)
+                    **(kept(session, fetcher.fetch(comment.body)) if fetcher else {}),
                 },
             )
         # "/rio status" needs nothing here: this job rewrites the progress comment anyway.

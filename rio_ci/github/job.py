@@ -1,4 +1,4 @@
-"""The run step of ``rio-ci action`` (SPEC §13, §13.1).
+"""The run step of ``rio-ci action`` (docs/github.md).
 
     restore the newest valid generation, merged with the launch record a lost runner left
     → start a Session (label, ``/rio <request>``, a follow-up after the run ended) or go on
@@ -37,6 +37,7 @@ from rio_ci.github.events import (
 )
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import rejections_note, restore
+from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.listen import Listener
 from rio_ci.github.progress import publish_progress
@@ -44,7 +45,7 @@ from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
 from rio_ci.harness import Harness
 from rio_ci.live import LiveLog
-from rio_ci.model.providers import parse_price, priced_model
+from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
@@ -82,9 +83,12 @@ def run(
         log(f"rio-ci: comment by @{trigger.actor} ignored (no write access); re-scanning")
 
     config = Config.load(env.workspace, env.config)
+    if config.skipped is not None:
+        warn(env, f"{config.skipped}; the configuration's defaults apply")
     env.state_dir.mkdir(parents=True, exist_ok=True)
     db = env.state_dir / "session.sqlite3"
-    remote = workspace.origin_url(env.workspace)  # read before any Cell can change it
+    repo = workspace.adopt(env.state_dir, env.workspace)  # before any Cell can change it
+    remote = workspace.origin_url(repo)
     launches = LaunchRecord(env.state_dir / "record.git", remote, env.token, issue, env.run_id)
     restored = restore(env, forge, issue, db, launches)
     if "problem" in restored:
@@ -116,8 +120,9 @@ def run(
     }
     write_job(env, job)
     log("::group::rio-ci: working tree")
-    existed = workspace.check_out(env.workspace, branch_for(issue), remote, env.token)
-    job["start"] = workspace.head(env.workspace)
+    existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
+    workspace.lend(repo, branch_for(issue))
+    job["start"] = workspace.head(repo)
     write_job(env, job)
     log(f"branch {branch_for(issue)} {'restored' if existed else 'started'}")
     log("::endgroup::")
@@ -126,7 +131,12 @@ def run(
     def before_spawn(cell_id: int, token: str) -> None:
         launches.push(owners[0].session, cell_id)
 
-    owner = Owner(str(db), before_spawn=before_spawn)
+    owner = Owner(
+        str(db),
+        before_spawn=before_spawn,
+        cell_user=env.cell_user,
+        notice=lambda message: warn(env, message),
+    )
     owners.append(owner)
     restore_signals = handle_signals(owner.interrupted)
     try:
@@ -280,6 +290,7 @@ def _work(
         issue,
         warn=lambda message: warn(env, message),
         reported=trigger.data.get("check"),
+        fetcher=ImageFetcher(env.server_url, env.api_url, env.token),
     )
     if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
         (env.state_dir / JOB_FILE).unlink(missing_ok=True)
@@ -303,11 +314,29 @@ def _work(
             "reason": proj.ended["reason"],
         }
     given = parse_price(env.price) if env.price else None
-    model = priced_model(env.model, effort=env.effort, price=given, stored=proj.prices)
+    model, fallback = priced_models(
+        env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
+    )
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
-    harness = Harness(owner, model, live=live, external_wakeups=True, between_rounds=listener)
+    pacer = progress.Pacer(
+        lambda: publish_progress(env, forge, session, issue, job["generation"], None)
+    )
+
+    def between_rounds() -> None:  # new comments and reviews in; the progress comment out
+        listener()
+        pacer()
+
+    harness = Harness(
+        owner,
+        model,
+        live=live,
+        external_wakeups=True,
+        fallback=fallback,
+        between_rounds=between_rounds,
+        job_label=f"GitHub Actions run {env.run_id}",
+    )
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)
@@ -334,7 +363,7 @@ def quiet(session: Session, base: int) -> bool:
     """Nothing new since seq ``base`` but watermarks, and nothing the harness would do."""
     proj = session.refresh()
     now = time.time()
-    kinds = {e["kind"] for e in session.journal.events(after=base)}
+    kinds = {e["kind"] for e in session.events(after=base)}
     return kinds <= {"watermark"} and not (
         proj.inbox
         or proj.turn

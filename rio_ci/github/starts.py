@@ -1,4 +1,4 @@
-"""Where a Session comes from on GitHub (SPEC §13, §13.1 "After the run ends").
+"""Where a Session comes from on GitHub (docs/github.md "After the run ends").
 
 - the trigger label on an issue, by a user with write access: goal = the issue;
 - ``/rio <request>`` by a maintainer on an issue without a Session: goal = the issue + the
@@ -14,14 +14,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
+from rio_ci.github import images
 from rio_ci.github.env import ActionEnv, Config, log
 from rio_ci.github.events import goal_for, requested_goal, steer_command
 from rio_ci.github.forge.base import Comment, Forge, Review
+from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import is_ours, may_steer, review_text
 from rio_ci.github.progress import PUBLISHED
 from rio_ci.session import Session
@@ -58,10 +61,19 @@ def from_issue(
     ``/rio`` request given as ``(author, url, request)``. A request, or ``label`` (an
     assignment), also puts the trigger label on the issue: the sweep looks only there."""
     info = forge.issue(issue)
-    goal = goal_for(issue, info.title, info.body)
+    # the issue's pictures (rio_ci/github/images.py): fetched first, so a note on one that
+    # was not fetched is part of the goal; stored once the Session exists
+    fetched = ImageFetcher(env.server_url, env.api_url, env.token).fetch(info.body)
+    goal = goal_for(issue, info.title, info.body) + images.notes_text(fetched)
     if request is not None:
         goal = requested_goal(goal, *request, follow_up=False)
-    create(env, db, config, goal).close()
+    session = create(env, db, config, goal)
+    try:
+        carried = images.kept(session, replace(fetched, notes=[]))
+        if carried.get("images"):
+            session.set_watermark(images.GOAL_IMAGES, carried["images"])
+    finally:
+        session.close()
     if (request is not None or label) and env.trigger_label not in info.labels:
         forge.add_label(issue, env.trigger_label)
         why = "/rio" if request is not None else "the assignment"

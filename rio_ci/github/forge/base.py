@@ -76,6 +76,24 @@ class Artifact:
     size_in_bytes: int
     expired: bool
     run_id: int | None
+    # The ``workflow_run`` the listing names (ids of the run's repository and of the
+    # repository its head commit came from); None when the listing did not say.
+    repository_id: int | None = None
+    head_repository_id: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """What a workflow run says about where it came from (GET .../actions/runs/{id}):
+    ``path`` is the workflow file (``.github/workflows/rio.yml``), ``event`` what started it,
+    and the ids of the run's repository and of its head repository (a fork's for a pull
+    request from a fork). Fields GitHub did not give are None/empty: never trusted."""
+
+    id: int
+    path: str
+    event: str
+    repository_id: int | None
+    head_repository_id: int | None
 
 
 class Forge(Protocol):
@@ -126,6 +144,15 @@ class Forge(Protocol):
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
         """Download the artifact's zip to ``dest`` (a file path) and return it."""
+        ...
+
+    def repository_id(self) -> int | None:
+        """This repository's numeric id (read when the repository was opened); None when the
+        host has none (then no artifact can be shown to be this repository's)."""
+        ...
+
+    def workflow_run(self, run_id: int) -> WorkflowRun | None:
+        """The workflow run ``run_id`` of this repository, or None when there is none."""
         ...
 
     def issues_with_label(self, label: str) -> list[Issue]:

@@ -24,8 +24,9 @@ from github.IssueComment import IssueComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
+from rio_ci.core.state import is_int
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue, Review
+from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue, Review, WorkflowRun
 from rio_ci.github.forge.download import fetch_zip
 from rio_ci.github.forge.review import News, submitted_reviews
 
@@ -376,10 +377,29 @@ class GitHubForge:
                     created_at=_iso(a.created_at),
                     size_in_bytes=a.size_in_bytes,
                     expired=a.expired,
-                    run_id=a.workflow_run.id if a.workflow_run is not None else None,
+                    **_origin(a.raw_data.get("workflow_run")),
                 )
                 for a in listed
             ]
+
+    def repository_id(self) -> int | None:
+        return _int_or_none(self._repo.raw_data.get("id"))
+
+    def workflow_run(self, run_id: int) -> WorkflowRun | None:
+        """GET /repos/{owner}/{repo}/actions/runs/{run_id}, read from its raw JSON (a field
+        of the wrong type reads as missing, so it never matches)."""
+        with _failing(f"reading workflow run {run_id}"):
+            try:
+                data = self._repo.get_workflow_run(run_id).raw_data
+            except UnknownObjectException:
+                return None
+        return WorkflowRun(
+            id=_int_or_none(data.get("id")) or -1,
+            path=_text(data.get("path")),
+            event=_text(data.get("event")),
+            repository_id=_nested_id(data.get("repository")),
+            head_repository_id=_nested_id(data.get("head_repository")),
+        )
 
     def download_artifact(
         self, artifact_id: int, dest: Path, *, max_bytes: int = DOWNLOAD_LIMIT_BYTES
@@ -394,6 +414,29 @@ class GitHubForge:
             max_bytes=max_bytes,
             timeout=self._timeout,
         )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if is_int(value) else None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _nested_id(value: object) -> int | None:
+    return _int_or_none(value.get("id") if isinstance(value, dict) else None)
+
+
+def _origin(run: object) -> dict[str, int | None]:
+    """The run fields of an artifact's ``workflow_run`` (id, repository_id,
+    head_repository_id); anything absent or not an integer is None."""
+    data = run if isinstance(run, dict) else {}
+    return {
+        "run_id": _int_or_none(data.get("id")),
+        "repository_id": _int_or_none(data.get("repository_id")),
+        "head_repository_id": _int_or_none(data.get("head_repository_id")),
+    }
 
 
 def _conforms(forge: GitHubForge) -> Forge:

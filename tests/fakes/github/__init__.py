@@ -22,9 +22,18 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
 - workflows with a state: ``PUT .../enable|disable``, and a dispatch to a disabled workflow is
   refused (422); ``POST /repos/{o}/{r}/dispatches`` records a ``repository_dispatch``;
 - artifacts with ``retention_days`` and ``expires_at`` (``upload_artifact`` zips a directory
-  as actions/upload-artifact does);
+  as actions/upload-artifact does); a download of an expired one answers 410 Gone
+  (``expire_artifact(id, listed=False)``: the listing has not caught up yet);
+- workflow runs with ``path``, ``event``, ``repository`` and ``head_repository``
+  (``GET .../actions/runs/{id}``), and every artifact's ``workflow_run`` names its run's
+  repository ids: ``add_rio_run(id)`` is one of rio's own jobs (an upload naming an unknown
+  run makes one), ``add_foreign_run("fork" | "target" | "workflow")`` a run whose artifacts
+  rio must never restore;
 - ``serve_git(origin)``: the bare repository over smart HTTP at ``git_url``, with GitHub's
   push refusals (tests/fakes/git_origin.py);
+- pictures in issues and comments: ``attachments[id] = (bytes, content_type)`` served at
+  ``/user-attachments/assets/<id>`` to a valid token only (a private repository's), and
+  ``attachment_redirects[id] = location`` (GitHub's redirect to a signed store URL);
 - reviews: ``add_review(pull, user, state, body, comments)`` and ``add_review_comment`` (a
   lone inline comment, which GitHub wraps in a COMMENTED review of its own), listed by
   ``GET .../pulls/{n}/reviews``, ``.../pulls/{n}/comments`` and

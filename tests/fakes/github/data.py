@@ -16,6 +16,8 @@ from pathlib import Path
 from fakes import git_origin
 from fakes.github.base import WORKFLOW_STATES, Failure, Json, Recorded, Token
 
+RIO_WORKFLOW = ".github/workflows/rio.yml"
+
 
 class GitHubData:
     """What the fake knows; ``FakeGitHub`` serves it."""
@@ -54,6 +56,11 @@ class GitHubData:
         self.repository_dispatches: list[dict[str, Json]] = []
         self.artifacts: dict[int, dict[str, Json]] = {}
         self.blobs: dict[int, bytes] = {}
+        self.gone: set[int] = set()  # artifacts whose download answers 410 Gone
+        # user attachments (issue / comment pictures) at /user-attachments/assets/<id>:
+        # (bytes, the Content-Type it claims); or a redirect to a Location
+        self.attachments: dict[str, tuple[bytes, str]] = {}
+        self.attachment_redirects: dict[str, str] = {}
         self.default_retention_days = 90
         self.max_retention_days = 90  # public repositories: 1 to 90 days
         self.git_origin: Path | None = None
@@ -62,7 +69,8 @@ class GitHubData:
         # way to look at the world at the moment of a client's first call.
         self.observers: list[Callable[[Recorded], None]] = []
         self._numbers = itertools.count(1)
-        self._ids = itertools.count(1001)
+        # Far above the run ids tests give jobs (1000 + n), so no object takes a job's id.
+        self._ids = itertools.count(100_001)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -245,19 +253,27 @@ class GitHubData:
         conclusion: str | None = "success",
         status: str = "completed",
         head_repo: str | None = None,
+        *,
+        path: str = ".github/workflows/ci.yml",
+        event: str = "push",
+        run_id: int | None = None,
     ) -> int:
-        """A workflow run on ``branch``; ``head_repo`` names a fork it came from (default:
-        this repository)."""
-        run_id = next(self._ids)
+        """A workflow run on ``branch`` of the workflow file ``path``, started by ``event``;
+        ``head_repo`` names a fork it came from (default: this repository; a fork's
+        ``pull_request`` run still runs in this repository, as on GitHub)."""
+        run_id = next(self._ids) if run_id is None else run_id
         self.runs[run_id] = {
             "id": run_id,
             "name": name,
+            "path": path,
             "head_branch": branch,
+            "repository": self._repo_ref(self.repo),
             "head_repository": self._repo_ref(head_repo or self.repo),
+            "head_repository_id": self._repo_ref(head_repo or self.repo)["id"],
             "head_sha": self.branches.get(branch, "0" * 40),
             "status": status,
             "conclusion": conclusion,
-            "event": "push",
+            "event": event,
             "run_number": run_id,
             "url": f"{self._base}/actions/runs/{run_id}",
             "html_url": f"https://github.test/{self.repo}/actions/runs/{run_id}",
@@ -265,6 +281,32 @@ class GitHubData:
             "updated_at": "2024-01-01T00:00:00Z",
         }
         return run_id
+
+    def add_rio_run(self, run_id: int, event: str = "workflow_dispatch") -> int:
+        """A run of this repository's ``.github/workflows/rio.yml`` (rio's own job)."""
+        return self.add_workflow_run(
+            self.default_branch,
+            "rio",
+            path=RIO_WORKFLOW,
+            event=event,
+            run_id=run_id,
+        )
+
+    def add_foreign_run(self, kind: str) -> int:
+        """A run whose artifacts rio must never restore: ``fork`` (a ``pull_request`` run
+        of a fork's head, of rio.yml as the fork changed it), ``target`` (a
+        ``pull_request_target`` run), or ``workflow`` (another workflow of this
+        repository, on a push)."""
+        if kind == "fork":
+            return self.add_workflow_run(
+                "patch-1", "rio", head_repo="mallory/demo", path=RIO_WORKFLOW, event="pull_request"
+            )
+        if kind == "target":
+            return self.add_workflow_run(
+                self.default_branch, "rio", path=RIO_WORKFLOW, event="pull_request_target"
+            )
+        assert kind == "workflow", kind
+        return self.add_workflow_run(self.default_branch, "CI", path=".github/workflows/ci.yml")
 
     def add_check_run(
         self,
@@ -332,6 +374,9 @@ class GitHubData:
         days = max(1, min(days, self.max_retention_days))
         created = datetime.datetime.fromisoformat(created_at.replace("Z", "+00:00"))
         expires_at = (created + datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if run_id not in self.runs:  # an upload without a named run: rio's own job's
+            self.add_rio_run(run_id)
+        run = self.runs[run_id]
         artifact_id = next(self._ids)
         self.blobs[artifact_id] = zip_bytes
         self.artifacts[artifact_id] = {
@@ -348,13 +393,20 @@ class GitHubData:
             "expires_at": expires_at,
             "workflow_run": {
                 "id": run_id,
-                "repository_id": 1,
-                "head_repository_id": 1,
-                "head_branch": self.default_branch,
-                "head_sha": "0" * 40,
+                "repository_id": run["repository"]["id"],
+                "head_repository_id": run["head_repository"]["id"],
+                "head_branch": run["head_branch"],
+                "head_sha": run["head_sha"],
             },
         }
         return artifact_id
+
+    def expire_artifact(self, artifact_id: int, *, listed: bool = True) -> None:
+        """The artifact passes its retention: its download answers 410 Gone. With
+        ``listed=False`` the listing still shows it unexpired (it lags the storage)."""
+        self.gone.add(artifact_id)
+        if listed:
+            self.artifacts[artifact_id]["expired"] = True
 
     def upload_artifact(
         self,

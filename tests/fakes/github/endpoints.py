@@ -109,6 +109,10 @@ class Endpoints(GitHubData):
         runs.sort(key=lambda r: -r["id"])  # GitHub lists the newest run first
         return self._paged(req, runs, "workflow_runs")
 
+    def _run(self, _: Recorded, m: re.Match[str]) -> Reply:
+        run = self.runs.get(int(m[1]))
+        return (200, run, {}) if run else not_found()
+
     def _branch(self, _: Recorded, m: re.Match[str]) -> Reply:
         branch = urllib.parse.unquote(m[1])
         sha = self.branches.get(branch)
@@ -303,7 +307,7 @@ class Endpoints(GitHubData):
         artifact = self.artifacts.get(int(m[1]))
         if artifact is None:
             return not_found()
-        if artifact["expired"]:
+        if artifact["expired"] or artifact["id"] in self.gone:
             return 410, {"message": "Artifact has expired"}, {}
         return 302, None, {"Location": f"{self.api_url}/download/{m[1]}?sig=presigned"}
 
@@ -319,6 +323,7 @@ class Endpoints(GitHubData):
             ("PATCH", rf"{r}/issues/comments/(\d+)", self._edit_comment),
             ("GET", rf"{r}/collaborators/([^/]+)/permission", self._permission),
             ("GET", rf"{r}/actions/runs", self._list_runs),
+            ("GET", rf"{r}/actions/runs/(\d+)", self._run),
             ("GET", rf"{r}/branches/(.+)", self._branch),
             ("GET", rf"{r}/commits/([^/]+)/check-runs", self._check_runs),
             ("GET", rf"{r}/commits/([^/]+)/check-suites", self._check_suites),

@@ -83,6 +83,14 @@ class FakeGitHub(Endpoints):
                     return 404, b"", {}
                 return 200, blob, {"Content-Type": "application/zip"}
             token = self.token_of(req)
+            asset = re.fullmatch(r"/user-attachments/assets/([\w-]+)", req.path)
+            if asset:  # a private repository's attachment: the token, or a 404
+                if asset[1] in self.attachment_redirects:
+                    return 302, b"", {"Location": self.attachment_redirects[asset[1]]}
+                found = self.attachments.get(asset[1]) if token is not None else None
+                if found is None:
+                    return 404, b"Not Found", {}
+                return 200, found[0], {"Content-Type": found[1]}
             if token is None:
                 return encode(401, {"message": "Bad credentials"}, {})
             for failure in self.failures:
