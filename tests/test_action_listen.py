@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from action_job import WAIT, Job, Repository, add, cmd_cell, labeled, messages, script
+from action_job import WAIT, Job, Repository, add, cmd_cell, code_cell, labeled, messages, script
+from conftest import journal_rows
 from fakes.github_api import FakeGitHub, Recorded
 
 from rio_ci.github.env import ActionEnv
@@ -145,3 +146,38 @@ def test_looks_are_at_most_every_interval_and_an_unchanged_one_rescans_nothing(
     finally:
         forge.close()
         owner.close()
+
+
+def test_a_comment_heard_while_the_job_waits_for_a_timer_is_answered_before_it_fires(
+    repo: Repository, gh: FakeGitHub
+) -> None:
+    set_timer = add(
+        code_cell(
+            "import time\nfrom rio_ci.api import timer\n"
+            "timer('soon', time.time() + 40, {'why': 'look again'})\n"
+        )
+    )
+    cancel = add(code_cell("from rio_ci.api import cancel_timer\ncancel_timer('soon')\n"))
+    # 1: set the Timer; 2: wait for it (within this job's budget); 3: the comment: cancel it
+    repo.set_script(script([set_timer], WAIT, [cancel], WAIT))
+    repo.budget_minutes = 2.0
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    db = job.runner_temp / "rio" / "session.sqlite3"
+
+    def waiting() -> bool:  # two patches accepted and nothing queued: the in-job wait
+        if not db.exists():
+            return False
+        kinds = [r["kind"] for r in journal_rows(db)]
+        return kinds.count("patch_accepted") == 2 and kinds[-1] != "execution_started"
+
+    made = comment_on_look(gh, issue, 1, "answer me before the Timer", ready=waiting)
+
+    result = run_in_process(repo, job, ticking())
+
+    assert made and result["status"] == "waiting", job.logs
+    events = repo.events(job)
+    (comment,) = messages(events, "comment")
+    turns = [e for e in events if e["kind"] == "turn_prepared"]
+    assert comment["id"] in turns[2]["delivered"]
+    assert not [e for e in events if e["kind"] == "timer_fired"]  # answered before it fired

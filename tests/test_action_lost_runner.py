@@ -6,6 +6,7 @@ UnknownExecution for that Cell, never a rerun, and every accepted round."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -156,3 +157,42 @@ def test_a_job_that_lost_the_lease_launches_nothing_and_publishes_nothing(
         check=True,
     ).stdout.strip()
     assert tip == "another job"
+
+
+def test_a_session_whose_generations_are_all_gone_is_not_rebuilt_from_an_old_record(
+    repo: Repository, gh: FakeGitHub
+) -> None:
+    """docs/github.md "Launch records": once finish has written generation N + 1 the record
+    says so, and a record older than a persisted generation never rebuilds a Session. With
+    every artifact deleted after a normally finished job, the dispatched job starts nothing,
+    says so on the issue once, and the sweep stops dispatching it."""
+    gh.add_workflow("rio.yml")
+    timer = code_cell(
+        "import time\nfrom rio_ci.api import timer\n"
+        "timer('later', time.time() + 3600, {'why': 'look again'})\n"
+    )
+    issue, done = repo.labeled_issue(script([add(cmd_cell("true"))], [add(timer)], WAIT))
+    assert done.outputs["status"] == "waiting", done.logs
+    header, _ = record(repo, issue)
+    assert header["superseded_by"] == 1 and header["generation"] == 0
+    gh.artifacts.clear()  # deleted by a maintainer (or all expired)
+    (progress,) = repo.progress_comments(issue)
+    progress["body"] = re.sub(r'"next_wake": [0-9.]+', '"next_wake": 1', progress["body"])
+    # the Timer is due now: the sweep dispatches the issue
+
+    swept = repo.job("schedule", {"schedule": "*/15 * * * *"})
+    resumed = repo.job("workflow_dispatch", {"inputs": {"issue": str(issue)}})
+    again = repo.job("workflow_dispatch", {"inputs": {"issue": str(issue)}})
+    later = repo.job("schedule", {"schedule": "*/15 * * * *"})
+
+    assert swept.run.result["dispatched"] == [issue]
+    assert resumed.run.result["status"] == "ignored", resumed.logs
+    assert "rebuilt" not in resumed.logs and "superseded by generation 1" in resumed.logs
+    assert resumed.artifact_id is None and gh.artifacts == {}
+    (gone,) = repo.progress_comments(issue)  # the same comment, rewritten once
+    assert "gone" in gone["body"] and '"next_wake": null' in gone["body"]
+    assert '"operation": "gone:' in gone["body"]
+    edits = [r for r in gh.requests if r.method == "PATCH" and f"comments/{gone['id']}" in r.path]
+    assert again.run.result["status"] == "ignored" and again.artifact_id is None
+    assert len([r for r in gh.requests if r.method == "PATCH" and r in edits]) == len(edits)
+    assert later.run.result["dispatched"] == []

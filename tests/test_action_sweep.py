@@ -75,14 +75,16 @@ def test_the_sweep_dispatches_only_sessions_with_a_due_wake_from_comment_metadat
 def test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
-    repo = Repository(tmp_path, gh, budget_minutes=0.05)  # 3 s: shorter than the Timer
+    # 3 s: shorter than the Timer, which is far enough that a busy machine's first job and
+    # early sweep end before it falls due
+    repo = Repository(tmp_path, gh, budget_minutes=0.05)
     issue, first = repo.labeled_issue(
         script(
             [
                 add(
                     code_cell(
                         "import time\nfrom rio_ci.api import timer\n"
-                        "timer('look-again', time.time() + 6, {'why': 'look at CI again'})\n"
+                        "timer('look-again', time.time() + 15, {'why': 'look at CI again'})\n"
                     )
                 )
             ],

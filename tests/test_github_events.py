@@ -173,3 +173,85 @@ def test_the_progress_status_says_how_an_unfinished_job_stopped() -> None:
     assert status_of(proj, "deadline") == "paused"
     proj.ended = {"result": "success", "reason": "conclusion accepted"}
     assert status_of(proj, "interrupted") == "succeeded"
+
+
+def assign_event(assignee: str, sender: str = "alice", **issue: Any) -> dict[str, Any]:
+    return {
+        "action": "assigned",
+        "assignee": {"login": assignee},
+        "sender": {"login": sender},
+        "issue": {"number": 7, **issue},
+    }
+
+
+def test_an_assignment_to_the_trigger_login_starts_and_any_other_is_ignored() -> None:
+    start = classify("issues", assign_event("rio-bot", "bob"), "rio", REPO, "rio-bot")
+    assert (start.kind, start.issue, start.actor, start.data) == (
+        "start",
+        7,
+        "bob",  # who assigned it: their write access is what counts
+        {"by": "assignment"},
+    )
+    other = classify("issues", assign_event("carol"), "rio", REPO, "rio-bot")
+    assert (other.kind, other.reason) == ("ignore", "issues/assigned to 'carol'")
+    off = classify("issues", assign_event("rio-bot"), "rio", REPO, "")
+    assert off.kind == "ignore"  # an empty input: assignment starts nothing
+    on_pull = classify(
+        "issues", assign_event("rio-bot", pull_request={"u": 1}), "rio", REPO, "rio-bot"
+    )
+    assert (on_pull.kind, on_pull.reason) == ("ignore", "the trigger assignment on a pull request")
+
+
+def test_a_review_or_an_inline_comment_names_its_pull_request_and_author() -> None:
+    pull = {"number": 12, "head": {"ref": "rio/issue-7"}}
+    review = {"user": {"login": "alice"}, "author_association": "MEMBER", "id": 5}
+    submitted = classify(
+        "pull_request_review",
+        {"action": "submitted", "review": review, "pull_request": pull},
+        "rio",
+    )
+    assert (submitted.kind, submitted.issue, submitted.actor, submitted.association) == (
+        "comment",
+        12,
+        "alice",
+        "MEMBER",
+    )
+    assert submitted.data["is_pull_request"] and "body" not in submitted.data  # never a /rio
+    inline = classify(
+        "pull_request_review_comment",
+        {"action": "created", "comment": review, "pull_request": pull},
+        "rio",
+    )
+    assert (inline.kind, inline.issue, inline.actor) == ("comment", 12, "alice")
+    for name, action in (
+        ("pull_request_review", "dismissed"),
+        ("pull_request_review_comment", "edited"),
+    ):
+        assert classify(name, {"action": action, "pull_request": pull}, "rio").kind == "ignore"
+
+
+def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves_out(
+    tmp_path: Any,
+) -> None:
+    from rio_ci.github.forge.base import Review, ReviewComment
+    from rio_ci.github.intake import review_message
+    from rio_ci.session import Session
+
+    hunk = "@@ -1,400 +1,400 @@\n" + "".join(f" line {n}\n" for n in range(400)) + "+the line"
+    comments = tuple(
+        ReviewComment(n, 9, "alice", "MEMBER", f"f{n}.py", n, "RIGHT", hunk, "x" * 3000, f"u{n}")
+        for n in range(1, 31)
+    )
+    review = Review(9, "alice", "MEMBER", "CHANGES_REQUESTED", "b" * 9000, "url", comments)
+    session = Session.create(tmp_path / "s.sqlite3", "goal", cwd=str(tmp_path))
+    try:
+        limit = session.limits["output_bytes"]
+        kind, payload = review_message(review, limit)
+        session.receive("review:9", str(kind), payload)  # within output_bytes: accepted
+    finally:
+        session.close()
+    shown = payload["comments"]
+    assert kind == "review" and 1 <= len(shown) < len(comments)
+    assert payload["comments_not_shown"] == len(comments) - len(shown)
+    assert all(c["diff_hunk"].endswith("+the line") for c in shown)  # the commented line kept
+    assert "more bytes not shown" in payload["body"]

@@ -296,3 +296,75 @@ def test_a_hostile_record_is_a_reason_never_an_internal_error(
 
     assert isinstance(found, str) and found.startswith(reader.ref), found
     assert "\n" not in found
+
+
+def test_a_superseded_record_keeps_its_tail_and_chains_on_the_record_it_marks(
+    tmp_path: Path, make_session: MakeSession
+) -> None:
+    remote = bare(tmp_path / "remote.git")
+    session = make_session()
+    accept(session, lambda p: p.add(cmd("true")))
+    start_execution(session, 1)
+    job = launches(tmp_path, remote)
+    assert job.supersede(1) is False  # no record: nothing to mark
+    launched = job.push(session, 1)
+
+    finish = launches(tmp_path, remote, "finish")
+    assert finish.supersede(1) is True
+    assert finish.supersede(1) is False  # once is enough
+
+    found = launches(tmp_path, remote, "reader").fetch()
+    assert isinstance(found, Record) and found.superseded_by == 1
+    assert [e["seq"] for e in found.events] == list(range(1, session.proj.last_seq + 1))
+    parent = subprocess.run(
+        ["git", "-C", str(remote), "rev-parse", f"{finish.lease}^"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert parent == launched
+    with pytest.raises(Fenced):  # the job that launched no longer holds the lease
+        job.push(session, 1)
+
+
+def test_a_superseded_record_never_rebuilds_or_extends_a_session(
+    tmp_path: Path, make_session: MakeSession
+) -> None:
+    live = make_session()
+    accept(live, lambda p: p.add(cmd("true")))  # cell 1, queued
+    older = copy(live, tmp_path / "older.sqlite3")
+    base = live.proj.last_seq
+    start_execution(live, 1)
+    newest = copy(live, tmp_path / "newest.sqlite3")
+    created = record_of(live, 0, generation=0)
+    superseded = Record(created.session_id, 0, 0, created.events, superseded_by=2)
+    target = tmp_path / "restored.sqlite3"
+
+    # Every generation gone: the Session is gone, not rebuilt from the record.
+    gone = merge(target, superseded, 0)
+    assert not gone.adopted and gone.imported == 0 and "gone" in str(gone.note)
+    assert not target.exists()
+    # The generation that superseded it restored: the record is history.
+    assert (
+        merge(newest, Record(created.session_id, 1, base, record_of(live, base).events, 2), 2)
+        == Merge()
+    )
+    # An older generation restored: left out, and failing closed on a launch it would rerun.
+    unsafe = merge(older, Record(created.session_id, 1, base, record_of(live, base).events, 2), 1)
+    assert unsafe.imported == 0 and unsafe.problem is not None and "superseded" in unsafe.problem
+
+
+def test_a_malformed_superseded_by_does_not_parse() -> None:
+    header = {
+        "schema": "rio.launch/1",
+        "session_id": "s",
+        "issue": 1,
+        "generation": 0,
+        "after_seq": 0,
+        "last_seq": 0,
+        "cell_id": 0,
+        "run_id": "1",
+    }
+    assert parse({**header, "superseded_by": 3}, []) is not None
+    for bad in (0, -1, "3", True, 1.5):
+        assert parse({**header, "superseded_by": bad}, []) is None, bad

@@ -31,6 +31,7 @@ from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
 from rio_ci.github.git import Git
 from rio_ci.github.progress import publish_progress
+from rio_ci.github.record import LaunchRecord
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 
@@ -121,6 +122,7 @@ def _publish(
             "reason": f"a newer generation of {job['artifact_name']} exists",
         }
     owner.hand_back()  # the validators ran as the Cell user; git works on the harness's tree
+    _supersede(env, job)
     out["commit"] = _checkpoint(env, session, job, notes)
     pull = None
     if problem is not None:
@@ -158,6 +160,21 @@ def _publish(
         except RioError as exc:
             warn(env, f"the sweep could not be switched on for the Timer: {exc}")
     return out
+
+
+def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
+    """Generation + 1 is written: the launch record is history now (record.py), and must
+    never rebuild the Session once that generation is gone. A failure here is a warning:
+    the record then still merges as before, into a generation that already holds it."""
+    generation = int(job["generation"]) + 1
+    launches = LaunchRecord(
+        env.state_dir / "record.git", job["remote"], env.token, int(job["issue"]), env.run_id
+    )
+    try:
+        if launches.supersede(generation):
+            log(f"rio-ci: the launch record is superseded by generation {generation}")
+    except RioError as exc:
+        warn(env, f"the launch record was not marked superseded by generation {generation}: {exc}")
 
 
 def _checkpoint(

@@ -119,6 +119,8 @@ def merge(db: Path, record: Record | None, generation: int) -> Merge:
     that is a problem (fail closed) rather than a rerun."""
     if record is None:
         return Merge()
+    if record.superseded_by is not None:
+        return _superseded(db, record, generation)
     if not db.exists():
         return _adopt(db, record, generation)
     session = Session.open(db)
@@ -148,6 +150,32 @@ def merge(db: Path, record: Record | None, generation: int) -> Merge:
         return _left_out(proj.executions, record, why)
     finally:
         session.close()
+
+
+def _superseded(db: Path, record: Record, generation: int) -> Merge:
+    """A record that finish superseded with generation ``record.superseded_by`` is never
+    used: that generation holds all of it. Restored, it (or a later one) makes the record
+    history; an older generation restored is the record left out (failing closed on a
+    launch it would rerun); none restored is a Session gone — every generation is."""
+    if not db.exists():
+        return Merge(
+            note=f"the launch record was superseded by generation {record.superseded_by}, "
+            "and no generation is left: the Session is gone"
+        )
+    if generation >= (record.superseded_by or 0):
+        return Merge()
+    session = Session.open(db)
+    try:
+        proj = session.refresh()
+    finally:
+        session.close()
+    if proj.session["id"] != record.session_id:
+        return Merge()  # an earlier Session's record (before a follow-up): history
+    why = (
+        f"the launch record was superseded by generation {record.superseded_by}, newer than "
+        f"the restored generation {generation}"
+    )
+    return _left_out(proj.executions, record, why)
 
 
 def _same_history(session: Session, record: Record, last: int) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rio_ci.core.text import clip
+from rio_ci.core.state import encoded_size
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.github import progress
 from rio_ci.github.env import log
@@ -138,7 +138,7 @@ def _take_reviews(owner: Owner, forge: Forge, pull: int) -> None:
         if steer_command(review_text(review)) == "stop":
             owner.end_in_failure(f"stopped by @{review.author} ({review.url})")
             return
-        kind, payload = review_message(review)
+        kind, payload = review_message(review, session.limits.output_bytes)
         if kind:
             session.receive(f"review:{review.id}", kind, payload)
         session.set_watermark(key, sorted([*taken, review.id]))
@@ -155,34 +155,54 @@ def is_lone(review: Review) -> bool:
     return review.state == "COMMENTED" and not review.body.strip() and len(review.comments) == 1
 
 
-def review_message(review: Review) -> tuple[str | None, dict[str, Any]]:
+def review_message(review: Review, budget: int) -> tuple[str | None, dict[str, Any]]:
     """The Inbox message for a review: ``review_comment`` for a lone inline comment,
-    ``review`` otherwise, or no kind for an empty COMMENTED review (nothing to read)."""
+    ``review`` otherwise, or no kind for an empty COMMENTED review (nothing to read). It
+    fits ``budget`` bytes (the Session's ``output_bytes``): inline comments are added whole
+    while they fit, then shortened, and any left over are counted in
+    ``comments_not_shown`` with the review's URL to read them at."""
     if is_lone(review):
         comment = {"author": review.author, **_inline(review.comments[0]), "untrusted": True}
         return "review_comment", comment
     if not (review.body.strip() or review.comments or review.state != "COMMENTED"):
         return None, {}
-    shown = review.comments[:REVIEW_COMMENTS]
+    room = budget - 200  # for comments_not_shown and the encoding's slack
     message: dict[str, Any] = {
         "author": review.author,
         "state": review.state,
-        "body": quote_untrusted(review.body, COMMENT_QUOTE_BYTES),
+        "body": quote_untrusted(review.body, min(COMMENT_QUOTE_BYTES, room // 3)),
         "url": review.url,
-        "comments": [_inline(c) for c in shown],
+        "comments": [],
         "untrusted": True,
     }
-    if len(review.comments) > len(shown):
-        message["comments_not_shown"] = len(review.comments) - len(shown)
+    for said in review.comments[:REVIEW_COMMENTS]:
+        fitting = next(
+            (
+                each
+                for each in (_inline(said), _inline(said, hunk=300, body=500))
+                if encoded_size({**message, "comments": [*message["comments"], each]}) <= room
+            ),
+            None,
+        )
+        if fitting is None:
+            break
+        message["comments"].append(fitting)
+    left = len(review.comments) - len(message["comments"])
+    if left:
+        message["comments_not_shown"] = left
     return "review", message
 
 
-def _inline(comment: ReviewComment) -> dict[str, Any]:
+def _inline(
+    comment: ReviewComment, *, hunk: int = HUNK_CHARS, body: int = INLINE_QUOTE_BYTES
+) -> dict[str, Any]:
+    # GitHub's diff_hunk ends at the commented line: keep its end.
+    lines = comment.diff_hunk
     return {
         "path": comment.path,
         "line": comment.line,
         "side": comment.side,
-        "diff_hunk": clip(comment.diff_hunk, HUNK_CHARS),
-        "body": quote_untrusted(comment.body, INLINE_QUOTE_BYTES),
+        "diff_hunk": lines if len(lines) <= hunk else "…" + lines[len(lines) - hunk + 1 :],
+        "body": quote_untrusted(comment.body, body),
         "url": comment.url,
     }

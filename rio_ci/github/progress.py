@@ -220,13 +220,14 @@ def _usage(proj: Projection) -> str:
     )
 
 
-def render_problem(problem: str, *, run_url: str | None) -> str:
-    """The comment when no Session could be opened at all (every saved generation refused).
-    Its metadata has no wake-up, so the sweep leaves the issue alone until someone acts."""
+def render_problem(problem: str, *, run_url: str | None, operation: str | None = None) -> str:
+    """The comment when no Session could be opened at all (every saved generation refused,
+    or all gone). Its metadata has no wake-up, so the sweep leaves the issue alone until
+    someone acts; ``operation`` names the write, so a replay can tell it was made."""
     meta = {
         "status": "error",
         "generation": None,
-        "operation": None,
+        "operation": operation,
         "next_wake": None,
         "ended": False,
     }

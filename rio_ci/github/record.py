@@ -19,6 +19,13 @@ has no parent; later ones have the previous record as parent, so git sends the g
 a delta against the one the remote already has.
 
 Restore (``generations.restore``) reads the record and merges it (``merge``).
+
+A record never outlives its generation: once finish has written generation N + 1 (which
+holds everything the record's tail holds), it pushes the same record once more with
+``"superseded_by": N + 1`` in its header (``LaunchRecord.supersede``). Restore never rebuilds
+or extends a Session from a superseded record: with generation N + 1 or later restored it is
+history; with an older one (or none: every generation is gone) it is left out, failing closed
+if it shows a launch the restored Session would run again.
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ class Record:
     generation: int
     after_seq: int
     events: list[dict[str, Any]]  # {"seq", "kind", "at", "data"}, seqs after_seq + 1, ...
+    superseded_by: int | None = None  # the generation that holds all of it (finish wrote it)
 
     @property
     def last_seq(self) -> int:
@@ -188,6 +196,49 @@ class LaunchRecord:
             HEADER: self._object("blob", (json.dumps(header, sort_keys=True) + "\n").encode()),
             TAIL: self._object("blob", "".join(self._lines).encode()),
         }
+        commit = self._commit(
+            blobs, self.parent, f"rio-ci: launch of Cell {cell_id} (run {self.run_id})"
+        )
+        self.parent = commit
+        return commit
+
+    def supersede(self, generation: int) -> bool:
+        """Mark the remote's record as superseded by ``generation`` (which finish has just
+        written): the same header and tail, plus ``superseded_by``, pushed with a lease on
+        the value read. False when there is nothing to mark: no record, one already marked
+        by this or a later generation, or a record of a later generation than this job's
+        (another job's). A moved ref raises ``Fenced``."""
+        found = self.fetch()
+        if found is None or self.lease is None:
+            return False
+        if isinstance(found, Record):
+            if (found.superseded_by or 0) >= generation or found.generation >= generation:
+                return False
+            header = self._git("cat-file", "blob", f"{self.lease}:{HEADER}")
+            data = {**json.loads(header), "superseded_by": generation}
+            tail = self._git("rev-parse", f"{self.lease}:{TAIL}").strip()
+        else:  # unreadable: replaced by an empty record that says only this
+            data = {
+                "schema": SCHEMA,
+                "session_id": "",
+                "issue": self.issue,
+                "generation": generation - 1,
+                "after_seq": 0,
+                "last_seq": 0,
+                "cell_id": 0,
+                "run_id": self.run_id,
+                "superseded_by": generation,
+            }
+            tail = self._object("blob", b"")
+        blobs = {
+            HEADER: self._object("blob", (json.dumps(data, sort_keys=True) + "\n").encode()),
+            TAIL: tail,
+        }
+        self._commit(blobs, self.lease, f"rio-ci: superseded by generation {generation}")
+        return True
+
+    def _commit(self, blobs: dict[str, str], parent: str | None, message: str) -> str:
+        """A commit of ``blobs`` (name → blob id) on ``parent``, pushed to the ref."""
         tree = self._object(
             "tree",
             b"".join(
@@ -196,16 +247,13 @@ class LaunchRecord:
             ),
         )
         stamp = f"{NAME} <{EMAIL}> {int(time.time())} +0000"
-        parent = f"parent {self.parent}\n" if self.parent else ""
+        line = f"parent {parent}\n" if parent else ""
         commit = self._object(
             "commit",
-            (
-                f"tree {tree}\n{parent}author {stamp}\ncommitter {stamp}\n\n"
-                f"rio-ci: launch of Cell {cell_id} (run {self.run_id})\n"
-            ).encode(),
+            f"tree {tree}\n{line}author {stamp}\ncommitter {stamp}\n\n{message}\n".encode(),
         )
         self._push(commit)
-        self.lease = self.parent = commit
+        self.lease = commit
         return commit
 
     def _extend(self, session: Session) -> None:
@@ -278,7 +326,10 @@ def parse(header: Any, events: list[Any]) -> Record | None:
             return None
     if header["last_seq"] != after + len(events):
         return None
-    return Record(session_id, generation, after, events)
+    superseded = header.get("superseded_by")
+    if superseded is not None and not (_count(superseded) and superseded > 0):
+        return None
+    return Record(session_id, generation, after, events, superseded)
 
 
 def _ascii_digits(text: str) -> bool:

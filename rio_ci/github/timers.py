@@ -94,6 +94,7 @@ def clear_next_wake(forge: Forge, issue: int, run_url: str) -> bool:
             "retention period), so there is nothing to resume; label the issue again to start "
             "over",
             run_url=run_url,
+            operation=f"gone:{issue}",
         ),
     )
     return True

@@ -21,22 +21,13 @@ from github.GithubException import (
     UnknownObjectException,
 )
 from github.IssueComment import IssueComment
-from github.PullRequestComment import PullRequestComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import (
-    Artifact,
-    Check,
-    Comment,
-    Forge,
-    Issue,
-    Review,
-    ReviewComment,
-    WorkflowRun,
-)
+from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue, Review, WorkflowRun
 from rio_ci.github.forge.download import fetch_zip
+from rio_ci.github.forge.review import News, submitted_reviews
 from rio_ci.github.forge.runs import artifact_origin, int_or_none, run_of
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -99,7 +90,6 @@ class GitHubForge:
         self._timeout = timeout
         self._comment_author = comment_author
         self._permissions: dict[str, str] = {}
-        self._etags: dict[str, str] = {}  # URL → the ETag of its last answer (``changed``)
         retry = Retry(
             total=retries,
             backoff_factor=0.5,
@@ -118,6 +108,7 @@ class GitHubForge:
         )
         with _failing(f"opening repository {repo}"):
             self._repo = self._github.get_repo(repo)
+        self._news = News(self._github.requester, f"{self._api_url}/repos/{repo}")
 
     def close(self) -> None:
         self._github.close()
@@ -158,79 +149,13 @@ class GitHubForge:
             ]
         return sorted(found, key=lambda c: c.id)
 
-    # -- reviews -------------------------------------------------------------------------------
-
-    def reviews(self, pull: int) -> list[Review]:
-        """Submitted reviews, oldest first, with their inline comments. The comments come
-        from the pull request's review-comment listing, grouped by
-        ``pull_request_review_id``: one request for all reviews, and the listing carries
-        ``line`` and ``side``, which the per-review endpoint leaves out (docs/github.md)."""
+    def reviews(self, pull: int) -> list[Review]:  # review.py
         with _failing(f"listing the reviews of pull request #{pull}"):
-            found = self._repo.get_pull(pull)
-            grouped: dict[int, list[ReviewComment]] = {}
-            for comment in found.get_review_comments():
-                item = self._review_comment(comment)
-                grouped.setdefault(item.review_id or 0, []).append(item)
-            return [
-                Review(
-                    id=review.id,
-                    author=review.user.login if review.user else "",
-                    association=review.author_association or "NONE",
-                    state=review.state or "",
-                    body=review.body or "",
-                    url=review.html_url or "",
-                    comments=tuple(sorted(grouped.get(review.id, []), key=lambda c: c.id)),
-                )
-                for review in found.get_reviews()
-                if (review.state or "PENDING") != "PENDING"
-            ]
+            return submitted_reviews(self._repo.get_pull(pull))
 
-    @staticmethod
-    def _review_comment(comment: PullRequestComment) -> ReviewComment:
-        return ReviewComment(
-            id=comment.id,
-            review_id=comment.pull_request_review_id,
-            author=comment.user.login if comment.user else "",
-            association=comment.author_association or "NONE",
-            path=comment.path or "",
-            line=comment.line,
-            side=comment.side or "RIGHT",
-            diff_hunk=comment.diff_hunk or "",
-            body=comment.body or "",
-            url=comment.html_url or "",
-        )
-
-    def changed(self, number: int, *, pull: bool = False) -> bool:
-        """Conditional GETs (``If-None-Match`` with the last ETag) of what a new comment or
-        review changes: the issue (its comment count), or the pull request (its comment and
-        review-comment counts) and its reviews. GitHub answers 304 for an unchanged resource
-        and does not count that against the rate limit (docs/github.md)."""
-        base = f"{self._api_url}/repos/{self._full_name}"
-        urls = (
-            [f"{base}/pulls/{number}", f"{base}/pulls/{number}/reviews?per_page=100"]
-            if pull
-            else [f"{base}/issues/{number}"]
-        )
-        changed = False
-        for url in urls:
-            changed = self._conditional(url) or changed
-        return changed
-
-    def _conditional(self, url: str) -> bool:
-        known = self._etags.get(url)
-        with _failing(f"looking for news at {url.removeprefix(self._api_url)}"):
-            status, headers, _ = self._github.requester.requestJson(
-                "GET", url, headers={"If-None-Match": known} if known else None
-            )
-        if status == 304:
-            return False
-        if status >= 400:
-            raise ForgeError(
-                f"GitHub: looking for news at {url} failed: HTTP {status}", status=status
-            )
-        if headers.get("etag"):
-            self._etags[url] = headers["etag"]
-        return True
+    def changed(self, number: int, *, pull: bool = False) -> bool:  # review.py: News
+        with _failing(f"looking for news on #{number}"):
+            return self._news.changed(number, pull=pull)
 
     def upsert_comment(self, number: int, marker: str, body: str) -> int:
         """Edit the oldest comment containing ``marker`` (skipping the write when its body is
