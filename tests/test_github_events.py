@@ -245,7 +245,7 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
     review = Review(9, "alice", "MEMBER", "CHANGES_REQUESTED", "b" * 9000, "url", comments)
     session = Session.create(tmp_path / "s.sqlite3", "goal", cwd=str(tmp_path))
     try:
-        limit = session.limits["output_bytes"]
+        limit = session.limits.output_bytes
         kind, payload = review_message(review, limit)
         session.receive("review:9", str(kind), payload)  # within output_bytes: accepted
     finally:

@@ -61,47 +61,62 @@ def classify(
     if event_name in ("pull_request_review", "pull_request_review_comment"):
         return _review_event(event_name, payload)
     if event_name == "issue_comment":
-        if payload.get("action") != "created":
-            return Trigger("ignore", reason=f"issue_comment/{payload.get('action')}")
-        comment, issue = payload.get("comment") or {}, payload.get("issue") or {}
-        return Trigger(
-            "comment",
-            issue=_number(issue),
-            actor=(comment.get("user") or {}).get("login"),
-            association=comment.get("author_association"),
-            data={
-                "comment_id": comment.get("id"),
-                "body": str(comment.get("body") or ""),
-                "url": str(comment.get("html_url") or ""),
-                "is_pull_request": bool(issue.get("pull_request")),
-            },
-        )
+        return _comment_event(payload)
     if event_name in ("workflow_run", "check_run", "check_suite"):
-        if payload.get("action") != "completed":
-            return Trigger("ignore", reason=f"{event_name}/{payload.get('action')}")
-        body = payload.get(event_name) or {}
-        branch = body.get("head_branch") or (body.get("check_suite") or {}).get("head_branch")
-        issue = issue_of_branch(branch)
-        if issue is None:
-            return Trigger("ignore", reason=f"{event_name} on branch {branch!r}")
-        head = (body.get("head_repository") or {}).get("full_name")
-        if repository and head and head != repository:
-            return Trigger("ignore", reason=f"{event_name} on {branch!r} of the fork {head}")
-        return Trigger(
-            "check",
-            issue=issue,
-            actor=sender,
-            data={"check": _finished(event_name, body, str(branch))},
-        )
+        return _finished_event(event_name, payload, sender, repository)
     if event_name == "schedule":
         return Trigger("sweep")
     if event_name == "workflow_dispatch":
-        raw = str((payload.get("inputs") or {}).get("issue") or "").strip()
-        # ASCII digits only ('²'.isdigit() is True, and int() refuses it), and a sane length.
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or int(raw) < 1:
-            return Trigger("ignore", reason="workflow_dispatch needs an 'issue' input (a number)")
-        return Trigger("resume", issue=int(raw), actor=sender)
+        return _dispatch_event(payload, sender)
     return Trigger("ignore", reason=f"event {event_name!r} is not handled")
+
+
+def _comment_event(payload: dict[str, Any]) -> Trigger:
+    if payload.get("action") != "created":
+        return Trigger("ignore", reason=f"issue_comment/{payload.get('action')}")
+    comment, issue = payload.get("comment") or {}, payload.get("issue") or {}
+    return Trigger(
+        "comment",
+        issue=_number(issue),
+        actor=(comment.get("user") or {}).get("login"),
+        association=comment.get("author_association"),
+        data={
+            "comment_id": comment.get("id"),
+            "body": str(comment.get("body") or ""),
+            "url": str(comment.get("html_url") or ""),
+            "is_pull_request": bool(issue.get("pull_request")),
+        },
+    )
+
+
+def _finished_event(
+    event_name: str, payload: dict[str, Any], sender: Any, repository: str | None
+) -> Trigger:
+    """A finished workflow run, check run or check suite on a Session's branch."""
+    if payload.get("action") != "completed":
+        return Trigger("ignore", reason=f"{event_name}/{payload.get('action')}")
+    body = payload.get(event_name) or {}
+    branch = body.get("head_branch") or (body.get("check_suite") or {}).get("head_branch")
+    issue = issue_of_branch(branch)
+    if issue is None:
+        return Trigger("ignore", reason=f"{event_name} on branch {branch!r}")
+    head = (body.get("head_repository") or {}).get("full_name")
+    if repository and head and head != repository:
+        return Trigger("ignore", reason=f"{event_name} on {branch!r} of the fork {head}")
+    return Trigger(
+        "check",
+        issue=issue,
+        actor=sender,
+        data={"check": _finished(event_name, body, str(branch))},
+    )
+
+
+def _dispatch_event(payload: dict[str, Any], sender: Any) -> Trigger:
+    raw = str((payload.get("inputs") or {}).get("issue") or "").strip()
+    # ASCII digits only ('²'.isdigit() is True, and int() refuses it), and a sane length.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or int(raw) < 1:
+        return Trigger("ignore", reason="workflow_dispatch needs an 'issue' input (a number)")
+    return Trigger("resume", issue=int(raw), actor=sender)
 
 
 def _issue_event(
