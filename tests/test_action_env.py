@@ -64,6 +64,8 @@ def test_inputs_and_runner_variables_are_read() -> None:
         ("GITHUB_TOKEN", "", "GITHUB_TOKEN is not set"),
         ("RIO_TIME_BUDGET_MINUTES", "soon", "must be a number"),
         ("RIO_TIME_BUDGET_MINUTES", "0", "must be positive"),
+        ("GITHUB_RETENTION_DAYS", "\u00b2", "whole number of days"),
+        ("GITHUB_RETENTION_DAYS", "-3", "whole number of days"),
     ],
 )
 def test_a_broken_environment_is_a_usage_error_naming_the_variable(
@@ -103,9 +105,19 @@ def test_the_configuration_gives_validators_limits_and_passed_credentials(tmp_pa
         ("model: x\n", "unknown key"),
         ("- a list\n", "must be a mapping"),
         ("validators: [\n", "cannot read"),
+        ("validators: ['pytest \"unclosed']\n", "No closing quotation"),
+        ("validators: python -m pytest\n", "validators must be a list"),
+        ("limits: {1: 2}\n", "rio.yml"),
     ],
 )
 def test_a_bad_configuration_says_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "rio.yml").write_text(text)
     with pytest.raises(UsageError, match=message):
         Config.load(tmp_path, "rio.yml")
+
+
+def test_a_retention_of_zero_days_says_nothing_and_counts_as_unset() -> None:
+    """Local runners (act) pass GITHUB_RETENTION_DAYS=0; GitHub's own never do."""
+    zero = ActionEnv.from_environ({**REQUIRED, "GITHUB_RETENTION_DAYS": "0"})
+    unset = ActionEnv.from_environ(REQUIRED)
+    assert zero.runner_retention_days is None and zero == unset

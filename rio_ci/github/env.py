@@ -193,46 +193,65 @@ class Config:
             return cls([], Limits(), skipped=found.skipped)
         if found.over:
             raise UsageError(f"{relative}: the configuration is over {CONFIG_MAX_BYTES} bytes")
-        try:
-            data = yaml.safe_load(found.data.decode("utf-8")) or {}
-        except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
-            reason = " ".join(str(exc).split())[:300] or "nested too deeply"
-            raise UsageError(f"{relative}: cannot read the configuration: {reason}") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"{relative}: the configuration must be a mapping")
-        unknown = sorted(
-            set(data) - {"validators", "limits", "pass_env", "retention_days", "secrets"}
-        )
-        if unknown:
-            raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
-        validators = []
-        for item in data.get("validators") or []:
-            argv = shlex.split(item) if isinstance(item, str) else item
-            if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-                raise UsageError(f"{relative}: each validator is a command string or argv list")
-            validators.append(argv)
-        limits_data = data.get("limits") or {}
-        if not isinstance(limits_data, dict):
-            raise UsageError(f"{relative}: limits must be a mapping of NAME: VALUE")
-        try:
-            limits = Limits.from_dict(limits_data)
-        except ValueError as exc:
-            raise UsageError(f"{relative}: {exc}") from None
-        days = data.get("retention_days")
-        if days is not None and (
-            isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400
-        ):
-            raise UsageError(
-                f"{relative}: retention_days must be a whole number of days from "
-                "2 to 400 (the repository's artifact retention)"
-            )
+        data = _config_mapping(relative, found.data)
         return cls(
-            validators,
-            limits,
+            _validators(relative, data.get("validators") or []),
+            _config_limits(relative, data.get("limits") or {}),
             _pass_env(relative, data.get("pass_env") or []),
-            days,
+            _retention_days(relative, data.get("retention_days")),
             _names(relative, "secrets", data.get("secrets") or []),
         )
+
+
+def _config_mapping(relative: str, raw: bytes) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(raw.decode("utf-8")) or {}
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        reason = " ".join(str(exc).split())[:300] or "nested too deeply"
+        raise UsageError(f"{relative}: cannot read the configuration: {reason}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{relative}: the configuration must be a mapping")
+    unknown = sorted(
+        map(str, set(data) - {"validators", "limits", "pass_env", "retention_days", "secrets"})
+    )
+    if unknown:
+        raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
+    return data
+
+
+def _validators(relative: str, items: Any) -> list[list[str]]:
+    if not isinstance(items, list):
+        raise UsageError(f"{relative}: validators must be a list")
+    validators = []
+    for item in items:
+        try:
+            argv = shlex.split(item) if isinstance(item, str) else item
+        except ValueError as exc:  # an unclosed quote
+            raise UsageError(f"{relative}: validator {item!r}: {exc}") from None
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise UsageError(f"{relative}: each validator is a command string or argv list")
+        validators.append(argv)
+    return validators
+
+
+def _config_limits(relative: str, limits_data: Any) -> Limits:
+    if not isinstance(limits_data, dict):
+        raise UsageError(f"{relative}: limits must be a mapping of NAME: VALUE")
+    try:
+        return Limits.from_dict(limits_data)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{relative}: {exc}") from None
+
+
+def _retention_days(relative: str, days: Any) -> int | None:
+    if days is not None and (
+        isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400
+    ):
+        raise UsageError(
+            f"{relative}: retention_days must be a whole number of days from "
+            "2 to 400 (the repository's artifact retention)"
+        )
+    return days
 
 
 def _names(relative: str, key: str, names: Any) -> tuple[str, ...]:
