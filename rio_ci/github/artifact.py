@@ -224,12 +224,16 @@ def archive(out_dir: Path, zip_path: Path) -> Path:
 
 def _entry_problem(info: zipfile.ZipInfo, limit: int) -> str | None:
     """Why this zip entry may not be extracted, or None."""
+    return _path_problem(info) or _content_problem(info, limit)
+
+
+def _path_problem(info: zipfile.ZipInfo) -> str | None:
+    """An entry that is not one of the two regular files an artifact holds, at its top."""
     name = info.filename
-    path = PurePosixPath(name)
     mode = info.external_attr >> 16
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         return f"zip entry {name!r} has an absolute path"
-    if ".." in path.parts or "\\" in name:
+    if ".." in PurePosixPath(name).parts or "\\" in name:
         return f"zip entry {name!r} attempts path traversal"
     if info.is_dir() or info.external_attr & 0x10:
         return f"zip entry {name!r} is a directory"
@@ -240,6 +244,13 @@ def _entry_problem(info: zipfile.ZipInfo, limit: int) -> str | None:
         return f"zip entry {name!r} is not a regular file"
     if name not in (SNAPSHOT, MANIFEST):
         return f"unexpected zip entry {name!r}"
+    return None
+
+
+def _content_problem(info: zipfile.ZipInfo, limit: int) -> str | None:
+    """An entry whose bytes cannot be read safely: encrypted, an unknown compression, too
+    large, or claiming a ratio only a zip bomb has."""
+    name = info.filename
     if info.flag_bits & 0x1:
         return f"zip entry {name!r} is encrypted"
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):

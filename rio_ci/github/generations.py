@@ -46,33 +46,13 @@ def restore(
     )
     for skipped in result.skipped:
         warn(env, f"{name}: skipped artifact {skipped.artifact_id}: {skipped.reason}")
-    # GitHub keeps listing an artifact past its retention, marked expired: a Session whose
-    # generations all expired is gone (docs/github.md), not damaged.
-    damaged = [r for r in result.rejected if r.reason != newest.EXPIRED]
+    problem = _refusals(name, result)
+    if problem is not None:
+        return {"problem": problem}
     rejected = [str(r) for r in result.rejected]
-    for rejection in damaged:
-        log(f"::error::rio-ci: {name}: {rejection}")
-    if result.restored is None and damaged:
-        return {
-            "problem": f"every saved generation of {name} was refused; the newest: "
-            f"{rejected[0]}. Nothing was run."
-        }
-    if result.restored is None and rejected:
-        log(
-            f"rio-ci: every saved generation of {name} expired (artifact retention): its "
-            "Session is gone"
-        )
-    generation, artifact_id, after = 0, None, 0
-    db.unlink(missing_ok=True)
-    if result.restored is not None:
-        shutil.copyfile(result.restored.snapshot, db)
-        generation = result.restored.manifest.generation
-        artifact_id = result.restored.artifact.id
+    generation, artifact_id, after = _put_in_place(name, result, db)
+    if artifact_id is not None:
         seen = sorted({*seen, artifact_id})
-        log(f"rio-ci: restored generation {generation} of {name}")
-        session = Session.open(db)
-        after = session.proj.last_seq
-        session.close()
     try:
         found = launches.fetch()
     except RioError as exc:  # maybe passing: the progress comment keeps its next wake
@@ -100,6 +80,41 @@ def restore(
         "notes": notes,
         "record_imported": merged.imported or merged.adopted,
     }
+
+
+def _refusals(name: str, result: newest.RestoreResult) -> str | None:
+    """Why nothing may run when no generation could be restored (each damaged one logged),
+    or None. GitHub keeps listing an artifact past its retention, marked expired: a Session
+    whose generations all expired is gone (docs/github.md), not damaged."""
+    damaged = [r for r in result.rejected if r.reason != newest.EXPIRED]
+    for rejection in damaged:
+        log(f"::error::rio-ci: {name}: {rejection}")
+    if result.restored is None and damaged:
+        return (
+            f"every saved generation of {name} was refused; the newest: "
+            f"{result.rejected[0]}. Nothing was run."
+        )
+    if result.restored is None and result.rejected:
+        log(
+            f"rio-ci: every saved generation of {name} expired (artifact retention): its "
+            "Session is gone"
+        )
+    return None
+
+
+def _put_in_place(name: str, result: newest.RestoreResult, db: Path) -> tuple[int, int | None, int]:
+    """Copy the restored snapshot to ``db`` (or leave none): (generation, artifact id, the
+    last seq it holds); (0, None, 0) when there is none."""
+    db.unlink(missing_ok=True)
+    if result.restored is None:
+        return 0, None, 0
+    shutil.copyfile(result.restored.snapshot, db)
+    generation = result.restored.manifest.generation
+    log(f"rio-ci: restored generation {generation} of {name}")
+    session = Session.open(db)
+    after = session.proj.last_seq
+    session.close()
+    return generation, result.restored.artifact.id, after
 
 
 @dataclass(frozen=True)

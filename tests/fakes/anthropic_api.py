@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache
 from tests.fakes import anthropic_rules as rules_
@@ -444,74 +444,76 @@ def _pieces(text: str, size: int = 7) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
+class _Handler(BaseHTTPRequestHandler):
+    fake: ClassVar[FakeAnthropic]  # set by _handler_for
+    protocol_version = "HTTP/1.1"  # chunked streams, so a dropped line is detectable
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        self.close_connection = True
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        received = ReceivedRequest(self.command, self.path.split("?")[0], headers, body)
+        status, extra, reply, delay = self.fake._take(received)
+        if delay and self.fake._closing.wait(delay):
+            return
+        streaming = isinstance(body, dict) and (
+            body.get("stream") is True or received.path.endswith(":streamRawPredict")
+        )
+        try:
+            if status == 200 and streaming:
+                self._stream(reply, extra)
+            else:
+                reply = {k: v for k, v in reply.items() if not k.startswith("_")}
+                self._send_json(status, reply, extra)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its timeout fired during a scripted delay)
+
+    def _send_json(self, status: int, reply: Any, extra: dict[str, str]) -> None:
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self._headers(
+            {"content-type": "application/json", "content-length": str(len(data)), **extra}
+        )
+        self.wfile.write(data)
+
+    def _stream(self, body: dict[str, Any], extra: dict[str, str]) -> None:
+        self.send_response(200)
+        self._headers(
+            {"content-type": "text/event-stream", "transfer-encoding": "chunked", **extra}
+        )
+        events = _events(body)
+        limit = body.get("_break_after")
+        for number, (name, data) in enumerate(events):
+            if limit is not None and number >= limit:
+                if body.get("_clean_end"):
+                    self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return  # unless clean, no terminating chunk: the client sees the line drop
+            chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _headers(self, headers: dict[str, str]) -> None:
+        self.send_header("request-id", "req_fake")
+        self.send_header("connection", "close")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # requests are recorded in ``self.fake.requests`` instead
+
+
 def _handler_for(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # chunked streams, so a dropped line is detectable
-
-        def do_POST(self) -> None:
-            self._serve()
-
-        def do_GET(self) -> None:
-            self._serve()
-
-        def _serve(self) -> None:
-            self.close_connection = True
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body: Any = json.loads(raw) if raw else None
-            except ValueError:
-                body = raw.decode("utf-8", "replace")
-            headers = {name.lower(): value for name, value in self.headers.items()}
-            received = ReceivedRequest(self.command, self.path.split("?")[0], headers, body)
-            status, extra, reply, delay = fake._take(received)
-            if delay and fake._closing.wait(delay):
-                return
-            streaming = isinstance(body, dict) and (
-                body.get("stream") is True or received.path.endswith(":streamRawPredict")
-            )
-            try:
-                if status == 200 and streaming:
-                    self._stream(reply, extra)
-                else:
-                    reply = {k: v for k, v in reply.items() if not k.startswith("_")}
-                    self._send_json(status, reply, extra)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (its timeout fired during a scripted delay)
-
-        def _send_json(self, status: int, reply: Any, extra: dict[str, str]) -> None:
-            data = json.dumps(reply).encode()
-            self.send_response(status)
-            self._headers(
-                {"content-type": "application/json", "content-length": str(len(data)), **extra}
-            )
-            self.wfile.write(data)
-
-        def _stream(self, body: dict[str, Any], extra: dict[str, str]) -> None:
-            self.send_response(200)
-            self._headers(
-                {"content-type": "text/event-stream", "transfer-encoding": "chunked", **extra}
-            )
-            events = _events(body)
-            limit = body.get("_break_after")
-            for number, (name, data) in enumerate(events):
-                if limit is not None and number >= limit:
-                    if body.get("_clean_end"):
-                        self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                    return  # unless clean, no terminating chunk: the client sees the line drop
-                chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            self.wfile.write(b"0\r\n\r\n")
-
-        def _headers(self, headers: dict[str, str]) -> None:
-            self.send_header("request-id", "req_fake")
-            self.send_header("connection", "close")
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # requests are recorded in ``fake.requests`` instead
-
-    return Handler
+    return type("Handler", (_Handler,), {"fake": fake})
