@@ -1,43 +1,48 @@
 """The in-Cell API: ``from rio_ci.api import timer, cancel_timer, records, output``.
 
 Standard library only: a Cell runs in uv's isolated environment with ``dependencies = []``,
-where only this module is importable. Every call goes through the harness's own
-interpreter (``RIO_PYTHON``) and its real commit path, so ``timer()`` returns only after the
-Timer is committed.
+where only this module is importable. Every call is a request over the Unix socket the Owner
+serves (``RIO_API_SOCKET``; a Cell never opens the Session file, and under a Cell user it
+cannot), answered through the harness's real commit path, so ``timer()`` returns only after
+the Timer is committed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
+import socket
 from typing import Any
 
 __all__ = ["cancel_timer", "output", "records", "timer"]
 
+_TIMEOUT = 90.0  # the Owner gives a request 60 s
+
 
 def _harness(*args: str) -> str:
-    python = os.environ.get("RIO_PYTHON")
-    db = os.environ.get("RIO_SESSION_DB")
-    if not python or not db:
+    path = os.environ.get("RIO_API_SOCKET")
+    if not path:
         raise RuntimeError("rio_ci.api works only inside a Cell run by rio-ci")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the real rio_ci, not us
-    # -P: never import from the working directory, which may hold another rio_ci.
-    done = subprocess.run(
-        [python, "-P", "-m", "rio_ci.cell_bridge", db, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if done.returncode != 0:
+    data = bytearray()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(_TIMEOUT)
+            conn.connect(path)
+            conn.sendall(json.dumps({"args": list(args)}).encode())
+            conn.shutdown(socket.SHUT_WR)
+            while chunk := conn.recv(65536):
+                data += chunk
+        reply = json.loads(data.decode("utf-8"))
+        code, out, err = int(reply["code"]), str(reply["stdout"]), str(reply["stderr"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"rio_ci.api: the Owner did not answer ({exc})") from None
+    if code != 0:
         try:
-            reason = json.loads(done.stdout.strip().splitlines()[-1])["error"]
+            reason = json.loads(out.strip().splitlines()[-1])["error"]
         except (IndexError, KeyError, ValueError):
-            reason = done.stderr.strip() or f"exit {done.returncode}"
+            reason = err.strip() or f"exit {code}"
         raise RuntimeError(f"rio_ci.api: {reason}")
-    return done.stdout
+    return out
 
 
 def timer(id: str, deadline_unix: float, payload: Any = None) -> dict[str, Any]:

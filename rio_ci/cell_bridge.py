@@ -8,10 +8,9 @@ import math
 import sys
 
 from rio_ci import jsonio
+from rio_ci.core.state import MAX_SEQ
 from rio_ci.errors import RioError
 from rio_ci.session import Session
-
-MAX_SEQ = 2**63 - 1  # SQLite's largest integer
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +45,7 @@ def main(argv: list[str]) -> int:
             after = int(rest[0])
             if not -MAX_SEQ <= after <= MAX_SEQ:
                 raise ValueError(f"after must be a Journal position, got {after}")
-            for event in session.journal.events(after=after):
+            for event in session.events(after=after):
                 _print(event)
         else:
             raise ValueError(f"unknown verb {verb}")

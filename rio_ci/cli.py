@@ -19,16 +19,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+import rio_ci.sdk_preload  # noqa: F401  (first: starts the SDK import for `run`)
 from rio_ci import jsonio
 from rio_ci.commands.human import add_output_flags, render
-from rio_ci.core.admission import Refused
+from rio_ci.core.admission import Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
+from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
+from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names
 from rio_ci.session import Session
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
-MAX_SEQ = 2**63 - 1  # SQLite's largest integer
 MAX_INPUT_BYTES = 64 * 2**20  # a PATCH larger than this cannot fit any context budget
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Arguments that name files may hold any bytes Linux allows; every other one is text.
@@ -100,7 +102,7 @@ def _check_text(args: argparse.Namespace) -> None:
     surrogates): it may be stored, echoed in JSON, or sent to a model."""
     for name, value in vars(args).items():
         for item in value if isinstance(value, list) else [value]:
-            if name not in _PATH_ARGS and isinstance(item, str) and not jsonio.is_text(item):
+            if name not in _PATH_ARGS and isinstance(item, str) and not is_text_safe(item):
                 raise UsageError(
                     f"argument {name}: '{jsonio.printable(item)}' is not valid UTF-8 text"
                 )
@@ -143,7 +145,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise RioError(str(exc)) from None
     except ValueError as exc:  # a Session that could never work: nothing is created
         raise UsageError(f"--goal/--limit: {exc}") from None
-    _out(args, {"session": session.proj.session["id"], "db": str(session.journal.path)})
+    _out(args, {"session": session.proj.session["id"], "db": str(session.path)})
     return 0
 
 
@@ -157,8 +159,8 @@ def cmd_step(args: argparse.Namespace) -> int:
     try:
         result = Session.open(args.db).step(args.turn_id, patch)
     except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
-        result = Refused(str(exc))
-    if isinstance(result, Refused):  # the failure line: JSON, like an error, even --human
+        result = Rejection(str(exc))
+    if isinstance(result, Rejection):  # the failure line: JSON, like an error, even --human
         _emit({"rejected": result.reason})
         return 3
     _out(args, result.to_dict())
@@ -194,7 +196,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 
 def cmd_events(args: argparse.Namespace) -> int:
     session = Session.open(args.db)
-    for n, event in enumerate(session.journal.events(after=args.after)):
+    for n, event in enumerate(session.events(after=args.after)):
         if args.human and n:
             jsonio.write_stdout("\n")  # a blank line between events
         _out(args, event)
@@ -232,7 +234,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_work(args: argparse.Namespace) -> int:
     from rio_ci.commands.run import work_command
 
-    return work_command(args.db, timeout=args.timeout, emit=partial(_out, args))
+    return work_command(
+        args.db, timeout=args.timeout, cell_user=args.cell_user, emit=partial(_out, args)
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -244,7 +248,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         price=args.price,
         effort=args.effort,
+        cell_user=args.cell_user,
         emit=partial(_out, args),
+        fallback=args.fallback_model,
     )
 
 
@@ -264,6 +270,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         emit=_emit,
         chart_path=args.chart,
         before=args.before,
+        cell_user=args.cell_user,
     )
 
 
@@ -281,6 +288,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         emit=_emit,
         price=args.price,
         effort=args.effort,
+        fallback=args.fallback_model,
         keep=args.keep,
     )
 
@@ -354,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
     specs["turn"].add_argument("db")
     p = specs["step"]
+    p.epilog = (
+        "What a patch may contain (the four operations, Cells, Controls), with patches to "
+        "copy: docs/patches.md"
+    )
     p.add_argument("db")
     p.add_argument("turn_id")
     p.add_argument("patch", help='a file or - (stdin): {"patch": [...]} or a bare list')
@@ -376,6 +388,15 @@ def build_parser() -> argparse.ArgumentParser:
         "vertex:MODEL or scripted:FILE (a YAML list of patches)",
     )
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
+    for q in (specs["work"], p, specs["bench"]):
+        q.add_argument(
+            "--cell-user",
+            metavar="NAME|none",
+            type=cell_user.requested,
+            default=None,
+            help="run every Cell as this unprivileged user (created when missing) where "
+            "rio-ci is root or has passwordless sudo; none (default): as rio-ci's own user",
+        )
     for q in (p, specs["eval"]):  # eval passes them on to each run
         q.add_argument(
             "--price",
@@ -388,6 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
             default="high",
             help="how hard the model thinks: low, "
             "medium, high (default), xhigh or max, where the model offers it",
+        )
+        q.add_argument(
+            "--fallback-model",
+            metavar="MODEL",
+            help="the model asked instead after a refusal, for the rest of that Turn (a spec "
+            "as for --model, or a model id on the same provider)",
         )
     specs["state"].add_argument("db")
     p = specs["events"]
@@ -482,6 +509,12 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         _check_text(args)
         if args.command in OWNER_COMMANDS:
+            asked = (
+                cell_user.requested(os.environ.get("RIO_CELL_USER"))
+                if args.command == "action"
+                else args.cell_user
+            )
+            cell_user.become_root(asked, sys.argv[1:] if argv is None else argv)
             names = session_secret_names(args.db) if getattr(args, "db", None) else []
             scrub_own_environment(sys.argv[1:] if argv is None else argv, names)
         handler, _ = COMMANDS[args.command]

@@ -35,7 +35,7 @@ class LiveLog:
         its event was committed."""
         lines: list[str] = []
         last = self.after
-        for event in self.session.journal.events(after=self.after):
+        for event in self.session.events(after=self.after):
             lines.extend(stamped(event["at"], self._lines(event)))
             last = event["seq"]
         self.after = last
@@ -89,7 +89,14 @@ class LiveLog:
 
     def _model_attempt(self, event: dict[str, Any]) -> list[str]:
         self.asked_at = event["at"]
-        return [f"   asking {event['model']} (attempt {event['attempt']})"]
+        lines = [f"   asking {event['model']} (attempt {event['attempt']})"]
+        if event.get("fallback_from"):
+            lines.insert(
+                0,
+                f"   the last reply was a refusal: attempt {event['attempt']} goes to "
+                f"{event['model']} (fallback for {event['fallback_from']})",
+            )
+        return lines
 
     def _model_response(self, event: dict[str, Any]) -> list[str]:
         lines = [self._answered(event)]
@@ -99,8 +106,8 @@ class LiveLog:
         if event.get("invalid"):
             lines.append(f"   reply not admitted: {escape_control(event['invalid'])}")
         if event.get("error"):
-            again = " (will retry)" if event.get("transient") else ""
-            lines.append(f"   model error{again}: {escape_control(clip(event['error'], 500))}")
+            error = escape_control(clip(event["error"], 500))
+            lines.append(f"   model error: {error} — {self._retry_note(event)}")
         usage = self.session.proj.usage
         if event.get("usage"):
             lines.append(
@@ -130,6 +137,22 @@ class LiveLog:
         lines += [f"   + [{cell['id']}] {describe(cell)}" for cell in event["cells"]]
         lines += [f"   - [{cell_id}] removed" for cell_id in event["removed"]]
         return lines
+
+    def _retry_note(self, event: dict[str, Any]) -> str:
+        """What happens after a failed attempt: how long the retry waits and how much of the
+        retry budget is used, or why there is none."""
+        if event.get("gave_up"):
+            return f"not retried: {event['gave_up']}"
+        if not event.get("transient"):
+            return "final, not retried"
+        at = float(event["at"])
+        wait = max(float(event.get("not_before") or at) - at, 0.0)
+        used = at - float(event.get("retry_since") or at)
+        limit = self.session.limits.provider_retry_seconds
+        return (
+            f"retrying in {wait:.1f} s (attempt {event['attempt']}, {used:.0f} s of "
+            f"{limit:.0f} s used)"
+        )
 
     def _execution_started(self, event: dict[str, Any]) -> list[str]:
         return [f"   [{event['cell_id']}] started"]

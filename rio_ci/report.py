@@ -14,7 +14,7 @@ from rio_ci.session import Session
 def read_history(session: Session, upto: int | None = None) -> History:
     """The History of every event committed up to seq ``upto`` (all when None); one pass
     over the Journal's rows of the kinds the fold reads (never output)."""
-    events = session.journal.events(kinds=KINDS)
+    events = session.events(kinds=KINDS)
     if upto is not None:
         events = (e for e in events if e["seq"] <= upto)
     return fold_history(events)

@@ -1,4 +1,4 @@
-"""``rio-ci demo [DIR]`` (SPEC §12): offline, SIGKILL mid-script, UnknownExecution, resolution
+"""``rio-ci demo [DIR]`` (docs/cli.md): offline, SIGKILL mid-script, UnknownExecution, resolution
 with evidence, a passing validator and a success conclusion, told as a short story."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_demo_succeeds_and_tells_where_the_session_is(
 def test_the_demo_works_an_issue_of_the_local_forge_and_publishes_there(
     demo: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
-    """SPEC §12: the demo starts a Session with the scripted model and the local forge; the
+    """docs/cli.md: the demo starts a Session with the scripted model and the local forge; the
     progress comment and the pull request of its success land there."""
     _, done = demo
     summary = json.loads(done.stdout.strip().splitlines()[-1])

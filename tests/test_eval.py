@@ -1,4 +1,4 @@
-"""``rio-ci eval`` (SPEC §16): the shipped cases with their oracles, with and without a real
+"""``rio-ci eval`` (docs/eval.md): the shipped cases with their oracles, with and without a real
 SIGKILL of the Owner; case validation; ``{case_dir}``; the report's figures; the scripted
 model's ``when:`` extension that lets one oracle serve both modes."""
 
@@ -227,7 +227,7 @@ def test_eval_exits_2_with_a_clear_error_before_any_trial(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_eval_passes_price_and_effort_on_to_every_run(tmp_path: Path) -> None:
     """An unpriced model (bedrock:…, vertex:…, a new id) needs ``--price`` to run at all
-    (SPEC §4.1); eval takes it, and ``--effort``, and gives them to each ``rio-ci run``."""
+    (docs/models.md); eval takes it, and ``--effort``, and gives them to each ``rio-ci run``."""
     case = make_case(tmp_path / "cases", "hello", GOOD)
     done_patch = first_patch(0, 1, DONE)
     model = f"anthropic:{UNPRICED}"

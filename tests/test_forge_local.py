@@ -1,4 +1,4 @@
-"""The local directory forge (SPEC §1): the Forge interface over one JSON file, as the demo
+"""The local directory forge (docs/concepts.md): the Forge interface over one JSON file, as the demo
 uses it — issues, labels, comments edited in place, one pull request per branch."""
 
 from __future__ import annotations

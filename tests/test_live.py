@@ -1,5 +1,5 @@
 """The live log of ``rio-ci run`` (stderr) and the round's rationale wherever a run is shown:
-``rio-ci show``, the live log, the progress comment (SPEC §4.1, issue 11 "Live progress").
+``rio-ci show``, the live log, the progress comment (docs/models.md, issue 11 "Live progress").
 
 The run is a real subprocess against the strict ``FakeAnthropic``; its stderr is read while it
 runs, so "as it happens" is observed, not assumed.
@@ -197,7 +197,7 @@ def test_the_rationale_is_committed_and_shown(tmp_path: Path, where: str) -> Non
 
 
 def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
-    """SPEC §5, §15: nothing is shown to the model or a user before it is committed. The run
+    """docs/sessions.md: nothing is shown to the model or a user before it is committed. The run
     dies (SIGKILL) with a chunk read from the Cell but not committed: neither its live log nor
     ``show``, ``output`` or ``events`` show that chunk, before or after the next Owner turns
     the Execution into an UnknownExecution."""

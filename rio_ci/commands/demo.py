@@ -1,4 +1,4 @@
-"""``rio-ci demo``: the offline end-to-end demonstration (SPEC §12).
+"""``rio-ci demo``: the offline end-to-end demonstration (docs/cli.md).
 
 A small project with a failing test and an issue about it in the local forge
 (``rio_ci.github.forge.local``); a Session on that issue with the scripted model and a
@@ -260,19 +260,19 @@ def _facts(db: Path) -> dict[str, Any]:
     try:
         unknown = [
             e
-            for e in session.journal.events()
+            for e in session.events()
             if e["kind"] == "execution_finished" and e["result"]["type"] == "UnknownExecution"
         ]
         resolution = next(
             (
                 e
-                for e in session.journal.events()
+                for e in session.events()
                 if e["kind"] == "patch_accepted"
                 and any(c["role"] == "resolution" for c in e["controls"])
             ),
             None,
         )
-        validator = [e for e in session.journal.events() if e["kind"] == "validator_result"]
+        validator = [e for e in session.events() if e["kind"] == "validator_result"]
         evidence = (
             next(c["evidence_refs"] for c in resolution["controls"] if c["role"] == "resolution")
             if resolution

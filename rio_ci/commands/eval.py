@@ -1,5 +1,5 @@
 """``rio-ci eval``: does the durable agent fix bugs, at what cost, and how does it recover?
-(SPEC §16)
+(docs/eval.md)
 
 Each trial of each case:
 
@@ -75,9 +75,10 @@ def eval_command(
     emit: Callable[[Any], None],
     price: str | None = None,
     effort: str = "high",
+    fallback: str | None = None,
     keep: bool = False,
 ) -> int:
-    """``price`` and ``effort`` are passed on to every ``rio-ci run``."""
+    """``price``, ``effort`` and ``fallback`` are passed on to every ``rio-ci run``."""
     if trials < 1:
         raise UsageError("--trials must be at least 1")
     if timeout <= 0:
@@ -90,7 +91,12 @@ def eval_command(
         out=Path(out).resolve(),
         timeout=timeout,
         env=child_environment(),
-        run_args=(*(("--price", price) if price else ()), "--effort", effort),
+        run_args=(
+            *(("--price", price) if price else ()),
+            "--effort",
+            effort,
+            *(("--fallback-model", fallback) if fallback else ()),
+        ),
         keep=keep,
     )
     for kind in ("sessions", "logs", "repos"):
@@ -157,7 +163,7 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
         passed = hidden_check(case, repo, settings.env, logs / f"{case.name}-{index}.check.log")
     session = Session.open(db)
     try:
-        events = list(session.journal.events())
+        events = list(session.events())
     finally:
         session.close()
     figures = measure(events)
@@ -293,7 +299,7 @@ def crash_owner(db: Path, proc: subprocess.Popen[str]) -> bool:
         registered: dict[int, float] = {}
         printed: set[int] = set()
         while proc.poll() is None:
-            for event in session.journal.events(after=after):
+            for event in session.events(after=after):
                 after = event["seq"]
                 kind, cell = event["kind"], event.get("cell_id")
                 if kind == "patch_accepted":

@@ -1,4 +1,4 @@
-"""The figures of ``rio-ci eval`` (SPEC §16), read from committed events, and its report files.
+"""The figures of ``rio-ci eval`` (docs/eval.md), read from committed events, and its report files.
 
 ``measure(events)`` turns one Session's Journal into one trial's figures; nothing is assumed
 or estimated. ``summarise(trials)`` aggregates. ``write_reports`` writes ``OUT/report.json``,

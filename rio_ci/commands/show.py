@@ -1,10 +1,10 @@
 """``rio-ci show``: a readable summary of a Session (committed facts only). Everything a
 Cell or a model wrote is printed with its terminal control characters escaped.
 
-It lists every Execution the Journal holds. The projection keeps only those the State may
-show (in context, not finished, or unresolved) and drops the rest once settled; ``show``
-reads those from their events, in one pass over the Journal's ``patch_accepted`` and
-``execution_finished`` rows (a long Session has many, and is shown in linear time)."""
+It reads the projection alone (the snapshot and the events after it), so it takes the same
+time however long the Journal is: the Executions the State may show (in context, not
+finished, or unresolved) and the last ``DEPARTED_KEPT`` that the fold dropped once settled,
+with the number dropped before them (their events stay in the Journal: ``rio-ci events``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from typing import Any
 from rio_ci import report
 from rio_ci.core.history import History, Run
 from rio_ci.core.projection import Projection
-from rio_ci.core.state import EXECUTABLE
 from rio_ci.core.text import clip, escape_control
 from rio_ci.core.view import retained
 from rio_ci.live import describe
@@ -27,35 +26,12 @@ SHOWN_CHARS = 400
 
 
 def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
-    """Every Execution committed up to ``proj.last_seq``, by Cell id (in id order): the
-    projection's own, and those it dropped, rebuilt from their events as ``{cell_id, cell,
-    phase, result, result_seq, resolved_by}`` (no output: ``rio-ci output`` reads it)."""
-    versions: dict[int, dict[str, Any]] = {}  # executable Cell versions by id
-    resolutions: dict[int, int] = {}  # target Cell id -> the first resolution note
-    dropped: dict[int, dict[str, Any]] = {}
-    for event in session.journal.events(kinds=("patch_accepted", "execution_finished")):
-        if event["seq"] > proj.last_seq:  # committed by another process since: not shown
-            break
-        if event["kind"] == "patch_accepted":
-            versions.update((c["id"], c) for c in event["cells"] if c["kind"] in EXECUTABLE)
-            for control in event["controls"]:
-                if control["role"] == "resolution":
-                    resolutions.setdefault(control["target_cell_id"], control["note_id"])
-        elif str(event["cell_id"]) not in proj.executions:
-            dropped.setdefault(
-                event["cell_id"],
-                {
-                    "cell_id": event["cell_id"],
-                    "cell": versions[event["cell_id"]],
-                    "phase": "finished",
-                    "result": event["result"],
-                    "result_seq": event["seq"],
-                    "resolved_by": None,
-                },
-            )
-    for cell_id, ex in dropped.items():
-        ex["resolved_by"] = resolutions.get(cell_id)
-    every = {**proj.executions, **{str(k): ex for k, ex in dropped.items()}}
+    """The Executions ``show`` lists, by Cell id (in id order): the projection's own, and the
+    last ``DEPARTED_KEPT`` it dropped (``proj.departed``), as ``{cell_id, cell, phase,
+    result, resolved_by}``: finished, the Cell in short, no output (``rio-ci output`` reads
+    it)."""
+    gone = {str(ex["cell_id"]): {**ex, "phase": "finished"} for ex in proj.departed}
+    every = {**proj.executions, **gone}
     return {k: every[k] for k in sorted(every, key=int)}
 
 
@@ -63,7 +39,7 @@ def no_output(session: Session, cell_id: int, db: str) -> str:
     """Why ``rio-ci output`` has no text for ``cell_id``: its Execution was never launched
     (cancelled before launch, or still queued), or it has none."""
     proj = session.refresh()
-    finished = session.journal.find(str(cell_id), "execution_finished")
+    finished = session.find(str(cell_id), "execution_finished")
     if finished is not None:
         result = finished["result"]
         return (
@@ -111,18 +87,41 @@ def summary(session: Session) -> dict[str, Any]:
         "usage": proj.usage,
         "rationale": proj.rationale,
         "ended": proj.ended,
+        "cell_user": cell_user_summary(proj.cell_user),
         "events": proj.last_seq,
         "validators": [
             {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at}
             for v in shown.history.validations
         ],
+        "executions_not_listed": proj.departed_before,
     }
+
+
+def cell_user_summary(mode: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How Cells ran, as the last ``cell_user`` event says (None: no Cell user was asked)."""
+    if mode is None:
+        return None
+    return {k: mode.get(k) for k in ("mode", "user", "uid", "reason")}
+
+
+def cell_user_line(mode: dict[str, Any] | None) -> str | None:
+    if mode is None:
+        return None
+    if mode["mode"] == "separate":
+        return (
+            f"cells run as: {escape_control(mode['user'])} (uid {mode['uid']}), apart from rio-ci"
+        )
+    return (
+        f"cells run as: rio-ci's own user — Cells share the harness's user "
+        f"({escape_control(str(mode.get('reason')))}; the Cell user "
+        f"{escape_control(str(mode.get('user')))} was asked for)"
+    )
 
 
 def render_text(session: Session) -> str:
     shown = gather(session)
     proj, history = shown.proj, shown.history
-    db = str(session.journal.path)
+    db = str(session.path)
     lines = [
         f"Session {proj.session['id']}  ({escape_control(db)})",
         f"goal: {escape_control(clip(proj.session['goal'], 300))}",
@@ -130,6 +129,8 @@ def render_text(session: Session) -> str:
         f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}",
         _times(history),
     ]
+    if (line := cell_user_line(proj.cell_user)) is not None:
+        lines.append(line)
     if proj.ended:
         lines.append(f"ENDED: {proj.ended['result']} — {escape_control(proj.ended['reason'])}")
         for left in proj.ended.get("unresolved") or []:  # the uncertainty a failure keeps
@@ -150,11 +151,16 @@ def render_text(session: Session) -> str:
     others = [ex for k, ex in every.items() if int(k) not in heads]
     if others:
         lines.append("executions of cells no longer in context (replaced or removed):")
+        if proj.departed_before:
+            lines.append(
+                f"  ({proj.departed_before} earlier ones not listed; "
+                "`rio-ci events DB` has them all)"
+            )
         for ex in others:
             lines.append(f"  [{ex['cell_id']}] {describe(ex['cell'])}")
             lines.extend(_execution_lines(ex, history.runs.get(ex["cell_id"]), db))
     lines += _validator_lines(history)
-    lines += _rest(proj, db)
+    lines += _rest(session, proj, db)
     return "\n".join(lines)
 
 
@@ -181,7 +187,7 @@ def _validator_lines(history: History) -> list[str]:
     return lines
 
 
-def _rest(proj: Projection, db: str) -> list[str]:
+def _rest(session: Session, proj: Projection, db: str) -> list[str]:
     lines = ["", f"inbox: {len(proj.inbox)} unconsumed"]
     for message in proj.inbox:
         lines.append(
@@ -190,6 +196,7 @@ def _rest(proj: Projection, db: str) -> list[str]:
     for timer in proj.timers.values():
         due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timer["deadline"]))
         lines.append(f"timer {escape_control(timer['id'])} due at {due} ({timer['deadline']})")
+    lines.extend(_fallback_lines(session))
     if proj.rationale:
         lines.append(
             "the model's last rationale: "
@@ -205,6 +212,19 @@ def _rest(proj: Projection, db: str) -> list[str]:
     if step:
         lines.append(f"next: {step}")
     return lines
+
+
+def _fallback_lines(session: Session) -> list[str]:
+    """Attempts that went to the fallback model after a refusal (``model_attempt`` events
+    with ``fallback_from``)."""
+    switched = [
+        event for event in session.events(kinds=("model_attempt",)) if event.get("fallback_from")
+    ]
+    return [
+        f"after a refusal, {escape_control(e['turn_id'])} attempt {e['attempt']} went to "
+        f"{escape_control(e['model'])} (fallback for {escape_control(e['fallback_from'])})"
+        for e in switched
+    ]
 
 
 def next_step(proj: Projection, db: str) -> str | None:

@@ -1,66 +1,48 @@
-"""Limits (SPEC §9): persisted at creation, validated, never weakened by a patch.
+"""Limits (docs/sessions.md): persisted at creation, validated, never weakened by a patch.
 
-``DEFAULTS`` is the one table of limits: their names, their defaults, and (by the default's
-type) whether a limit counts whole things or measures a quantity. ``Limits`` is an immutable,
-validated set of them.
+``Limits`` is the one table of limits: a frozen dataclass whose fields are their names, types
+and defaults; ``DEFAULTS`` is the same table as a mapping. Every reader goes through the typed
+attributes (``limits.context_bytes``), never through dict keys.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 MAX_LIMIT = 10**15  # far beyond any useful limit; keeps every value an exact JSON number
 
-DEFAULTS: dict[str, int | float] = {
-    "rounds": 100,
-    "tokens": 2_000_000,
-    "cost_usd": 10.0,
-    "model_attempts": 3,
-    "execution_seconds": 600.0,
-    "context_bytes": 160_000,
-    "output_bytes": 16_000,
-    "pending_cells": 32,
-    "inbox_messages": 256,
-    "storage_bytes": 256_000_000,
-    "flush_seconds": 0.1,
-    "provider_retry_seconds": 900.0,
-}
 
-
+@dataclass(frozen=True)
 class Limits:
-    """Every limit, the defaults where none was given. ``Limits(rounds=7)``; read one as an
-    attribute (``limits.rounds``); ``with_value`` and ``with_assignments`` give copies."""
+    """Every limit, typed, the defaults where none was given: ``Limits(rounds=7)``, read as
+    attributes (``limits.rounds``). Values are checked and converted (``"7"`` is 7) when a
+    Limits is made; ``with_value`` and ``with_assignments`` give checked copies."""
 
-    __slots__ = ("_values",)
+    rounds: int = 100
+    tokens: int = 2_000_000
+    cost_usd: float = 10.0
+    model_attempts: int = 3
+    execution_seconds: float = 600.0
+    context_bytes: int = 160_000
+    output_bytes: int = 16_000
+    pending_cells: int = 32
+    inbox_messages: int = 256
+    storage_bytes: int = 256_000_000
+    flush_seconds: float = 0.1
+    provider_retry_seconds: float = 900.0
 
-    def __init__(self, **values: Any) -> None:
-        checked = dict(DEFAULTS)
-        for name, value in values.items():
-            checked[name] = _checked(name, value)
-        object.__setattr__(self, "_values", checked)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("Limits are immutable: use with_value")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Limits) and self._values == other._values
-
-    def __hash__(self) -> int:
-        return hash(tuple(sorted(self._values.items())))
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            object.__setattr__(self, item.name, _checked(item.name, getattr(self, item.name)))
 
     def __repr__(self) -> str:
-        changed = {k: v for k, v in self._values.items() if v != DEFAULTS[k]}
+        changed = {k: v for k, v in self.to_dict().items() if v != DEFAULTS[k]}
         return f"Limits({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self._values)
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Limits:
@@ -71,9 +53,20 @@ class Limits:
             raise ValueError(f"unknown limit(s): {', '.join(unknown)}")
         return cls(**data)
 
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> Limits:
+        """Limits as a Session stored them: checked when the Session was made (and when an
+        artifact carrying it was restored), so read back without checking them again, as
+        every admission and every Turn does."""
+        made = object.__new__(cls)
+        made.__dict__.update(DEFAULTS, **data)  # frozen: no attribute is set after this
+        return made
+
     def with_value(self, name: str, value: Any) -> Limits:
         """A copy with one limit set; raises ValueError naming the problem."""
-        return Limits(**{**self._values, name: value})
+        if name not in DEFAULTS:
+            raise ValueError(f"unknown limit {name!r}; known: {', '.join(sorted(DEFAULTS))}")
+        return replace(self, **{name: value})
 
     def with_assignments(self, assignments: list[str]) -> Limits:
         """Apply ``NAME=VALUE`` strings (the CLI's ``--limit``)."""
@@ -84,6 +77,11 @@ class Limits:
                 raise ValueError(f"--limit expects NAME=VALUE, got {item!r}")
             limits = limits.with_value(name.strip(), value.strip())
         return limits
+
+
+# The one table of limits: names, defaults and (by the default's type) whether a limit
+# counts whole things or measures a quantity.
+DEFAULTS: dict[str, int | float] = {f.name: f.default for f in fields(Limits)}  # type: ignore[misc]
 
 
 def _checked(name: str, value: Any) -> int | float:

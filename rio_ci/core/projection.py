@@ -2,7 +2,9 @@
 
 It stays bounded however long the Journal grows: finished, settled Executions of Cells that
 left the context and consumed Inbox messages are dropped by the fold (their events stay in the
-Journal, where history is read).
+Journal, where history is read). Of the dropped Executions it keeps the last
+``DEPARTED_KEPT`` in short (``departed``: what ``rio-ci show`` lists, so that it reads no
+history) and how many were dropped before them (``departed_before``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from rio_ci.core.limits import Limits
 from rio_ci.core.state import is_unresolved
 
 # The shape of a Projection. Raise it whenever the fold changes what it keeps: a snapshot
 # written in another format is ignored and the Journal replayed.
-PROJECTION_FORMAT = 3
+PROJECTION_FORMAT = 4
+DEPARTED_KEPT = 10  # more would cross a page of the snapshot in the bench's drive
 
 
 @dataclass
@@ -38,6 +42,9 @@ class Projection:
     watermarks: dict[str, Any] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> price (--price)
     rationale: str = ""  # what the model last wrote before its step call
+    cell_user: dict[str, Any] | None = None  # how Cells run (the last cell_user event)
+    departed: list[dict[str, Any]] = field(default_factory=list)  # the last dropped Executions
+    departed_before: int = 0  # Executions dropped before those
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.__dict__)
@@ -47,9 +54,9 @@ class Projection:
         return cls(**copy.deepcopy(data))
 
     @property
-    def limits(self) -> dict[str, Any]:
-        limits: dict[str, Any] = self.session["limits"]
-        return limits
+    def limits(self) -> Limits:
+        """The Session's limits, typed (stored as a mapping in ``session_created``)."""
+        return Limits.from_stored(self.session["limits"])
 
     def pending(self) -> list[dict[str, Any]]:
         """Executions not yet finished, in acceptance order (ids rise with acceptance)."""

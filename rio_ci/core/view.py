@@ -22,7 +22,7 @@ def render(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
     """The State a Turn shows: heads, runtime facts, and the given Inbox messages, with the
     oldest finished outputs masked as far as needed to fit ``context_bytes``."""
     state = _unbounded(proj, inbox)
-    limit = proj.limits["context_bytes"]
+    limit = proj.limits.context_bytes
     size = encoded_size(state)
     if size <= limit:
         return state
@@ -66,7 +66,7 @@ def next_turn(proj: Projection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     (``render``), rendered once when they all fit unmasked (the usual case)."""
     first = proj.inbox[:MAX_DELIVERED]
     state = _unbounded(proj, first)
-    if encoded_size(state) <= proj.limits["context_bytes"]:
+    if encoded_size(state) <= proj.limits.context_bytes:
         return list(first), state  # what render() returns for them, and select_inbox() picks
     chosen = select_inbox(proj)
     return chosen, render(proj, chosen)
@@ -80,7 +80,7 @@ def select_inbox(proj: Projection) -> list[dict[str, Any]]:
         for stream in ("stdout", "stderr"):
             if fact[stream]:
                 fact[stream] = masked_marker(int(key), stream, len(fact[stream].encode()))
-    budget = proj.limits["context_bytes"] - encoded_size(everything_masked)
+    budget = proj.limits.context_bytes - encoded_size(everything_masked)
     chosen: list[dict[str, Any]] = []
     for message in proj.inbox[:MAX_DELIVERED]:
         size = encoded_size(message) + 1
@@ -112,7 +112,7 @@ def clipped_message(message: dict[str, Any], room: int) -> dict[str, Any]:
 
 def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
     """Execution facts the model may see: heads with an Execution, every unfinished
-    Execution, every unresolved UnknownExecution (SPEC §2)."""
+    Execution, every unresolved UnknownExecution (docs/patches.md)."""
     heads = set(head_ids)
     shown: dict[str, Any] = {}
     for key, ex in sorted(proj.executions.items(), key=lambda kv: int(kv[0])):
@@ -181,7 +181,7 @@ def _unbounded(
             "inbox": [dict(m) for m in inbox],
             "usage": dict(proj.usage),
             "pause": proj.pause,
-            "limits": dict(proj.limits),
+            "limits": proj.limits.to_dict(),
             "validators": [list(argv) for argv in proj.session["validators"]],
         },
     }

@@ -208,15 +208,15 @@ def _validators(history: History) -> list[str]:
 
 
 def _usage(proj: Projection) -> str:
-    usage, limits = proj.usage, proj.session.get("limits") or {}
+    usage, limits = proj.usage, proj.limits
     cost = f"${usage.get('cost_usd', 0.0):.4f}"
     if usage.get("unknown_cost_attempts"):
         cost += f" (+{usage['unknown_cost_attempts']} attempts of unknown cost)"
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     return (
-        f"Usage: rounds {usage.get('rounds', 0)} of {limits.get('rounds', '?')} · tokens "
-        f"{tokens} of {limits.get('tokens', '?')} ({usage.get('input_tokens', 0)} in / "
-        f"{usage.get('output_tokens', 0)} out) · cost {cost} of ${limits.get('cost_usd', '?')}"
+        f"Usage: rounds {usage.get('rounds', 0)} of {limits.rounds} · tokens "
+        f"{tokens} of {limits.tokens} ({usage.get('input_tokens', 0)} in / "
+        f"{usage.get('output_tokens', 0)} out) · cost {cost} of ${limits.cost_usd}"
     )
 
 
@@ -249,7 +249,7 @@ def read_meta(body: str) -> dict[str, Any] | None:
         return None
     try:
         meta = json.loads(match.group(1))
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # damaged, or nested past the parser's depth
         return None
     return meta if isinstance(meta, dict) else None
 

@@ -1,4 +1,4 @@
-"""The scripted model: a YAML list of patches, one per round (SPEC §11).
+"""The scripted model: a YAML list of patches, one per round (docs/cli.md).
 
 Round *k* answers the Session's *k*-th Turn, counted from accepted patches, so a script
 carries on correctly across restarts and jobs. The script fills in what its author cannot
@@ -26,7 +26,7 @@ import yaml
 from rio_ci.errors import ModelError, UsageError
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 
-_INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+_INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")
 WHEN = ("unresolved", "settled")
 WAIT_SECONDS = 120.0  # the longest a round waits for its wait_for file
 

@@ -161,10 +161,10 @@ class Capture:
         self.cell_id = cell_id
         self.watch = watch
         limits = session.limits
-        self.flush_every = float(limits["flush_seconds"])
+        self.flush_every = float(limits.flush_seconds)
         self.tail_every = self.flush_every
         now = time.monotonic()
-        self.deadline = now + float(limits["execution_seconds"])
+        self.deadline = now + float(limits.execution_seconds)
         self.last_flush = self.last_tail = now
 
     def pump(self, wait: float) -> ev.Result | None:

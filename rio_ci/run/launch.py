@@ -1,4 +1,4 @@
-"""Launching one Execution (SPEC §5) and running validators under the same supervision.
+"""Launching one Execution (docs/sessions.md) and running validators under the same supervision.
 
 ``Launch.start`` asks the Session to commit ``started`` before any process exists, spawns the
 gated Worker, has its identity committed, and only then releases it. A crash anywhere in
@@ -18,6 +18,7 @@ from typing import Any
 from rio_ci.core import events as ev
 from rio_ci.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
+from rio_ci.run.cells import Cells
 from rio_ci.run.environment import redacted_values, scratch_dir, uv_binary, worker_env
 from rio_ci.run.worker import Worker
 from rio_ci.session import Session
@@ -30,9 +31,15 @@ BeforeSpawn = Callable[[int, str], None]
 
 
 class Launch:
-    def __init__(self, session: Session, before_spawn: BeforeSpawn | None = None):
+    def __init__(
+        self,
+        session: Session,
+        before_spawn: BeforeSpawn | None = None,
+        cells: Cells | None = None,
+    ):
         self.session = session
         self.before_spawn = before_spawn
+        self.cells = cells if cells is not None else Cells(None, print)
         self.secrets = redacted_values(session)
         self._env: dict[str, str] | None = None
         self._found: dict[tuple[str, str | None], str] = {}  # (program, PATH) -> its path
@@ -41,9 +48,11 @@ class Launch:
         """A Worker's environment (``worker_env``). Built once per Launch, with the in-Cell
         modules copied then: filtering the environment and comparing the shim's files took
         more than the rest of a launch together. The Owner's environment does not change
-        while it runs; a Cell that damages the shim breaks only its own imports."""
+        while it runs; a Cell that damages the shim breaks only its own imports (under a
+        Cell user it cannot)."""
+        self.cells.prepare(self.session)
         if self._env is None:
-            self._env = worker_env(self.session, None)
+            self._env = self.cells.environment(worker_env(self.session, None))
         return (
             {**self._env, "RIO_CELL_ID": str(cell_id)} if cell_id is not None else dict(self._env)
         )
@@ -57,17 +66,17 @@ class Launch:
         run), or it stayed queued because a Control was committed meanwhile."""
         session, cell, cell_id = self.session, ex["cell"], ex["cell_id"]
         token = self.token(str(cell_id))
+        env = self.env(cell_id)  # prepares the Cell user's side before anything is committed
         if not session.authorize_launch(cell_id, token):
             return None
         if self.before_spawn is not None:
             self.before_spawn(cell_id, token)
         cwd = session.proj.session["cwd"]
-        env = self.env(cell_id)
         argv, problem = self._argv(cell, cwd, env)
         worker = None
         if problem is None:
             try:
-                worker = Worker.spawn(argv, cwd, env, token)
+                worker = Worker.spawn(argv, cwd, env, token, self.cells.user)
             except OSError as exc:
                 problem = f"could not start the Worker: {exc}"
         if worker is None:
@@ -78,9 +87,7 @@ class Launch:
         crash_point("worker_before_release")
         worker.release()
         crash_point("script_running")
-        return Capture(
-            session, cell_id, Watch(worker, session.limits["output_bytes"], self.secrets)
-        )
+        return Capture(session, cell_id, Watch(worker, session.limits.output_bytes, self.secrets))
 
     def _argv(
         self, cell: dict[str, Any], cwd: str, env: dict[str, str]
@@ -129,14 +136,18 @@ class Launch:
         result: dict[str, Any]
         try:
             worker = Worker.spawn(
-                argv, session.proj.session["cwd"], self.env(None), self.token("validator")
+                argv,
+                session.proj.session["cwd"],
+                self.env(None),
+                self.token("validator"),
+                self.cells.user,
             )
         except OSError as exc:
             result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}
         else:
             worker.release()
-            watch = Watch(worker, session.limits["output_bytes"], self.secrets)
-            end = run_to_end(watch, session.limits["execution_seconds"], interrupted, stop_at)
+            watch = Watch(worker, session.limits.output_bytes, self.secrets)
+            end = run_to_end(watch, session.limits.execution_seconds, interrupted, stop_at)
             if isinstance(end, str):
                 result = {"type": "error", "exit_code": None, "reason": end}
             else:

@@ -1,6 +1,6 @@
 """The Owner: the one process that holds a Session's lock and supervises its processes.
 
-At every start it recovers (SPEC §6): stop surviving Workers, turn every ``started``
+At every start it recovers (docs/sessions.md): stop surviving Workers, turn every ``started``
 Execution into an ``UnknownExecution``, fire due Timers, apply Controls, and only then
 dispatch queued work, one Execution at a time, in acceptance order. ``tick()`` does one
 bounded slice of that work so the harness can keep supervising while a model thinks.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from rio_ci import sessionfile
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RecoveryError, RioError, StorageError
 from rio_ci.run.capture import Capture
+from rio_ci.run.cells import Cells
 from rio_ci.run.launch import BeforeSpawn, Launch
 from rio_ci.run.ownership import FileGuard, FileOwnership
 from rio_ci.run.survivors import WorkerIdentity, stop_session_leftovers, stop_survivors
@@ -29,8 +31,17 @@ from rio_ci.session import Session
 
 class Owner:
     def __init__(
-        self, path: str, *, synchronous: str = "FULL", before_spawn: BeforeSpawn | None = None
+        self,
+        path: str,
+        *,
+        synchronous: str = "FULL",
+        before_spawn: BeforeSpawn | None = None,
+        cell_user: str | None = None,
+        notice: Callable[[str], None] | None = None,
     ):
+        """``cell_user``: run every Cell as that user (created when missing) where this
+        process is root; elsewhere Cells share its user and ``notice`` says so (default: a
+        line on stderr). None: Cells share its user, as asked."""
         real = sessionfile.resolve(path)
         # Nothing is locked or created until the path is known to name a Session.
         sessionfile.check(real, path)
@@ -45,13 +56,16 @@ class Owner:
             if self.session.journal.identity != self._ownership.identity:
                 self.session.close()
                 raise StorageError(f"{path} was replaced while its Owner was starting")
+            self.cells = Cells(cell_user, notice or _to_stderr)
             self.guard = FileGuard(self._ownership)
-            self.session.journal.guard = self._guard
+            # Under a Cell user no Cell can reach the file: the checks against damage by
+            # Cells would guard against nobody (docs/design.md, "The Cell user").
+            self.session.journal.guard = None if self.cells.separate else self._guard
         except BaseException:
             self._ownership.release()
             raise
         self._before_spawn = before_spawn
-        self.launch = Launch(self.session, self._fold_then_spawn)
+        self.launch = Launch(self.session, self._fold_then_spawn, self.cells)
         self.running: Capture | None = None  # the Execution whose Worker runs now
         self.ran: list[int] = []
         self.interrupted = threading.Event()
@@ -66,7 +80,10 @@ class Owner:
             if self.running is not None:
                 self.stop_running("owner_stopped")
         finally:
-            self.session.close()
+            try:
+                self.cells.close(self.session)
+            finally:
+                self.session.close()
             self.guard.close()
             self._ownership.release()
 
@@ -85,22 +102,33 @@ class Owner:
                 f"{problem}; this Owner stops and commits nothing more", fold=fold
             )
 
+    def hand_back(self) -> None:
+        """Stop every process of the Cell user and give the working tree back to its owner
+        (``finish`` before its git work; ``close`` does it too). Nothing when Cells share the
+        harness's user."""
+        self.cells.hand_back(self.session)
+
     def _fold_then_spawn(self, cell_id: int, token: str) -> None:
         """Between ``started`` and the spawn: put the launch record into the database file
         itself, so a script that deletes, truncates or garbles the WAL cannot make its own
-        launch disappear (and be run again by the next Owner)."""
-        self.check_file()
-        self.session.journal.fold()
+        launch disappear (and be run again by the next Owner). Under a Cell user no script
+        can reach the WAL, and the fold is left out."""
+        if not self.cells.separate:
+            self.check_file()
+            self.session.journal.fold()
         if self._before_spawn is not None:
             self._before_spawn(cell_id, token)
 
     # --- recovery ------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """SPEC §6 steps 2-4. A second recovery in a row commits nothing."""
+        """docs/sessions.md steps 2-4. A second recovery in a row commits nothing."""
         self.check_file()
         proj = self.session.refresh()
         started = [e for e in proj.pending() if e["phase"] == "started"]
+        # Every process of a Cell user is a Cell's, whatever it did to its group, its
+        # environment or its dumpability: all go first, then the Workers' own checks.
+        self.cells.stop_processes(self.session)
         for ex in started:
             if ex["identity"]:
                 stop_survivors(WorkerIdentity.from_dict(ex["identity"]))
@@ -293,6 +321,10 @@ class Owner:
             "pending": [e["cell_id"] for e in proj.pending()],
             "paused_by": proj.pause,
         }
+
+
+def _to_stderr(message: str) -> None:
+    print(f"rio-ci: {message}", file=sys.stderr, flush=True)
 
 
 def in_doubt(path: Path, fd: int) -> bool:

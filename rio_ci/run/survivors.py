@@ -1,8 +1,10 @@
-"""Finding and stopping what is left of Workers (SPEC §5, §6): by process group, by the
+"""Finding and stopping what is left of Workers (docs/sessions.md): by process group, by the
 token every Worker environment carries (``RIO_WORKER_TOKEN``, inherited by descendants, so
-processes that left the group with ``setsid`` or were reparented are still found), and by
-descent. A process that scrubs its own environment *and* leaves the group is out of reach;
-that is the documented limit of this design.
+processes that left the group with ``setsid`` or were reparented are still found), by
+descent, and — when Cells run as their own user (``rio_ci.run.cell_user``) — by user: every
+process of the Cell user is a Cell's, whatever it did to its group, environment or
+dumpability. Without a Cell user, a process that scrubs its own environment *and* leaves the
+group is out of reach; that is the documented limit of sharing the harness's user.
 """
 
 from __future__ import annotations
@@ -92,16 +94,24 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def _scan(
-    token: str, pgid: int | None, *, prefix: bool = False, mark: pidrange.Mark | None = None
+    token: str | None,
+    pgid: int | None,
+    *,
+    prefix: bool = False,
+    mark: pidrange.Mark | None = None,
+    uid: int | None = None,
 ) -> dict[int, psutil.Process]:
     """Live processes (not us) carrying ``token`` (or, with ``prefix``, any token starting
-    with it) in their environment, or in group ``pgid``. Processes whose environment we may
-    not read are skipped: they cannot be ours. With the ``mark`` taken at the Worker's spawn,
-    only the pids handed out since are looked at, when those are known for sure
-    (``rio_ci.run.pidrange``); otherwise every process is."""
+    with it) in their environment, in group ``pgid``, or running as user ``uid`` (real,
+    effective or saved). Processes whose environment we may not read are skipped: they
+    cannot be ours (a non-dumpable process hides its environment from a non-root Owner; the
+    user still shows). With the ``mark`` taken at the Worker's spawn, only the pids handed
+    out since are looked at, when those are known for sure (``rio_ci.run.pidrange``; a Cell
+    user's processes all started after the last stop, which left none); otherwise every
+    process is."""
     found: dict[int, psutil.Process] = {}
     me = os.getpid()
-    entry = f"\0{TOKEN_VAR}={token}{'' if prefix else chr(0)}".encode()
+    entry = f"\0{TOKEN_VAR}={token}{'' if prefix else chr(0)}".encode() if token else None
     newer = pidrange.since(mark) if mark is not None else None
     for pid in psutil.pids() if newer is None else newer:
         if pid <= 0 or pid == me:
@@ -110,15 +120,41 @@ def _scan(
             group = os.getpgid(pid)
             if group == 0:
                 continue  # kernel threads (and a container's init): never a Worker's
-            if (group == pgid or _carries(pid, entry)) and (
-                newer is None or pidrange.thread_group_leader(pid)
-            ):
+            ours = (
+                group == pgid
+                or (uid is not None and runs_as(pid, uid))
+                or (entry is not None and _carries_safely(pid, entry))
+            )
+            if ours and (newer is None or pidrange.thread_group_leader(pid)):
                 proc = psutil.Process(pid)
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found[pid] = proc
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def _carries_safely(pid: int, entry: bytes) -> bool:
+    """``_carries``, False when the environment may not be read (another user's process, or
+    a non-dumpable one, seen by an Owner that is not root)."""
+    try:
+        return _carries(pid, entry)
+    except (PermissionError, psutil.AccessDenied):
+        return False
+
+
+def runs_as(pid: int, uid: int) -> bool:
+    """True if process ``pid``'s real, effective or saved user id is ``uid``. Read from
+    ``/proc/PID/status``, which anyone may read, non-dumpable processes included (their
+    ``/proc/PID`` directory is root's, so its owner proves nothing)."""
+    if not _PROC_ENVIRON:
+        ids = psutil.Process(pid).uids()
+        return uid in (ids.real, ids.effective, ids.saved)
+    with open(f"/proc/{pid}/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"Uid:"):
+                return uid in {int(field) for field in line.split()[1:4]}
+    return False
 
 
 def _carries(pid: int, entry: bytes) -> bool:
@@ -192,14 +228,16 @@ def find_token_holders(token: str, mark: pidrange.Mark | None = None) -> list[in
 def stop_all(
     targets: Mapping[int, psutil.Process],
     *,
-    token: str,
+    token: str | None,
     pgid: int,
     pinned: bool,
     grace: float,
     mark: pidrange.Mark | None = None,
+    uid: int | None = None,
 ) -> StopReport:
-    """SIGTERM ``targets``, their descendants, every token holder and, only if ``pinned``
-    (the group id provably still names our group), group ``pgid``; SIGKILL survivors after
+    """SIGTERM ``targets``, their descendants, every token holder, every process of user
+    ``uid`` (the Cell user, if any) and, only if ``pinned`` (the group id provably still
+    names our group), group ``pgid``; SIGKILL survivors after
     ``grace`` s. Every pass rescans (``mark``: see ``_scan``), so processes forked
     meanwhile are signalled too. Raises RecoveryError listing survivors alive
     ``KILL_DEADLINE`` s after the first signal (and 1 s after SIGKILL). A pinned group
@@ -211,7 +249,7 @@ def stop_all(
     killed: set[int] = set()
 
     def gather() -> dict[int, psutil.Process]:
-        found = _scan(token, pgid if pinned else None, mark=mark)
+        found = _scan(token, pgid if pinned else None, mark=mark, uid=uid)
         # children may have neither token nor group
         found.update(descendants_of([*tracked.values(), *found.values()]))
         tracked.update(found)
@@ -253,8 +291,9 @@ def stop_all(
             send({pid: live[pid] for pid in newcomers}, phase)
         if live and now >= give_up:
             pids = ", ".join(str(pid) for pid in sorted(live))
+            whose = f"Worker group {pgid}" if pgid else f"Cell user {uid}"
             raise RecoveryError(
-                f"Worker group {pgid}: processes [{pids}] still alive "
+                f"{whose}: processes [{pids}] still alive "
                 f"{now - start:.1f} s after SIGTERM/SIGKILL; cannot prove the Worker stopped"
             )
     return StopReport(stopped=tuple(sorted(seen)), killed=tuple(sorted(killed)))
@@ -318,3 +357,13 @@ def stop_session_leftovers(session_id: str) -> list[int]:
             "SIGKILL; cannot prove the old Workers stopped"
         )
     return [p.pid for p in found]
+
+
+def stop_user(uid: int, grace: float = 1.0) -> StopReport:
+    """Stop every process of user ``uid`` (a Cell user: all its processes are Cells'), at
+    the run's end and in recovery: SIGTERM, ``grace`` s, SIGKILL, and RecoveryError naming
+    the pids alive ``KILL_DEADLINE`` s after the first signal. Every process is looked at:
+    a leftover of an earlier Owner can have any pid."""
+    if uid in (0, os.getuid(), os.geteuid()):
+        raise ValueError(f"user {uid} runs the harness: its processes are not Cells'")
+    return stop_all({}, token=None, pgid=0, pinned=False, grace=grace, uid=uid)

@@ -1,4 +1,4 @@
-"""Workers: gated, supervised process groups (SPEC §5).
+"""Workers: gated, supervised process groups (docs/sessions.md).
 
 A Worker is ``/bin/sh -c GATE rio-worker ARGV...`` started in its own session, so its pid is
 also its process group id. The gate reads one line from stdin and ``exec``s ARGV only if that
@@ -7,7 +7,8 @@ Owner therefore commits the Worker's identity (pid, start time, boot time, token
 user code can run, then calls :meth:`Worker.release`.
 
 Every Worker environment carries ``RIO_WORKER_TOKEN=<token>``; ``rio_ci.run.survivors``
-finds and stops what is left of a Worker by it.
+finds and stops what is left of a Worker by it — and, for a Worker started as a Cell user
+(``rio_ci.run.cell_user``), by that user: every process of it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Literal, cast
 import psutil
 
 from rio_ci.run import pidrange
+from rio_ci.run.cell_user import CellUser
 from rio_ci.run.survivors import (
     POLL,
     TOKEN_VAR,
@@ -54,8 +56,10 @@ class Worker:
         proc: subprocess.Popen[bytes],
         identity: WorkerIdentity,
         mark: pidrange.Mark | None = None,
+        uid: int | None = None,
     ) -> None:
         """Use :meth:`spawn`."""
+        self.uid = uid  # the Cell user's, if the Worker runs as one
         self.mark = mark  # the kernel's counters before the spawn (rio_ci.run.pidrange)
         assert proc.stdout is not None and proc.stderr is not None
         self._proc = proc
@@ -73,9 +77,11 @@ class Worker:
         cwd: str | os.PathLike[str],
         env: Mapping[str, str],
         token: str,
+        user: CellUser | None = None,
     ) -> Worker:
         """Start the gate (nothing of ``argv`` runs yet) in a new session with piped
-        stdin/stdout/stderr. ``env`` is used as given, plus ``RIO_WORKER_TOKEN=token``."""
+        stdin/stdout/stderr, as ``user`` if given. ``env`` is used as given, plus
+        ``RIO_WORKER_TOKEN=token``."""
         if not argv:
             raise ValueError("a Worker needs a non-empty argv")
         if not token or "\0" in token:
@@ -90,6 +96,7 @@ class Worker:
             stdout=pipe,
             stderr=pipe,
             start_new_session=True,
+            **(user.spawn_options() if user is not None else {}),
         )
         try:
             create_time, boot_time = start_stamp(proc.pid, before.boot if before else None)
@@ -98,7 +105,8 @@ class Worker:
             proc.kill()  # still at the gate: nothing of argv ran
             proc.communicate()
             raise
-        return cls(proc, identity, pidrange.Mark(proc.pid, before) if before else None)
+        mark = pidrange.Mark(proc.pid, before) if before else None
+        return cls(proc, identity, mark, user.uid if user is not None else None)
 
     def _write_gate(self, line: bytes) -> None:
         """Answer the gate once with ``line`` and close stdin (tests send malformed lines)."""
@@ -185,7 +193,8 @@ class Worker:
         return self._exit_fd
 
     def stop(self, grace: float = 2.0) -> StopReport:
-        """Stop the group, every descendant and every token holder: SIGTERM, ``grace`` s,
+        """Stop the group, every descendant, every token holder and every process of the
+        Cell user: SIGTERM, ``grace`` s,
         SIGKILL, and fail with RecoveryError (naming the pids) if anything is alive 5 s
         after the first signal. Reaps the leader. Safe to call after the leader exited."""
         targets: dict[int, psutil.Process] = {}
@@ -197,7 +206,13 @@ class Worker:
         token, pgid = self.identity.token, self.identity.pgid
         try:
             return stop_all(
-                targets, token=token, pgid=pgid, pinned=pinned, grace=grace, mark=self.mark
+                targets,
+                token=token,
+                pgid=pgid,
+                pinned=pinned,
+                grace=grace,
+                mark=self.mark,
+                uid=self.uid,
             )
         finally:
             if self.poll() is not None and self._proc.returncode is None:

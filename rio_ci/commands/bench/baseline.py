@@ -14,6 +14,8 @@ from pathlib import Path
 
 import psutil
 
+from rio_ci.run.cell_user import CellUser
+from rio_ci.run.survivors import runs_as
 from rio_ci.run.worker import GATE
 
 SQLITE_VERSION = sqlite3.sqlite_version
@@ -54,25 +56,30 @@ class BareCommits:
 
 
 class BareLaunch:
-    """The floor under a ``cmd`` Cell: the launch protocol of SPEC §5 and the guarantees
+    """The floor under a ``cmd`` Cell: the launch protocol of docs/sessions.md and the guarantees
     docs/performance.md names, done with plain ``sqlite3``, ``subprocess``, psutil and /proc
     reads, nothing of rio_ci's Session, Journal or Owner on top — ``started`` committed
     (FULL), the fold (``wal_checkpoint(FULL)``), the gated ``/bin/sh`` spawned in its own
     session, its start time read and committed unsynced, the gate released, the output read
     to EOF, the process table scanned for the Worker's token and group, the leader reaped,
-    the result committed (FULL)."""
+    the result committed (FULL). Under a Cell user (``user``) as the Owner launches then: no
+    fold, the gate started as that user, and its processes found by user too."""
 
-    def __init__(self, path: Path, cwd: Path):
+    def __init__(self, path: Path, cwd: Path, user: CellUser | None = None):
         self._commits = BareCommits(path)
         self._cwd = cwd
-        self._env = {**os.environ, "RIO_WORKER_TOKEN": "rio-bench-floor"}
+        self._user = user
+        env = {**os.environ, "RIO_WORKER_TOKEN": "rio-bench-floor"}
+        self._env = user.environment(env) if user is not None else env
+        self._spawn = user.spawn_options() if user is not None else {}
         self._token = b"\0RIO_WORKER_TOKEN=rio-bench-floor\0"
 
     def run(self, argv: list[str]) -> float:
         """Seconds from the ``started`` commit to the result committed."""
         started = time.perf_counter()
         self._commits.commit("started")
-        self._commits.fold()
+        if self._user is None:
+            self._commits.fold()
         pipe = subprocess.PIPE
         proc = subprocess.Popen(
             ["/bin/sh", "-c", GATE, "rio-worker", *argv],
@@ -82,6 +89,7 @@ class BareLaunch:
             stdout=pipe,
             stderr=pipe,
             start_new_session=True,
+            **self._spawn,
         )
         created = psutil.Process(proc.pid).create_time()
         self._commits.commit(f"{proc.pid} {created}", synchronous="NORMAL")
@@ -96,7 +104,9 @@ class BareLaunch:
             if not name.isdigit() or int(name) == os.getpid():
                 continue
             try:
-                if os.getpgid(int(name)) == pgid:
+                if os.getpgid(int(name)) == pgid or (
+                    self._user is not None and runs_as(int(name), self._user.uid)
+                ):
                     found.append(int(name))
                     continue
                 with open(f"/proc/{name}/environ", "rb") as block:

@@ -1,4 +1,4 @@
-"""The local directory forge (SPEC §1: the code host seen through one interface; a local
+"""The local directory forge (docs/concepts.md: the code host seen through one interface; a local
 directory is the default where there is no GitHub). Issues, comments, labels and pull
 requests live in one JSON file, ``forge.json``, in a directory; every write replaces the file
 whole (written beside it, then renamed), so a reader never sees half of one.
@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue
+from rio_ci.github.forge.base import (
+    Artifact,
+    Check,
+    Comment,
+    Forge,
+    Issue,
+    Review,
+    WorkflowRun,
+)
 
 FILE = "forge.json"
 T = TypeVar("T")
@@ -100,6 +108,12 @@ class LocalForge:
             if c["issue"] == number and c["id"] > after_id
         ]
 
+    def reviews(self, pull: int) -> list[Review]:
+        return []  # the local forge has no code review
+
+    def changed(self, number: int, *, pull: bool = False) -> bool:
+        return True  # a file read costs nothing: every look is a full one
+
     def upsert_comment(self, number: int, marker: str, body: str) -> int:
         if marker not in body:
             raise ValueError("the comment body must carry its marker")
@@ -147,6 +161,12 @@ class LocalForge:
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
         raise ForgeError(f"a local forge keeps no artifacts (asked for {artifact_id})", status=404)
+
+    def repository_id(self) -> int | None:
+        return None  # no artifacts, so nothing to prove the origin of
+
+    def workflow_run(self, run_id: int) -> WorkflowRun | None:
+        return None
 
     def issues_with_label(self, label: str) -> list[Issue]:
         return [

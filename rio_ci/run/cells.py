@@ -1,0 +1,176 @@
+"""How one Owner runs its Cells: as the Cell user (``separate``) or as itself (``shared``),
+and the channel ``rio_ci.api`` reaches it through (docs/design.md, "The Cell user").
+
+The Cell user and the mode are settled when the Owner starts (so recovery can stop that
+user's processes); the tree is lent, the Session file closed to the Cell user and the mode
+committed before the first launch; :meth:`Cells.hand_back` (the run's end, ``finish``
+before its git work) stops every process of the Cell user and gives the tree back.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rio_ci.core import events as ev
+from rio_ci.errors import RioError
+from rio_ci.run import cell_user as cu
+from rio_ci.run.channel import SOCKET_VAR, Channel
+from rio_ci.run.environment import scratch_dir, uv_binary, worker_environment
+from rio_ci.run.survivors import stop_user
+from rio_ci.session import Session
+
+SHARED_NOTICE = "Cells share the harness's user"
+
+
+class Cells:
+    def __init__(self, requested: str | None, notice: Callable[[str], None]):
+        self.requested = requested
+        self.user: cu.CellUser | None = None
+        self.reason: str | None = None
+        if requested is not None:
+            self.reason = cu.separation_problem()
+            if self.reason is None:
+                self.user = cu.CellUser.ensure(requested)
+            else:
+                notice(
+                    f"{SHARED_NOTICE} ({self.reason}): they can reach everything the "
+                    "harness can, its Session file and its memory included"
+                )
+        self.channel: Channel | None = None
+        self.tree: dict[str, Any] | None = None  # while the tree is lent: its owner
+        self.opened: list[list[Any]] = []
+        self._recorded: ev.CellUserMode | None = None
+
+    @property
+    def separate(self) -> bool:
+        return self.user is not None
+
+    def spawn_as(self) -> cu.CellUser | None:
+        return self.user
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """A Worker's environment: the channel's path, and under a Cell user its own HOME
+        (and no path to the Session file it could not open anyway)."""
+        assert self.channel is not None, "prepare() comes first"
+        env = {**env, SOCKET_VAR: str(self.channel.path)}
+        if self.user is None:
+            return env
+        env.pop("RIO_SESSION_DB", None)
+        return self.user.environment(env)
+
+    # --- before the first launch ---------------------------------------------------------
+
+    def prepare(self, session: Session) -> None:
+        """Idempotent; before every launch. Under a Cell user: the Session's files the
+        Owner's alone, nothing of the user running, the tree lent, the user let through to
+        the tree, the scratch folder and uv. Then the channel, and the mode committed."""
+        if self.channel is not None and (self.user is None or self.tree is not None):
+            return
+        scratch = scratch_dir(session)
+        if self.user is not None and self.tree is None:
+            self._lend(session, self.user, scratch)
+        if self.channel is None:
+            db = session.path
+            uid, gid = (self.user.uid, self.user.gid) if self.user else (os.geteuid(), -1)
+            env = worker_environment(os.environ)
+            self.channel = Channel(db, uid, gid, env, scratch)
+        if self.requested is not None and self._recorded != (mode := self._mode()):
+            session.record_cell_user(mode)
+            self._recorded = mode
+
+    def _lend(self, session: Session, user: cu.CellUser, scratch: Path) -> None:
+        db = session.path
+        tree = Path(os.path.realpath(session.proj.session["cwd"]))
+        files = [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
+        for path in [db, scratch]:
+            if cu.inside(path, tree):
+                raise RioError(
+                    f"{path} is inside the working directory {tree}, which the Cell user "
+                    f"{user.name} is given: keep the Session outside it"
+                )
+        folder = os.stat(db.parent)
+        if _writable_by(folder, user) and not folder.st_mode & stat.S_ISVTX:
+            raise RioError(
+                f"the Cell user {user.name} may write {db.parent}, so it could remove or "
+                "replace the Session file: keep the Session in a folder it cannot write"
+            )
+        cu.owner_only(files)
+        self.stop_processes(session)
+        recorded = session.proj.cell_user or {}
+        self.tree = cu.give_tree(tree, user, [*files, scratch], recorded.get("tree"))
+        opened = cu.open_paths(user, [tree, scratch, Path(uv_binary()).parent])
+        known = {str(p) for p, _ in self.opened}
+        self.opened += [e for e in [*recorded.get("opened", []), *opened] if e[0] not in known]
+
+    def _mode(self) -> ev.CellUserMode:
+        assert self.requested is not None
+        if self.user is None:
+            return {
+                "mode": "shared",
+                "user": self.requested,
+                "uid": None,
+                "gid": None,
+                "reason": self.reason,
+                "tree": None,
+                "opened": [],
+            }
+        return {
+            "mode": "separate",
+            "user": self.user.name,
+            "uid": self.user.uid,
+            "gid": self.user.gid,
+            "reason": None,
+            "tree": self.tree,
+            "opened": list(self.opened),
+        }
+
+    # --- stopping and handing back ---------------------------------------------------------
+
+    def stop_processes(self, session: Session) -> None:
+        """Stop every process of this Owner's Cell user and of the one the Session last
+        recorded (an earlier Owner's), or raise RecoveryError. An Owner that may not signal
+        that user fails here if anything of it runs: closed, never open."""
+        uids = {self.user.uid} if self.user else set()
+        recorded = session.proj.cell_user or {}
+        if recorded.get("mode") == "separate" and recorded.get("uid") is not None:
+            uids.add(int(recorded["uid"]))
+        for uid in sorted(uids - {os.getuid(), os.geteuid()}):
+            stop_user(uid)
+
+    def hand_back(self, session: Session) -> None:
+        """Stop every process of the Cell user, then give the tree back to the owner
+        recorded when it was lent (by this Owner or an earlier one that never could), and
+        take back the search bits. Safe to call when nothing is lent."""
+        recorded = session.refresh().cell_user or {}
+        if recorded.get("mode") != "separate" and self.user is None:
+            return
+        self.stop_processes(session)
+        tree = self.tree or recorded.get("tree")
+        uid = self.user.uid if self.user else recorded.get("uid")
+        if tree and uid is not None:
+            db = session.path
+            keep = [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
+            cu.hand_back(tree, int(uid), [*keep, scratch_dir(session)])
+        cu.close_paths(self.opened or recorded.get("opened", []))
+        self.tree = None
+
+    def close(self, session: Session) -> None:
+        try:
+            if self.tree is not None:
+                self.hand_back(session)
+        finally:
+            if self.channel is not None:
+                self.channel.close()
+                self.channel = None
+
+
+def _writable_by(info: os.stat_result, user: cu.CellUser) -> bool:
+    if info.st_uid == user.uid:
+        return bool(info.st_mode & stat.S_IWUSR)
+    if info.st_gid == user.gid:
+        return bool(info.st_mode & stat.S_IWGRP)
+    return bool(info.st_mode & stat.S_IWOTH)

@@ -1,0 +1,133 @@
+"""The channel through which ``rio_ci.api`` reaches the Owner (docs/design.md, "The Cell
+user").
+
+A Cell never opens the Session file (under a Cell user it cannot): the Owner listens on a
+Unix socket in a directory only the Cell user (and root) may enter, whose path reaches the
+Worker as ``RIO_API_SOCKET``. A connection is answered only when the peer's user id
+(``SO_PEERCRED``) is the one Cells run as. One request per connection: one JSON object
+``{"args": [VERB, ...]}``, the client then shuts its writing side; the answer is
+``{"code", "stdout", "stderr"}`` of ``python -m rio_ci.cell_bridge DB VERB ...`` run by the
+Owner's interpreter as the Owner's user — the same commit path as before, never run with the
+Cell's environment or working directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+SOCKET_VAR = "RIO_API_SOCKET"
+VERBS = frozenset({"timer", "cancel_timer", "records", "output"})
+MAX_REQUEST = 1 << 20  # bytes: a Timer payload travels as one argument (the kernel's limit)
+_TIMEOUT = 60.0
+
+
+class Channel:
+    def __init__(self, db: Path, peer_uid: int, peer_gid: int, env: Mapping[str, str], cwd: Path):
+        self.db, self.peer_uid, self.env, self.cwd = db, peer_uid, dict(env), cwd
+        base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()  # short: sun_path
+        self.dir = Path(tempfile.mkdtemp(prefix="rio-api-", dir=base))
+        self.path = self.dir / "api.sock"
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.bind(str(self.path))
+            self._sock.listen(16)
+            self._sock.settimeout(0.25)  # how soon the serving thread sees close()
+            if peer_uid != os.geteuid():
+                os.chown(self.path, peer_uid, peer_gid)
+                os.chown(self.dir, peer_uid, peer_gid)
+        except BaseException:
+            self.close()
+            raise
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="rio-api", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        closed = getattr(self, "_closed", None)
+        if closed is not None:
+            closed.set()
+            self._thread.join(timeout=2)
+        self._sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(_TIMEOUT)
+            try:
+                reply = self._reply(conn)
+            except (OSError, ValueError) as exc:
+                reply = {"code": 1, "stdout": "", "stderr": f"bad request: {exc}"}
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps(reply).encode())
+
+    def _reply(self, conn: socket.socket) -> dict[str, object]:
+        uid = peer_uid(conn)
+        data = _read(conn)  # whole, even when refused: unread bytes would reset the answer
+        if uid is not None and uid != self.peer_uid:
+            return {"code": 1, "stdout": "", "stderr": f"user {uid} may not use this channel"}
+        args = _request(data)
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "rio_ci.cell_bridge", str(self.db), *args],
+            env=self.env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT,
+            check=False,
+        )
+        return {"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def peer_uid(conn: socket.socket) -> int | None:
+    """The user id of the process at the other end (Linux ``SO_PEERCRED``), or None where
+    the system has no such option (there the directory's mode alone keeps others out)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    size = struct.calcsize("3i")
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, option, size))
+    return int(uid)
+
+
+def _read(conn: socket.socket) -> bytes:
+    data = bytearray()
+    while chunk := conn.recv(65536):
+        data += chunk
+        if len(data) > MAX_REQUEST:
+            raise ValueError(f"a request is at most {MAX_REQUEST} bytes")
+    return bytes(data)
+
+
+def _request(data: bytes) -> list[str]:
+    request = json.loads(data.decode("utf-8"))
+    args = request.get("args") if isinstance(request, dict) else None
+    if (
+        not isinstance(args, list)
+        or not args
+        or not all(isinstance(a, str) and "\0" not in a for a in args)
+        or args[0] not in VERBS
+    ):
+        raise ValueError(f'a request is {{"args": [VERB, ...]}} with VERB one of {sorted(VERBS)}')
+    return args
