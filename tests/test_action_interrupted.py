@@ -115,6 +115,7 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     (chart,) = mermaid.blocks(body)
     assert "    section job 1\n" in chart and "    section job 2\n" in chart
     assert "cut off :milestone" in chart
+    assert mermaid.blocks(second.summary) == [chart]  # the step summary draws it too
 
 
 def test_a_job_whose_time_budget_runs_out_says_deadline(tmp_path: Path, gh: FakeGitHub) -> None:
