@@ -318,6 +318,12 @@ def test_success_opens_one_pull_request_reused_by_later_jobs(
     assert repo.branch_file(f"rio/issue-{issue}", "fix.py") == "fixed = True"
     (comment,) = repo.progress_comments(issue)
     assert "### rio-ci: succeeded" in comment["body"] and pull["html_url"] in comment["body"]
+    # The description says what changed (the diffstat against the base branch), how it was
+    # verified, and where the Session's progress comment is.
+    body = pull["body"]
+    assert "### What changed" in body and re.search(r"fix\.py \| +1 \+", body), body
+    assert "### How it was verified" in body
+    assert comment["html_url"] in body
 
 
 def test_comments_on_the_sessions_pull_request_steer_it_but_a_forks_do_not(

@@ -22,6 +22,8 @@ from action_job import (
 )
 from fakes.github_api import FakeGitHub
 
+from tests import mermaid
+
 pytestmark = pytest.mark.people(alice="write")
 
 
@@ -104,7 +106,16 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     assert f"Fixes #{issue}" in pull["body"]
     assert second.outputs["pull-request"] == pull["html_url"]
     assert repo.branch_file(f"rio/issue-{issue}", "fixed.txt") == "ok"
-    assert len(repo.progress_comments(issue)) == 1
+    (comment,) = repo.progress_comments(issue)
+    # The dashboard tells both jobs: the cut-off Cell stays listed with its resolution.
+    body = comment["body"]
+    assert "Job 2 · " in body and "started in job 1, recorded by job 1" in body
+    note = next(c["id"] for c in resolutions[0]["cells"] if c.get("role") == "resolution")
+    assert f"Resolved by note {note} in round" in body
+    (chart,) = mermaid.blocks(body)
+    assert "    section job 1\n" in chart and "    section job 2\n" in chart
+    assert "cut off :milestone" in chart
+    assert mermaid.blocks(second.summary) == [chart]  # the step summary draws it too
 
 
 def test_a_job_whose_time_budget_runs_out_says_deadline(tmp_path: Path, gh: FakeGitHub) -> None:

@@ -103,8 +103,8 @@ def test_the_pacer_rewrites_at_most_every_15_seconds() -> None:
 
 @pytest.mark.slow
 def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Path) -> None:
-    """The seam the GitHub job paces its progress rewrites with: called once a round, after
-    the round is committed; the job's name is in the Session's history."""
+    """The seam the GitHub job paces its progress rewrites with: called after each round is
+    committed; the job's name is in the Session's history."""
     db = tmp_path / "s.db"
     Session.create(db, "goal", cwd=str(tmp_path)).close()
     rounds = [[{"op": "add", "path": "/cells/-", "value": cmd("true")}]] * 2

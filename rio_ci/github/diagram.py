@@ -65,13 +65,18 @@ def _run_row(section: str, run: Run, text: str, job_end: float) -> Row:
 
 
 def _marks(history: History, number: int) -> list[Row]:
-    """The cut-off (a job whose Execution the next job found unfinished) and the
-    resolutions committed in job ``number``."""
+    """Where job ``number`` was cut off, and the resolutions committed in it. A job whose
+    Execution the next job found unfinished was cut off at its last event; one that was
+    stopped (a signal, its time budget) recorded the UnknownExecution itself, at the cut."""
     marks = []
     job = history.jobs[number - 1]
-    cut = [r for r in history.unknown() if r.job == number and (r.finished_job or 0) > number]
-    if cut:
-        marks.append(Row(f"job {number}", "cut off", "milestone", job.ended_at, job.ended_at))
+    cuts = {
+        job.ended_at if (r.finished_job or 0) > number else (r.finished_at or job.ended_at)
+        for r in history.unknown()
+        if r.job == number
+    }
+    for at in sorted(cuts)[:1]:  # one cut-off a job
+        marks.append(Row(f"job {number}", "cut off", "milestone", at, at))
     for run in history.unknown():
         res = run.resolution
         if res is not None and job.started_at <= res.at <= job.ended_at:

@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
+from rio_ci.core.history import JOB_MARK
 from rio_ci.errors import RioError
 from rio_ci.github import progress, starts, timers, workspace
 from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, warn
@@ -302,6 +303,9 @@ def _work(
             "issue": issue,
             "session": session.proj.session["id"],
         }
+    label = f"GitHub Actions run {env.run_id}"
+    if not session.refresh().ended:  # this job, in the history the comment shows
+        session.set_watermark(JOB_MARK, label)
     publish_progress(env, forge, session, issue, job["generation"], None, note=rejections_note(job))
     proj = session.refresh()
     if proj.ended:
@@ -334,7 +338,7 @@ def _work(
         external_wakeups=True,
         fallback=fallback,
         between_rounds=between_rounds,
-        job_label=f"GitHub Actions run {env.run_id}",
+        job_label=label,
     )
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):

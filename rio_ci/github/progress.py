@@ -179,7 +179,7 @@ def _uncertainty(history: History) -> list[str]:
         lines += [f"_{len(unknown) - len(shown)} earlier resolved ones are left out._", ""]
     for run in shown:
         reason = md.one_line(str((run.result or {}).get("reason") or ""))
-        found = f"found by job {run.finished_job}" if run.finished_job else ""
+        found = f"recorded by job {run.finished_job}" if run.finished_job else ""
         lines.append(
             f"- **cell {run.cell_id}** ({md.code(describe(run.cell))}): UnknownExecution "
             f"({reason}), started in job {run.job}, {found}."
