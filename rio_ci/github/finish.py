@@ -167,10 +167,12 @@ def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
     never rebuild the Session once that generation is gone. A failure here is a warning:
     the record then still merges as before, into a generation that already holds it."""
     generation = int(job["generation"]) + 1
-    launches = LaunchRecord(
-        env.state_dir / "record.git", job["remote"], env.token, int(job["issue"]), env.run_id
-    )
     try:
+        # The origin the harness kept before any Cell ran (docs/github.md), as the push.
+        origin = workspace.origin_url(workspace.harness_git(env.state_dir, env.workspace))
+        launches = LaunchRecord(
+            env.state_dir / "record.git", origin, env.token, int(job["issue"]), env.run_id
+        )
         if launches.supersede(generation):
             log(f"rio-ci: the launch record is superseded by generation {generation}")
     except RioError as exc:
