@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,68 +57,88 @@ def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
     - ``wall_seconds``: from the Session's first to its last committed event;
     - ``ended``: ``succeeded``/``failed`` from the run ending, or None.
     """
-    rounds = input_tokens = output_tokens = attempts = priced = 0
-    cost = 0.0
-    cells_run = 0
-    unknown: list[dict[str, Any]] = []
-    delivered_in: dict[str, str] = {}  # message id -> the first Turn that delivered it
-    round_of: dict[str, int] = {}  # turn id -> its round (1-based, by accepted patch)
-    resolved_in: dict[int, int] = {}  # cell id -> round of its first resolution
-    ended = None
-    previous_at = 0.0
-    lost_at: float | None = None  # the last event before the first UnknownExecution
-    resolved_at: dict[int, float] = {}
+    tally = _Tally()
     for event in events:
+        tally.add(event)
+    return {
+        "rounds": tally.rounds,
+        "input_tokens": tally.input_tokens,
+        "output_tokens": tally.output_tokens,
+        "cost_usd": round(tally.cost, 6),
+        "unknown_cost_attempts": max(0, tally.attempts - tally.priced),
+        "wall_seconds": round(events[-1]["at"] - events[0]["at"], 2) if events else 0.0,
+        "cells_run": tally.cells_run,
+        "unknown_executions": len(tally.unknown),
+        "rounds_to_resolve": _rounds_to_resolve(
+            tally.unknown, tally.delivered_in, tally.round_of, tally.resolved_in
+        ),
+        "recovery_seconds": _recovery(tally.unknown, tally.lost_at, tally.resolved_at),
+        "ended": tally.ended,
+    }
+
+
+@dataclass
+class _Tally:
+    """What ``measure`` counts, one event at a time."""
+
+    rounds: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    attempts: int = 0
+    priced: int = 0
+    cost: float = 0.0
+    cells_run: int = 0
+    unknown: list[dict[str, Any]] = field(default_factory=list)
+    delivered_in: dict[str, str] = field(default_factory=dict)  # message -> first Turn
+    round_of: dict[str, int] = field(default_factory=dict)  # turn id -> round, 1-based
+    resolved_in: dict[int, int] = field(default_factory=dict)  # cell -> resolving round
+    resolved_at: dict[int, float] = field(default_factory=dict)  # cell -> resolution time
+    ended: str | None = None
+    previous_at: float = 0.0
+    lost_at: float | None = None  # the last event before the first UnknownExecution
+
+    def add(self, event: dict[str, Any]) -> None:
         kind = event["kind"]
-        if kind == "execution_finished" and event["result"]["type"] == "UnknownExecution":
-            lost_at = previous_at if lost_at is None else lost_at
-        if kind == "patch_accepted":
-            for control in event.get("controls", []):
-                if control.get("role") == "resolution":
-                    resolved_at.setdefault(control["target_cell_id"], event["at"])
-        previous_at = event["at"]
+        lost = kind == "execution_finished" and event["result"]["type"] == "UnknownExecution"
+        if lost and self.lost_at is None:
+            self.lost_at = self.previous_at
+        self.previous_at = event["at"]
         if kind == "model_attempt":
-            attempts += 1
+            self.attempts += 1
         elif kind == "model_response":
-            rounds += bool(event.get("ok"))
-            usage = event.get("usage") or {}
-            # input as the Session counts it (runtime.usage, the tokens budget): cache
-            # reads and writes included
-            input_tokens += sum(
-                int(usage.get(name) or 0)
-                for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
-            )
-            output_tokens += int(usage.get("output_tokens") or 0)
-            if usage.get("cost_usd") is not None:
-                cost += float(usage["cost_usd"])
-                priced += 1
+            self.response(event)
         elif kind == "turn_prepared":
             for message_id in event.get("delivered", []):
-                delivered_in.setdefault(message_id, event["turn_id"])
+                self.delivered_in.setdefault(message_id, event["turn_id"])
         elif kind == "patch_accepted":
-            round_of[event["turn_id"]] = len(round_of) + 1
-            for control in event.get("controls", []):
-                if control.get("role") == "resolution":
-                    resolved_in.setdefault(control["target_cell_id"], len(round_of))
+            self.accepted(event)
         elif kind == "execution_started":
-            cells_run += 1
-        elif kind == "execution_finished" and event["result"]["type"] == "UnknownExecution":
-            unknown.append(event)
+            self.cells_run += 1
+        elif lost:
+            self.unknown.append(event)
         elif kind == "run_ended":
-            ended = "succeeded" if event["result"] == "success" else "failed"
-    return {
-        "rounds": rounds,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cost_usd": round(cost, 6),
-        "unknown_cost_attempts": max(0, attempts - priced),
-        "wall_seconds": round(events[-1]["at"] - events[0]["at"], 2) if events else 0.0,
-        "cells_run": cells_run,
-        "unknown_executions": len(unknown),
-        "rounds_to_resolve": _rounds_to_resolve(unknown, delivered_in, round_of, resolved_in),
-        "recovery_seconds": _recovery(unknown, lost_at, resolved_at),
-        "ended": ended,
-    }
+            self.ended = "succeeded" if event["result"] == "success" else "failed"
+
+    def response(self, event: dict[str, Any]) -> None:
+        self.rounds += bool(event.get("ok"))
+        usage = event.get("usage") or {}
+        # input as the Session counts it (runtime.usage, the tokens budget): cache reads and
+        # writes included
+        self.input_tokens += sum(
+            int(usage.get(name) or 0)
+            for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
+        )
+        self.output_tokens += int(usage.get("output_tokens") or 0)
+        if usage.get("cost_usd") is not None:
+            self.cost += float(usage["cost_usd"])
+            self.priced += 1
+
+    def accepted(self, event: dict[str, Any]) -> None:
+        self.round_of[event["turn_id"]] = len(self.round_of) + 1
+        for control in event.get("controls", []):
+            if control.get("role") == "resolution":
+                self.resolved_at.setdefault(control["target_cell_id"], event["at"])
+                self.resolved_in.setdefault(control["target_cell_id"], len(self.round_of))
 
 
 def _rounds_to_resolve(
