@@ -76,21 +76,10 @@ class FakeGitHub(Endpoints):
             return git_origin.serve(self.git_origin, req, token, f"/{self.repo}.git")
         with self._lock:
             self.requests.append(req)
-            download = re.fullmatch(r"/download/(\d+)", req.path)
-            if download:  # the pre-signed blob URL: no token needed, none expected
-                blob = self.blobs.get(int(download[1]))
-                if blob is None:
-                    return 404, b"", {}
-                return 200, blob, {"Content-Type": "application/zip"}
+            files = self._file(req)
+            if files is not None:
+                return files
             token = self.token_of(req)
-            asset = re.fullmatch(r"/user-attachments/assets/([\w-]+)", req.path)
-            if asset:  # a private repository's attachment: the token, or a 404
-                if asset[1] in self.attachment_redirects:
-                    return 302, b"", {"Location": self.attachment_redirects[asset[1]]}
-                found = self.attachments.get(asset[1]) if token is not None else None
-                if found is None:
-                    return 404, b"Not Found", {}
-                return 200, found[0], {"Content-Type": found[1]}
             if token is None:
                 return encode(401, {"message": "Bad credentials"}, {})
             for failure in self.failures:
@@ -103,6 +92,26 @@ class FakeGitHub(Endpoints):
                 if match and method == req.method:
                     return self._conditional(req, *encode(*handler(req, match)))
             return encode(*not_found())
+
+    def _file(self, req: Recorded) -> tuple[int, bytes, dict[str, str]] | None:
+        """The two kinds of download outside the API: an artifact's pre-signed blob URL
+        (no token needed, none expected) and a private repository's attachment (the token,
+        or a 404); None for anything else."""
+        download = re.fullmatch(r"/download/(\d+)", req.path)
+        if download:
+            blob = self.blobs.get(int(download[1]))
+            if blob is None:
+                return 404, b"", {}
+            return 200, blob, {"Content-Type": "application/zip"}
+        asset = re.fullmatch(r"/user-attachments/assets/([\w-]+)", req.path)
+        if asset:
+            if asset[1] in self.attachment_redirects:
+                return 302, b"", {"Location": self.attachment_redirects[asset[1]]}
+            found = self.attachments.get(asset[1]) if self.token_of(req) is not None else None
+            if found is None:
+                return 404, b"Not Found", {}
+            return 200, found[0], {"Content-Type": found[1]}
+        return None
 
     def _conditional(
         self, req: Recorded, status: int, body: bytes, headers: dict[str, str]
