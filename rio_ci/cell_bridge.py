@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
             after = int(rest[0])
             if not -MAX_SEQ <= after <= MAX_SEQ:
                 raise ValueError(f"after must be a Journal position, got {after}")
-            for event in session.journal.events(after=after):
+            for event in session.events(after=after):
                 _print(event)
         else:
             raise ValueError(f"unknown verb {verb}")

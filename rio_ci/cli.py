@@ -19,10 +19,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+import rio_ci.sdk_preload  # noqa: F401  (first: starts the SDK import for `run`)
 from rio_ci import jsonio
 from rio_ci.commands.human import add_output_flags, render
-from rio_ci.core.admission import Refused
+from rio_ci.core.admission import Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
+from rio_ci.core.state import is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names
@@ -101,7 +103,7 @@ def _check_text(args: argparse.Namespace) -> None:
     surrogates): it may be stored, echoed in JSON, or sent to a model."""
     for name, value in vars(args).items():
         for item in value if isinstance(value, list) else [value]:
-            if name not in _PATH_ARGS and isinstance(item, str) and not jsonio.is_text(item):
+            if name not in _PATH_ARGS and isinstance(item, str) and not is_text_safe(item):
                 raise UsageError(
                     f"argument {name}: '{jsonio.printable(item)}' is not valid UTF-8 text"
                 )
@@ -144,7 +146,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise RioError(str(exc)) from None
     except ValueError as exc:  # a Session that could never work: nothing is created
         raise UsageError(f"--goal/--limit: {exc}") from None
-    _out(args, {"session": session.proj.session["id"], "db": str(session.journal.path)})
+    _out(args, {"session": session.proj.session["id"], "db": str(session.path)})
     return 0
 
 
@@ -158,8 +160,8 @@ def cmd_step(args: argparse.Namespace) -> int:
     try:
         result = Session.open(args.db).step(args.turn_id, patch)
     except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
-        result = Refused(str(exc))
-    if isinstance(result, Refused):  # the failure line: JSON, like an error, even --human
+        result = Rejection(str(exc))
+    if isinstance(result, Rejection):  # the failure line: JSON, like an error, even --human
         _emit({"rejected": result.reason})
         return 3
     _out(args, result.to_dict())
@@ -195,7 +197,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 
 def cmd_events(args: argparse.Namespace) -> int:
     session = Session.open(args.db)
-    for n, event in enumerate(session.journal.events(after=args.after)):
+    for n, event in enumerate(session.events(after=args.after)):
         if args.human and n:
             jsonio.write_stdout("\n")  # a blank line between events
         _out(args, event)
@@ -249,6 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         effort=args.effort,
         cell_user=args.cell_user,
         emit=partial(_out, args),
+        fallback=args.fallback_model,
     )
 
 
@@ -286,6 +289,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         emit=_emit,
         price=args.price,
         effort=args.effort,
+        fallback=args.fallback_model,
+        keep=args.keep,
     )
 
 
@@ -358,6 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
     specs["turn"].add_argument("db")
     p = specs["step"]
+    p.epilog = (
+        "What a patch may contain (the four operations, Cells, Controls), with patches to "
+        "copy: docs/patches.md"
+    )
     p.add_argument("db")
     p.add_argument("turn_id")
     p.add_argument("patch", help='a file or - (stdin): {"patch": [...]} or a bare list')
@@ -401,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
             default="high",
             help="how hard the model thinks: low, "
             "medium, high (default), xhigh or max, where the model offers it",
+        )
+        q.add_argument(
+            "--fallback-model",
+            metavar="MODEL",
+            help="the model asked instead after a refusal, for the rest of that Turn (a spec "
+            "as for --model, or a model id on the same provider)",
         )
     specs["state"].add_argument("db")
     p = specs["events"]
@@ -468,6 +483,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=1800.0,
         help="seconds per trial, all runs included (default 1800)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each trial's working copy (a git repository) in OUT/repos/MODE/CASE-N",
     )
     p = specs["action"]
     p.add_argument(

@@ -38,10 +38,17 @@ POINTS = (
     "control_after_commit",  # a cancel Control applied and committed
     "conclusion_before_commit",  # validators ran and committed, the run ending not yet
 )
+# Points of ``rio-ci action finish`` replacing the artifact directory (the Owner's fault
+# workload never passes them; tests/test_action_finish.py crashes each one).
+FINISH_POINTS = (
+    "artifact_pack_midway",  # the new snapshot written aside, its manifest not yet
+    "artifact_aside_written",  # the new generation complete aside, not yet swapped in
+    "artifact_swapped",  # the new generation in place, the old one not yet removed
+)
 
 _target = os.environ.get("RIO_CRASH_AT", "")
 _name, _, _nth = _target.partition(":")
-_wanted = int(_nth) if _nth.isdigit() else 1
+_wanted = int(_nth) if _nth.isascii() and _nth.isdigit() else 1
 _seen = 0
 
 

@@ -13,21 +13,27 @@ request is in flight.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.history import JOB_MARK
+from rio_ci.core.text import escape_control
 from rio_ci.errors import ModelError, Rejected, RunEnded
 from rio_ci.live import LiveLog
-from rio_ci.model.base import Model, ModelReply, ModelRequest, Usage, strict_reply
+from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, strict_reply
+from rio_ci.model.environment import environment_block
 from rio_ci.run.owner import Owner
+from rio_ci.treefile import read_tree_file
 
 # An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
 # at least two bytes of JSON; the system prompt and tool are far below PROMPT_TOKENS).
 PROMPT_TOKENS = 20_000
-MAX_REPLY_TOKENS = 32_000
+MAX_REPLY_TOKENS = 64_000  # the most max_tokens asks for (at xhigh and max)
 BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
 GUIDANCE_FILES = ("AGENTS.md", "CLAUDE.md", ".github/copilot-instructions.md")
@@ -56,20 +62,40 @@ class Harness:
         *,
         live: LiveLog | None = None,
         external_wakeups: bool = False,
+        fallback: Model | None = None,
+        between_rounds: Callable[[], object] | None = None,
+        job_label: str | None = None,
     ):
+        """``between_rounds`` is called between rounds and while the harness waits for work
+        or a Timer (often: it must decide cheaply when to do something); it may commit Inbox
+        messages or end the run, which the loop then sees. The GitHub layer listens for
+        new comments there (docs/github.md "Steering a running job")."""
         self.owner = owner
         self.session = owner.session
         self.model = model
+        # asked instead of ``model`` for the rest of a Turn once a reply of it was a refusal
+        self.fallback = fallback
+        self._images: dict[str, tuple[str, str]] = {}  # digest → (media type, base64)
         self.live = live
+        if live is not None:
+            owner.validating = live.validator_starting
         self.external_wakeups = external_wakeups
+        # Called after each round (the GitHub job rewrites its progress comment, paced).
+        self.between_rounds = between_rounds
+        # The name of this job in the Session's history (a ``job`` watermark), or None.
+        self.job_label = job_label
         self.deadline: float | None = None
+        self.warned: set[str] = set()
 
     def run(self, deadline: float | None = None) -> Outcome:
         """Rounds until the run ends, waits, is interrupted or passes ``deadline``
         (a ``time.monotonic()`` value)."""
         self.deadline = self.owner.deadline = deadline
+        if self.job_label is not None and not self.session.refresh().ended:
+            self.session.set_watermark(JOB_MARK, self.job_label)
         self.owner.recover()
         while True:
+            self.listen()
             stop = self.supervise_until_idle()
             if stop is not None:
                 return stop
@@ -82,6 +108,8 @@ class Harness:
                 self.owner.end_in_failure(problem)
             else:
                 stop = self.round()
+                if self.between_rounds is not None:
+                    self.between_rounds()
             if stop is not None:
                 return stop
 
@@ -96,6 +124,7 @@ class Harness:
                 return stop
             self.owner.tick()
             self.tell()
+            self.listen()
             if self.outside_input():
                 break
         return self.interrupted()
@@ -131,13 +160,20 @@ class Harness:
             round_index=self.session.proj.accepted_turns + 1,
             feedback=state["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
-            guidance=read_guidance(Path(self.session.proj.session["cwd"])),
+            guidance=read_guidance(Path(self.session.proj.session["cwd"]), self.warn_once),
+            environment=environment_block(Path(self.session.proj.session["cwd"])),
+            images=self.pictures(turn["state"]),
         )
+        model = self.fallback if self.fallback is not None and state["refused"] else self.model
         attempt = self.session.begin_attempt(
-            turn["turn_id"], self.model.name, [request.state, request.feedback]
+            turn["turn_id"],
+            model.name,
+            [request.state, request.feedback],
+            fallback_from=self.model.name if model is not self.model else None,
         )
+        self.tell()  # "asking …" is told before the answer can come
         box: dict[str, Any] = {}
-        thread = threading.Thread(target=self._call, args=(request, box), daemon=True)
+        thread = threading.Thread(target=self._call, args=(model, request, box), daemon=True)
         thread.start()
         while thread.is_alive():  # the Owner keeps supervising while the model thinks
             if (stop := self.interrupted()) is not None:
@@ -152,9 +188,40 @@ class Harness:
         self.failed(turn["turn_id"], attempt, state, box["error"])
         return None
 
-    def _call(self, request: ModelRequest, box: dict[str, Any]) -> None:
+    def pictures(self, state: dict[str, Any]) -> tuple[Picture, ...]:
+        """The goal's pictures and those of the Inbox messages ``state`` shows (stored by
+        digest; docs/github.md): sent while their text is in the State."""
+        wanted: list[tuple[str, str, dict[str, Any]]] = [
+            ("goal", "the goal", ref)
+            for ref in self.session.proj.watermarks.get("goal_images") or []
+            if isinstance(ref, dict)
+        ]
+        for message in state["runtime"].get("inbox") or []:
+            payload = message.get("payload")
+            refs = payload.get("images") if isinstance(payload, dict) else None
+            for ref in refs if isinstance(refs, list) else []:
+                if isinstance(ref, dict):
+                    wanted.append((str(message["id"]), f"message {message['id']}", ref))
+        pictures = []
+        for number, (owner, whose, ref) in enumerate(wanted, start=1):
+            stored = self._stored_image(str(ref.get("digest")))
+            if stored is not None:
+                alt = f" ({ref['alt']})" if ref.get("alt") else ""
+                label = f"Picture {number}, from {whose}{alt}:"
+                pictures.append(Picture(owner, label, stored[0], stored[1]))
+        return tuple(pictures)
+
+    def _stored_image(self, digest: str) -> tuple[str, str] | None:
+        if digest not in self._images:
+            found = self.session.image(digest)
+            if found is None:
+                return None
+            self._images[digest] = found
+        return self._images[digest]
+
+    def _call(self, model: Model, request: ModelRequest, box: dict[str, Any]) -> None:
         try:
-            box["reply"] = self.model.ask(request)
+            box["reply"] = model.ask(request)
         except ModelError as exc:
             box["error"] = exc
         except Exception as exc:  # a provider bug must not kill the Owner
@@ -162,11 +229,15 @@ class Harness:
 
     def failed(self, turn_id: str, attempt: int, state: dict[str, Any], error: ModelError) -> None:
         """Commit a failed attempt; a transient one is retried after a persisted backoff
-        (exponential from about a second, capped, with jitter; longer if the provider asks)."""
+        (exponential from about a second, capped, with jitter; longer if the provider asks),
+        unless that wait would pass ``provider_retry_seconds``: then the run ends at once,
+        saying so, rather than waiting for nothing."""
         now = time.time()
+        since = state["retry_since"] or now
         delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** state["transient"])
         delay *= random.uniform(0.5, 1.0)
         delay = max(delay, error.retry_after or 0.0)
+        gave_up = self.give_up(error, delay, now - since) if error.transient else None
         # An HTTP answer (a status) is not billed; a lost connection may have been.
         usage = (
             None
@@ -179,17 +250,36 @@ class Harness:
             str(error),
             transient=error.transient,
             not_before=now + delay if error.transient else 0.0,
-            retry_since=state["retry_since"] or now,
+            retry_since=since,
             usage=usage,
+            gave_up=gave_up,
         )
         if not error.transient:
             self.owner.end_in_failure(f"model error: {error}")
+        elif gave_up is not None:
+            self.owner.end_in_failure(f"model error: {error} — {gave_up}")
+
+    def give_up(self, error: ModelError, delay: float, used: float) -> str | None:
+        """Why a transient failure is not retried (its wait passes the retry budget), or None."""
+        limit = float(self.session.limits["provider_retry_seconds"])
+        left = limit - used
+        if delay <= left:
+            return None
+        if error.retry_after is not None and error.retry_after >= delay:
+            return (
+                f"the provider asks to wait {error.retry_after:.0f} s, more than the "
+                f"{max(left, 0.0):.0f} s left of provider_retry_seconds ({limit:.0f} s)"
+            )
+        return (
+            f"the model provider kept failing for {used:.0f} s; the next retry (in "
+            f"{delay:.1f} s) would pass provider_retry_seconds ({limit:.0f} s)"
+        )
 
     def admit(self, turn_id: str, patch: list[Any]) -> None:
         try:
             self.session.step(turn_id, patch)  # a refusal is committed: the next attempt sees it
         except (Rejected, RunEnded):
-            # Another process may step while we run (SPEC §11): if it closed this Turn or
+            # Another process may step while we run (docs/cli.md): if it closed this Turn or
             # ended the run while the model thought, the reply is moot; go on from what is
             # committed. Anything else is a real error.
             proj = self.session.refresh()
@@ -223,7 +313,7 @@ class Harness:
             wake = proj.next_wake()
             assert wake is not None
             if self.deadline is not None and wake - time.time() < self.deadline - time.monotonic():
-                return self.wait_until(wake)
+                return self.wait_until(wake, wake_on_input=True)
             return Outcome("waiting", next_wake=wake)
         if self.external_wakeups:
             return Outcome("waiting")
@@ -250,7 +340,7 @@ class Harness:
         cost = usage["cost_usd"] + (unknown * self.attempt_bound() if unknown else 0.0)
         if cost >= limits["cost_usd"]:
             return f"cost budget exhausted (${cost:.4f} of ${limits['cost_usd']})"
-        size = self.session.journal.size_bytes()
+        size = self.session.size_bytes()
         if size >= limits["storage_bytes"]:
             return f"storage budget exhausted ({size} bytes of {limits['storage_bytes']})"
         return None
@@ -261,20 +351,25 @@ class Harness:
         unknown is counted at this price, never as free."""
         context_tokens = self.session.limits["context_bytes"] // 2 + PROMPT_TOKENS
         # priced by the model, whose long-prompt tier (if any) applies to a long context
+        models = [self.model] if self.fallback is None else [self.model, self.fallback]
         costs = [
-            self.model.cost(Usage(output_tokens=MAX_REPLY_TOKENS, **{kind: context_tokens}))
+            model.cost(Usage(output_tokens=MAX_REPLY_TOKENS, **{kind: context_tokens}))
             for kind in ("cache_write_tokens", "input_tokens")
+            for model in models
         ]
         # run refuses to start an unpriced model with a cost budget
         return max((c for c in costs if c is not None), default=0.0)
 
-    def wait_until(self, when: float) -> Outcome | None:
+    def wait_until(self, when: float, *, wake_on_input: bool = False) -> Outcome | None:
         while time.time() < when:
             if (stop := self.interrupted()) is not None:
                 return stop
             if not self.owner.tick(wait=0.05):
                 time.sleep(min(0.05, max(0.0, when - time.time())))
             self.tell()
+            self.listen()
+            if wake_on_input and (self.session.proj.ended or self.outside_input()):
+                break  # a comment heard while waiting for a Timer is answered now
         return None
 
     def interrupted(self) -> Outcome | None:
@@ -296,20 +391,35 @@ class Harness:
         status = "succeeded" if ended["result"] == "success" else "failed"
         return Outcome(status, reason=ended["reason"])
 
+    def listen(self) -> None:
+        if self.between_rounds is not None:
+            self.between_rounds()
+            self.session.refresh()
+
     def tell(self) -> None:
         if self.live is not None:
             self.live.update()
 
+    def warn_once(self, message: str) -> None:
+        """A warning on stderr, once per run for each message (guidance is read every
+        round)."""
+        if message not in self.warned:
+            self.warned.add(message)
+            print(f"rio-ci: warning: {escape_control(message)}", file=sys.stderr, flush=True)
 
-def read_guidance(cwd: Path) -> str | None:
+
+def read_guidance(cwd: Path, warn: Callable[[str], None] | None = None) -> str | None:
     """The repository's guidance for agents (the first of ``GUIDANCE_FILES`` found), clipped
-    at ``GUIDANCE_BYTES``, or None."""
+    at ``GUIDANCE_BYTES``, or None. Only a regular file inside ``cwd`` counts, and at most
+    ``GUIDANCE_BYTES + 1`` bytes of it are read (rio_ci.treefile); one that links out of the
+    tree, a FIFO or a device is skipped and ``warn`` told why."""
     for name in GUIDANCE_FILES:
-        try:
-            raw = (cwd / name).read_bytes()
-        except OSError:  # absent, a directory, unreadable: not guidance
+        found = read_tree_file(cwd, name, GUIDANCE_BYTES)
+        if found.skipped is not None and warn is not None:
+            warn(f"{found.skipped}; it is not shown to the model")
+        if found.data is None:
             continue
-        text = raw[:GUIDANCE_BYTES].decode("utf-8", "ignore")
-        more = len(raw) - GUIDANCE_BYTES
+        text = found.data[:GUIDANCE_BYTES].decode("utf-8", "ignore")
+        more = found.size - GUIDANCE_BYTES
         return f"{name}:\n{text}" + (f"\n[… {more} more bytes not shown]" if more > 0 else "")
     return None

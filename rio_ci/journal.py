@@ -422,7 +422,7 @@ def _build(partial: Path, session_id: str, first: Event, synchronous: str) -> No
 
 
 def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
-    """Set and verify WAL and the synchronous level (SPEC §10)."""
+    """Set and verify WAL and the synchronous level (docs/sessions.md)."""
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     level = conn.execute("PRAGMA synchronous").fetchone()[0]

@@ -15,6 +15,8 @@ import re
 import sys
 from typing import Any
 
+from rio_ci.core.state import is_text_safe
+
 MAX_DEPTH = 100  # far beyond any patch or payload; keeps re-encoding off the stack limit
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -116,11 +118,6 @@ def printable_value(value: Any) -> Any:
     return value
 
 
-def is_text(value: str) -> bool:
-    """True when ``value`` holds no lone surrogate (it came from valid UTF-8)."""
-    return _SURROGATE.search(value) is None
-
-
 def emit(value: Any) -> bool:
     """Print ``value`` as one line of strict JSON on stdout; False (nothing printed) when it
     holds NaN or Infinity."""
@@ -128,7 +125,7 @@ def emit(value: Any) -> bool:
         text = dumps(value)
     except ValueError:
         return False
-    if not is_text(text):  # a path or argument that is not UTF-8
+    if not is_text_safe(text):  # a path or argument that is not UTF-8
         text = dumps(printable_value(value))
     write_stdout(text + "\n")
     return True

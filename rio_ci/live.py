@@ -11,6 +11,7 @@ in the log (a Cell's output, the model's text, ids chosen outside) is escaped.
 
 from __future__ import annotations
 
+import time
 from typing import Any, TextIO
 
 from rio_ci.core.text import clip, escape_control
@@ -26,15 +27,28 @@ class LiveLog:
         self.grouped = False
         self.partial: dict[tuple[int, str], str] = {}  # an output line not yet ended
         self.tail_told: dict[tuple[int, str], int] = {}  # bytes past the head told so far
+        self.asked_at: float | None = None  # when the last model attempt was committed
+        self.validator_started: float | None = None
 
     def update(self) -> None:
-        """Tell every event committed since the last call."""
+        """Tell every event committed since the last call, each line stamped with the time
+        its event was committed."""
         lines: list[str] = []
         last = self.after
-        for event in self.session.journal.events(after=self.after):
-            lines.extend(self._lines(event))
+        for event in self.session.events(after=self.after):
+            lines.extend(stamped(event["at"], self._lines(event)))
             last = event["seq"]
         self.after = last
+        self._write(lines)
+
+    def validator_starting(self, argv: list[str]) -> None:
+        """Told by the Owner as it launches a validator (nothing is committed until the
+        validator ends, and a slow one would otherwise leave the log silent)."""
+        self.update()
+        self.validator_started = time.time()
+        self._write(stamped(self.validator_started, [f"   validator {_argv(argv)} started"]))
+
+    def _write(self, lines: list[str]) -> None:
         if lines:
             # Escaped once more as a whole: whatever a Cell, the model or an outside caller
             # chose (an id, an argv, a reason) can never reach the terminal raw.
@@ -44,8 +58,7 @@ class LiveLog:
     def close(self) -> None:
         self.update()
         rest = [line for key in list(self.partial) for line in self._flush(key)]
-        if rest:
-            self.stream.write(escape_control("\n".join(rest)) + "\n")
+        self._write(stamped(time.time(), rest))
         if self.grouped:
             self.stream.write("::endgroup::\n")
             self.stream.flush()
@@ -74,16 +87,27 @@ class LiveLog:
             )
         return lines
 
+    def _model_attempt(self, event: dict[str, Any]) -> list[str]:
+        self.asked_at = event["at"]
+        lines = [f"   asking {event['model']} (attempt {event['attempt']})"]
+        if event.get("fallback_from"):
+            lines.insert(
+                0,
+                f"   the last reply was a refusal: attempt {event['attempt']} goes to "
+                f"{event['model']} (fallback for {event['fallback_from']})",
+            )
+        return lines
+
     def _model_response(self, event: dict[str, Any]) -> list[str]:
-        lines = []
+        lines = [self._answered(event)]
         rationale = (event.get("rationale") or "").strip()
         if rationale:
             lines += ["   model: " + escape_control(clip(rationale, 2000)).replace("\n", "\n   ")]
         if event.get("invalid"):
             lines.append(f"   reply not admitted: {escape_control(event['invalid'])}")
         if event.get("error"):
-            again = " (will retry)" if event.get("transient") else ""
-            lines.append(f"   model error{again}: {escape_control(clip(event['error'], 500))}")
+            error = escape_control(clip(event["error"], 500))
+            lines.append(f"   model error: {error} — {self._retry_note(event)}")
         usage = self.session.proj.usage
         if event.get("usage"):
             lines.append(
@@ -93,6 +117,18 @@ class LiveLog:
             )
         return lines
 
+    def _answered(self, event: dict[str, Any]) -> str:
+        """The attempt's own figures: how long it took, its tokens and cost."""
+        took = "" if self.asked_at is None else f" after {event['at'] - self.asked_at:.1f} s"
+        usage = event.get("usage") or {}
+        cost = usage.get("cost_usd")
+        price = "unknown cost" if cost is None else f"${cost:.4f}"
+        what = "answered" if event.get("ok") else "no usable answer"
+        return (
+            f"   {what}{took}: {usage.get('input_tokens', 0)} in / "
+            f"{usage.get('output_tokens', 0)} out tokens, {price}"
+        )
+
     def _patch_rejected(self, event: dict[str, Any]) -> list[str]:
         return [f"   patch rejected: {escape_control(event['reason'])}"]
 
@@ -101,6 +137,22 @@ class LiveLog:
         lines += [f"   + [{cell['id']}] {describe(cell)}" for cell in event["cells"]]
         lines += [f"   - [{cell_id}] removed" for cell_id in event["removed"]]
         return lines
+
+    def _retry_note(self, event: dict[str, Any]) -> str:
+        """What happens after a failed attempt: how long the retry waits and how much of the
+        retry budget is used, or why there is none."""
+        if event.get("gave_up"):
+            return f"not retried: {event['gave_up']}"
+        if not event.get("transient"):
+            return "final, not retried"
+        at = float(event["at"])
+        wait = max(float(event.get("not_before") or at) - at, 0.0)
+        used = at - float(event.get("retry_since") or at)
+        limit = self.session.limits["provider_retry_seconds"]
+        return (
+            f"retrying in {wait:.1f} s (attempt {event['attempt']}, {used:.0f} s of "
+            f"{limit:.0f} s used)"
+        )
 
     def _execution_started(self, event: dict[str, Any]) -> list[str]:
         return [f"   [{event['cell_id']}] started"]
@@ -154,7 +206,13 @@ class LiveLog:
         return [f"   control {event['note_id']} rejected: {escape_control(event['reason'])}"]
 
     def _validator_result(self, event: dict[str, Any]) -> list[str]:
-        return [f"   validator {' '.join(event['argv'])} → {event['result']['type']}"]
+        result = event["result"]
+        took = ""
+        if self.validator_started is not None:
+            took = f" after {max(0.0, event['at'] - self.validator_started):.1f} s"
+            self.validator_started = None
+        exit_code = f" (exit {result['exit_code']})" if result.get("exit_code") is not None else ""
+        return [f"   validator {_argv(event['argv'])} → {result['type']}{exit_code}{took}"]
 
     def _timer_fired(self, event: dict[str, Any]) -> list[str]:
         return [f"   timer {event['id']} fired"]
@@ -165,6 +223,21 @@ class LiveLog:
 
     def _run_ended(self, event: dict[str, Any]) -> list[str]:
         return [f"── run ended: {event['result']} — {escape_control(event['reason'])}"]
+
+
+def stamped(at: float, lines: list[str]) -> list[str]:
+    """Each line (and each line inside one) prefixed with the time ``at`` as HH:MM:SS, local
+    time; GitHub's workflow commands (``::group::``) stay at the start of their line."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(at))
+    return [
+        part if part.startswith("::") else f"{stamp} {part}"
+        for line in lines
+        for part in line.split("\n")
+    ]
+
+
+def _argv(argv: list[str]) -> str:
+    return _one_line(clip(" ".join(argv), 200))
 
 
 def describe(cell: dict[str, Any]) -> str:

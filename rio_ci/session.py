@@ -9,17 +9,18 @@ authorised, output, a result, a model reply); events are built only by the const
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from rio_ci.core import admission
 from rio_ci.core import events as ev
-from rio_ci.core.admission import Encoded, Facts, Receipt, Refused, decide, encode, unwrap
+from rio_ci.core.admission import Encoded, Facts, Receipt, Rejection, decide, encode, unwrap
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import creation_problem
@@ -98,6 +99,38 @@ class Session:
 
     # --- Inbox ---------------------------------------------------------------------------
 
+    # --- reading what is committed: the Journal stays behind the Session ----------------
+
+    @property
+    def path(self) -> Path:
+        """The Session file."""
+        return self.journal.path
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed through this handle (the bench counts them)."""
+        return self.journal.commits
+
+    def events(
+        self, after: int = 0, limit: int | None = None, kinds: Sequence[str] = ()
+    ) -> Iterator[dict[str, Any]]:
+        """Committed events after seq ``after``, in order; only those of ``kinds`` if given."""
+        return self.journal.events(after=after, limit=limit, kinds=kinds)
+
+    def find(self, ref: str, kind: str, after: int = 0) -> dict[str, Any] | None:
+        """The first event of ``kind`` after seq ``after`` whose ref is ``ref``."""
+        return self.journal.find(ref, kind, after)
+
+    def size_bytes(self) -> int:
+        """The Session file's size as SQLite counts it (page count times page size)."""
+        return self.journal.size_bytes()
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the file and truncate it."""
+        self.journal.checkpoint()
+
+    # --- writing: every outcome is a method --------------------------------------------
+
     def receive(self, message_id: str, kind: str, payload: Any) -> dict[str, Any]:
         """Commit an external Inbox message; returns ``{"id", "seq", "duplicate"}``."""
         problem = message_problem(message_id, kind, payload)
@@ -127,7 +160,7 @@ class Session:
         return {"id": message_id, "seq": seq, "duplicate": False}
 
     def record_idle(self, reason: str) -> None:
-        """An accepted patch left nothing to wake the run: tell the model (SPEC §8)."""
+        """An accepted patch left nothing to wake the run: tell the model (docs/sessions.md)."""
         with self.journal.write() as w:
             message_id = f"idle:{w.proj.last_seq + 1}"
             w.append(
@@ -145,6 +178,23 @@ class Session:
                 raise Rejected(f"a tail after seq {after} does not fit seq {w.proj.last_seq}")
             for event in events:
                 w.append(ev.imported(event["kind"], event["data"]))
+
+    def store_image(self, digest: str, media_type: str, data: bytes) -> None:
+        """Keep a picture by its digest (once), within ``storage_bytes``; ``Rejected`` when it
+        would not fit."""
+        encoded = base64.b64encode(data).decode()
+        with self.journal.write() as w:
+            if self.journal.find(digest, "image_stored") is not None:
+                return
+            size = self.journal.size_bytes() + len(encoded)
+            if size > w.proj.limits["storage_bytes"]:
+                raise Rejected(f"it would take the Session past storage_bytes ({size} bytes)")
+            w.append(ev.image_stored(digest, media_type, len(data), encoded))
+
+    def image(self, digest: str) -> tuple[str, str] | None:
+        """``(media_type, base64 data)`` of a stored picture, or None."""
+        found = self.journal.find(digest, "image_stored")
+        return None if found is None else (str(found["media_type"]), str(found["data"]))
 
     def set_watermark(self, name: str, value: Any) -> None:
         with self.journal.write() as w:
@@ -180,7 +230,7 @@ class Session:
             "delivered": list(turn["delivered"]),
         }
 
-    def step(self, turn_id: str, patch: Any) -> Receipt | Refused:
+    def step(self, turn_id: str, patch: Any) -> Receipt | Rejection:
         """Admit one patch for a Turn. Identical re-submission returns the original Receipt."""
         ops = unwrap(patch)
         if not is_text_safe(turn_id):
@@ -191,7 +241,7 @@ class Session:
             if turn is None or turn["turn_id"] != turn_id:  # the open Turn accepted nothing
                 return self._closed_turn(w, turn_id, ops, encoded)
             decision = decide(proj, turn, ops, self._facts(proj, ops), encoded)
-            if isinstance(decision, Refused):
+            if isinstance(decision, Rejection):
                 w.append(ev.patch_rejected(turn_id, decision.reason, encoded.digest, encoded.size))
                 return decision
             data, text = decision.stored(turn_id, ops, encoded)
@@ -202,9 +252,10 @@ class Session:
 
     def _closed_turn(
         self, w: Writer, turn_id: str, ops: Any, encoded: Encoded
-    ) -> Receipt | Refused:
+    ) -> Receipt | Rejection:
         """A step for a Turn not open: the same patch's Receipt (equal by value too), else
-        why not; a conflict is recorded like any rejection (digest, size, reason: SPEC §3)."""
+        why not; a conflict is recorded like any rejection (digest, size, reason:
+        docs/patches.md)."""
         prepared = self.journal.find(turn_id, "turn_prepared")
         accepted = prepared and self.journal.find(turn_id, "patch_accepted", prepared["seq"])
         if accepted:
@@ -212,7 +263,7 @@ class Session:
                 return Receipt.of(accepted)
             why = f"conflict: Turn {turn_id} already accepted a different patch"
             w.append(ev.patch_rejected(turn_id, why, encoded.digest, encoded.size))
-            return Refused(why)
+            return Rejection(why)
         _not_ended(w, "no new patches")
         raise Rejected(
             f"unknown Turn {turn_id}" if prepared is None else f"Turn {turn_id} is closed"
@@ -253,13 +304,16 @@ class Session:
             if w.proj.prices.get(model) != price:
                 w.append(ev.price_set(model, price))
 
-    def begin_attempt(self, turn_id: str, model: str, request: Any) -> int:
-        """Commit a model attempt before its request is sent; returns its number."""
+    def begin_attempt(
+        self, turn_id: str, model: str, request: Any, fallback_from: str | None = None
+    ) -> int:
+        """Commit a model attempt before its request is sent; returns its number.
+        ``fallback_from``: the model this attempt replaces (a fallback after a refusal)."""
         fingerprint = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         with self.journal.write() as w:
             turn = w.proj.turn
             attempt = (turn["attempts"] + turn["transient"] + 1) if turn else 1
-            w.append(ev.model_attempt(turn_id, attempt, fingerprint, model))
+            w.append(ev.model_attempt(turn_id, attempt, fingerprint, model, fallback_from))
         crash_point("attempt_after_commit")
         return attempt
 
@@ -293,22 +347,23 @@ class Session:
         not_before: float,
         retry_since: float | None,
         usage: dict[str, Any] | None,
+        gave_up: str | None = None,
     ) -> None:
+        """Commit a failed attempt; ``gave_up`` says why a transient one is not retried."""
+        data: ev.ModelResponse = {
+            "turn_id": turn_id,
+            "attempt": attempt,
+            "ok": False,
+            "error": error,
+            "transient": transient,
+            "not_before": not_before,
+            "retry_since": retry_since,
+            "usage": usage,
+        }
+        if gave_up is not None:
+            data["gave_up"] = gave_up
         with self.journal.write() as w:
-            w.append(
-                ev.model_response(
-                    {
-                        "turn_id": turn_id,
-                        "attempt": attempt,
-                        "ok": False,
-                        "error": error,
-                        "transient": transient,
-                        "not_before": not_before,
-                        "retry_since": retry_since,
-                        "usage": usage,
-                    }
-                )
-            )
+            w.append(ev.model_response(data))
 
     # --- Timers (any process; usually a Cell through rio_ci.api) --------------------------
 
@@ -359,7 +414,8 @@ class Session:
 
     def authorize_launch(self, cell_id: int, token: str) -> bool:
         """Commit ``started`` before any process exists. False, committing nothing, when a
-        Control arrived meanwhile: it goes first (SPEC §5) and the Execution stays queued."""
+        Control arrived meanwhile: it goes first (docs/sessions.md) and the Execution stays
+        queued."""
         with self.journal.write() as w:
             if w.proj.controls:
                 return False
@@ -397,7 +453,9 @@ class Session:
         return seq
 
     def mark_lost(self, lost: Sequence[tuple[int, str]]) -> None:
-        """Recovery: each ``started`` one of ``lost`` (cell, reason) ends UnknownExecution."""
+        """Recovery: every ``started`` Execution among ``lost`` (cell id, reason) becomes an
+        UnknownExecution, once: one already finished (by an earlier recovery, or by another
+        process meanwhile) is left as it is, so recovering twice commits nothing."""
         with self.journal.write() as w:
             for cell_id, reason in lost:
                 if w.proj.executions[str(cell_id)]["phase"] == "started":

@@ -29,6 +29,19 @@ from rio_ci.core.reducer import apply
 from rio_ci.errors import StorageError
 
 SCHEMA_VERSION = 1
+# Every object a Session file of this schema holds in sqlite_master: (type, name, table).
+# A copy from elsewhere (an artifact) holding anything more — a trigger that fires on the
+# next commit, a view, a table of its own — is refused (tests/test_artifact.py keeps this
+# equal to what the Journal creates).
+SCHEMA_OBJECTS = frozenset(
+    {
+        ("table", "meta", "meta"),
+        ("index", "sqlite_autoindex_meta_1", "meta"),
+        ("table", "events", "events"),
+        ("index", "events_ref", "events"),
+        ("table", "snapshot", "snapshot"),
+    }
+)
 SIDECARS = ("-wal", "-shm", "-journal")  # the names SQLite opens beside a database
 
 Identity = tuple[int, int]  # (st_dev, st_ino)
@@ -236,11 +249,26 @@ def _judge(uri: str, given: str | os.PathLike[str], *, integrity: bool = False) 
             check = [r[0] for r in db.execute("PRAGMA integrity_check")] if integrity else []
             if check not in ([], ["ok"]):
                 return f"integrity_check failed: {check[0]}"
-            return schema_problem(db, given)
+            return (foreign_objects(db, given) if integrity else None) or schema_problem(db, given)
         finally:
             db.close()
     except sqlite3.Error as exc:
         return f"{given} is not a valid SQLite database ({exc})"
+
+
+def foreign_objects(conn: sqlite3.Connection, given: str | os.PathLike[str]) -> str | None:
+    """Why the database holds objects a Session of this schema does not (triggers, views,
+    tables or indexes of its own), or None."""
+    found = {
+        (str(kind), str(name), str(table))
+        for kind, name, table in conn.execute("SELECT type, name, tbl_name FROM sqlite_master")
+    }
+    extra = sorted(found - SCHEMA_OBJECTS)
+    if not extra:
+        return None
+    listed = ", ".join(f"{kind} {name!r}" for kind, name, _ in extra[:5])
+    more = f" and {len(extra) - 5} more" if len(extra) > 5 else ""
+    return f"{given} holds what no rio Session holds: {listed}{more}"
 
 
 def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> int:
@@ -248,9 +276,11 @@ def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> i
     if not {"meta", "events", "snapshot"} <= tables:
         raise StorageError(f"{path} is an SQLite file but not a rio_ci Session")
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None or not str(row[0]).isdigit():
+    text = str(row[0]) if row is not None else ""
+    # ASCII digits only: str.isdigit() also takes '²', which int() then refuses.
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
         raise StorageError(f"{path} has no valid schema_version")
-    return int(row[0])
+    return int(text)
 
 
 # --- single-file copies (artifacts) ------------------------------------------------------

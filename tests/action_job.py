@@ -3,7 +3,7 @@
 A ``Repository`` is a bare git ``origin`` in ``tmp_path`` plus a FakeGitHub holding its issues,
 comments, artifacts and pull requests. ``Repository.job(event)`` plays one job the way the
 composite action does: a fresh clone as ``GITHUB_WORKSPACE``, a fresh ``RUNNER_TEMP``, then
-``rio-ci action`` and ``rio-ci action finish`` as real subprocesses with the SPEC §13
+``rio-ci action`` and ``rio-ci action finish`` as real subprocesses with the docs/github.md
 environment, then the upload step (the artifact directory zipped into FakeGitHub). Nothing
 of rio_ci is imported or patched: only its command line is run.
 """
@@ -283,7 +283,10 @@ class Repository:
             RIO_MODEL=f"scripted:{self.model}",
             RIO_TRIGGER_LABEL="rio",
             RIO_TIME_BUDGET_MINUTES=str(self.budget_minutes),
+            GITHUB_RETENTION_DAYS=str(self.gh.max_retention_days),
         )
+        if int(env["GITHUB_RUN_ID"]) not in self.gh.runs:  # this job is a run of rio.yml
+            self.gh.add_rio_run(int(env["GITHUB_RUN_ID"]), event=event_name)
         job = Job(number, directory, workspace, runner_temp, env)
         self.jobs.append(job)
         return job
@@ -432,7 +435,7 @@ def kill_when(path: Path, sig: signal.Signals) -> Callable[[Job, subprocess.Pope
             lambda: path.exists() and path.read_text().count("\n") >= 1, 60, f"{path} to get a line"
         )
         process.send_signal(sig)
-        # SPEC §11: stop the Worker group, commit what is known, exit within 5 s.
+        # docs/cli.md: stop the Worker group, commit what is known, exit within 5 s.
         process.wait(timeout=5)
 
     return interrupt

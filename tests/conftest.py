@@ -87,6 +87,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Every test that takes SLOW_SECONDS or more belongs behind the ``slow`` marker, so the inner
+# loop stays fast. The terminal summary lists the unmarked ones this run found (a listing,
+# not a failure: how long a test takes depends on the machine's load).
+SLOW_SECONDS = 2.0
+_unmarked_slow: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    slow = report.duration >= SLOW_SECONDS and "slow" not in report.keywords
+    if report.when == "call" and slow:
+        _unmarked_slow.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _unmarked_slow:
+        terminalreporter.section(f"tests of {SLOW_SECONDS:g} s or more not marked slow")
+        for duration, nodeid in sorted(_unmarked_slow, reverse=True):
+            terminalreporter.write_line(f"{duration:6.2f} s  {nodeid}")
+
+
 # --- the CLI -------------------------------------------------------------------------------
 
 

@@ -112,7 +112,7 @@ def test_a_comment_reaches_the_inbox_once_though_delivered_twice_or_dropped(
     third = gh.add_comment(issue, "third", user="alice", association="OWNER")
     last = repo.job("issue_comment", commented(gh, third))
 
-    # §13.1: an event that brings nothing new costs no generation and no push.
+    # docs/github.md: an event that brings nothing new costs no generation and no push.
     assert replay.outputs["status"] == "ignored" and replay.artifact_id is None
     assert not replay.artifact_dir.exists()
     comments = messages(repo.events(last), "comment")
@@ -146,7 +146,7 @@ def test_a_comment_without_write_access_never_reaches_the_model(
 
     assert ignored.run.result["status"] == "ignored"
     assert "no write access" in ignored.run.stderr
-    # §13.1 (changed): eve's job restores the Session and re-scans (a dropped maintainer
+    # docs/github.md: eve's job restores the Session and re-scans (a dropped maintainer
     # comment would be delivered), but finds nothing for the model: no generation, no push.
     assert "restored generation 1" in ignored.run.stderr
     assert ignored.artifact_id is None and len(gh.artifacts) == artifacts + 1
@@ -190,7 +190,7 @@ def test_rio_status_refreshes_the_progress_comment_without_a_model_round(
 
     (after,) = repo.progress_comments(issue)
     assert after["id"] == before["id"]
-    # §13.1 (changed): a refresh starts nothing, so it costs no generation: the comment
+    # docs/github.md: a refresh starts nothing, so it costs no generation: the comment
     # describes the restored generation 1, from this run.
     assert "actions/runs/1002" in after["body"] and '"generation": 1' in after["body"]
     assert job.run.result["status"] == "ignored" and job.artifact_id is None
@@ -221,7 +221,7 @@ def test_a_finished_workflow_run_on_the_branch_is_one_check_message(
     ]
     assert checks[0]["payload"]["url"].endswith(f"/actions/runs/{run_id}")
     assert first.outputs.get("status") == "waiting", first.logs
-    # §13.1 (changed): the same event again starts nothing: no generation.
+    # docs/github.md: the same event again starts nothing: no generation.
     assert again.outputs.get("status") == "ignored" and again.artifact_id is None
 
 
@@ -231,8 +231,8 @@ def test_a_finished_workflow_run_on_the_branch_is_one_check_message(
 def test_a_finished_run_reaches_the_inbox_from_its_event_when_listing_runs_is_refused(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    """SPEC §13: a completed workflow_run on the Session's branch is an Inbox message; the
-    re-scan's listing is optional (§13.1), so the event itself must carry it."""
+    """docs/github.md: a completed workflow_run on the Session's branch is an Inbox message; the
+    re-scan's listing is optional (docs/github.md), so the event itself must carry it."""
     issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     branch = f"rio/issue-{issue}"
     gh.set_branch(branch, "a" * 40)

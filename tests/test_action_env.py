@@ -1,4 +1,4 @@
-"""The environment contract and ``.github/rio.yml`` (SPEC §13), read in-process: pure
+"""The environment contract and ``.github/rio.yml`` (docs/github.md), read in-process: pure
 parsing with clear errors."""
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
-"""SPEC §13.1 for the finish step: persist first, offline; refused pushes; the pull-request
+"""docs/github.md for the finish step: persist first, offline; refused pushes; the pull-request
 gate. Real ``rio-ci action`` processes against FakeGitHub and its origin over smart HTTP."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 from action_job import (
     WAIT,
+    Job,
     Repository,
     add,
     cmd_cell,
@@ -23,6 +25,8 @@ from action_job import (
 )
 from fakes.github_api import FakeGitHub, Recorded
 
+from rio_ci.crashpoints import FINISH_POINTS
+from rio_ci.github.artifact import MANIFEST, SNAPSHOT, archive, unpack
 from rio_ci.github.workspace import refused_paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
@@ -81,7 +85,7 @@ def test_finish_persists_before_any_network_call_and_an_outage_loses_nothing(
 def test_a_success_whose_finish_could_not_reach_github_is_published_by_the_next_job(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
-    """SPEC §13 "Its final state is always written" and "On success the branch gets a pull
+    """docs/github.md "Its final state is always written" and "On success the branch gets a pull
     request": an outage during finish delays both, and any later job publishes them."""
     repo = Repository(tmp_path, gh, http=True)
     repo.set_script(script(WRITE, [conclude()]))
@@ -223,3 +227,38 @@ def test_validators_run_again_in_the_finish_step_before_the_pull_request(
     assert "failed in the finish step" in job.finish.result["reason"]
     results = [e for e in repo.events(job) if e["kind"] == "validator_result"]
     assert [r["result"]["type"] for r in results] == ["success", "error"]
+
+
+# --- the artifact directory is replaced atomically ---------------------------------------
+
+
+def published_generation(job: Job) -> int | None:
+    """The generation the upload step would publish, checked as restore checks it; None
+    when no artifact-name was published."""
+    if not job.outputs.get("artifact-name"):
+        return None
+    assert sorted(p.name for p in job.artifact_dir.iterdir()) == [MANIFEST, SNAPSHOT]
+    bundle = archive(job.artifact_dir, job.directory / "check.zip")
+    return unpack(bundle, job.directory / "check").generation
+
+
+@pytest.mark.parametrize("nth", [1, 2], ids=["first-snapshot", "second-snapshot"])
+@pytest.mark.parametrize("point", FINISH_POINTS)
+def test_finish_killed_at_any_step_of_the_replacement_leaves_a_complete_generation(
+    tmp_path: Path, gh: FakeGitHub, point: str, nth: int
+) -> None:
+    # A success: the finish step runs the validators again (a commit), so it snapshots twice.
+    repo = Repository(tmp_path, gh, files={".github/rio.yml": "validators: ['true']\n"})
+    repo.set_script(script(WRITE, [conclude()]))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    repo.step(job)
+    job.env["RIO_CRASH_AT"] = f"{point}:{nth}"
+
+    killed = repo.step(job, "finish")
+
+    assert killed.code == -signal.SIGKILL, job.logs  # the crash landed
+    if nth == 1:
+        assert published_generation(job) is None  # named only once it was complete
+    else:
+        assert published_generation(job) == 1

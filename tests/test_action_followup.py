@@ -1,4 +1,4 @@
-"""SPEC §13.1 "After the run ends": follow-up Sessions on the same branch and pull request,
+"""docs/github.md "After the run ends": follow-up Sessions on the same branch and pull request,
 ``/rio <request>`` without the label, and comments that start nothing cost nothing."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_a_maintainer_comment_after_success_starts_a_follow_up_on_the_same_pull_
 def test_the_label_again_on_an_issue_whose_session_ended_starts_a_new_session(
     repo: Repository, gh: FakeGitHub
 ) -> None:
-    """SPEC §13: a label by a user with write access starts a Session, also after the
+    """docs/github.md: a label by a user with write access starts a Session, also after the
     previous one ended; the new one is told how the previous one ended."""
     issue, _ = repo.labeled_issue(script(WAIT), title="Fix the parser")
     stop = gh.add_comment(issue, "/rio stop", user="alice")

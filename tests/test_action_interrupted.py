@@ -1,4 +1,4 @@
-"""SPEC §15: a GitHub job cancelled or timed out mid-script → the next job reports an
+"""a GitHub job cancelled or timed out mid-script → the next job reports an
 UnknownExecution for that Cell and continues (the script is never run twice)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §13.1 "A lost runner never causes a rerun": before every Worker starts, the job
+"""docs/github.md "A lost runner never causes a rerun": before every Worker starts, the job
 pushes a launch record (the Journal's tail) to refs/rio/sessions/<n>; a runner that dies at
 any instant after a launch — no finish step, no artifact — leaves the next job an
 UnknownExecution for that Cell, never a rerun, and every accepted round."""

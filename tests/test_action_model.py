@@ -45,3 +45,17 @@ def test_an_unpriced_model_is_refused_unless_the_price_input_gives_one(
     job = repo.prepare("issues", labeled(issue))
     job.env.update(RIO_MODEL="anthropic:rio-test-unpriced-model", RIO_PRICE="not-a-price")
     assert repo.step(job).code == 2
+
+
+def test_the_fallback_model_input_reaches_the_job_and_is_priced_like_the_model(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    """``fallback-model`` → ``RIO_FALLBACK_MODEL``: an unpriced fallback is refused before
+    any request, as an unpriced ``model`` is."""
+    repo = Repository(tmp_path, gh)
+    issue = gh.add_issue("Anything", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    job.env["RIO_FALLBACK_MODEL"] = "anthropic:rio-test-unpriced-model"
+    refused = repo.step(job)
+    assert refused.code == 2
+    assert "--fallback-model" in refused.stdout and "rio-test-unpriced-model" in refused.stdout

@@ -1,5 +1,5 @@
 """Secrets never reach Worker environments, the Journal, artifacts, logs, outputs or comments
-(SPEC §13): canaries planted in GITHUB_TOKEN and ANTHROPIC_API_KEY are searched for in every
+(docs/github.md): canaries planted in GITHUB_TOKEN and ANTHROPIC_API_KEY are searched for in every
 output of a label → finish job whose Cells print their environment and the git config."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §13.1: write access only from the collaborator-permission API; a stranger's comment
+"""docs/github.md: write access only from the collaborator-permission API; a stranger's comment
 still re-scans; optional reads are optional."""
 
 from __future__ import annotations

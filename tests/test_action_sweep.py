@@ -91,14 +91,14 @@ def test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session(
         ),
         title="Watch CI",
     )
+    # That a sweep leaves a Timer that is not yet due alone is the test above's "later"
+    # issue; here nothing races the clock: the test only waits for the wake to pass.
     wake = float(first.outputs["next-wake"])
-    early = repo.job("schedule", SCHEDULE)
     artifact_reads = len([r for r in gh.requests if "/actions/artifacts" in r.path])
-    until(lambda: time.time() > wake + 0.1, 15, "the Timer to fall due")
+    until(lambda: time.time() > wake + 0.1, 60, "the Timer to fall due")
     sweep = repo.job("schedule", SCHEDULE)
 
     assert first.outputs["status"] == "waiting", first.logs
-    assert early.run.result["dispatched"] == []
     assert sweep.run.result["dispatched"] == [issue]
     assert len([r for r in gh.requests if "/actions/artifacts" in r.path]) == artifact_reads
 

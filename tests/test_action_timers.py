@@ -1,4 +1,4 @@
-"""SPEC §13.1 "Timers and retention": the artifact outlives every Timer, a Timer past the
+"""docs/github.md "Timers and retention": the artifact outlives every Timer, a Timer past the
 retention horizon is refused, the sweep is switched on when a Timer waits, and a dispatched
 job that finds no Session clears the next wake."""
 
@@ -149,3 +149,53 @@ def test_a_session_whose_artifacts_all_expired_is_gone_and_a_label_starts_anew(
     assert again.outputs["status"] == "waiting", again.logs
     (created,) = [e for e in repo.events(again) if e["kind"] == "session_created"]
     assert created["session_id"] != first.outputs["session"]
+
+
+@pytest.mark.parametrize("configured", [None, 10])
+def test_the_runners_retention_bounds_timers_and_the_upload_and_the_config_cannot_raise_it(
+    tmp_path: Path, gh: FakeGitHub, configured: int | None
+) -> None:
+    """GITHUB_RETENTION_DAYS is the repository's artifact retention (docs/github.md): a Timer
+    past it is refused even when .github/rio.yml asks for more, and the upload asks for it."""
+    gh.set_retention(4)  # lowered in the repository's settings
+    files = {".github/rio.yml": f"retention_days: {configured}\n"} if configured else {}
+    repo = Repository(tmp_path, gh, files=files, budget_minutes=0.2)
+    _, job = repo.labeled_issue(
+        script(
+            set_timer("far", 3.5),  # inside the configured 10 days, past the repository's 4
+            [add(note_cell("that one was refused; a nearer one"))],
+            set_timer("near", 1),
+            [add(note_cell("waiting for the Timer"))],
+        ),
+        title="Watch",
+    )
+
+    assert job.outputs["status"] == "waiting", job.logs
+    (refused,) = messages(repo.events(job), "timer_refused")
+    assert refused["payload"]["id"] == "far"
+    assert "retention of 4 days" in refused["payload"]["reason"]
+    assert "GITHUB_RETENTION_DAYS" in refused["payload"]["reason"]
+    assert job.outputs["retention-days"] == "4"
+
+
+def test_a_config_may_lower_the_runners_retention(tmp_path: Path, gh: FakeGitHub) -> None:
+    gh.set_retention(30)
+    repo = Repository(tmp_path, gh, files={".github/rio.yml": "retention_days: 6\n"})
+    _, job = repo.labeled_issue(script(WAIT))
+
+    assert job.outputs["retention-days"] == "6", job.logs
+
+
+def test_a_retention_that_is_not_a_number_of_days_is_a_clear_error(
+    repo: Repository, gh: FakeGitHub
+) -> None:
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    job.env["GITHUB_RETENTION_DAYS"] = "ninety"
+
+    step = repo.step(job)
+
+    assert step.code != 0
+    assert "GITHUB_RETENTION_DAYS must be a whole number of days" in step.stdout
+    assert "Traceback" not in step.stdout + step.stderr
+    assert gh.comments_on(issue) == []

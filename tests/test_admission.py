@@ -1,4 +1,4 @@
-"""Step admission (SPEC §3 and the admission rows of §15), one test per rule.
+"""Step admission (docs/patches.md), one test per rule.
 
 Most tests go through ``Session.step`` on a real file and check, for every rejection, that
 the only thing committed is one ``patch_rejected`` event and that the State is unchanged.
@@ -30,7 +30,7 @@ from conftest import (
     succeed,
 )
 
-from rio_ci.core.admission import Refused, digest
+from rio_ci.core.admission import Rejection, digest
 from rio_ci.core.state import encoded_size
 from rio_ci.session import Receipt, Session
 from tests.kit import Patch, cli_env, until
@@ -53,12 +53,12 @@ def reject(session: Session, build: Build, match: str) -> str:
     path = session.journal.path
     before_rows, before_state = journal_rows(path), session.state()
     result = session.step(turn["turn_id"], ops)
-    assert isinstance(result, Refused), f"accepted: {result}"
+    assert isinstance(result, Rejection), f"accepted: {result}"
     assert match in result.reason, result.reason
     after_rows = journal_rows(path)
     assert after_rows[:-1] == before_rows
     assert after_rows[-1]["kind"] == "patch_rejected"
-    # A rejected patch is stored as its digest and size, never whole (SPEC §15).
+    # A rejected patch is stored as its digest and size, never whole.
     assert after_rows[-1]["data"] == {
         "turn_id": turn["turn_id"],
         "reason": result.reason,
@@ -774,9 +774,9 @@ def test_a_different_patch_for_an_accepted_turn_is_a_conflict(rio: Any) -> None:
     code_, out, _ = rio(
         "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("b")).build()
     )
-    assert code_ == 3 and list(out) == ["rejected"]  # SPEC §11: only {"rejected": reason}
+    assert code_ == 3 and list(out) == ["rejected"]  # docs/cli.md: only {"rejected": reason}
     assert "conflict" in out["rejected"]
-    # SPEC §3: the rejection reason is recorded, as digest + size + reason (§15).
+    # docs/patches.md: the rejection reason is recorded, as digest + size + reason.
     (added,) = rio("events", "s.db", "--after", str(len(events.splitlines()))).lines
     assert added["kind"] == "patch_rejected" and added["reason"] == out["rejected"]
     assert added["turn_id"] == turn["turn_id"] and added["size"] > 0
@@ -810,7 +810,7 @@ def test_an_unknown_turn_is_rejected(rio: Any) -> None:
     code_, out, _ = rio(
         "step", "s.db", "turn-1-nosuchturn", "-", input=Patch(turn["state"]).build()
     )
-    assert code_ == 3 and list(out) == ["rejected"]  # SPEC §11: only {"rejected": reason}
+    assert code_ == 3 and list(out) == ["rejected"]  # docs/cli.md: only {"rejected": reason}
     assert "unknown Turn" in out["rejected"]
     assert rio("events", "s.db").stdout == events
 
@@ -836,3 +836,36 @@ def test_a_rejected_patch_via_the_cli_exits_3_and_records_only_the_reason(rio: A
     assert (after[-1]["kind"], after[-1]["reason"]) == ("patch_rejected", out["rejected"])
     assert rio("state", "s.db").out == state
     assert rio("turn", "s.db").out == turn
+
+
+@pytest.mark.parametrize("suffix", ["\n", "\r\n"])
+def test_a_cell_path_with_a_trailing_newline_is_rejected_at_the_cli(rio: Any, suffix: str) -> None:
+    """``$`` matches before a final newline; ``/cells/0\\n`` must not pass for ``/cells/0``
+    (its replacement could never be replayed)."""
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    turn = rio("turn", "s.db").out
+    first = Patch(turn["state"]).add(note("one")).build()
+    assert rio("step", "s.db", turn["turn_id"], "-", input=first).code == 0
+    turn = rio("turn", "s.db").out
+    patch = Patch(turn["state"]).replace(0, note("two")).build()
+    patch[-1]["path"] += suffix
+    before = rio("events", "s.db").lines
+
+    code_, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=patch)
+
+    assert code_ == 3 and "/cells/N" in out["rejected"]
+    after = rio("events", "s.db").lines
+    assert after[: len(before)] == before
+    assert [e["kind"] for e in after[len(before) :]] == ["patch_rejected"]
+    assert [c["text"] for c in rio("state", "s.db").out["cells"]] == ["one"]
+
+
+@pytest.mark.parametrize("kind", ["execution\n", "comment\n", "timer\n"])
+def test_a_message_kind_with_a_trailing_newline_is_rejected(rio: Any, kind: str) -> None:
+    assert rio("new", "s.db", "--goal", "g").code == 0
+    before = rio("events", "s.db").lines
+
+    done = rio("receive", "s.db", "m-1", kind, "{}")
+
+    assert done.code != 0 and "lowercase word" in done.out["error"]
+    assert rio("events", "s.db").lines == before

@@ -3,8 +3,8 @@
 
 Patches are built from the Turn's snapshot, so many are accepted; others mix in wrong ids,
 stale predecessors, bad Cells, forbidden paths and plain garbage. Whatever comes in,
-admission answers with an acceptance or a ``Refused``, a rejection changes nothing, and an
-acceptance keeps the invariants of SPEC §3.
+admission answers with an acceptance or a ``Rejection``, a rejection changes nothing, and an
+acceptance keeps the invariants of docs/patches.md.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from rio_ci.core.admission import Accepted, Facts, Refused, decide
+from rio_ci.core.admission import Accepted, Facts, Rejection, decide
 from rio_ci.core.events import OBSERVATION_KINDS
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
@@ -170,25 +170,11 @@ def cells(draw: st.DrawFn, snap: Snapshot, new_id: int, previous: int | None) ->
     shape = draw(SHAPE)
     if shape == "garbage":
         return draw(JSON)
-    targets = snap.executions + snap.heads + [new_id - 1, 999]
-    body: dict[str, Any]
-    if shape == "note":
-        body = note(draw(NOTE_TEXT))
-    elif shape == "cmd":
-        body = {"kind": "cmd", "argv": draw(ARGV)}
-    elif shape == "code":
-        body = code(header=draw(SOURCE), body="")
-    elif shape == "cancel":
-        body = note("stop", role="cancel", target_cell_id=draw(st.sampled_from(targets)))
-    elif shape == "resolution":
-        refs = draw(st.lists(st.sampled_from(snap.refs), min_size=0, max_size=2))
-        target = draw(st.sampled_from((snap.unresolved * 3) + targets))
-        body = note("resolved", role="resolution", target_cell_id=target, evidence_refs=refs)
-    else:
-        body = note(
-            "end", role="conclusion", result=draw(st.sampled_from(["success", "failure", "done"]))
-        )
-    cell: dict[str, Any] = {"id": new_id, "previous_id": previous, **body}
+    cell: dict[str, Any] = {
+        "id": new_id,
+        "previous_id": previous,
+        **draw(bodies(snap, shape, new_id)),
+    }
     defect = draw(CELL_DEFECT)
     if defect == "id":
         cell["id"] = draw(st.sampled_from([new_id + 1, new_id - 1, 0, str(new_id), True]))
@@ -202,55 +188,96 @@ def cells(draw: st.DrawFn, snap: Snapshot, new_id: int, previous: int | None) ->
 
 
 @st.composite
+def bodies(draw: st.DrawFn, snap: Snapshot, shape: str, new_id: int) -> dict[str, Any]:
+    """A Cell's fields but ``id`` and ``previous_id``, of the given shape."""
+    targets = snap.executions + snap.heads + [new_id - 1, 999]
+    if shape == "note":
+        return note(draw(NOTE_TEXT))
+    if shape == "cmd":
+        return {"kind": "cmd", "argv": draw(ARGV)}
+    if shape == "code":
+        return code(header=draw(SOURCE), body="")
+    if shape == "cancel":
+        return note("stop", role="cancel", target_cell_id=draw(st.sampled_from(targets)))
+    if shape == "resolution":
+        refs = draw(st.lists(st.sampled_from(snap.refs), min_size=0, max_size=2))
+        target = draw(st.sampled_from((snap.unresolved * 3) + targets))
+        return note("resolved", role="resolution", target_cell_id=target, evidence_refs=refs)
+    return note(
+        "end", role="conclusion", result=draw(st.sampled_from(["success", "failure", "done"]))
+    )
+
+
+@dataclass
+class _Drafting:
+    """The array as a patch's operations so far leave it, while they are drawn."""
+
+    ids: list[int]
+    next_id: int
+    last_removed: int | None = None
+
+
+@st.composite
 def patches(draw: st.DrawFn, snap: Snapshot) -> Any:
     """A patch for the snapshot: mostly well-formed, sometimes subtly or grossly wrong."""
     defect = draw(PATCH_DEFECT)
     if defect == "json":
         return draw(JSON)
     state = snap.state
-    ids = list(snap.heads)  # the array as the operations so far leave it
-    next_id = state["runtime"]["next_cell_id"]
-    last_removed: int | None = None
+    drafting = _Drafting(list(snap.heads), state["runtime"]["next_cell_id"])
     ops: list[Any] = []
     if defect != "no test":
         value = state["revision"] if defect != "bad revision" else draw(JSON)
         ops.append({"op": "test", "path": "/revision", "value": value})
     for _ in range(draw(st.integers(0, 4))):
-        kind = draw(OP_KIND)
-        if kind == "add":
-            cell = draw(cells(snap, next_id, None))
-            ops.append({"op": "add", "path": "/cells/-", "value": cell})
-            ids.append(next_id)
-            next_id += 1
-        elif kind == "replace" and ids:
-            index = draw(st.integers(0, len(ids) - 1))
-            cell = draw(cells(snap, next_id, ids[index]))
-            ops.append({"op": "replace", "path": f"/cells/{index}", "value": cell})
-            ids[index] = next_id
-            next_id += 1
-        elif kind == "remove" and ids:
-            upper = len(ids) - 1 if last_removed is None else last_removed - 1
-            index = draw(st.integers(0, upper if upper >= 0 else len(ids) - 1))
-            ops.append({"op": "remove", "path": f"/cells/{index}"})
-            del ids[index]
-            last_removed = index
-        elif kind == "test":
-            path, value = draw(st.sampled_from(snap.pointers()))
-            if rarely(draw, 5):
-                value = draw(JSON)
-            ops.append({"op": "test", "path": path, "value": value})
-        elif kind == "garbage":
-            op: dict[str, Any] = {"op": draw(OP_NAME), "path": draw(BAD_PATH)}
-            if draw(st.booleans()):
-                op["value"] = draw(JSON)
-            if rarely(draw, 4):
-                op["from"] = draw(BAD_PATH)
-            ops.append(op if not rarely(draw) else draw(JSON))
+        ops += draw(operations(snap, drafting, draw(OP_KIND)))
     if defect == "swap" and len(ops) > 1:
         i = draw(st.integers(0, len(ops) - 1))
         j = draw(st.integers(0, len(ops) - 1))
         ops[i], ops[j] = ops[j], ops[i]
     return {"patch": ops} if defect == "wrap" else ops
+
+
+@st.composite
+def operations(draw: st.DrawFn, snap: Snapshot, drafting: _Drafting, kind: str) -> list[Any]:
+    """One operation of ``kind`` as a list (empty when the array has no Cell it could name)."""
+    ids = drafting.ids
+    if kind == "add":
+        cell = draw(cells(snap, drafting.next_id, None))
+        ids.append(drafting.next_id)
+        drafting.next_id += 1
+        return [{"op": "add", "path": "/cells/-", "value": cell}]
+    if kind == "replace" and ids:
+        index = draw(st.integers(0, len(ids) - 1))
+        cell = draw(cells(snap, drafting.next_id, ids[index]))
+        ids[index] = drafting.next_id
+        drafting.next_id += 1
+        return [{"op": "replace", "path": f"/cells/{index}", "value": cell}]
+    if kind == "remove" and ids:
+        last = drafting.last_removed
+        upper = len(ids) - 1 if last is None else last - 1
+        index = draw(st.integers(0, upper if upper >= 0 else len(ids) - 1))
+        del ids[index]
+        drafting.last_removed = index
+        return [{"op": "remove", "path": f"/cells/{index}"}]
+    if kind == "test":
+        path, value = draw(st.sampled_from(snap.pointers()))
+        if rarely(draw, 5):
+            value = draw(JSON)
+        return [{"op": "test", "path": path, "value": value}]
+    if kind == "garbage":
+        return [draw(garbage())]
+    return []
+
+
+@st.composite
+def garbage(draw: st.DrawFn) -> Any:
+    op: dict[str, Any] = {"op": draw(OP_NAME), "path": draw(BAD_PATH)}
+    if draw(st.booleans()):
+        op["value"] = draw(JSON)
+    if rarely(draw, 4):
+        op["from"] = draw(BAD_PATH)
+    return op if not rarely(draw) else draw(JSON)
 
 
 # --- what an acceptance must satisfy -------------------------------------------------------
@@ -396,7 +423,7 @@ def check_one(base: Base, patch: Any, outcomes: Counter[str]) -> None:
     before = fingerprint(base)
     result = decide(base.proj, base.turn, patch, base.facts)
     assert fingerprint(base) == before, "decide() changed its inputs"
-    if isinstance(result, Refused):
+    if isinstance(result, Rejection):
         assert isinstance(result.reason, str) and result.reason
         outcomes["rejected"] += 1
     else:
@@ -451,7 +478,7 @@ class StepMachine(RuleBasedStateMachine):
         rows, state = journal_rows(session.journal.path), session.state()
         result = session.step(turn["turn_id"], patch)
         after_rows, after = journal_rows(session.journal.path), session.state()
-        if isinstance(result, Refused):
+        if isinstance(result, Rejection):
             StepMachine.outcomes["rejected"] += 1
             assert after_rows[:-1] == rows
             assert after_rows[-1]["kind"] == "patch_rejected"

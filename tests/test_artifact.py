@@ -17,6 +17,7 @@ from fakes.github_api import FakeGitHub
 
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.github.artifact import (
+    EXPIRED,
     MANIFEST,
     SCHEMA,
     SNAPSHOT,
@@ -27,7 +28,9 @@ from rio_ci.github.artifact import (
     unpack,
 )
 from rio_ci.github.forge.github import GitHubForge
+from rio_ci.github.provenance import Provenance
 from rio_ci.session import Session
+from rio_ci.sessionfile import SCHEMA_OBJECTS
 
 EVENTS = 200
 
@@ -319,3 +322,120 @@ def test_a_real_session_survives_the_trip(tmp_path: Path) -> None:
     assert restored.state() == live.state()
     restored.close()
     live.close()
+
+
+# -- hostile contents: a refused generation with a reason, never an internal error ------------
+
+
+def hostile_snapshot(db: Path, tmp_path: Path, sql: str) -> Path:
+    """A packed generation of ``db`` whose snapshot then had ``sql`` run on it, with the
+    manifest's checksum made to match again (what a forger would do)."""
+    out = packed(db, tmp_path / "hostile")
+    conn = sqlite3.connect(out / SNAPSHOT)
+    conn.executescript(sql)
+    conn.close()
+    manifest = with_sha((out / MANIFEST).read_bytes(), (out / SNAPSHOT).read_bytes())
+    (out / MANIFEST).write_bytes(manifest)
+    return archive(out, tmp_path / "hostile.zip")
+
+
+HOSTILE_SQL = {
+    "trigger": (
+        "CREATE TRIGGER t AFTER INSERT ON events BEGIN DELETE FROM snapshot; END;",
+        "trigger 't'",
+    ),
+    "view": ("CREATE VIEW v AS SELECT * FROM events;", "view 'v'"),
+    "table": ("CREATE TABLE extra (x);", "table 'extra'"),
+    "index": ("CREATE INDEX extra_index ON events (at);", "index 'extra_index'"),
+    "version": ("UPDATE meta SET value = '²' WHERE key = 'schema_version';", "schema_version"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_SQL))
+def test_a_snapshot_holding_anything_but_the_session_schema_is_refused(
+    case: str, tmp_path: Path
+) -> None:
+    session = Session.create(tmp_path / "s.db", "stay plain", cwd=str(tmp_path))
+    session.close()
+    sql, reason = HOSTILE_SQL[case]
+    bundle = hostile_snapshot(tmp_path / "s.db", tmp_path, sql)
+
+    with pytest.raises(ArtifactError, match=reason) as caught:
+        unpack(bundle, tmp_path / "dest")
+
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "dest" / SNAPSHOT).exists()
+
+
+def test_the_schema_objects_a_session_may_hold_are_what_the_journal_creates(
+    tmp_path: Path,
+) -> None:
+    Session.create(tmp_path / "s.db", "plain", cwd=str(tmp_path)).close()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    found = set(conn.execute("SELECT type, name, tbl_name FROM sqlite_master"))
+    conn.close()
+    assert found == SCHEMA_OBJECTS
+
+
+@pytest.mark.parametrize(
+    "manifest, reason",
+    [
+        (b"[" * 30_000 + b"]" * 30_000, "nested"),
+        (b'{"schema": NaN}', "NaN"),
+        (b"\xff\xfe", "UTF-8"),
+        (b'{"schema": "rio.artifact/1", "generation": "\xc2\xb2"}', "manifest fields"),
+    ],
+    ids=["deep", "nan", "not-utf8", "superscript"],
+)
+def test_a_manifest_that_cannot_be_parsed_is_a_refusal_with_a_reason(
+    manifest: bytes, reason: str, parts: tuple[bytes, bytes], tmp_path: Path
+) -> None:
+    bundle = tmp_path / "a.zip"
+    bundle.write_bytes(zip_bytes([(SNAPSHOT, parts[0]), (MANIFEST, manifest)]))
+    with pytest.raises(ArtifactError, match=reason):
+        unpack(bundle, tmp_path / "dest")
+
+
+def test_restore_falls_back_past_a_manifest_nested_30000_deep(
+    gh: FakeGitHub, live_db: Path, tmp_path: Path
+) -> None:
+    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+    first = upload(gh, live_db, tmp_path, 1, "2024-05-01T00:00:00Z")
+    snapshot = (packed(live_db, tmp_path / "deep") / SNAPSHOT).read_bytes()
+    deep = zip_bytes([(SNAPSHOT, snapshot), (MANIFEST, b"[" * 30_000 + b"]" * 30_000)])
+    gh.add_artifact("rio-session-7", deep, "2024-05-02T00:00:00Z")
+
+    result = restore_newest(forge, "rio-session-7", tmp_path / "work")
+
+    assert result.restored is not None and result.restored.artifact.id == first
+    assert "nested" in result.rejected[0].reason
+
+
+def test_a_download_answered_410_gone_is_an_expired_generation(
+    gh: FakeGitHub, live_db: Path, tmp_path: Path
+) -> None:
+    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+    first = upload(gh, live_db, tmp_path, 1, "2024-05-01T00:00:00Z")
+    newest = upload(gh, live_db, tmp_path, 2, "2024-05-02T00:00:00Z")
+    gh.expire_artifact(newest, listed=False)  # the listing has not caught up
+
+    result = restore_newest(forge, "rio-session-7", tmp_path / "work")
+
+    assert result.restored is not None and result.restored.artifact.id == first
+    assert [(r.artifact_id, r.reason) for r in result.rejected] == [(newest, EXPIRED)]
+
+
+def test_restore_skips_what_provenance_refuses_and_a_manifest_of_another_run(
+    gh: FakeGitHub, live_db: Path, tmp_path: Path
+) -> None:
+    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+    ours = upload(gh, live_db, tmp_path, 1, "2024-05-01T00:00:00Z")  # manifest: run 1234
+    assert gh.artifacts[ours]["workflow_run"]["id"] == 42  # uploaded by run 42
+    check = Provenance(forge, gh.repo, f"{gh.repo}/.github/workflows/rio.yml@refs/heads/main")
+
+    result = restore_newest(forge, "rio-session-7", tmp_path / "work", provenance=check.problem)
+
+    assert result.restored is None and result.rejected == ()
+    (skipped,) = result.skipped
+    assert skipped.artifact_id == ours and "names run 1234" in skipped.reason
+    assert not (tmp_path / "work" / str(ours) / SNAPSHOT).exists()

@@ -12,11 +12,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import psutil
 import pytest
 from conftest import run_cli
 
-from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system
+from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system, tokens
+from rio_ci.commands.bench.caching import BreakpointError, PromptCache, minimum_tokens
+from rio_ci.commands.bench.provider import LoopbackProvider
+from rio_ci.model.anthropic import AnthropicModel
+from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import ROOT
 
 # Every figure the bench reports, by the part that measures it.
@@ -54,6 +59,14 @@ FIGURES = [
     "owner_open_ms_100k_in_doubt",
     "ratio_open_100k_1k",
     "ratio_owner_open_100k_1k",
+    "show_ms_1k",
+    "show_ms_10k",
+    "show_ms_100k",
+    "show_json_ms_1k",
+    "show_json_ms_10k",
+    "show_json_ms_100k",
+    "ratio_show_100k_1k",
+    "ratio_show_json_100k_1k",
     "events_1k",
     "events_10k",
     "events_100k",
@@ -77,6 +90,7 @@ FIGURES = [
     "ratio_code_cell_vs_uv",
     "overhead_ms_cmd_cell",
     "overhead_ms_cmd_cell_floor",
+    "ratio_cmd_cell_vs_floor",
     "write_transactions_silent_cell",
     "inbox_to_turn_ms_p50",
     "inbox_to_turn_ms_p95",
@@ -87,9 +101,26 @@ FIGURES = [
     "idle_worker_processes",
     # the GitHub layer
     "launch_record_ms",
+    # tokens: the scripted Session against the caching provider
+    "cache_read_share",
+    "cost_ratio_vs_uncached",
+    "session_input_tokens",
+    "session_cache_read_tokens",
+    "session_cache_write_tokens",
+    "session_rounds",
+    # start: rio-ci run to its first request
+    "start_to_first_request_seconds",
+    "import_anthropic_seconds",
+    "ratio_start_vs_import_anthropic",
+    "start_samples",
 ]
 # A figure that may be zero when nothing is wrong (an overhead can measure as negative).
-MAY_BE_ZERO = {"idle_owner_cpu_percent", "idle_worker_processes", "overhead_ms_cmd_cell"}
+MAY_BE_ZERO = {
+    "idle_owner_cpu_percent",
+    "idle_worker_processes",
+    "overhead_ms_cmd_cell",
+    "ratio_cmd_cell_vs_floor",
+}
 
 
 def finite(value: Any) -> bool:
@@ -104,7 +135,7 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Pat
     if file_system(where)["type"] in MEMORY_FILE_SYSTEMS:
         pytest.skip("no disk-backed folder to measure durability in")
     chart = tmp_path_factory.mktemp("chart") / "size.svg"
-    done = run_cli("bench", "--json", "--quick", "--dir", where, "--chart", chart, timeout=240)
+    done = run_cli("bench", "--json", "--quick", "--dir", where, "--chart", chart, timeout=480)
     assert done.code == 0, (done.stdout[-2000:], done.err[-2000:])
     assert isinstance(done.out, dict), done.stdout[-2000:]
     return done.out, chart
@@ -200,3 +231,149 @@ def test_durability_is_not_measured_on_tmpfs(tmp_path: Path) -> None:
     assert done.code != 0
     assert "tmpfs" in done.out["error"] and "refusing" in done.out["error"]
     assert set(tmpfs.iterdir()) == before  # refused before writing anything
+
+
+# --- the caching provider's billing rules, on their own (docs/performance.md) ----------------
+
+
+def _body(*user: str, marks: tuple[int, ...] = (), system: str = "S" * 8000) -> dict[str, Any]:
+    """A Messages request: one tool, a system prompt with a breakpoint, user blocks with
+    breakpoints on the blocks numbered in ``marks``."""
+    blocks: list[dict[str, Any]] = []
+    for number, text in enumerate(user):
+        block: dict[str, Any] = {"type": "text", "text": text}
+        if number in marks:
+            block["cache_control"] = {"type": "ephemeral"}
+        blocks.append(block)
+    return {
+        "model": "claude-sonnet-5-5",
+        "tools": [{"name": "step", "input_schema": {"type": "object"}}],
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": blocks}],
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_identical_prefix_is_read_and_one_changed_byte_reads_only_before_it() -> None:
+    cache = PromptCache(clock=Clock())
+    cells = ["A" * 3000, "B" * 3000, "C" * 3000]
+    first = cache.bill(_body(*cells, "volatile 1", marks=(2,)))
+    assert first.cache_read_input_tokens == 0 and first.cache_creation_input_tokens > 0
+    again = cache.bill(_body(*cells, "volatile 2", marks=(2,)))
+    assert again.cache_read_input_tokens == first.total - first.input_tokens
+    assert again.cache_creation_input_tokens == 0
+    system_only = cache.bill(_body(cells[0]))  # tools + system: the first breakpoint
+    changed = cache.bill(_body("A" * 2999 + "a", *cells[1:], "volatile 3", marks=(2,)))
+    assert changed.cache_read_input_tokens == system_only.cache_read_input_tokens > 0
+    assert changed.cache_creation_input_tokens == again.cache_read_input_tokens - (
+        system_only.cache_read_input_tokens
+    )
+    other_model = cache.bill({**_body(*cells, "v", marks=(2,)), "model": "claude-opus-5-5"})
+    assert other_model.cache_read_input_tokens == 0  # a prefix is cached for one model
+
+
+def test_a_fifth_breakpoint_is_refused_as_the_api_refuses_it() -> None:
+    cache = PromptCache(clock=Clock())
+    four = _body("a", "b", "c", "d", marks=(0, 1, 2))  # + the system's: 4
+    assert cache.bill(four).total > 0
+    with pytest.raises(BreakpointError, match="A maximum of 4 blocks with cache_control"):
+        cache.bill(_body("a", "b", "c", "d", marks=(0, 1, 2, 3)))
+    with pytest.raises(BreakpointError, match="ttl"):
+        body = _body("a")
+        body["system"][0]["cache_control"] = {"type": "ephemeral", "ttl": "2h"}
+        cache.bill(body)
+
+
+def test_an_entry_lives_five_minutes_and_each_hit_refreshes_it() -> None:
+    clock = Clock()
+    cache = PromptCache(clock=clock)
+    body = _body("x" * 100)
+    cache.bill(body)
+    clock.now += 299
+    assert cache.bill(body).cache_read_input_tokens > 0  # and refreshed
+    clock.now += 299
+    assert cache.bill(body).cache_read_input_tokens > 0
+    clock.now += 301
+    expired = cache.bill(body)
+    assert expired.cache_read_input_tokens == 0 and expired.cache_creation_input_tokens > 0
+
+
+def test_a_prefix_below_the_models_minimum_is_not_written() -> None:
+    cache = PromptCache(clock=Clock())
+    short = _body("hello", system="You are brief.")  # far below 1,024 tokens
+    billed = cache.bill(short)
+    assert billed.cache_creation_input_tokens == 0 and billed.input_tokens == billed.total
+    assert cache.bill(short).cache_read_input_tokens == 0
+    assert minimum_tokens("claude-opus-4-6") > minimum_tokens("claude-sonnet-5-5")
+
+
+def test_a_hit_is_found_at_most_20_blocks_before_a_breakpoint() -> None:
+    cache = PromptCache(clock=Clock())
+    cells = [f"cell {n} " * 40 for n in range(40)]
+    cache.bill(_body(*cells[:5], marks=(4,)))  # an entry after cell 4 (block 6 of the prompt)
+    near = cache.bill(_body(*cells[:25], marks=(24,)))  # 20 blocks further: found
+    cache = PromptCache(clock=Clock())
+    cache.bill(_body(*cells[:5], marks=(4,)))
+    far = cache.bill(_body(*cells[:26], marks=(25,)))  # 21 blocks further: not found
+    assert near.cache_read_input_tokens > far.cache_read_input_tokens
+    assert far.cache_read_input_tokens == cache.bill(_body("z")).cache_read_input_tokens
+
+
+def test_the_sdk_meets_the_bench_provider_and_its_400(tmp_path: Path) -> None:
+    """The real SDK streams the provider's reply; too many breakpoints is the API's 400."""
+    script = lambda body: [{"op": "test", "path": "/revision", "value": 0}]  # noqa: E731
+    with LoopbackProvider(script) as provider:
+        client = anthropic.Anthropic(api_key="k", base_url=provider.base_url, max_retries=0)
+        body = _body("a" * 5000, marks=(0,))
+        with client.messages.stream(max_tokens=100, **body) as stream:
+            message = stream.get_final_message()
+        assert message.content[0].type == "tool_use"
+        assert message.usage.cache_creation_input_tokens == provider.billed[0].total - (
+            provider.billed[0].input_tokens
+        )
+        with pytest.raises(anthropic.BadRequestError, match="maximum of 4"):
+            client.messages.create(max_tokens=100, **_body("a", "b", "c", "d", marks=(0, 1, 2, 3)))
+    assert len(provider.billed) == 1 and len(provider.arrivals) == 2
+
+
+def test_the_scripted_session_is_billed_through_the_adapter(tmp_path: Path) -> None:
+    """The 50-round Session runs through the Harness and the real adapter; the usage the
+    Session committed is exactly what the provider billed, request by request."""
+    played = tokens.play(tmp_path)
+    usage, billed = played["usage"], played["billed"]
+    assert usage["rounds"] == tokens.ROUNDS == len(billed)
+    assert usage["input_tokens"] == sum(b.total for b in billed)
+    assert usage["cache_read_tokens"] == sum(b.cache_read_input_tokens for b in billed)
+    assert usage["cache_write_tokens"] == sum(b.cache_creation_input_tokens for b in billed)
+    # Appending rounds read the earlier prefix; the replaced head Cell's round does not.
+    replaced = billed[tokens.REPLACED_ROUND]  # the request after the replacing patch
+    steady = billed[tokens.REPLACED_ROUND - 1]
+    assert replaced.cache_read_input_tokens < steady.cache_read_input_tokens
+    assert steady.cache_creation_input_tokens < replaced.cache_creation_input_tokens
+
+
+def test_the_tests_fake_bills_the_adapters_layout_with_the_same_rules() -> None:
+    """Through the real adapter: a round that appends a Cell reads everything before it; a
+    replaced first Cell leaves only the tools and system prompt to read."""
+    from tests.test_model_anthropic import KEY, make_state, request
+
+    with FakeAnthropic(cache=PromptCache(clock=Clock())) as fake:
+        model = AnthropicModel("claude-sonnet-5-5", api_key=KEY, base_url=fake.base_url)
+        states = [make_state(6, last_queued=False), make_state(7, last_queued=False)]
+        replaced = make_state(7, last_queued=False)
+        replaced["cells"][0] = {**replaced["cells"][0], "argv": ["echo", "changed"]}
+        usages = []
+        for state in [*states, replaced]:
+            fake.reply_patch([])
+            usages.append(model.ask(request(state=state)).usage)
+    first, appended, changed = usages
+    assert first.cache_read_tokens == 0 and first.cache_write_tokens > 0
+    assert appended.cache_read_tokens == first.cache_write_tokens
+    assert 0 < changed.cache_read_tokens < appended.cache_read_tokens

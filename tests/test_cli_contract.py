@@ -1,4 +1,4 @@
-"""SPEC §11 as a script sees it: every command takes ``--human`` and prints the same result
+"""docs/cli.md as a script sees it: every command takes ``--human`` and prints the same result
 readably; errors stay one JSON line with the same exit status; ``show`` lists every Execution
 the Journal holds; ``output`` says why a Cell that never launched has none."""
 
@@ -13,7 +13,10 @@ from conftest import CliResult, accept, cmd, note, record_unknown, run_cli, succ
 
 from rio_ci.cli import COMMANDS, build_parser
 from rio_ci.commands.human import render
-from rio_ci.commands.show import executions
+from rio_ci.commands.show import executions, summary
+from rio_ci.core.projection import DEPARTED_KEPT
+from rio_ci.core.reducer import short_cell
+from rio_ci.live import describe
 from rio_ci.session import Session
 from tests.kit import Patch
 from tests.run_cli import write_script
@@ -266,6 +269,45 @@ def test_show_leaves_out_what_was_committed_after_its_projection(session: Sessio
         other.close()
     assert list(executions(session, proj)) == ["1"]  # the Journal has 2, the snapshot not
     assert list(executions(session, session.refresh())) == ["1", "2"]
+
+
+def test_show_reads_the_last_departed_executions_from_the_projection(session: Session) -> None:
+    """``show`` lists the last DEPARTED_KEPT Executions of Cells that left the context, from
+    the projection (so its time does not grow with the Journal), counts the earlier ones, and
+    a replay after the derived data is deleted shows exactly the same."""
+    rounds = DEPARTED_KEPT + 5
+    accept(session, lambda p: p.add(cmd("echo", "1")))
+    succeed(session, 1, output="1\n")
+    for n in range(2, rounds + 1):
+        accept(session, lambda p, n=n: p.replace(0, cmd("echo", str(n))))
+        succeed(session, n, output=f"{n}\n")
+    shown = run_cli("show", session.journal.path, "--json").out
+    # the head (Cell `rounds`) and the last DEPARTED_KEPT replaced versions before it
+    assert list(shown["executions"]) == [str(n) for n in range(5, rounds + 1)]
+    assert shown["executions_not_listed"] == 4
+    text = run_cli("show", session.journal.path).stdout
+    assert "(4 earlier ones not listed;" in text and "[5] cmd echo 5" in text
+    assert "[4] cmd echo 4" not in text
+    session.journal.drop_derived()
+    replayed = Session.open(session.journal.path)
+    try:
+        assert summary(replayed) == summary(session)
+        assert replayed.proj.departed == session.refresh().departed
+    finally:
+        replayed.close()
+    assert run_cli("show", session.journal.path, "--json").out == shown
+
+
+def test_a_departed_cell_keeps_what_its_summary_line_shows() -> None:
+    source = "# /// script\n# ///\n\n" + "x = 1  # " + "long " * 80 + "\nprint(x)\n"
+    argv = ["python", "-c", "print('" + "y" * 400 + "')"]
+    for cell in (
+        {"id": 1, "kind": "code", "runtime": "python", "source": source},
+        {"id": 2, "kind": "cmd", "argv": argv},
+    ):
+        short = short_cell(cell)
+        assert describe(short) == describe(cell)
+        assert len(json.dumps(short)) < 400 < len(json.dumps(cell))
 
 
 # --- output: a Cell that never launched --------------------------------------------------------

@@ -1,4 +1,4 @@
-"""What the model sees is bounded (SPEC §4.1, issue 11 "Bounded context"): each stream keeps
+"""What the model sees is bounded (docs/models.md, issue 11 "Bounded context"): each stream keeps
 its first and last half of ``output_bytes`` with a marker of what was elided, and the State
 sent never exceeds ``context_bytes``: the oldest finished outputs are masked with a pointer to
 ``rio_ci.api.output`` / ``rio-ci output``, which still return the full retained text.
@@ -117,7 +117,7 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
 
 
 def test_a_message_too_large_for_the_context_is_delivered_cut_and_says_so(tmp_path: Path) -> None:
-    """SPEC §4.1: the State never exceeds ``context_bytes``; §15: over a limit, explicit
+    """docs/models.md: the State never exceeds ``context_bytes``; over a limit, explicit
     truncation, never silent. With odd limits (``output_bytes`` near ``context_bytes``) one
     message alone may not fit: it is delivered with its payload cut and its full size."""
     db = new_session(tmp_path, "context_bytes=20000", "output_bytes=16000")

@@ -1,4 +1,4 @@
-"""Pauses and Controls through the CLI (SPEC §5, §7): errors pause the queue, cancel,
+"""Pauses and Controls through the CLI (docs/sessions.md): errors pause the queue, cancel,
 resolution, conclusion success and failure, and the end of a run.
 
 Controls are notes submitted with `rio-ci turn` + `rio-ci step`, often from this process
@@ -150,19 +150,31 @@ def test_cancel_of_a_running_cell_from_another_process_stops_its_group(new: New)
 
 
 def test_cancel_while_another_cell_occupies_the_slot_is_handled_at_once(new: New) -> None:
+    """A holds the Worker slot until the test has seen B cancelled, so the cancel can only
+    have been applied while A ran: no sleep decides the outcome."""
     sess = new()
+    gate = sess.cwd / "gate"
     sess.propose(
-        logged(sess.log, "import time; log('A', 'start'); time.sleep(4); log('A')"),
+        logged(
+            sess.log,
+            f"""
+            import os, time
+            log('A', 'start')
+            while not os.path.exists({str(gate)!r}):
+                time.sleep(0.01)
+            log('A')
+            """,
+        ),
         logged(sess.log, "log('B', 'ran')"),
     )
     owner = sess.start_work()
-    until(sess.lines, timeout=30)
+    until(sess.lines, timeout=60)
     sess.propose(cancel(2))
-    # B's cancellation commits while A still runs, without launching anything.
-    cancelled = until(lambda: "result" in sess.runtime(2) and sess.runtime(2)["result"], timeout=2)
-    assert cancelled and cancelled["type"] == "cancelled"
+    cancelled = until(lambda: sess.runtime(2).get("result"), timeout=60, what="B cancelled")
+    assert cancelled["type"] == "cancelled"
     assert sess.runtime(1)["phase"] == "started"
-    owner.communicate(timeout=30)
+    gate.touch()
+    owner.communicate(timeout=60)
     assert owner.returncode == 0
 
     finished = {e["cell_id"]: e["seq"] for e in sess.events("execution_finished")}

@@ -1,4 +1,4 @@
-"""rio_ci/core is pure (SPEC §3: admission is a pure function; STYLE: enforced by a test).
+"""rio_ci/core is pure (docs/patches.md: admission is a pure function; STYLE: enforced by a test).
 
 Every module there may import only the standard library's pure parts and rio_ci.core
 itself; imports under ``if TYPE_CHECKING:`` count too.

@@ -1,16 +1,22 @@
-"""``rio-ci demo [DIR]`` (SPEC §12): offline, SIGKILL mid-script, UnknownExecution, resolution
+"""``rio-ci demo [DIR]`` (docs/cli.md): offline, SIGKILL mid-script, UnknownExecution, resolution
 with evidence, a passing validator and a success conclusion, told as a short story."""
 
 from __future__ import annotations
 
+import html
 import json
+import os
+import re
 import subprocess
+import sys
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from rio_ci.github.forge.local import LocalForge
+from tests import mermaid
 from tests.kit import events
 from tests.run_cli import rio
 
@@ -37,7 +43,7 @@ def test_demo_succeeds_and_tells_where_the_session_is(
 def test_the_demo_works_an_issue_of_the_local_forge_and_publishes_there(
     demo: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
-    """SPEC §12: the demo starts a Session with the scripted model and the local forge; the
+    """docs/cli.md: the demo starts a Session with the scripted model and the local forge; the
     progress comment and the pull request of its success land there."""
     _, done = demo
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -142,3 +148,93 @@ def test_demo_refuses_anything_but_a_fresh_directory(tmp_path: Path, target: str
     assert "error" in json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_the_progress_comment_tells_the_whole_interrupted_session(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """The demo's Session was cut off mid-Cell, resolved and concluded: its progress comment
+    names each Cell's command and duration, the UnknownExecution (its Cell was replaced) with
+    its resolution and the evidence cited, the validator's result, the conclusion, the pull
+    request's link, and draws a Mermaid chart the real parser accepts."""
+    root, done = demo
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    forge = LocalForge(Path(summary["forge"]).parent)
+    (issue,) = forge.issues_with_label("rio")
+    comment = forge.find_comment(issue.number, "<!-- rio-ci:progress -->")
+    assert comment is not None
+    body = comment.body
+    evs = events(root / "session.sqlite3")
+    accepted = [e for e in evs if e["kind"] == "patch_accepted"]
+    cells = {c["id"]: c for e in accepted for c in e["cells"]}
+    rows = {line.split("|")[1].strip(): line for line in body.splitlines() if line[:2] == "| "}
+    for e in evs:
+        if e["kind"] != "execution_finished":
+            continue
+        cell, row = cells[e["cell_id"]], rows[str(e["cell_id"])]
+        if cell["kind"] == "cmd":
+            assert " ".join(cell["argv"][1:]) in row  # what it ran
+        else:
+            assert "Fix calc.add." in row  # the code's first meaningful line
+        assert e["result"]["type"] in row
+        if e["result"]["type"] == "UnknownExecution":
+            assert "| cut off (its end is unknown) |" in row  # no duration is made up
+        else:
+            assert re.search(r"\| [0-9.]+ s \|", row)  # its duration
+    (unknown,) = [e for e in evs if e["kind"] == "execution_finished" and e["cell_id"] == 3]
+    (resolution,) = [c for e in accepted for c in e["controls"] if c["role"] == "resolution"]
+    assert unknown["result"]["type"] == "UnknownExecution"
+    assert f"**cell {unknown['cell_id']}**" in body and unknown["result"]["reason"] in body
+    assert f"Resolved by note {resolution['note_id']}" in body
+    for ref in resolution["evidence_refs"]:
+        assert f"`{ref}`" in body
+    assert cells[resolution["note_id"]]["text"] in body
+    (validator,) = [e for e in evs if e["kind"] == "validator_result"]
+    assert re.search(r"\| `[^|]*-m unittest -q` \| success \|", body)
+    assert validator["result"]["type"] == "success"
+    (conclusion,) = [c for c in cells.values() if c.get("role") == "conclusion"]
+    assert "**Conclusion (success):**" in body and f"> {conclusion['text']}" in body
+    assert f"**Pull request:** [{summary['pull_request']}]({summary['pull_request']})" in body
+    (chart,) = mermaid.blocks(body)
+    parsed = mermaid.parse(chart)
+    assert parsed.get("type") == "gantt", parsed
+    tasks = {t["task"]: t for t in parsed["tasks"]}
+    assert tasks["cut off"]["milestone"] and tasks["cut off"]["section"] == "job 1"
+    resolved = tasks[f"cell 3 resolved by note {resolution['note_id']}"]
+    assert resolved["milestone"] and resolved["section"] == "job 2"
+    (crit,) = [t for t in parsed["tasks"] if t["crit"]]
+    assert crit["task"].startswith("cell 3 UnknownExecution")
+
+
+def test_the_pull_request_link_opens_a_page_and_its_body_says_how_it_was_verified(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, done = demo
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["pull_request"] in done.stderr  # the story prints the link
+    page = Path(urllib.parse.unquote(urllib.parse.urlparse(summary["pull_request"]).path))
+    text = page.read_text()
+    (pull,) = LocalForge(Path(summary["forge"]).parent).pull_requests()
+    assert html.escape(pull["title"]) in text and html.escape(pull["body"]) in text
+    body = pull["body"]
+    assert "### What changed" in body and "calc.py | 2 +-" in body  # the diffstat
+    assert "### How it was verified" in body and "-m unittest -q`: success" in body
+    assert "1 UnknownExecution(s) along the way, 1 resolved with evidence." in body
+    assert "/issues/1#comment-" in body  # the Session's progress comment
+
+
+def test_the_demo_without_a_directory_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Without DIR the demo works in a temporary directory and removes it: the story then
+    names no path in it."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "rio_ci.cli", "demo", "--human"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rio-demo" not in done.stdout and "Run succeeded" in done.stdout
+    assert list(tmp_path.glob("rio-demo-*")) == []

@@ -1,4 +1,4 @@
-"""``rio-ci eval`` (SPEC §16): the shipped cases with their oracles, with and without a real
+"""``rio-ci eval`` (docs/eval.md): the shipped cases with their oracles, with and without a real
 SIGKILL of the Owner; case validation; ``{case_dir}``; the report's figures; the scripted
 model's ``when:`` extension that lets one oracle serve both modes."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -44,7 +45,9 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Both modes into one --out: without --crash, then with it."""
     out = tmp_path_factory.mktemp("eval") / "out"
     plain = eval_json(str(CASES), "--model", "scripted:oracle", "--out", str(out))
-    crash = eval_json(str(CASES), "--model", "scripted:oracle", "--crash", "--out", str(out))
+    crash = eval_json(
+        str(CASES), "--model", "scripted:oracle", "--crash", "--keep", "--out", str(out)
+    )
     return {"out": out, "plain": plain, "crash": crash}
 
 
@@ -129,7 +132,30 @@ def test_report_files_exist_and_parse(suite: dict[str, Any]) -> None:
     svg = ET.fromstring((out / "report.svg").read_text())
     texts = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text")]
     assert set(report["cases"]) <= set(texts)
-    assert texts.count("100%") == 2 * len(report["cases"])  # both modes, every case
+    # both modes, every case, each bar with its trial count
+    assert texts.count("100% (n=1)") == 2 * len(report["cases"])
+    # the recovery panel: the time the crash cost and the rounds it took, for crashed trials
+    recovery = [t for t in texts if t.endswith(" to resolve")]
+    assert len(recovery) == len(report["cases"])
+    for name, row in report["cases"].items():
+        seconds, rounds = row["median_recovery_seconds"], row["median_rounds_to_resolve"]
+        plural = "" if rounds == 1 else "s"
+        assert f"{seconds:.1f} s (n=1), {rounds:g} round{plural} to resolve" in recovery, name
+    # a scale under each of the three panels: 0, half and full
+    assert texts.count("0%") == 1 and texts.count("50%") == 1 and texts.count("100%") == 1
+    assert texts.count("0.0 s") == 1
+    # the working copies were kept for the crash run only (--keep)
+    for trial in report["trials"]:
+        kept = Path(trial["repo"])
+        assert kept == out / "repos" / "crash" / f"{trial['case']}-{trial['trial']}"
+        done = subprocess.run(
+            ["git", "-C", str(kept), "status", "--porcelain"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0  # a repository to `git diff` in
+    assert not (out / "repos" / "plain").exists() or not any((out / "repos" / "plain").iterdir())
 
 
 # --- case.yml ---------------------------------------------------------------------------
@@ -201,7 +227,7 @@ def test_eval_exits_2_with_a_clear_error_before_any_trial(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_eval_passes_price_and_effort_on_to_every_run(tmp_path: Path) -> None:
     """An unpriced model (bedrock:…, vertex:…, a new id) needs ``--price`` to run at all
-    (SPEC §4.1); eval takes it, and ``--effort``, and gives them to each ``rio-ci run``."""
+    (docs/models.md); eval takes it, and ``--effort``, and gives them to each ``rio-ci run``."""
     case = make_case(tmp_path / "cases", "hello", GOOD)
     done_patch = first_patch(0, 1, DONE)
     model = f"anthropic:{UNPRICED}"
@@ -366,6 +392,23 @@ def test_measure_reads_every_figure_from_the_events() -> None:
     assert figures["ended"] == "failed"
 
 
+def test_the_time_a_crash_cost_runs_from_the_last_sign_of_life_to_the_resolution() -> None:
+    def event(seq: int, kind: str, at: float, **data: Any) -> dict[str, Any]:
+        return {"seq": seq, "kind": kind, "at": at, **data}
+
+    lost = {"type": "UnknownExecution"}
+    resolution = [{"role": "resolution", "note_id": 5, "target_cell_id": 2}]
+    evs = [
+        event(1, "session_created", 10.0),
+        event(2, "execution_started", 11.0, cell_id=2),
+        event(3, "output", 12.5, cell_id=2),  # the dead Owner's last commit
+        event(4, "execution_finished", 40.0, cell_id=2, result=lost),  # the next job's recovery
+        event(5, "patch_accepted", 47.0, turn_id="t", cells=[], controls=resolution),
+    ]
+    assert measure(evs)["recovery_seconds"] == evs[4]["at"] - evs[2]["at"]
+    assert measure(evs[:4])["recovery_seconds"] is None  # never resolved
+
+
 def test_an_unresolved_or_absent_uncertainty_has_no_rounds_to_resolve() -> None:
     events = synthetic_events()
     unresolved = [e for e in events if not (e["kind"] == "patch_accepted" and e["controls"])]
@@ -413,6 +456,8 @@ def test_summary_maths() -> None:
     assert summary["median_cost_usd"] == statistics.median(costs)
     assert summary["total_cost_usd"] == sum(costs)
     assert summary["recovered"] == 1  # crashed and passed
+    resolved = [t["rounds_to_resolve"] for t in trials if t["rounds_to_resolve"] is not None]
+    assert summary["median_rounds_to_resolve"] == statistics.median(resolved)
     assert summarise([])["pass_rate"] is None
 
 
@@ -421,7 +466,7 @@ def test_reports_merge_the_other_mode_only_for_the_same_model(tmp_path: Path) ->
     write_reports(tmp_path, [trial("a<&>", False, 6, 0.25, True)], model="m1", crash=True)
     svg = (tmp_path / "report.svg").read_text()
     texts = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
-    assert "a<&>" in texts and "100%" in texts and "0%" in texts  # both modes drawn
+    assert "a<&>" in texts and "100% (n=1)" in texts and "0% (n=1)" in texts  # both modes
     assert "| a<&> | plain |" in (tmp_path / "report.md").read_text()
     write_reports(tmp_path, [trial("a<&>", False, 6, 0.25, True)], model="m2", crash=True)
     texts = [
@@ -430,7 +475,7 @@ def test_reports_merge_the_other_mode_only_for_the_same_model(tmp_path: Path) ->
             "{http://www.w3.org/2000/svg}text"
         )
     ]
-    assert "100%" not in texts and "n/a" in texts  # m1's plain run is not m2's
+    assert "100% (n=1)" not in texts and "n/a" in texts  # m1's plain run is not m2's
 
 
 # --- the scripted model's `when:` ---------------------------------------------------------

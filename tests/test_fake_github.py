@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,6 +252,41 @@ def test_artifacts_expire_after_their_retention_days_cut_to_the_maximum(
     assert gh.artifacts[longer]["retention_days"] == 400
 
 
+@pytest.mark.parametrize(
+    "kind, event, head, path",
+    [
+        ("fork", "pull_request", "mallory/demo", ".github/workflows/rio.yml"),
+        ("target", "pull_request_target", "octo/demo", ".github/workflows/rio.yml"),
+        ("workflow", "push", "octo/demo", ".github/workflows/ci.yml"),
+    ],
+)
+def test_an_artifact_names_the_run_that_uploaded_it_and_the_run_where_it_came_from(
+    gh: FakeGitHub, repo: Repository, kind: str, event: str, head: str, path: str
+) -> None:
+    run_id = gh.add_foreign_run(kind)
+    artifact_id = gh.add_artifact("rio-session-1", b"zip", run_id=run_id)
+    (listed,) = repo.get_artifacts(name="rio-session-1")
+    origin = listed.raw_data["workflow_run"]
+    assert (origin["id"], origin["repository_id"]) == (run_id, repo.id)
+    assert (origin["head_repository_id"] == repo.id) == (head == gh.repo)
+    run = repo.get_workflow_run(run_id)
+    assert (run.event, run.path, run.head_repository.full_name) == (event, path, head)
+    assert run.repository.id == repo.id and listed.id == artifact_id
+
+
+def test_an_expired_artifacts_download_is_410_even_while_the_listing_lags(
+    gh: FakeGitHub, repo: Repository
+) -> None:
+    artifact_id = gh.add_artifact("rio-session-1", b"zip")
+    gh.expire_artifact(artifact_id, listed=False)
+    assert [a.expired for a in repo.get_artifacts(name="rio-session-1")] == [False]
+    url = f"{gh.api_url}/repos/{gh.repo}/actions/artifacts/{artifact_id}/zip"
+    request = urllib.request.Request(url, headers={"Authorization": f"token {gh.token}"})
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(request, timeout=10)
+    assert gone.value.code == 410
+
+
 def test_lists_are_paged_with_githubs_link_header(
     gh: FakeGitHub, client: github.Github, repo: Repository
 ) -> None:
@@ -320,3 +356,67 @@ def test_local_pushes_follow_the_rules_file_and_read_only_tokens_cannot_push(
     commit(clone, {"more.txt": b"x"})
     denied = push(clone, gh.git_url, "main", token="reader")
     assert denied.returncode != 0 and "403" in denied.stderr
+
+
+# --- reviews and conditional requests ------------------------------------------------------
+
+
+def test_reviews_list_with_their_inline_comments_as_pygithub_reads_them(
+    gh: FakeGitHub, repo: Repository
+) -> None:
+    pull = gh.add_pull("rio/issue-1", "Fixes #1")
+    review = gh.add_review(
+        pull,
+        "alice",
+        "CHANGES_REQUESTED",
+        "see inline",
+        [
+            {"path": "a.py", "line": 3, "body": "off by one"},
+            {"path": "b.py", "line": 9, "body": "x"},
+        ],
+    )
+    lone = gh.add_review_comment(pull, "a.py", 7, "typo", side="LEFT")
+    gh.add_review(
+        pull, "alice", "PENDING", "not submitted", [{"path": "c.py", "line": 1, "body": "p"}]
+    )
+
+    found = repo.get_pull(pull)
+    reviews = list(found.get_reviews())
+    comments = list(found.get_review_comments())
+    legacy = list(found.get_single_review_comments(review))
+
+    assert [(r.id, r.state, r.body) for r in reviews] == [
+        (review, "CHANGES_REQUESTED", "see inline"),
+        (reviews[1].id, "COMMENTED", ""),  # the lone comment's own review
+    ]
+    assert [(c.path, c.line, c.side, c.pull_request_review_id) for c in comments[:2]] == [
+        ("a.py", 3, "RIGHT", review),
+        ("b.py", 9, "RIGHT", review),
+    ]
+    assert (comments[2].id, comments[2].side, comments[2].pull_request_review_id) == (
+        lone,
+        "LEFT",
+        reviews[1].id,
+    )
+    assert len(comments) == 3  # a pending review's comments are its author's alone
+    assert [c.body for c in legacy] == ["off by one", "x"]
+    url = f"{gh.api_url}/repos/{gh.repo}/pulls/{pull}/reviews/{review}/comments"
+    _, raw = repo.requester.requestJsonAndCheck("GET", url)
+    assert "line" not in raw[0] and "side" not in raw[0] and raw[0]["position"]
+
+
+def test_an_unchanged_resource_is_answered_304_and_a_new_comment_changes_its_etag(
+    gh: FakeGitHub, client: github.Github
+) -> None:
+    issue = gh.add_issue("Fix")
+    url = f"{gh.api_url}/repos/{gh.repo}/issues/{issue}"
+    status, headers, _ = client.requester.requestJson("GET", url)
+    etag = headers["etag"]
+
+    again = client.requester.requestJson("GET", url, headers={"If-None-Match": etag})
+    gh.add_comment(issue, "new")
+    changed = client.requester.requestJson("GET", url, headers={"If-None-Match": etag})
+
+    assert status == 200 and again[0] == 304 and again[2] == ""
+    assert changed[0] == 200 and changed[1]["etag"] != etag
+    assert [r.path for r in gh.not_modified] == [f"/repos/{gh.repo}/issues/{issue}"]

@@ -184,6 +184,23 @@ def test_artifacts_are_listed_newest_first_by_exact_name(
     assert listed[2].expired
 
 
+def test_an_artifacts_origin_and_its_run_are_read_and_a_missing_run_is_none(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
+    fork = gh.add_foreign_run("fork")
+    gh.add_artifact("rio-session-7", b"1", run_id=fork)
+
+    (listed,) = forge.artifacts("rio-session-7")
+    run = forge.workflow_run(fork)
+
+    assert forge.repository_id() == 1
+    assert (listed.run_id, listed.repository_id, listed.head_repository_id) == (fork, 1, 2)
+    assert run is not None
+    assert (run.id, run.event, run.path) == (fork, "pull_request", ".github/workflows/rio.yml")
+    assert (run.repository_id, run.head_repository_id) == (1, 2)
+    assert forge.workflow_run(987_654) is None
+
+
 def test_download_follows_the_redirect_without_the_token(
     gh: FakeGitHub, forge: GitHubForge, tmp_path: Path
 ) -> None:

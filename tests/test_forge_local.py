@@ -1,4 +1,4 @@
-"""The local directory forge (SPEC §1): the Forge interface over one JSON file, as the demo
+"""The local directory forge (docs/concepts.md): the Forge interface over one JSON file, as the demo
 uses it — issues, labels, comments edited in place, one pull request per branch."""
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ def test_a_forge_keeps_issues_comments_and_one_pull_request_per_branch(tmp_path:
     assert forge.open_pull_request("rio/issue-1", "main", "again", "again") == url
     (pull,) = forge.pull_requests()
     assert (
-        url.endswith(f"/pull/{pull['number']}") and forge.pull_head(pull["number"]) == "rio/issue-1"
+        url.endswith(f"/pull/{pull['number']}.html")
+        and forge.pull_head(pull["number"]) == "rio/issue-1"
     )
+    # The link opens something: a page holding the pull request, its body escaped.
+    page = Path(url.removeprefix("file://")).read_text()
+    assert "<title>#" in page and "Fixes #1" in page
     assert forge.pull_head(issue.number) is None  # an issue is not a pull request
     # What a local host cannot have: no checks, no artifacts, no workflows.
     assert forge.checks("rio/issue-1") == [] and forge.artifacts("rio-session-1") == []

@@ -1,4 +1,4 @@
-"""Event payload → Trigger: the pure mapping of SPEC §13's event table."""
+"""Event payload → Trigger: the pure mapping of docs/github.md's event table."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``rio-ci run``: the harness loop and its durable-execution properties (SPEC §4, §8 invalid
-idle, §11).
+"""``rio-ci run``: the harness loop and its durable-execution properties (docs/models.md,
+docs/sessions.md invalid idle, docs/cli.md).
 
 Every test runs the real CLI in a subprocess against a real Session file. Claude rounds use
 the real ``anthropic`` SDK against the strict ``FakeAnthropic`` on 127.0.0.1 (through
@@ -355,7 +355,7 @@ def test_rejected_patch_reason_is_shown_on_the_next_attempt(
     (rejected,) = kinds(evs, "patch_rejected")
     assert rejected["reason"]
     first, second = fake.requests
-    assert "rejected" not in first.user_text
+    assert "rejected" not in turn_text(first)  # (the test's own directory name says it)
     assert f"rejected: {rejected['reason']}" in turn_text(second)
     (accepted,) = kinds(evs, "patch_accepted")
     assert accepted["turn_id"] == rejected["turn_id"]  # the rejection did not use up the Turn
@@ -427,7 +427,7 @@ def test_cost_budget_counts_known_cost(tmp_path: Path) -> None:
 
 
 def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> None:
-    """SPEC §9 ``storage_bytes``: the harness checks the Session's size before each model
+    """docs/sessions.md ``storage_bytes``: the harness checks the Session's size before each model
     round; past it the run ends in failure and no further round is asked."""
     probe = tmp_path / "probe"
     probe.mkdir()
@@ -458,7 +458,7 @@ def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> Non
 
 
 def test_a_deadline_cuts_validators_off_and_a_run_that_ends_says_so(tmp_path: Path) -> None:
-    """SPEC §11: ``run`` works until the run ends, waits, or the deadline passes, and its
+    """docs/cli.md: ``run`` works until the run ends, waits, or the deadline passes, and its
     last line says which. A validator running at the deadline is cut off (the Control waits
     for the next run): it used to run to its end, the run then succeeded, and ``run`` said
     ``deadline``."""
@@ -535,7 +535,7 @@ def test_invalid_idle_is_bounded_and_resets_when_work_is_added(tmp_path: Path) -
     ]
     assert [m["payload"]["count"] for m in idle] == [1, 2, 1, 2, 3]
     assert all(m["id"].startswith("idle:") for m in idle)
-    # SPEC §8: model_attempts (3) invalid idle decisions in a row end the run: the third.
+    # docs/sessions.md: model_attempts (3) invalid idle decisions in a row end the run: the third.
     assert "invalid idle 3 times in a row" in kinds(evs, "run_ended")[0]["reason"]
     # Every Turn after the first was delivered something new: the model never asked blind.
     turns = kinds(evs, "turn_prepared")
@@ -612,7 +612,7 @@ def test_the_owner_fires_timers_while_a_request_is_in_flight(
 def test_a_turn_taken_by_another_process_during_generation_is_not_fatal(
     fake: WatchedFake, session_db: Path, tmp_path: Path
 ) -> None:
-    """Any process may ``step`` while the Owner runs (SPEC §11). If one accepts a patch for
+    """Any process may ``step`` while the Owner runs (docs/cli.md). If one accepts a patch for
     the Turn the model is working on, the model's reply is moot: the run goes on from what
     was committed instead of stopping on the conflict."""
     fake.delay(2)

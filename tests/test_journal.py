@@ -1,4 +1,4 @@
-"""The Journal (SPEC §6.1, §10): WAL + synchronous=FULL, a pure rebuild, derived data that
+"""The Journal (docs/sessions.md): WAL + synchronous=FULL, a pure rebuild, derived data that
 can be deleted, opening by the tail, the owner lock, concurrent writers, and a COMMIT whose
 outcome is uncertain."""
 

@@ -253,3 +253,34 @@ def test_push_samples_measure_each_launch(tmp_path: Path) -> None:
         tmp_path / "check.git", str(tmp_path / "launch-remote.git"), None, 1
     ).fetch()
     assert isinstance(found, Record) and found.events[-1]["seq"] == 4
+
+
+@pytest.mark.parametrize(
+    "header, tail",
+    [
+        ("[" * 30_000 + "]" * 30_000, ""),
+        ('{"schema": "rio.launch/1"}', "[" * 30_000 + "]" * 30_000 + "\n"),
+        ('{"schema": NaN}', ""),
+        ('{"pad": "' + "x" * 70_000 + '"}', ""),
+    ],
+    ids=["deep-header", "deep-tail", "nan", "huge-header"],
+)
+def test_a_hostile_record_is_a_reason_never_an_internal_error(
+    tmp_path: Path, header: str, tail: str
+) -> None:
+    """Anyone who can push can write the launch ref: its contents are data to check."""
+    remote = bare(tmp_path / "remote.git")
+    work = tmp_path / "forger"
+    subprocess.run(["git", "init", "--quiet", str(work)], check=True)
+    (work / "record.json").write_text(header)
+    (work / "tail.jsonl").write_text(tail)
+    git = ["git", "-C", str(work), "-c", "user.name=m", "-c", "user.email=m@example.com"]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "--quiet", "-m", "forged"], check=True)
+    reader = launches(tmp_path, remote, "reader")
+    subprocess.run([*git, "push", "--quiet", str(remote), f"HEAD:{reader.ref}"], check=True)
+
+    found = reader.fetch()
+
+    assert isinstance(found, str) and found.startswith(reader.ref), found
+    assert "\n" not in found

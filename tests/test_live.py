@@ -1,5 +1,5 @@
 """The live log of ``rio-ci run`` (stderr) and the round's rationale wherever a run is shown:
-``rio-ci show``, the live log, the progress comment (SPEC §4.1, issue 11 "Live progress").
+``rio-ci show``, the live log, the progress comment (docs/models.md, issue 11 "Live progress").
 
 The run is a real subprocess against the strict ``FakeAnthropic``; its stderr is read while it
 runs, so "as it happens" is observed, not assumed.
@@ -25,7 +25,7 @@ from rio_ci.github import progress
 from rio_ci.live import LiveLog
 from rio_ci.session import Session
 from tests.faults import checks, runner
-from tests.harness_kit import DONE, MODEL, WatchedFake, cmd, cost, kinds, patch
+from tests.harness_kit import DONE, ECHO, MODEL, WatchedFake, cmd, cost, kinds, patch
 from tests.kit import cli_env, events, until
 from tests.run_cli import new_session, rio, spawn, status, write_script
 
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 PY = sys.executable
 RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+STAMP = r"[0-9]{2}:[0-9]{2}:[0-9]{2} "  # the time each live log line carries
 
 
 class Lines:
@@ -155,10 +156,10 @@ def test_a_long_output_is_told_once_with_its_elided_middle(tmp_path: Path) -> No
         fake.reply_patch(patch(1, 2, DONE))
         done = fake.run()
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
-    told = re.findall(r"^   \[1\] (line \d{5}) x+$", done.stderr, re.M)
+    told = re.findall(rf"^{STAMP}   \[1\] (line \d{{5}}) x+$", done.stderr, re.M)
     assert len(told) == len(set(told)) and told == sorted(told), "a line was told twice"
     assert told[0] == "line 00000" and told[-1] == "line 02399"
-    assert re.search(r"^   \[1\] \[… \d+ bytes elided …\]$", done.stderr, re.M)
+    assert re.search(rf"^{STAMP}   \[1\] \[… \d+ bytes elided …\]$", done.stderr, re.M)
     # Everything retained was told (and lines of tail windows that later slid past too).
     retained = rio("output", str(db), "1", "--human").stdout
     kept = [ln.split(" x")[0] for ln in retained.splitlines() if ln.startswith("line")]
@@ -196,7 +197,7 @@ def test_the_rationale_is_committed_and_shown(tmp_path: Path, where: str) -> Non
 
 
 def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
-    """SPEC §5, §15: nothing is shown to the model or a user before it is committed. The run
+    """docs/sessions.md: nothing is shown to the model or a user before it is committed. The run
     dies (SIGKILL) with a chunk read from the Cell but not committed: neither its live log nor
     ``show``, ``output`` or ``events`` show that chunk, before or after the next Owner turns
     the Execution into an UnknownExecution."""
@@ -247,3 +248,55 @@ def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
     finally:
         for pid in checks.leftover_workers(session_id):
             runner.kill_tree(pid)
+
+
+def test_run_says_when_it_asks_a_slow_model_before_the_answer_arrives(tmp_path: Path) -> None:
+    """The live log is stamped with each event's time and never goes quiet: "asking" is
+    told while the model thinks (a scripted model that answers only once a file exists),
+    then the answer's duration, tokens and cost, and each validator as it starts and ends."""
+    db = tmp_path / "s.db"
+    marker = tmp_path / "validated"
+    validator = f"{PY} -c \"import pathlib; pathlib.Path('{marker}').touch()\""
+    done = rio("new", str(db), "--goal", "g", "--cwd", str(tmp_path), "--validator", validator)
+    assert done.returncode == 0, done.stdout + done.stderr
+    go = tmp_path / "go"
+    script = tmp_path / "model.yaml"
+    script.write_text(
+        json.dumps(
+            [
+                {"wait_for": str(go), "patch": [{"op": "add", "path": "/cells/-", "value": ECHO}]},
+                [{"op": "add", "path": "/cells/-", "value": DONE}],
+            ]
+        )
+    )
+    proc = spawn("run", str(db), "--model", f"scripted:{script}")
+    assert proc.stderr is not None
+    err = Lines(proc.stderr)  # type: ignore[arg-type]
+    try:
+        asking = f"asking scripted:{script} (attempt 1)"
+        until(lambda: asking in err.text, 30, "the asking line")
+        # The model has not answered: it waits for the file only the test creates.
+        assert proc.poll() is None and "answered" not in err.text
+        assert re.search(rf"^{STAMP}   {re.escape(asking)}$", err.text, re.M), err.text
+        go.touch()
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = err.join()
+    assert status(out)["status"] == "succeeded", out + log
+    answered = re.findall(
+        rf"^{STAMP}   answered after [0-9.]+ s: 0 in / 0 out tokens, \$0\.0000$", log, re.M
+    )
+    assert len(answered) == 2  # one per round
+    assert log.index(asking) < log.index("answered after")
+    started = re.search(rf"^{STAMP}   validator .*-c .*touch\(\) started$", log, re.M)
+    ended = re.search(
+        rf"^{STAMP}   validator .*touch\(\) → success \(exit 0\) after [0-9.]+ s$", log, re.M
+    )
+    assert started and ended and started.start() < ended.start(), log
+    assert marker.exists()
+    # Every line but GitHub's workflow commands carries its time.
+    assert all(re.match(STAMP, line) for line in log.splitlines() if line), log

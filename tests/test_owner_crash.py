@@ -1,4 +1,4 @@
-"""Crashes of real `rio-ci` processes (SPEC §5, §6, §15): SIGKILL at named crash points
+"""Crashes of real `rio-ci` processes (docs/sessions.md): SIGKILL at named crash points
 (RIO_CRASH_AT) and kill -9 from outside, then recovery by the next `rio-ci work`.
 
 An external side-effect log (outside the Session) shows how often a script really ran: a

@@ -1,4 +1,4 @@
-"""``Retention``: a stream's retained text, redacted before anything is kept (SPEC §5).
+"""``Retention``: a stream's retained text, redacted before anything is kept (docs/sessions.md).
 
 A secret cut by a read boundary must still be caught, and nothing else may wait: a short line
 is committed within ``flush_seconds`` even when no more output follows (the live log and the

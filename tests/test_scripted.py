@@ -1,4 +1,4 @@
-"""The scripted model (SPEC §11): what it fills in, how it loads, and how its rounds line up
+"""The scripted model (docs/cli.md): what it fills in, how it loads, and how its rounds line up
 with the Session's Turns across crashes and restarts (real ``rio-ci run`` subprocesses)."""
 
 from __future__ import annotations

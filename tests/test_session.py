@@ -1,6 +1,7 @@
-"""The Session façade through the CLI contract (SPEC §4, §8, §9, §11): Turns keep a fixed
-snapshot, the Inbox deduplicates and pushes back, limits persist, and bad input or a file
-that is not ours is refused with the documented exit code and nothing changed."""
+"""The Session façade through the CLI contract (docs/models.md, docs/sessions.md, docs/cli.md):
+Turns keep a fixed snapshot, the Inbox deduplicates and pushes back, limits persist, and bad
+input or a file that is not ours is refused with the documented exit code and nothing
+changed."""
 
 from __future__ import annotations
 

@@ -7,16 +7,18 @@ when none does; sweep-wake switches it back on."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from fakes.github_api import FakeGitHub
+from fakes.github_api import FakeGitHub, Recorded
 
 from tests.kit import cli_env
 
@@ -182,3 +184,86 @@ def test_a_failed_read_fails_the_sweep_without_switching_it_off(
     done = run_step(the_step("rio-sweep.yml", "sweep"), sweeping, tmp_path)
     assert done.returncode != 0
     assert sweeping.workflow_changes == []
+
+
+# --- a job and a sweep, interleaved ----------------------------------------------------------
+
+
+def race(
+    tmp_path: Path, write_at: int, look_at: int, wake_now: bool
+) -> tuple[FakeGitHub, dict[str, Any]]:
+    """One job leaving a waiting Timer and one sweep, interleaved at chosen points: the job's
+    two steps — write the progress comment with the next wake (as finish does), then
+    ``timers.wake_sweep`` (is the sweep on? if not, ask sweep-wake) — run just before the
+    sweep's request number ``write_at`` / ``look_at`` is answered (or after the sweep, past
+    its last request). sweep-wake's enable comes right after the job asked (``wake_now``) or
+    after everything else."""
+    from rio_ci.github import timers
+    from rio_ci.github.forge.github import GitHubForge
+
+    with FakeGitHub() as gh:
+        gh.add_workflow("rio.yml")
+        gh.add_workflow("rio-sweep.yml")
+        issue = gh.add_issue("working", labels=("rio",))
+        progress(gh, issue, next_wake=None)  # the job is still running rounds
+        forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+        steps: list[str] = []
+        wake = f"{gh.api_url}/repos/{gh.repo}/actions/workflows/rio-sweep.yml/enable"
+
+        def enable() -> None:  # sweep-wake's one request
+            request = urllib.request.Request(wake, method="PUT")
+            request.add_header("Authorization", f"Bearer {gh.token}")
+            urllib.request.urlopen(request, timeout=30).close()
+            steps.append("enable")
+
+        def job_step() -> None:
+            if not steps:
+                meta = {"ended": False, "generation": 4, "next_wake": time.time() + 3600}
+                body = f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta)} -->\n### waiting\n"
+                forge.upsert_comment(issue, MARKER, body)
+                steps.append("write")
+            elif steps == ["write"]:
+                steps.append(timers.wake_sweep(forge))
+                if wake_now and gh.repository_dispatches:
+                    enable()
+
+        sweep_requests = itertools.count()
+
+        def observe(req: Recorded) -> None:
+            if not req.headers.get("user-agent", "").startswith("curl/"):
+                return  # the job's own requests
+            position = next(sweep_requests)
+            for at in (write_at, look_at):
+                if at == position:
+                    job_step()
+
+        gh.observers.append(observe)
+        done = run_step(the_step("rio-sweep.yml", "sweep"), gh, tmp_path)
+        gh.observers.clear()
+        while len(steps) < 2:
+            job_step()
+        if gh.repository_dispatches and "enable" not in steps:
+            enable()
+        forge.close()
+        assert done.returncode == 0, done.stderr
+        comment = next(c for c in gh.comments_on(issue) if MARKER in c["body"])
+        return gh, {"steps": steps, "comment": comment["body"], "sweep": done.stdout}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wake_now", [True, False], ids=["wake-at-once", "wake-late"])
+def test_no_interleaving_of_a_job_and_a_sweep_leaves_a_waiting_timer_with_the_sweep_off(
+    tmp_path: Path, wake_now: bool
+) -> None:
+    """docs/github.md "The sweep": the job writes its next wake and then looks whether the
+    sweep is on; the sweep switches itself off and then looks for Timers again. Whatever the
+    order of those four steps, a waiting Timer ends with the sweep on."""
+    last = 6  # the sweep makes at most 6 requests here: position 6 is "after it"
+    stranded = []
+    for write_at in range(last + 1):
+        for look_at in range(write_at, last + 1):
+            gh, seen = race(tmp_path, write_at, look_at, wake_now)
+            assert '"next_wake": ' in seen["comment"] and "null" not in seen["comment"]
+            if gh.workflows["rio-sweep.yml"] != "active":
+                stranded.append((write_at, look_at, seen["steps"], gh.workflow_changes))
+    assert stranded == []

@@ -1,5 +1,5 @@
-"""Timers and the in-Cell API (SPEC §8): `from rio_ci.api import timer, records` inside a real
-code Cell (`uv run --script`, `dependencies = []`), and exactly one message per due Timer
+"""Timers and the in-Cell API (docs/sessions.md): `from rio_ci.api import timer, records` inside
+a real code Cell (`uv run --script`, `dependencies = []`), and exactly one message per due Timer
 across Owner crashes.
 """
 

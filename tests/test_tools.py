@@ -1,4 +1,4 @@
-"""rio_ci.tools (SPEC §4.1 "Tools inside Cells"): view, replace, insert, create, find and grep
+"""rio_ci.tools (docs/models.md "Tools inside Cells"): view, replace, insert, create, find and grep
 on real files, as functions and as ``python -m rio_ci.tools`` in a real subprocess, and both
 forms inside a real Session's Cells. apply_diff has its own file (test_tools_diff.py).
 """

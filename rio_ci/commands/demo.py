@@ -1,4 +1,4 @@
-"""``rio-ci demo``: the offline end-to-end demonstration (SPEC §12).
+"""``rio-ci demo``: the offline end-to-end demonstration (docs/cli.md).
 
 A small project with a failing test and an issue about it in the local forge
 (``rio_ci.github.forge.local``); a Session on that issue with the scripted model and a
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci import report
 from rio_ci.errors import RioError, UsageError
-from rio_ci.github import progress
+from rio_ci.github import progress, pull_request
 from rio_ci.github.events import branch_for, goal_for
 from rio_ci.github.forge.local import LocalForge
 from rio_ci.session import Session
@@ -77,11 +79,21 @@ SCRIPT = """# The demo's scripted model: one list of operations per round.
 
 
 def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], None]) -> int:
+    """The demo in ``directory`` (kept), or in a temporary directory removed at the end
+    (the story then names no path in it: nothing it names is gone)."""
     root = _fresh_directory(directory)
-    story: list[str] = []
+    try:
+        summary = _story(root, human=human, keep=directory is not None)
+    finally:
+        if directory is None:
+            shutil.rmtree(root, ignore_errors=True)
+    if not human:
+        emit(summary)
+    return 0 if summary["status"] == "succeeded" else 1
 
+
+def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
     def tell(line: str) -> None:
-        story.append(line)
         print(line, file=sys.stdout if human else sys.stderr, flush=True)
 
     project, db = root / "project", root / "session.sqlite3"
@@ -100,24 +112,15 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     Session.create(
         db, goal, cwd=str(project), validators=[[sys.executable, "-m", "unittest", "-q"]]
     ).close()
+    where = f" in {project}" if keep else ""
     tell(
-        f"1. A project with a failing test in {project}, and issue #{issue.number} about it "
-        f"in the local forge {forge.path}; Session file {db}."
+        f"1. A project with a failing test{where}, and issue #{issue.number} about it in the "
+        f"local forge" + (f" {forge.path}; Session file {db}." if keep else ".")
     )
-
     command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model", f"scripted:{script}"]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not marker.exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not marker.exists():
-        first.kill()
-        raise RioError(f"the first run never reached the fix script: {first.communicate()}")
+    first = _first_run(command, marker)
     tell("2. The model ran the tests (they fail), then started a slow script that fixes calc.py.")
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    tell(f"3. SIGKILL: the Owner (pid {first.pid}) died while that script was running.")
-
+    tell(f"3. SIGKILL: the Owner (pid {first}) died while that script was running.")
     try:
         second = subprocess.run(command, capture_output=True, text=True, timeout=300)
         status = json.loads(second.stdout.strip().splitlines()[-1])
@@ -134,59 +137,104 @@ def demo_command(directory: str | None, *, human: bool, emit: Callable[[Any], No
     )
     tell(f"6. Validator: {facts['validator']}. Run {status['status']}.")
     pull = _publish(forge, issue.number, db, project)
-    tell(
-        f"7. In the local forge: the progress comment on issue #{issue.number}"
-        + (f", and the pull request {pull} with the fix's diff." if pull else ".")
-    )
-    tell(f"Look around: rio-ci show {db}  ·  rio-ci events {db}  ·  {forge.path}")
-    summary = {
+    if keep:
+        tell(
+            f"7. In the local forge: the progress comment on issue #{issue.number}"
+            + (f", and the pull request {pull} with the fix's diff." if pull else ".")
+        )
+        tell(f"Look around: rio-ci show {db}  ·  rio-ci events {db}  ·  {forge.path}")
+    else:
+        tell(
+            "7. The progress comment and the pull request landed in the local forge. The demo "
+            "ran in a temporary directory, removed now: `rio-ci demo DIR` keeps the Session, "
+            "the forge and the pull request's page in DIR for a look around."
+        )
+    return {
         "status": status["status"],
-        "db": str(db),
-        "dir": str(root),
+        "db": str(db) if keep else None,
+        "dir": str(root) if keep else None,
         **facts,
-        "forge": str(forge.path),
-        "pull_request": pull,
+        "forge": str(forge.path) if keep else None,
+        "pull_request": pull if keep else None,
     }
-    if not human:
-        emit(summary)
-    return 0 if status["status"] == "succeeded" else 1
+
+
+def _first_run(command: list[str], marker: Path) -> int:
+    """Start the run, wait until the slow fix script runs, SIGKILL the Owner; its pid."""
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not marker.exists():
+        first.kill()
+        raise RioError(f"the first run never reached the fix script: {first.communicate()}")
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    return first.pid
 
 
 def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | None:
     """What the GitHub layer's finish step does, on the local forge: the progress comment
-    (from committed facts) and, on success, the pull request, here carrying the diff."""
+    (from committed facts) and, on success, the pull request (here carrying the diff too),
+    then the comment again with the pull request's link."""
     session = Session.open(db)
     try:
         proj = session.refresh()
-        forge.upsert_comment(
-            number,
-            progress.MARKER,
-            progress.render(
-                proj,
-                status=progress.status_of(proj, None),
-                run_url=None,
-                generation=1,
-                operation=f"{proj.session['id']}:{proj.last_seq}",
-            ),
-        )
+        history = report.read_history(session)
+
+        def comment(pull: str | None) -> None:
+            forge.upsert_comment(
+                number,
+                progress.MARKER,
+                progress.render(
+                    proj,
+                    status=progress.status_of(proj, None),
+                    run_url=None,
+                    generation=1,
+                    operation=f"{proj.session['id']}:{proj.last_seq}",
+                    pull_request=pull,
+                    history=history,
+                ),
+            )
+
+        comment(None)
         if not (proj.ended and proj.ended["result"] == "success"):
             return None
+        diff = "".join(
+            difflib.unified_diff(
+                CALC.splitlines(keepends=True),
+                (project / "calc.py").read_text().splitlines(keepends=True),
+                "a/calc.py",
+                "b/calc.py",
+            )
+        )
+        found = forge.find_comment(number, progress.MARKER)
+        body = pull_request.pull_request_body(
+            number,
+            proj.session["id"],
+            history,
+            diffstat=_diffstat("calc.py", diff),
+            comment_url=found.url if found else None,
+            diff=diff,
+        )
+        title = forge.issue(number).title
+        pull = forge.open_pull_request(
+            branch_for(number), forge.default_branch(), f"Fixes #{number}: {title}", body
+        )
+        comment(pull)
+        return pull
     finally:
         session.close()
-    diff = "".join(
-        difflib.unified_diff(
-            CALC.splitlines(keepends=True),
-            (project / "calc.py").read_text().splitlines(keepends=True),
-            "a/calc.py",
-            "b/calc.py",
-        )
-    )
-    title = forge.issue(number).title
-    return forge.open_pull_request(
-        branch_for(number),
-        forge.default_branch(),
-        f"Fixes #{number}: {title}",
-        f"Fixes #{number}\n\n```diff\n{diff}```\n",
+
+
+def _diffstat(name: str, diff: str) -> str:
+    """``git diff --stat``'s words for a one-file unified diff."""
+    lines = diff.splitlines()
+    added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
+    return (
+        f" {name} | {added + removed} {'+' * added}{'-' * removed}\n"
+        f" 1 file changed, {added} insertion(s)(+), {removed} deletion(s)(-)"
     )
 
 
@@ -212,19 +260,19 @@ def _facts(db: Path) -> dict[str, Any]:
     try:
         unknown = [
             e
-            for e in session.journal.events()
+            for e in session.events()
             if e["kind"] == "execution_finished" and e["result"]["type"] == "UnknownExecution"
         ]
         resolution = next(
             (
                 e
-                for e in session.journal.events()
+                for e in session.events()
                 if e["kind"] == "patch_accepted"
                 and any(c["role"] == "resolution" for c in e["controls"])
             ),
             None,
         )
-        validator = [e for e in session.journal.events() if e["kind"] == "validator_result"]
+        validator = [e for e in session.events() if e["kind"] == "validator_result"]
         evidence = (
             next(c["evidence_refs"] for c in resolution["controls"] if c["role"] == "resolution")
             if resolution

@@ -1,5 +1,5 @@
 """``rio-ci eval``: does the durable agent fix bugs, at what cost, and how does it recover?
-(SPEC §16)
+(docs/eval.md)
 
 Each trial of each case:
 
@@ -56,6 +56,7 @@ class Settings:
     timeout: float  # seconds per trial, all runs included
     env: dict[str, str]
     run_args: tuple[str, ...] = ()  # passed on to every rio-ci run
+    keep: bool = False  # keep each trial's working copy in OUT/repos/MODE/
 
     @property
     def mode(self) -> str:
@@ -74,8 +75,10 @@ def eval_command(
     emit: Callable[[Any], None],
     price: str | None = None,
     effort: str = "high",
+    fallback: str | None = None,
+    keep: bool = False,
 ) -> int:
-    """``price`` and ``effort`` are passed on to every ``rio-ci run``."""
+    """``price``, ``effort`` and ``fallback`` are passed on to every ``rio-ci run``."""
     if trials < 1:
         raise UsageError("--trials must be at least 1")
     if timeout <= 0:
@@ -88,9 +91,15 @@ def eval_command(
         out=Path(out).resolve(),
         timeout=timeout,
         env=child_environment(),
-        run_args=(*(("--price", price) if price else ()), "--effort", effort),
+        run_args=(
+            *(("--price", price) if price else ()),
+            "--effort",
+            effort,
+            *(("--fallback-model", fallback) if fallback else ()),
+        ),
+        keep=keep,
     )
-    for kind in ("sessions", "logs"):
+    for kind in ("sessions", "logs", "repos"):
         shutil.rmtree(settings.out / kind / settings.mode, ignore_errors=True)
         (settings.out / kind / settings.mode).mkdir(parents=True, exist_ok=True)
     results = []
@@ -144,6 +153,8 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
     logs = settings.out / "logs" / settings.mode
     with tempfile.TemporaryDirectory(prefix=f"rio-eval-{case.name}-") as tmp:
         repo = Path(tmp) / "repo"
+        if settings.keep:  # kept for `git diff` afterwards
+            repo = settings.out / "repos" / settings.mode / f"{case.name}-{index}"
         shutil.copytree(case.directory / "repo", repo, symlinks=True)
         make_repository(repo, settings.env)
         new_session(db, case, repo, settings.env)
@@ -152,7 +163,7 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
         passed = hidden_check(case, repo, settings.env, logs / f"{case.name}-{index}.check.log")
     session = Session.open(db)
     try:
-        events = list(session.journal.events())
+        events = list(session.events())
     finally:
         session.close()
     figures = measure(events)
@@ -164,6 +175,7 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
         **figures,
         "crashed": crashed,
         "session": str(db),
+        **({"repo": str(repo)} if settings.keep else {}),
     }
 
 
@@ -287,7 +299,7 @@ def crash_owner(db: Path, proc: subprocess.Popen[str]) -> bool:
         registered: dict[int, float] = {}
         printed: set[int] = set()
         while proc.poll() is None:
-            for event in session.journal.events(after=after):
+            for event in session.events(after=after):
                 after = event["seq"]
                 kind, cell = event["kind"], event.get("cell_id")
                 if kind == "patch_accepted":

@@ -1,5 +1,5 @@
 """Evaluation cases: a directory with ``case.yml``, ``repo/`` and whatever its hidden check
-needs (SPEC §16).
+needs (docs/eval.md).
 
 ``case.yml``::
 
@@ -7,7 +7,7 @@ needs (SPEC §16).
     validators: [[argv...], ...]    # the Session's validators (the model sees them)
     check: [argv...]                # hidden acceptance test, run in the working copy after
                                     # the Session ends; "{case_dir}" -> the case directory
-    limits: {NAME: VALUE}           # optional: any limit of SPEC §9
+    limits: {NAME: VALUE}           # optional: any limit of docs/sessions.md
     oracle: FILE                    # optional: a scripted model that solves the case
 
 Every problem is a ``UsageError`` (exit 2) that names the case and the field, raised before
@@ -16,6 +16,7 @@ any trial runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,13 +82,7 @@ def find_cases(paths: list[str]) -> list[Case]:
     return cases
 
 
-def load_case(directory: Path) -> Case:
-    directory = directory.resolve()
-    where = f"case {directory.name} ({directory / CASE_FILE})"
-
-    def fail(problem: str) -> UsageError:
-        return UsageError(f"{where}: {problem}")
-
+def _read_case_file(directory: Path, fail: Callable[[str], UsageError]) -> dict[str, Any]:
     try:
         data = yaml.safe_load((directory / CASE_FILE).read_text())
     except OSError as exc:
@@ -99,6 +94,12 @@ def load_case(directory: Path) -> Case:
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise fail(f"unknown field(s) {', '.join(map(str, unknown))}; known: {', '.join(FIELDS)}")
+    return data
+
+
+def _goal_and_commands(
+    data: dict[str, Any], fail: Callable[[str], UsageError]
+) -> tuple[str, list[list[str]], list[str]]:
     goal = data.get("goal")
     if not isinstance(goal, str) or not goal.strip():
         raise fail("goal must be a non-blank string")
@@ -108,6 +109,18 @@ def load_case(directory: Path) -> Case:
     check = data.get("check")
     if not isinstance(check, list) or not _is_argv(check):
         raise fail("check must be an argv list (a non-empty list of strings)")
+    return goal, validators, check
+
+
+def load_case(directory: Path) -> Case:
+    directory = directory.resolve()
+    where = f"case {directory.name} ({directory / CASE_FILE})"
+
+    def fail(problem: str) -> UsageError:
+        return UsageError(f"{where}: {problem}")
+
+    data = _read_case_file(directory, fail)
+    goal, validators, check = _goal_and_commands(data, fail)
     limits = data.get("limits") or {}
     if not isinstance(limits, dict):
         raise fail("limits must be a mapping NAME: VALUE")

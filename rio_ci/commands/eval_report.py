@@ -1,4 +1,4 @@
-"""The figures of ``rio-ci eval`` (SPEC §16), read from committed events, and its report files.
+"""The figures of ``rio-ci eval`` (docs/eval.md), read from committed events, and its report files.
 
 ``measure(events)`` turns one Session's Journal into one trial's figures; nothing is assumed
 or estimated. ``summarise(trials)`` aggregates. ``write_reports`` writes ``OUT/report.json``,
@@ -30,6 +30,7 @@ TRIAL_FIELDS = (
     "cells_run",
     "unknown_executions",
     "rounds_to_resolve",
+    "recovery_seconds",
     "crashed",
 )
 
@@ -49,6 +50,9 @@ def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
       it minus the round whose Turn delivered its notice (rounds are numbered by accepted
       patch, as the scripted model numbers them); null when there is none or it was never
       resolved;
+    - ``recovery_seconds``: the time the first UnknownExecution cost, from the last event
+      committed before it was recorded (the last sign of the Owner that died) to the patch
+      that resolved it; null when there is none or it was never resolved;
     - ``wall_seconds``: from the Session's first to its last committed event;
     - ``ended``: ``succeeded``/``failed`` from the run ending, or None.
     """
@@ -60,8 +64,18 @@ def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
     round_of: dict[str, int] = {}  # turn id -> its round (1-based, by accepted patch)
     resolved_in: dict[int, int] = {}  # cell id -> round of its first resolution
     ended = None
+    previous_at = 0.0
+    lost_at: float | None = None  # the last event before the first UnknownExecution
+    resolved_at: dict[int, float] = {}
     for event in events:
         kind = event["kind"]
+        if kind == "execution_finished" and event["result"]["type"] == "UnknownExecution":
+            lost_at = previous_at if lost_at is None else lost_at
+        if kind == "patch_accepted":
+            for control in event.get("controls", []):
+                if control.get("role") == "resolution":
+                    resolved_at.setdefault(control["target_cell_id"], event["at"])
+        previous_at = event["at"]
         if kind == "model_attempt":
             attempts += 1
         elif kind == "model_response":
@@ -101,6 +115,7 @@ def measure(events: list[dict[str, Any]]) -> dict[str, Any]:
         "cells_run": cells_run,
         "unknown_executions": len(unknown),
         "rounds_to_resolve": _rounds_to_resolve(unknown, delivered_in, round_of, resolved_in),
+        "recovery_seconds": _recovery(unknown, lost_at, resolved_at),
         "ended": ended,
     }
 
@@ -122,10 +137,24 @@ def _rounds_to_resolve(
     return resolved - seen
 
 
+def _recovery(
+    unknown: list[dict[str, Any]], lost_at: float | None, resolved_at: dict[int, float]
+) -> float | None:
+    if not unknown or lost_at is None or unknown[0]["cell_id"] not in resolved_at:
+        return None
+    return round(resolved_at[unknown[0]["cell_id"]] - lost_at, 2)
+
+
+def _median(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
 def summarise(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """``pass_rate`` (passed / trials), ``median_rounds``, ``median_cost_usd``,
-    ``total_cost_usd``, ``recovered`` (crashed trials that passed), and the counts behind
-    them. Medians are None for no trials."""
+    ``total_cost_usd``, ``recovered`` (crashed trials that passed), the recovery medians
+    (``median_rounds_to_resolve``, ``median_recovery_seconds``: over the trials that resolved
+    an UnknownExecution) and the counts behind them. Medians are None for no trials."""
     count = len(trials)
     costs = [t["cost_usd"] for t in trials if t["cost_usd"] is not None]
     return {
@@ -137,6 +166,9 @@ def summarise(trials: list[dict[str, Any]]) -> dict[str, Any]:
         "total_cost_usd": round(sum(costs), 6),
         "crashed": sum(t["crashed"] for t in trials),
         "recovered": sum(t["crashed"] and t["passed"] for t in trials),
+        # over the trials that had an UnknownExecution and resolved it
+        "median_rounds_to_resolve": _median([t.get("rounds_to_resolve") for t in trials]),
+        "median_recovery_seconds": _median([t.get("recovery_seconds") for t in trials]),
     }
 
 
@@ -207,7 +239,9 @@ def markdown(report: dict[str, Any], modes: dict[str, dict[str, Any]]) -> str:
         "| " + " | ".join(TRIAL_FIELDS) + " |",
         "|" + " --- |" * len(TRIAL_FIELDS),
     ]
-    lines += ["| " + " | ".join(_cell(t[f]) for f in TRIAL_FIELDS) + " |" for t in report["trials"]]
+    lines += [
+        "| " + " | ".join(_cell(t.get(f)) for f in TRIAL_FIELDS) + " |" for t in report["trials"]
+    ]
     summary = report["summary"]
     keys = (
         "trials",
@@ -217,6 +251,8 @@ def markdown(report: dict[str, Any], modes: dict[str, dict[str, Any]]) -> str:
         "total_cost_usd",
         "crashed",
         "recovered",
+        "median_rounds_to_resolve",
+        "median_recovery_seconds",
     )
     lines += [
         "",
@@ -228,8 +264,9 @@ def markdown(report: dict[str, Any], modes: dict[str, dict[str, Any]]) -> str:
         "",
         "## By case",
         "",
-        "| case | mode | trials | pass_rate | median_rounds | median_cost_usd | recovered |",
-        "|" + " --- |" * 7,
+        "| case | mode | trials | pass_rate | median_rounds | median_cost_usd | recovered "
+        "| median_rounds_to_resolve | median_recovery_seconds |",
+        "|" + " --- |" * 9,
     ]
     names = list(dict.fromkeys(n for r in modes.values() for n in r["cases"]))
     for name in names:
@@ -248,6 +285,8 @@ def markdown(report: dict[str, Any], modes: dict[str, dict[str, Any]]) -> str:
                             row["median_rounds"],
                             row["median_cost_usd"],
                             row["recovered"],
+                            row.get("median_rounds_to_resolve"),
+                            row.get("median_recovery_seconds"),
                         )
                     )
                     + " |"

@@ -1,4 +1,4 @@
-"""``--human``: the flag every command takes (SPEC §11), and a command's JSON result as
+"""``--human``: the flag every command takes (docs/cli.md), and a command's JSON result as
 readable, indented lines.
 
 One generic rendering for every command that has no text form of its own. It shows the

@@ -18,7 +18,7 @@ from typing import Any
 from rio_ci.errors import RioError
 from rio_ci.harness import Harness
 from rio_ci.live import LiveLog
-from rio_ci.model.providers import parse_price, priced_model
+from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
@@ -50,6 +50,7 @@ def run_command(
     effort: str,
     cell_user: str | None,
     emit: Callable[[Any], None],
+    fallback: str | None = None,
 ) -> int:
     given = parse_price(price) if price is not None else None
     session = Session.open(db)
@@ -57,7 +58,7 @@ def run_command(
         stored = dict(session.proj.prices)
     finally:
         session.close()
-    model = priced_model(spec, effort=effort, price=given, stored=stored)
+    model, other = priced_models(spec, fallback, effort=effort, price=given, stored=stored)
     owner = Owner(db, cell_user=cell_user)
     restore = handle_signals(owner.interrupted)
     live = LiveLog(owner.session, sys.stderr)
@@ -65,7 +66,8 @@ def run_command(
     try:
         if given is not None:
             owner.session.set_price(model.name, asdict(given))
-        outcome = Harness(owner, model, live=live).run(limit)
+        label = f"rio-ci run, pid {os.getpid()}, {time.strftime('%H:%M:%S', time.gmtime())} UTC"
+        outcome = Harness(owner, model, live=live, fallback=other, job_label=label).run(limit)
         if owner.running is not None:
             owner.stop_running(
                 "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"

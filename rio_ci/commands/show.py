@@ -1,53 +1,37 @@
 """``rio-ci show``: a readable summary of a Session (committed facts only). Everything a
 Cell or a model wrote is printed with its terminal control characters escaped.
 
-It lists every Execution the Journal holds. The projection keeps only those the State may
-show (in context, not finished, or unresolved) and drops the rest once settled; ``show``
-reads those from their events, in one pass over the Journal's ``patch_accepted`` and
-``execution_finished`` rows (a long Session has many, and is shown in linear time)."""
+It reads the projection alone (the snapshot and the events after it), so it takes the same
+time however long the Journal is: the Executions the State may show (in context, not
+finished, or unresolved) and the last ``DEPARTED_KEPT`` that the fold dropped once settled,
+with the number dropped before them (their events stay in the Journal: ``rio-ci events``)."""
 
 from __future__ import annotations
 
+import shlex
+import time
+from dataclasses import dataclass
 from typing import Any
 
+from rio_ci import report
+from rio_ci.core.history import History, Run
 from rio_ci.core.projection import Projection
-from rio_ci.core.state import EXECUTABLE
 from rio_ci.core.text import clip, escape_control
 from rio_ci.core.view import retained
 from rio_ci.live import describe
 from rio_ci.session import Session
 
+SHOWN_LINES = 5  # of each output stream
+SHOWN_CHARS = 400
+
 
 def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
-    """Every Execution committed up to ``proj.last_seq``, by Cell id (in id order): the
-    projection's own, and those it dropped, rebuilt from their events as ``{cell_id, cell,
-    phase, result, result_seq, resolved_by}`` (no output: ``rio-ci output`` reads it)."""
-    versions: dict[int, dict[str, Any]] = {}  # executable Cell versions by id
-    resolutions: dict[int, int] = {}  # target Cell id -> the first resolution note
-    dropped: dict[int, dict[str, Any]] = {}
-    for event in session.journal.events(kinds=("patch_accepted", "execution_finished")):
-        if event["seq"] > proj.last_seq:  # committed by another process since: not shown
-            break
-        if event["kind"] == "patch_accepted":
-            versions.update((c["id"], c) for c in event["cells"] if c["kind"] in EXECUTABLE)
-            for control in event["controls"]:
-                if control["role"] == "resolution":
-                    resolutions.setdefault(control["target_cell_id"], control["note_id"])
-        elif str(event["cell_id"]) not in proj.executions:
-            dropped.setdefault(
-                event["cell_id"],
-                {
-                    "cell_id": event["cell_id"],
-                    "cell": versions[event["cell_id"]],
-                    "phase": "finished",
-                    "result": event["result"],
-                    "result_seq": event["seq"],
-                    "resolved_by": None,
-                },
-            )
-    for cell_id, ex in dropped.items():
-        ex["resolved_by"] = resolutions.get(cell_id)
-    every = {**proj.executions, **{str(k): ex for k, ex in dropped.items()}}
+    """The Executions ``show`` lists, by Cell id (in id order): the projection's own, and the
+    last ``DEPARTED_KEPT`` it dropped (``proj.departed``), as ``{cell_id, cell, phase,
+    result, resolved_by}``: finished, the Cell in short, no output (``rio-ci output`` reads
+    it)."""
+    gone = {str(ex["cell_id"]): {**ex, "phase": "finished"} for ex in proj.departed}
+    every = {**proj.executions, **gone}
     return {k: every[k] for k in sorted(every, key=int)}
 
 
@@ -55,7 +39,7 @@ def no_output(session: Session, cell_id: int, db: str) -> str:
     """Why ``rio-ci output`` has no text for ``cell_id``: its Execution was never launched
     (cancelled before launch, or still queued), or it has none."""
     proj = session.refresh()
-    finished = session.journal.find(str(cell_id), "execution_finished")
+    finished = session.find(str(cell_id), "execution_finished")
     if finished is not None:
         result = finished["result"]
         return (
@@ -68,8 +52,25 @@ def no_output(session: Session, cell_id: int, db: str) -> str:
     return f"cell {cell_id} has no Execution in {db}"
 
 
-def summary(session: Session) -> dict[str, Any]:
+@dataclass
+class Shown:
+    """Everything ``show`` reports, gathered in one place (``gather``)."""
+
+    proj: Projection
+    executions: dict[str, dict[str, Any]]
+    history: History
+
+
+def gather(session: Session) -> Shown:
+    """The facts ``show`` prints, committed up to one seq: the Projection, every Execution
+    (``executions``) and the History (times, validators, rounds)."""
     proj = session.refresh()
+    return Shown(proj, executions(session, proj), report.read_history(session, proj.last_seq))
+
+
+def summary(session: Session) -> dict[str, Any]:
+    shown = gather(session)
+    proj = shown.proj
     return {
         "session": proj.session["id"],
         "goal": proj.session["goal"],
@@ -78,7 +79,7 @@ def summary(session: Session) -> dict[str, Any]:
         "cells": proj.cells,
         "executions": {
             k: {key: ex[key] for key in ("phase", "result", "resolved_by")}
-            for k, ex in executions(session, proj).items()
+            for k, ex in shown.executions.items()
         },
         "inbox": proj.inbox,
         "timers": list(proj.timers.values()),
@@ -88,6 +89,11 @@ def summary(session: Session) -> dict[str, Any]:
         "ended": proj.ended,
         "cell_user": cell_user_summary(proj.cell_user),
         "events": proj.last_seq,
+        "validators": [
+            {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at}
+            for v in shown.history.validations
+        ],
+        "executions_not_listed": proj.departed_before,
     }
 
 
@@ -113,12 +119,15 @@ def cell_user_line(mode: dict[str, Any] | None) -> str | None:
 
 
 def render_text(session: Session) -> str:
-    proj = session.refresh()
+    shown = gather(session)
+    proj, history = shown.proj, shown.history
+    db = str(session.path)
     lines = [
-        f"Session {proj.session['id']}  ({escape_control(str(session.journal.path))})",
+        f"Session {proj.session['id']}  ({escape_control(db)})",
         f"goal: {escape_control(clip(proj.session['goal'], 300))}",
         f"working directory: {escape_control(proj.session['cwd'])}",
         f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}",
+        _times(history),
     ]
     if (line := cell_user_line(proj.cell_user)) is not None:
         lines.append(line)
@@ -131,29 +140,63 @@ def render_text(session: Session) -> str:
             )
     elif proj.pause:
         lines.append(f"paused by {proj.pause}")
-    lines.append("")
-    lines.append("cells:")
-    every = executions(session, proj)
+    lines += ["", "cells:"]
+    every = shown.executions
     for cell in proj.cells:
         lines.append(f"  [{cell['id']}] {describe(cell)}")
         ex = every.get(str(cell["id"]))
         if ex:
-            lines.extend(_execution_lines(ex))
+            lines.extend(_execution_lines(ex, history.runs.get(cell["id"]), db))
     heads = {c["id"] for c in proj.cells}
     others = [ex for k, ex in every.items() if int(k) not in heads]
     if others:
         lines.append("executions of cells no longer in context (replaced or removed):")
+        if proj.departed_before:
+            lines.append(
+                f"  ({proj.departed_before} earlier ones not listed; "
+                "`rio-ci events DB` has them all)"
+            )
         for ex in others:
             lines.append(f"  [{ex['cell_id']}] {describe(ex['cell'])}")
-            lines.extend(_execution_lines(ex))
-    lines.append("")
-    lines.append(f"inbox: {len(proj.inbox)} unconsumed")
+            lines.extend(_execution_lines(ex, history.runs.get(ex["cell_id"]), db))
+    lines += _validator_lines(history)
+    lines += _rest(session, proj, db)
+    return "\n".join(lines)
+
+
+def _times(history: History) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(history.started_at))
+    last = report.seconds(history.last_at - history.started_at)
+    jobs = len(history.jobs)
+    return (
+        f"created {started}, last event {last} later; {jobs} job{'s' if jobs != 1 else ''}, "
+        f"{len(history.rounds)} round{'s' if len(history.rounds) != 1 else ''}"
+    )
+
+
+def _validator_lines(history: History) -> list[str]:
+    if not history.validations:
+        return []
+    lines = ["", "validators:"]
+    for v in history.validations:
+        lines.append(
+            f"  {escape_control(' '.join(v.argv))} → {report.result_text(v.result)} "
+            f"(for conclusion note {v.note_id}, at "
+            f"{time.strftime('%H:%M:%S UTC', time.gmtime(v.at))})"
+        )
+    return lines
+
+
+def _rest(session: Session, proj: Projection, db: str) -> list[str]:
+    lines = ["", f"inbox: {len(proj.inbox)} unconsumed"]
     for message in proj.inbox:
         lines.append(
             f"  {escape_control(message['id'])} ({message['kind']}, event {message['seq']})"
         )
     for timer in proj.timers.values():
-        lines.append(f"timer {escape_control(timer['id'])} due at {timer['deadline']}")
+        due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timer["deadline"]))
+        lines.append(f"timer {escape_control(timer['id'])} due at {due} ({timer['deadline']})")
+    lines.extend(_fallback_lines(session))
     if proj.rationale:
         lines.append(
             "the model's last rationale: "
@@ -165,10 +208,48 @@ def render_text(session: Session) -> str:
         f"{usage.get('output_tokens', 0)} out tokens, ${usage.get('cost_usd', 0):.4f}"
         f" known cost, {usage.get('unknown_cost_attempts', 0)} attempts of unknown cost"
     )
-    return "\n".join(lines)
+    step = next_step(proj, db)
+    if step:
+        lines.append(f"next: {step}")
+    return lines
 
 
-def _execution_lines(ex: dict[str, Any]) -> list[str]:
+def _fallback_lines(session: Session) -> list[str]:
+    """Attempts that went to the fallback model after a refusal (``model_attempt`` events
+    with ``fallback_from``)."""
+    switched = [
+        event for event in session.events(kinds=("model_attempt",)) if event.get("fallback_from")
+    ]
+    return [
+        f"after a refusal, {escape_control(e['turn_id'])} attempt {e['attempt']} went to "
+        f"{escape_control(e['model'])} (fallback for {escape_control(e['fallback_from'])})"
+        for e in switched
+    ]
+
+
+def next_step(proj: Projection, db: str) -> str | None:
+    """What happens next, and the command that does it, when the run has not ended."""
+    if proj.ended:
+        return None
+    run = f"rio-ci run {escape_control(shlex.quote(db))} --model MODEL"
+    if proj.unresolved():
+        cells = ", ".join(str(e["cell_id"]) for e in proj.unresolved())
+        return (
+            f"the model must investigate the UnknownExecution of cell(s) {cells} and resolve "
+            f"it with evidence: {run}"
+        )
+    if proj.pause:
+        return f"the queue waits for the model's next patch (after {proj.pause}): {run}"
+    if proj.pending() or proj.inbox or proj.turn:
+        return f"work or input waits for the Owner and the model: {run}"
+    wake = proj.next_wake()
+    if wake is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wake))
+        return f"waiting for a Timer due at {when}; then {run}"
+    return f"the model's next round: {run}"
+
+
+def _execution_lines(ex: dict[str, Any], run: Run | None, db: str) -> list[str]:
     result = ex["result"] or {}
     status = ex["phase"]
     if result:
@@ -179,14 +260,34 @@ def _execution_lines(ex: dict[str, Any]) -> list[str]:
             status += f" [{escape_control(str(result['reason']))}]"
     if ex["resolved_by"]:
         status += f", resolved by cell {ex['resolved_by']}"
+    if run is not None and run.started_at is not None:
+        status += ", started " + time.strftime("%H:%M:%S UTC", time.gmtime(run.started_at))
+        status += f", {report.took(run)}"
     lines = [f"      {status}"]
     if "stdout" not in ex:  # one the projection dropped: `rio-ci output` reads its output
         return lines
     for stream in ("stdout", "stderr"):
-        # Escaped before it is cut into lines: a carriage return (or any other character
-        # splitlines() breaks at) must not start a line of its own that looks like ours.
-        text = escape_control(retained(ex, stream).strip())
-        if text:
-            tail = clip("\n".join(text.split("\n")[-5:]), 400)
-            lines.append(f"      {stream}: " + tail.replace("\n", "\n        "))
+        lines.extend(_output_lines(ex, stream, db))
+    return lines
+
+
+def _output_lines(ex: dict[str, Any], stream: str, db: str) -> list[str]:
+    """The last lines of a stream, and when more was captured than shown, how many bytes
+    are left out and the command that prints them all."""
+    full = retained(ex, stream)
+    # Escaped before it is cut into lines: a carriage return (or any other character
+    # splitlines() breaks at) must not start a line of its own that looks like ours.
+    text = escape_control(full.strip())
+    if not text:
+        return []
+    tail = clip("\n".join(text.split("\n")[-SHOWN_LINES:]), SHOWN_CHARS)
+    lines = [f"      {stream}: " + tail.replace("\n", "\n        ")]
+    left = len(text.encode()) - len(tail.removesuffix("…").encode())
+    left += int(ex.get(f"{stream}_elided", 0))  # not even retained: counted, not kept
+    if left > 0:
+        flag = "" if stream == "stdout" else " --stream stderr"
+        lines.append(
+            f"        [… {left} bytes not shown: "
+            f"rio-ci output {escape_control(shlex.quote(db))} {ex['cell_id']}{flag} --human]"
+        )
     return lines

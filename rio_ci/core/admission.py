@@ -1,6 +1,6 @@
-"""Step admission (SPEC §3): ``decide(projection, turn, patch, facts)`` is a pure function that
-either accepts a patch (returning everything the commit must store) or names the first rule
-it breaks. Nothing is changed either way: the Journal commits the outcome.
+"""Step admission (docs/patches.md): ``decide(projection, turn, patch, facts)`` is a pure
+function that either accepts a patch (returning everything the commit must store) or names the
+first rule it breaks. Nothing is changed either way: the Journal commits the outcome.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rio_ci.core.state import (
 )
 from rio_ci.core.view import render, unbounded_size
 
-_INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+_INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")
 _OP_KEYS = {
     "test": {"op", "path", "value"},
     "add": {"op", "path", "value"},
@@ -121,7 +121,7 @@ class Receipt:
 
 
 @dataclass(frozen=True)
-class Refused:
+class Rejection:
     """Admission's answer to a patch it will not accept: the first rule it breaks."""
 
     reason: str
@@ -158,12 +158,12 @@ def digest(patch: Any) -> str:
 
 def decide(
     proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts, encoded: Encoded | None = None
-) -> Accepted | Refused:
+) -> Accepted | Rejection:
     """``encoded``: ``encode(unwrap(patch))`` if the caller has it already."""
     try:
         return _decide(proj, turn, patch, facts, encoded or encode(unwrap(patch)))
     except _Reject as exc:
-        return Refused(str(exc))
+        return Rejection(str(exc))
 
 
 class _Reject(Exception):
@@ -175,98 +175,118 @@ def _decide(
 ) -> Accepted:
     ops = _well_formed(patch, encoded)
     snapshot = turn["state"]
-    first = ops[0]
-    if first["op"] != "test" or first["path"] != "/revision":
-        raise _Reject("the first operation must be {op: test, path: /revision, value: N}")
-    value = first["value"]  # RFC 6902 compares numbers by value: 3.0 is 3, true is not 1
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or value != snapshot["revision"]
-    ):
-        raise _Reject(
-            f"revision test failed: the Turn's snapshot is at revision {snapshot['revision']}"
-        )
-    if snapshot["revision"] != proj.revision:
-        raise _Reject("stale Turn: the State has moved on since this snapshot")
-
-    work: list[dict[str, Any]] = [dict(c) for c in proj.cells]
-    original = {c["id"] for c in work}
-    new_cells: list[dict[str, Any]] = []
-    removed: list[int] = []
-    expected_id = proj.next_cell_id
-    last_removed_index: int | None = None
-    busy = {e["cell_id"] for e in proj.pending()}
-
+    _check_revision(ops[0], snapshot["revision"], proj.revision)
+    work = _Work(proj, snapshot)
     for number, op in enumerate(ops[1:], start=1):  # the first, the revision test, passed
-        where = f"operation {number}"
-        kind = op["op"]
-        if kind == "test":
-            try:
-                actual = JsonPointer(op["path"]).resolve(snapshot)
-                if isinstance(actual, EndOfList):  # "-" names no element, only a position
-                    raise JsonPointerException(op["path"])
-            except JsonPointerException:
-                raise _Reject(f"{where}: test path {op['path']} does not exist") from None
-            if not json_equal(actual, op["value"]):
-                raise _Reject(f"{where}: test failed at {op['path']}")
-            continue
-        if kind == "add":
-            if op["path"] != "/cells/-":
-                raise _Reject(f"{where}: add is allowed only at /cells/- (a new lineage)")
-            cell = _checked_cell(op["value"], expected_id, where)
-            if cell["previous_id"] is not None:
-                raise _Reject(f"{where}: an added Cell starts a lineage: previous_id must be null")
-            work.append(cell)
-        else:
-            index = _index(op["path"], kind, where, len(work))
-            target = work[index]
-            # A replaced Cell's slot now holds its new version, and a removed Cell is gone
-            # from ``work``: so this one check also gives every existing Cell at most one
-            # operation per patch.
-            if target["id"] not in original:
-                raise _Reject(
-                    f"{where}: Cell {target['id']} was created in this patch; every "
-                    "Cell takes at most one operation per patch"
-                )
-            if kind == "remove":
-                if last_removed_index is not None and index >= last_removed_index:
-                    raise _Reject(f"{where}: removals must go in strictly descending index order")
-                last_removed_index = index
-                removed.append(target["id"])
-                del work[index]
-                continue
-            cell = _checked_cell(op["value"], expected_id, where)
-            if cell["previous_id"] != target["id"]:
-                raise _Reject(
-                    f"{where}: stale predecessor: replacing Cell {target['id']} needs "
-                    f"previous_id {target['id']}, got {cell['previous_id']}"
-                )
-            if target["id"] in busy:
-                raise _Reject(
-                    f"{where}: Cell {target['id']} has a queued or running Execution: "
-                    "wait or cancel first"
-                )
-            work[index] = cell
-        new_cells.append(cell)
-        expected_id += 1
+        work.apply(op, f"operation {number}")
 
-    executions = [c["id"] for c in new_cells if c["kind"] in EXECUTABLE]
-    controls = _controls(proj, new_cells, executions, facts)
-    _check_budgets(proj, turn, work, executions)
+    executions = [c["id"] for c in work.new_cells if c["kind"] in EXECUTABLE]
+    controls = _controls(proj, work.new_cells, executions, facts)
+    _check_budgets(proj, turn, work.cells, executions)
     delivered = list(turn["delivered"])
     return Accepted(
-        cells=new_cells,
-        heads=[c["id"] for c in work],
-        removed=removed,
+        cells=work.new_cells,
+        heads=[c["id"] for c in work.cells],
+        removed=work.removed,
         executions=executions,
         controls=controls,
         consumed=delivered,
         pause_cleared=proj.pause is not None and proj.pause in delivered,
         revision=proj.revision + 1,
-        next_cell_id=expected_id,
+        next_cell_id=work.expected_id,
         digest=encoded.digest,
     )
+
+
+def _check_revision(first: dict[str, Any], shown: int, current: int) -> None:
+    if first["op"] != "test" or first["path"] != "/revision":
+        raise _Reject("the first operation must be {op: test, path: /revision, value: N}")
+    value = first["value"]  # RFC 6902 compares numbers by value: 3.0 is 3, true is not 1
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != shown:
+        raise _Reject(f"revision test failed: the Turn's snapshot is at revision {shown}")
+    if shown != current:
+        raise _Reject("stale Turn: the State has moved on since this snapshot")
+
+
+class _Work:
+    """The candidate ``cells`` as the operations after the revision test change them."""
+
+    def __init__(self, proj: Projection, snapshot: dict[str, Any]) -> None:
+        self.snapshot = snapshot
+        self.cells: list[dict[str, Any]] = [dict(c) for c in proj.cells]
+        self.original = {c["id"] for c in self.cells}
+        self.busy = {e["cell_id"] for e in proj.pending()}
+        self.new_cells: list[dict[str, Any]] = []
+        self.removed: list[int] = []
+        self.expected_id = proj.next_cell_id
+        self.last_removed_index: int | None = None
+
+    def apply(self, op: dict[str, Any], where: str) -> None:
+        kind = op["op"]
+        if kind == "test":
+            self.test(op, where)
+            return
+        if kind == "add":
+            cell = self.add(op, where)
+        else:
+            index = _index(op["path"], kind, where, len(self.cells))
+            target = self.cells[index]
+            # A replaced Cell's slot now holds its new version, and a removed Cell is gone
+            # from ``cells``: so this one check also gives every existing Cell at most one
+            # operation per patch.
+            if target["id"] not in self.original:
+                raise _Reject(
+                    f"{where}: Cell {target['id']} was created in this patch; every "
+                    "Cell takes at most one operation per patch"
+                )
+            if kind == "remove":
+                self.remove(index, where)
+                return
+            cell = self.replace(op, index, where)
+        self.new_cells.append(cell)
+        self.expected_id += 1
+
+    def test(self, op: dict[str, Any], where: str) -> None:
+        try:
+            actual = JsonPointer(op["path"]).resolve(self.snapshot)
+            if isinstance(actual, EndOfList):  # "-" names no element, only a position
+                raise JsonPointerException(op["path"])
+        except JsonPointerException:
+            raise _Reject(f"{where}: test path {op['path']} does not exist") from None
+        if not json_equal(actual, op["value"]):
+            raise _Reject(f"{where}: test failed at {op['path']}")
+
+    def add(self, op: dict[str, Any], where: str) -> dict[str, Any]:
+        if op["path"] != "/cells/-":
+            raise _Reject(f"{where}: add is allowed only at /cells/- (a new lineage)")
+        cell = _checked_cell(op["value"], self.expected_id, where)
+        if cell["previous_id"] is not None:
+            raise _Reject(f"{where}: an added Cell starts a lineage: previous_id must be null")
+        self.cells.append(cell)
+        return cell
+
+    def remove(self, index: int, where: str) -> None:
+        if self.last_removed_index is not None and index >= self.last_removed_index:
+            raise _Reject(f"{where}: removals must go in strictly descending index order")
+        self.last_removed_index = index
+        self.removed.append(self.cells[index]["id"])
+        del self.cells[index]
+
+    def replace(self, op: dict[str, Any], index: int, where: str) -> dict[str, Any]:
+        target = self.cells[index]
+        cell = _checked_cell(op["value"], self.expected_id, where)
+        if cell["previous_id"] != target["id"]:
+            raise _Reject(
+                f"{where}: stale predecessor: replacing Cell {target['id']} needs "
+                f"previous_id {target['id']}, got {cell['previous_id']}"
+            )
+        if target["id"] in self.busy:
+            raise _Reject(
+                f"{where}: Cell {target['id']} has a queued or running Execution: "
+                "wait or cancel first"
+            )
+        self.cells[index] = cell
+        return cell
 
 
 def cited_and_targets(ops: Any, last_seq: int) -> tuple[set[int], set[int]]:
@@ -307,26 +327,27 @@ def _well_formed(patch: Any, encoded: Encoded) -> list[dict[str, Any]]:
     if not encoded.finite:
         raise _Reject(f"the patch is not JSON: {NOT_FINITE}")
     for number, op in enumerate(patch):
-        if not isinstance(op, dict) or not isinstance(op.get("op"), str):
-            raise _Reject(f"operation {number} must be an object with an 'op'")
-        name = op["op"]
-        if name in ("move", "copy"):
-            raise _Reject(f"operation {number}: {name} is not allowed")
-        if name not in _OP_KEYS:
-            raise _Reject(f"operation {number}: unknown op {name!r}")
-        keys = set(op)
-        if keys != _OP_KEYS[name]:
-            raise _Reject(
-                f"operation {number}: {name} takes exactly {', '.join(sorted(_OP_KEYS[name]))}"
-            )
-        if not isinstance(op["path"], str):
-            raise _Reject(f"operation {number}: path must be a string")
-        if name != "test" and not op["path"].startswith("/cells/"):
-            raise _Reject(
-                f"operation {number}: only /cells may be changed; {op['path']} belongs to "
-                "the harness (test it instead)"
-            )
+        _check_operation(op, f"operation {number}")
     return patch
+
+
+def _check_operation(op: Any, where: str) -> None:
+    if not isinstance(op, dict) or not isinstance(op.get("op"), str):
+        raise _Reject(f"{where} must be an object with an 'op'")
+    name = op["op"]
+    if name in ("move", "copy"):
+        raise _Reject(f"{where}: {name} is not allowed")
+    if name not in _OP_KEYS:
+        raise _Reject(f"{where}: unknown op {name!r}")
+    if set(op) != _OP_KEYS[name]:
+        raise _Reject(f"{where}: {name} takes exactly {', '.join(sorted(_OP_KEYS[name]))}")
+    if not isinstance(op["path"], str):
+        raise _Reject(f"{where}: path must be a string")
+    if name != "test" and not op["path"].startswith("/cells/"):
+        raise _Reject(
+            f"{where}: only /cells may be changed; {op['path']} belongs to "
+            "the harness (test it instead)"
+        )
 
 
 def _index(path: str, kind: str, where: str, length: int) -> int:

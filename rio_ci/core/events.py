@@ -176,6 +176,8 @@ class ModelAttempt(TypedDict):
     attempt: int
     fingerprint: str
     model: str
+    # set when this attempt went to the fallback model after a refusal: the model it replaces
+    fallback_from: NotRequired[str]
 
 
 class ModelResponse(TypedDict):
@@ -192,6 +194,7 @@ class ModelResponse(TypedDict):
     transient: NotRequired[bool]
     not_before: NotRequired[float]
     retry_since: NotRequired[float | None]  # when this Turn's run of transient failures began
+    gave_up: NotRequired[str]  # a transient failure not retried: why (the wait is past the limit)
     usage: dict[str, Any] | None
     rationale: NotRequired[str]
     raw: NotRequired[dict[str, Any]]
@@ -319,13 +322,17 @@ def price_set(model: str, price: dict[str, float]) -> Event:
     return Event("price_set", dict(data), model)
 
 
-def model_attempt(turn_id: str, attempt: int, fingerprint: str, model: str) -> Event:
+def model_attempt(
+    turn_id: str, attempt: int, fingerprint: str, model: str, fallback_from: str | None = None
+) -> Event:
     data: ModelAttempt = {
         "turn_id": turn_id,
         "attempt": attempt,
         "fingerprint": fingerprint,
         "model": model,
     }
+    if fallback_from is not None:
+        data["fallback_from"] = fallback_from
     return Event("model_attempt", dict(data), turn_id)
 
 
@@ -417,6 +424,18 @@ def run_ended(
     return Event("run_ended", dict(data))
 
 
+class ImageStored(TypedDict):
+    digest: str  # sha256 of the picture's bytes, hex
+    media_type: str  # image/png | image/jpeg | image/gif | image/webp (by its first bytes)
+    size: int  # bytes
+    data: str  # base64
+
+
+def image_stored(digest: str, media_type: str, size: int, data: str) -> Event:
+    stored: ImageStored = {"digest": digest, "media_type": media_type, "size": size, "data": data}
+    return Event("image_stored", dict(stored), digest)
+
+
 def watermark(name: str, value: Json) -> Event:
     data: Watermark = {"name": name, "value": value}
     return Event("watermark", dict(data), name)
@@ -432,7 +451,9 @@ def imported(kind: str, data: dict[str, Any]) -> Event:
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
     message = data.get("message")
-    keys = [k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name") if k in data]
+    keys = [
+        k for k in ("turn_id", "id", "cell_id", "note_id", "model", "name", "digest") if k in data
+    ]
     ref = (
         message.get("id")
         if isinstance(message, dict)
@@ -467,9 +488,10 @@ KINDS = (
     "run_ended",
     "watermark",
     "cell_user",
+    "image_stored",
 )
 
-# Events that are observations a resolution may cite (SPEC §3.8).
+# Events that are observations a resolution may cite (docs/patches.md).
 OBSERVATION_KINDS = frozenset(
     {
         "message_received",

@@ -1,4 +1,4 @@
-"""Limits (SPEC §9): persisted at creation, validated, never weakened by a patch.
+"""Limits (docs/sessions.md): persisted at creation, validated, never weakened by a patch.
 
 ``DEFAULTS`` is the one table of limits: their names, their defaults, and (by the default's
 type) whether a limit counts whole things or measures a quantity. ``Limits`` is an immutable,

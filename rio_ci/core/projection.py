@@ -2,7 +2,9 @@
 
 It stays bounded however long the Journal grows: finished, settled Executions of Cells that
 left the context and consumed Inbox messages are dropped by the fold (their events stay in the
-Journal, where history is read).
+Journal, where history is read). Of the dropped Executions it keeps the last
+``DEPARTED_KEPT`` in short (``departed``: what ``rio-ci show`` lists, so that it reads no
+history) and how many were dropped before them (``departed_before``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rio_ci.core.state import is_unresolved
 # The shape of a Projection. Raise it whenever the fold changes what it keeps: a snapshot
 # written in another format is ignored and the Journal replayed.
 PROJECTION_FORMAT = 4
+DEPARTED_KEPT = 10  # more would cross a page of the snapshot in the bench's drive
 
 
 @dataclass
@@ -39,6 +42,8 @@ class Projection:
     prices: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> price (--price)
     rationale: str = ""  # what the model last wrote before its step call
     cell_user: dict[str, Any] | None = None  # how Cells run (the last cell_user event)
+    departed: list[dict[str, Any]] = field(default_factory=list)  # the last dropped Executions
+    departed_before: int = 0  # Executions dropped before those
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.__dict__)

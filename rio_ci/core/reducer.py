@@ -10,10 +10,12 @@ from typing import Any, cast
 
 from rio_ci.core import events as ev
 from rio_ci.core.limits import Limits
-from rio_ci.core.projection import Projection
+from rio_ci.core.projection import DEPARTED_KEPT, Projection
 from rio_ci.core.state import EXECUTABLE, encoded_size, is_unresolved
+from rio_ci.core.text import clip
 from rio_ci.core.view import render
 
+SHORT_CHARS = 200  # of a dropped Execution's Cell text: more than its one-line summary shows
 RATIONALE_KEPT = 4000  # characters of the last rationale the projection keeps for reports
 
 
@@ -103,6 +105,7 @@ def _turn_prepared(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         "not_before": 0.0,
         "feedback": None,
         "response": None,
+        "refused": False,  # a reply of this Turn was a refusal: a fallback model may answer next
     }
 
 
@@ -163,6 +166,10 @@ def _price_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     proj.prices[d["model"]] = dict(d["price"])
 
 
+def _image_stored(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    """A picture kept for the model (read back by digest); it changes no State."""
+
+
 def _model_attempt(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ModelAttempt, data)
     if proj.turn is not None and proj.turn["turn_id"] == d["turn_id"]:
@@ -200,6 +207,8 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         turn["retry_since"] = turn["retry_since"] or data.get("retry_since")
     if d.get("invalid"):
         turn["feedback"] = f"the reply had no admissible step call: {d['invalid']}"
+    if (d.get("raw") or {}).get("stop_reason") == "refusal":
+        turn["refused"] = True
     turn["response"] = {
         "attempt": d["attempt"],
         "ok": d["ok"],
@@ -313,7 +322,34 @@ def _prune(proj: Projection) -> None:
         for k, e in proj.executions.items()
         if e["phase"] == "finished" and not is_unresolved(e) and int(k) not in heads
     ]:
-        del proj.executions[key]
+        proj.departed.append(departed(proj.executions.pop(key)))
+    extra = len(proj.departed) - DEPARTED_KEPT
+    if extra > 0:
+        del proj.departed[:extra]
+        proj.departed_before += extra
+
+
+def departed(ex: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of a dropped (so finished) Execution: its Cell in short (its kind and
+    the start of its argv or its source's first line: what ``show`` prints) and its result;
+    no output. Small: the snapshot carries ``DEPARTED_KEPT`` of them."""
+    return {
+        "cell_id": ex["cell_id"],
+        "cell": short_cell(ex["cell"]),
+        "result": ex["result"],
+        "resolved_by": ex["resolved_by"],
+    }
+
+
+def short_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    """``cell`` with its text, argv or source cut to what a one-line summary shows."""
+    short: dict[str, Any] = {"kind": cell["kind"]}
+    if cell["kind"] == "cmd":
+        short["argv"] = list(clip(" ".join(cell["argv"]), SHORT_CHARS).split(" "))
+    elif cell["kind"] == "code":
+        lines = (ln for ln in cell["source"].splitlines() if ln.strip() and not ln.startswith("#"))
+        short["source"] = clip(next(lines, ""), SHORT_CHARS)
+    return short
 
 
 _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
@@ -338,6 +374,7 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "run_ended": _run_ended,
     "watermark": _watermark,
     "cell_user": _cell_user,
+    "image_stored": _image_stored,
 }
 assert tuple(_HANDLERS) == ev.KINDS
 

@@ -15,7 +15,7 @@ from typing import Any
 SCHEMA = "rio.state/1"
 ROLES = ("cancel", "resolution", "conclusion")
 EXECUTABLE = ("code", "cmd")
-EVIDENCE_REF = re.compile(r"^session:event:([1-9][0-9]*)$")
+EVIDENCE_REF = re.compile(r"^session:event:([1-9][0-9]*)\Z")
 
 _FIELDS = {
     "note": {"text"},
@@ -31,7 +31,7 @@ LAST_UNIX_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z: every clock and format
 RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
 # Kinds only the harness writes: an outside message must not pass for one of its own.
 HARNESS_KINDS = frozenset({"execution", "timer", "control_rejected", "invalid_idle"})
-_KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}\Z")
 
 
 def message_problem(message_id: Any, kind: Any, payload: Any) -> str | None:
@@ -111,6 +111,11 @@ def _validate_note(cell: dict[str, Any]) -> str | None:
         return "role must be one of cancel, resolution, conclusion (omit it for plain notes)"
     if role is not None and role not in ROLES:
         return f"role must be one of cancel, resolution, conclusion, got {role!r}"
+    return _note_fields_problem(cell) or _role_needs_problem(cell, role)
+
+
+def _note_fields_problem(cell: dict[str, Any]) -> str | None:
+    """A Control field of the wrong shape (whatever the role)."""
     if "target_cell_id" in cell and not is_int(cell["target_cell_id"]):
         return "target_cell_id must be an integer"
     if "evidence_refs" in cell:
@@ -121,6 +126,11 @@ def _validate_note(cell: dict[str, Any]) -> str | None:
             return "evidence_refs must be a list of 'session:event:N' strings"
     if "result" in cell and cell["result"] not in ("success", "failure"):
         return "result must be 'success' or 'failure'"
+    return None
+
+
+def _role_needs_problem(cell: dict[str, Any], role: str | None) -> str | None:
+    """A field the role needs and the note lacks."""
     if role in ("cancel", "resolution") and "target_cell_id" not in cell:
         return f"a {role} note needs target_cell_id"
     if role == "resolution" and not cell.get("evidence_refs"):

@@ -112,7 +112,7 @@ def clipped_message(message: dict[str, Any], room: int) -> dict[str, Any]:
 
 def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
     """Execution facts the model may see: heads with an Execution, every unfinished
-    Execution, every unresolved UnknownExecution (SPEC §2)."""
+    Execution, every unresolved UnknownExecution (docs/patches.md)."""
     heads = set(head_ids)
     shown: dict[str, Any] = {}
     for key, ex in sorted(proj.executions.items(), key=lambda kv: int(kv[0])):

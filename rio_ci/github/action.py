@@ -1,4 +1,4 @@
-"""``rio-ci action``: the GitHub Actions entry points (SPEC §13).
+"""``rio-ci action``: the GitHub Actions entry points (docs/github.md).
 
     run     (job.py) restore the Session, merged with its launch record → check out its
             branch → take in the event and re-scan comments and checks → run rounds within
@@ -45,7 +45,7 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
     if phase == "finish":
         from rio_ci.github.finish import finish
 
-        # The API is reached only after the Session is persisted (SPEC §13.1).
+        # The API is reached only after the Session is persisted (docs/github.md).
         result = finish(env, connect)
     elif phase == "sweep" or env.event_name == "schedule":
         result = sweep(env, connect())

@@ -16,18 +16,24 @@ first and returns the first one that passes, with the reasons the newer ones wer
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import math
 import os
+import shutil
 import stat
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict
 
-from rio_ci.errors import ArtifactError, StorageError
+from rio_ci import jsonio
+from rio_ci.crashpoints import crash_point
+from rio_ci.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.github.forge.base import Artifact, Forge
 from rio_ci.journal import copy_single_file, single_file_problem
 
@@ -152,6 +158,7 @@ def pack(
             os.fsync(stream.fileno())
         manifest = Manifest(generation, parent_generation, run_id, _sha256(partial), next_wake)
         os.replace(partial, out_dir / SNAPSHOT)
+        crash_point("artifact_pack_midway")
         manifest_partial = out_dir / f".{MANIFEST}.partial"
         manifest_partial.write_text(
             json.dumps(manifest.to_dict(), indent=2, allow_nan=False) + "\n"
@@ -163,6 +170,54 @@ def pack(
         partial.unlink(missing_ok=True)
         Path(f"{partial}-journal").unlink(missing_ok=True)
     return out_dir
+
+
+def replace_directory(aside: Path, target: Path) -> None:
+    """Make the complete directory ``aside`` the one at ``target`` in one step, so a kill at
+    any instant leaves ``target`` holding the old contents or the new, never a mix, never
+    empty. Linux swaps the two with ``renameat2(RENAME_EXCHANGE)`` and then removes the old
+    one (now at ``aside``); where that call is missing, two renames leave a moment with no
+    ``target`` at all (an upload then finds nothing: no partial generation is published).
+    Both directories must be on one file system (siblings)."""
+    if not target.exists():
+        os.rename(aside, target)
+    elif not _exchange(aside, target):
+        retired = aside.with_name(aside.name + ".old")
+        shutil.rmtree(retired, ignore_errors=True)
+        os.rename(target, retired)
+        os.rename(aside, target)
+        aside = retired
+    _fsync_dir(target.parent)
+    crash_point("artifact_swapped")
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically; False when this system cannot (not Linux, an old libc,
+    or a file system without RENAME_EXCHANGE)."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    result = call(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def _fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def archive(out_dir: Path, zip_path: Path) -> Path:
@@ -254,7 +309,7 @@ def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
     try:
         _extract_checked(zip_path, dest_dir, max_bytes)
         try:
-            manifest = Manifest.from_dict(json.loads((dest_dir / MANIFEST).read_bytes()))
+            manifest = Manifest.from_dict(_loads((dest_dir / MANIFEST).read_bytes()))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             raise ArtifactError(f"manifest refused: {_one_line(exc)}") from exc
         if _sha256(dest_dir / SNAPSHOT) != manifest.sha256:
@@ -279,6 +334,12 @@ def _extract_checked(zip_path: Path, dest_dir: Path, max_bytes: int) -> None:
         raise ArtifactError(f"not a valid zip archive: {_one_line(exc)}") from exc
 
 
+def _loads(data: bytes) -> Any:
+    """Strict JSON of any depth or size: a nesting too deep, ``NaN`` or bad UTF-8 is a
+    ValueError (a refused generation), never an internal error."""
+    return jsonio.loads(data, "the manifest")
+
+
 def _one_line(reason: object) -> str:
     return " ".join(str(reason).split()) or type(reason).__name__
 
@@ -289,6 +350,7 @@ def _remove(paths: list[Path]) -> None:
 
 
 EXPIRED = "expired"  # the reason given for an artifact past its retention
+GONE = 410  # how GitHub answers the download of an expired artifact
 
 
 @dataclass(frozen=True)
@@ -317,31 +379,67 @@ class Restored:
 class RestoreResult:
     """``restored`` is None when no generation passed. With ``rejected`` empty that means the
     Session has never been persisted; with rejections it means every copy is bad — the caller
-    must then fail rather than start over, or it would publish over the lost history."""
+    must then fail rather than start over, or it would publish over the lost history.
+    ``skipped`` are artifacts that are not rio's own (another workflow's, a fork's): as if
+    they did not exist, each with the reason."""
 
     restored: Restored | None
     rejected: tuple[RefusedGeneration, ...]
+    skipped: tuple[RefusedGeneration, ...] = ()
+
+
+Provenance = Callable[[Artifact], "str | None"]
 
 
 def restore_newest(
-    forge: Forge, name: str, work_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
+    forge: Forge,
+    name: str,
+    work_dir: Path,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    provenance: Provenance | None = None,
 ) -> RestoreResult:
     """Restore the newest valid generation of artifact ``name`` into ``work_dir/<artifact id>/``.
 
-    Candidates are tried newest first; expired ones and ones that fail ``unpack`` (or exceed
-    the download limit) are recorded as ``RefusedGeneration``s and the next older one is tried. A
-    ForgeError (network, permissions) propagates: falling back to an older generation because
-    the newest could not be *fetched* would silently drop history.
+    Candidates are tried newest first. With ``provenance`` (why an artifact is not rio's own,
+    or None), a candidate it objects to, or whose manifest's ``run_id`` is not the run that
+    uploaded it, is skipped. Expired ones (listed so, or a download answered 410 Gone) and
+    ones that fail ``unpack`` (or exceed the download limit) are recorded as
+    ``RefusedGeneration``s and the next older one is tried. A ForgeError (network,
+    permissions) propagates: falling back to an older generation because the newest could not
+    be *fetched* would silently drop history.
     """
     rejected: list[RefusedGeneration] = []
+    skipped: list[RefusedGeneration] = []
     work_dir.mkdir(parents=True, exist_ok=True)
     for candidate in forge.artifacts(name):
+        foreign = provenance(candidate) if provenance is not None else None
+        if foreign is not None:
+            skipped.append(RefusedGeneration(candidate.id, candidate.created_at, None, foreign))
+            continue
         outcome, generation = _try(forge, candidate, work_dir, max_bytes)
+        if isinstance(outcome, Manifest) and provenance is not None:
+            copied = _run_mismatch(outcome, candidate, work_dir)
+            if copied is not None:
+                skipped.append(copied)
+                continue
         if isinstance(outcome, Manifest):
             restored = Restored(work_dir / str(candidate.id) / SNAPSHOT, outcome, candidate)
-            return RestoreResult(restored, tuple(rejected))
+            return RestoreResult(restored, tuple(rejected), tuple(skipped))
         rejected.append(RefusedGeneration(candidate.id, candidate.created_at, generation, outcome))
-    return RestoreResult(None, tuple(rejected))
+    return RestoreResult(None, tuple(rejected), tuple(skipped))
+
+
+def _run_mismatch(
+    manifest: Manifest, candidate: Artifact, work_dir: Path
+) -> RefusedGeneration | None:
+    """A generation whose manifest names another run than the one that uploaded it is a
+    copy (of another issue's, or an older job's): skipped, its files removed."""
+    if manifest.run_id == candidate.run_id:
+        return None
+    _remove([work_dir / str(candidate.id) / n for n in (SNAPSHOT, MANIFEST)])
+    why = f"its manifest names run {manifest.run_id}, but run {candidate.run_id} uploaded it"
+    return RefusedGeneration(candidate.id, candidate.created_at, manifest.generation, why)
 
 
 def _try(
@@ -357,6 +455,10 @@ def _try(
     try:
         forge.download_artifact(candidate.id, zip_path)
         return unpack(zip_path, target, max_bytes=max_bytes), None
+    except ForgeError as exc:
+        if exc.status != GONE:
+            raise
+        return EXPIRED, None  # GitHub's answer for an artifact past its retention
     except ArtifactError as exc:
         generation = _peek_generation(zip_path)
         with contextlib.suppress(OSError):
@@ -375,8 +477,8 @@ def _peek_generation(zip_path: Path) -> int | None:
             info = bundle.getinfo(MANIFEST)
             if info.file_size > MANIFEST_MAX_BYTES:
                 return None
-            data: Any = json.loads(bundle.read(info))
+            data: Any = _loads(bundle.read(info))
         generation = data.get("generation") if isinstance(data, dict) else None
         return generation if _is_int(generation) else None
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError):
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError, zlib.error):
         return None

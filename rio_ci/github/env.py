@@ -1,4 +1,4 @@
-"""The GitHub Actions environment contract (SPEC §13), read once and validated.
+"""The GitHub Actions environment contract (docs/github.md), read once and validated.
 
 Only these variables are read. Unset action inputs take their defaults. Nothing here is
 ever printed whole: the token and the API key stay inside this object.
@@ -18,14 +18,17 @@ from typing import Any
 import yaml
 
 from rio_ci.core.limits import Limits
+from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
 from rio_ci.run.cell_user import requested
+from rio_ci.treefile import read_tree_file
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
 ACTION_CELL_USER = "rio-cell"  # the action's cell-user default (RIO_CELL_USER unset: none)
+CONFIG_MAX_BYTES = 64 * 1024  # a configuration is a few lines
 DEFAULT_RETENTION_DAYS = 90  # GitHub's default artifact retention (1-90 public, 1-400 private)
 JOB_FILE = "job.json"  # what the run step hands the finish step, in state_dir
 OUTPUTS = {
@@ -54,6 +57,7 @@ class ActionEnv:
     model: str
     effort: str
     price: str | None
+    fallback_model: str | None  # RIO_FALLBACK_MODEL: asked after a refusal
     trigger_label: str
     config: str
     budget_minutes: float
@@ -61,6 +65,8 @@ class ActionEnv:
     workflow_ref: str
     ref_name: str
     cell_user: str | None = None  # RIO_CELL_USER (the action's cell-user); None: none
+    assignee_trigger: str = ""
+    runner_retention_days: int | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
@@ -99,6 +105,7 @@ class ActionEnv:
             model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
             effort=environ.get("RIO_EFFORT", "").strip() or "high",
             price=environ.get("RIO_PRICE", "").strip() or None,
+            fallback_model=environ.get("RIO_FALLBACK_MODEL", "").strip() or None,
             trigger_label=environ.get("RIO_TRIGGER_LABEL", "").strip() or DEFAULT_LABEL,
             config=environ.get("RIO_CONFIG", "").strip() or DEFAULT_CONFIG,
             budget_minutes=budget,
@@ -106,7 +113,17 @@ class ActionEnv:
             workflow_ref=environ.get("GITHUB_WORKFLOW_REF", "").strip(),
             ref_name=environ.get("GITHUB_REF_NAME", "").strip(),
             cell_user=requested(environ.get("RIO_CELL_USER")),
+            assignee_trigger=environ.get("RIO_ASSIGNEE_TRIGGER", "").strip().removeprefix("@"),
+            runner_retention_days=_retention(environ.get("GITHUB_RETENTION_DAYS", "").strip()),
         )
+
+    def retention_days(self, config: Config) -> int:
+        """How long this job's artifact lives: the runner's ``GITHUB_RETENTION_DAYS`` (the
+        repository's setting, which also caps the upload's ``retention-days``), lowered by
+        ``retention_days`` in the configuration, never raised by it; GitHub's default when
+        neither says."""
+        given = [d for d in (self.runner_retention_days, config.retention_days) if d]
+        return min(given, default=DEFAULT_RETENTION_DAYS)
 
     def event(self) -> dict[str, Any]:
         try:
@@ -135,6 +152,15 @@ class ActionEnv:
         return self.runner_temp / "rio-artifact"
 
 
+def _retention(text: str) -> int | None:
+    """``GITHUB_RETENTION_DAYS`` as a number of days (unset: None)."""
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"GITHUB_RETENTION_DAYS must be a whole number of days, got {text!r}")
+    return int(text)
+
+
 # The harness's own credentials: a Session may never hand them to its Cells.
 HARNESS_SECRETS = frozenset({"GITHUB_TOKEN", "ANTHROPIC_API_KEY"})
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -146,23 +172,32 @@ class Config:
     and more variables to treat as secrets (``secrets``), applied when a Session is created;
     ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts
     (a Session's saved generations), so the artifact outlives every Timer and a Timer past it
-    is refused."""
+    is refused. It can only lower what the runner says (``ActionEnv.retention_days``); None
+    when the file does not set it."""
 
     validators: list[list[str]]
     limits: Limits
     pass_env: tuple[str, ...] = ()
-    retention_days: int = DEFAULT_RETENTION_DAYS
+    retention_days: int | None = None
     secrets: tuple[str, ...] = ()  # more variables whose values are redacted and withheld
+    skipped: str | None = None  # why the file was not read (the defaults apply): a warning
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
-        path = workspace / relative
-        if not path.exists():
-            return cls([], Limits())
+        """Read the configuration as a regular file inside the checkout, at most
+        ``CONFIG_MAX_BYTES`` (rio_ci.treefile): absent, or skipped (a link out of the tree,
+        a FIFO, a device: ``skipped`` says why), it is the defaults; too big or not YAML, a
+        UsageError."""
+        found = read_tree_file(workspace, relative, CONFIG_MAX_BYTES)
+        if found.data is None:
+            return cls([], Limits(), skipped=found.skipped)
+        if found.over:
+            raise UsageError(f"{relative}: the configuration is over {CONFIG_MAX_BYTES} bytes")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UsageError(f"{relative}: cannot read the configuration: {exc}") from None
+            data = yaml.safe_load(found.data.decode("utf-8")) or {}
+        except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+            reason = " ".join(str(exc).split())[:300] or "nested too deeply"
+            raise UsageError(f"{relative}: cannot read the configuration: {reason}") from None
         if not isinstance(data, dict):
             raise UsageError(f"{relative}: the configuration must be a mapping")
         unknown = sorted(
@@ -183,8 +218,10 @@ class Config:
             limits = Limits.from_dict(limits_data)
         except ValueError as exc:
             raise UsageError(f"{relative}: {exc}") from None
-        days = data.get("retention_days", DEFAULT_RETENTION_DAYS)
-        if isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400:
+        days = data.get("retention_days")
+        if days is not None and (
+            isinstance(days, bool) or not isinstance(days, int) or not 2 <= days <= 400
+        ):
             raise UsageError(
                 f"{relative}: retention_days must be a whole number of days from "
                 "2 to 400 (the repository's artifact retention)"
@@ -223,8 +260,9 @@ def log(message: str) -> None:
 
 
 def warn(env: ActionEnv, message: str) -> None:
-    """A warning in the log (an annotation on the run) and in the step summary."""
-    line = " ".join(message.split())
+    """A warning in the log (an annotation on the run) and in the step summary: one line
+    (no workflow command can follow it), control and bidi characters escaped."""
+    line = escape_control(" ".join(message.split()))
     log(f"::warning::rio-ci: {line}")
     if env.summary is not None:
         with env.summary.open("a") as stream:

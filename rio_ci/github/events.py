@@ -1,6 +1,6 @@
 """GitHub events → what a job should do. Pure: a payload in, a ``Trigger`` out.
 
-Which events reach a Session (SPEC §13): a trigger label starts one; comments on its issue
+Which events reach a Session (docs/github.md): a trigger label starts one; comments on its issue
 or pull request, and finished workflow/check runs on its branch, become Inbox messages;
 ``schedule`` sweeps for due Timers; ``workflow_dispatch`` with an ``issue`` input resumes.
 Who may steer is decided later, with the permission API; here only the shape is read.
@@ -14,7 +14,7 @@ from typing import Any
 
 from rio_ci.github.forge.base import Check
 
-BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)$")
+BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)\Z")
 # author_association values that can only belong to someone without write access, so a
 # comment may be dropped before asking the permission API. NONE and CONTRIBUTOR are not
 # among them: a private organization member with write access through a team arrives so.
@@ -43,22 +43,23 @@ def issue_of_branch(branch: str | None) -> int | None:
 
 
 def classify(
-    event_name: str, payload: dict[str, Any], trigger_label: str, repository: str | None = None
+    event_name: str,
+    payload: dict[str, Any],
+    trigger_label: str,
+    repository: str | None = None,
+    assignee_trigger: str = "",
 ) -> Trigger:
     """Map one event to a Trigger; anything unexpected is ``ignore`` with a reason.
     ``repository`` (``owner/name``), when given, is where a finished run's branch must live:
-    a fork may name its own branch ``rio/issue-7`` too."""
+    a fork may name its own branch ``rio/issue-7`` too. ``assignee_trigger``, when not
+    empty, is the login whose assignment to an issue starts a Session like the label."""
     if not isinstance(payload, dict):
         return Trigger("ignore", reason="the event payload is not a JSON object")
     sender = (payload.get("sender") or {}).get("login")
     if event_name == "issues":
-        issue = payload.get("issue") or {}
-        label = (payload.get("label") or {}).get("name")
-        if payload.get("action") != "labeled" or label != trigger_label:
-            return Trigger("ignore", reason=f"issues/{payload.get('action')} with label {label!r}")
-        if issue.get("pull_request"):
-            return Trigger("ignore", reason="the trigger label on a pull request")
-        return Trigger("start", issue=_number(issue), actor=sender)
+        return _issue_event(payload, sender, trigger_label, assignee_trigger)
+    if event_name in ("pull_request_review", "pull_request_review_comment"):
+        return _review_event(event_name, payload)
     if event_name == "issue_comment":
         if payload.get("action") != "created":
             return Trigger("ignore", reason=f"issue_comment/{payload.get('action')}")
@@ -96,10 +97,56 @@ def classify(
         return Trigger("sweep")
     if event_name == "workflow_dispatch":
         raw = str((payload.get("inputs") or {}).get("issue") or "").strip()
-        if not raw.isdigit() or int(raw) < 1:
+        # ASCII digits only ('²'.isdigit() is True, and int() refuses it), and a sane length.
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or int(raw) < 1:
             return Trigger("ignore", reason="workflow_dispatch needs an 'issue' input (a number)")
         return Trigger("resume", issue=int(raw), actor=sender)
     return Trigger("ignore", reason=f"event {event_name!r} is not handled")
+
+
+def _issue_event(
+    payload: dict[str, Any], sender: str | None, trigger_label: str, assignee_trigger: str
+) -> Trigger:
+    """``issues``: ``labeled`` with the trigger label, or ``assigned`` to the login named by
+    the ``assignee-trigger`` input (the sender is who assigned it: they must be a writer)."""
+    issue = payload.get("issue") or {}
+    action = payload.get("action")
+    label = (payload.get("label") or {}).get("name")
+    assignee = (payload.get("assignee") or {}).get("login")
+    if action == "assigned" and assignee_trigger and assignee == assignee_trigger:
+        kind = "assignment"
+    elif action == "labeled" and label == trigger_label:
+        kind = "label"
+    elif action == "assigned":
+        return Trigger("ignore", reason=f"issues/assigned to {assignee!r}")
+    else:
+        return Trigger("ignore", reason=f"issues/{action} with label {label!r}")
+    if issue.get("pull_request"):
+        return Trigger("ignore", reason=f"the trigger {kind} on a pull request")
+    return Trigger("start", issue=_number(issue), actor=sender, data={"by": kind})
+
+
+def _review_event(event_name: str, payload: dict[str, Any]) -> Trigger:
+    """A submitted review, or an inline comment created on a pull request's diff: the
+    pull request's Session takes it in through the re-scan (intake.py), which lists the
+    review with all its comments; the event only names the pull request and the author."""
+    wanted = "submitted" if event_name == "pull_request_review" else "created"
+    if payload.get("action") != wanted:
+        return Trigger("ignore", reason=f"{event_name}/{payload.get('action')}")
+    pull = payload.get("pull_request") or {}
+    item = payload.get("review" if event_name == "pull_request_review" else "comment") or {}
+    head = pull.get("head") or {}
+    return Trigger(
+        "comment",
+        issue=_number(pull),
+        actor=(item.get("user") or {}).get("login"),
+        association=item.get("author_association"),
+        data={
+            "is_pull_request": True,
+            "review": True,
+            "head_branch": str(head.get("ref") or ""),
+        },
+    )
 
 
 def _finished(event_name: str, body: dict[str, Any], branch: str) -> Check | None:

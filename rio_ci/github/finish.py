@@ -1,4 +1,4 @@
-"""The finish step of ``rio-ci action`` (``if: always()``; SPEC §13, §13.1).
+"""The finish step of ``rio-ci action`` (``if: always()``; docs/github.md).
 
 Persist first, offline: recover (a cut-off run's ``started`` Execution becomes an
 UnknownExecution), withdraw Timers past the retention horizon, and write generation + 1 to
@@ -21,12 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci import report
+from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RioError
-from rio_ci.github import artifact, gate, progress, timers, workspace
+from rio_ci.github import artifact, gate, progress, pull_request, timers, workspace
 from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
 from rio_ci.github.events import branch_for
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
+from rio_ci.github.git import Git
 from rio_ci.github.progress import publish_progress
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
@@ -99,7 +102,7 @@ def _publish(
             "pull request and the progress comment wait for the next job",
         )
     newer = (
-        newer_generations(forge, job["artifact_name"], set(job.get("seen") or []))
+        newer_generations(env, forge, job["artifact_name"], set(job.get("seen") or []))
         if forge is not None
         else []
     )
@@ -164,11 +167,14 @@ def _checkpoint(
     if not job.get("start"):  # the run step never checked the branch out: nothing to save
         return None
     try:
+        # The harness's git directory and the origin it kept: not job.json's "remote", nor
+        # anything in the checkout.
+        repo = workspace.harness_git(env.state_dir, env.workspace)
         done = workspace.checkpoint(
-            env.workspace,
+            repo,
             branch_for(issue),
             f"rio-ci: checkpoint of #{issue} (run {env.run_id})",
-            job["remote"],
+            workspace.origin_url(repo),
             env.token,
             job["start"],
             exclude=[env.runner_temp],
@@ -207,21 +213,37 @@ def _pull_request(
     session_id = session.proj.session["id"]
     try:
         info = forge.issue(issue)
+        base = env.ref_name or forge.default_branch()
+        comment = forge.find_comment(issue, progress.MARKER)
+        body = pull_request.pull_request_body(
+            issue,
+            session_id,
+            report.read_history(session),
+            diffstat=_diffstat(workspace.harness_git(env.state_dir, env.workspace), base),
+            comment_url=comment.url if comment is not None else None,
+        )
         url = forge.open_pull_request(
-            branch_for(issue),
-            env.ref_name or forge.default_branch(),
-            f"Fixes #{issue}: {info.title}"[:250],
-            f"Fixes #{issue}\n\nOpened by rio-ci (Session {session_id}).\n"
-            f"<!-- rio-ci:op {session_id}:pull -->",
+            branch_for(issue), base, f"Fixes #{issue}: {info.title}"[:250], body
         )
     except RioError as exc:
         notes.append(f"the pull request was not opened: {exc}")
         log(f"::error::rio-ci: the pull request was not opened: {exc}")
         return None
-    number = re.search(r"/pull/([0-9]+)$", url)
+    number = re.search(r"/pull/([0-9]+)(?:\.html)?\Z", url)
     if number:  # comments on the pull request steer the Session (and its follow-ups) too
         session.set_watermark("pull_request", int(number.group(1)))
     return url
+
+
+def _diffstat(repo: Git, base: str) -> str | None:
+    """What the branch changes against ``base`` as fetched (``git diff --stat``), or None
+    when the harness's git directory does not have ``base`` (a shallow clone of another
+    ref). Read through the harness's own git, like the checkpoint it describes."""
+    for ref in (f"refs/remotes/origin/{base}", f"refs/heads/{base}"):
+        done = repo.run("diff", "--stat", "--no-color", f"{ref}...HEAD", check=False)
+        if done.returncode == 0:
+            return done.stdout
+    return None
 
 
 def _persist(
@@ -237,16 +259,21 @@ def _persist(
             next_wake=proj.next_wake(),
             status=result.get("status") or _status(proj.ended, job),
         )
-        if env.artifact_dir.exists():
-            shutil.rmtree(env.artifact_dir)
+        # Written aside, then swapped in: the upload step may publish the directory under
+        # the artifact-name already in the outputs, so it is never empty or half written.
+        aside = env.artifact_dir.with_name(env.artifact_dir.name + ".next")
+        if aside.exists():
+            shutil.rmtree(aside)  # a half-written one from a finish killed before
         artifact.pack(
             Path(db),
-            env.artifact_dir,
+            aside,
             generation=generation + 1,
             parent_generation=generation or None,
             run_id=_int(env.run_id),
             next_wake=result["next_wake"],
         )
+        crash_point("artifact_aside_written")
+        artifact.replace_directory(aside, env.artifact_dir)
         return proj.last_seq
     finally:
         reader.close()
@@ -276,4 +303,4 @@ def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
 
 
 def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None

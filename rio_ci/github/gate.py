@@ -21,7 +21,7 @@ def check_success(owner: Owner) -> str | None:
     if not ended or ended["result"] != "success":
         return "the run did not end in success"
     seq = int(ended["seq"])
-    before, last = [*session.journal.events(after=seq - 2, limit=2), {}, {}][:2]
+    before, last = [*session.events(after=seq - 2, limit=2), {}, {}][:2]
     note = last.get("note_id")
     if last.get("kind") != "run_ended" or not (
         before.get("kind") == "control_applied"

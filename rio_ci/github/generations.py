@@ -14,8 +14,9 @@ from rio_ci.core.limits import Limits
 from rio_ci.core.state import json_equal
 from rio_ci.errors import OwnershipError, Rejected, RioError
 from rio_ci.github import artifact
-from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.env import ActionEnv, log, warn
 from rio_ci.github.forge.base import Forge
+from rio_ci.github.provenance import Provenance
 from rio_ci.github.record import LaunchRecord, Record, journal_events
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
@@ -30,9 +31,21 @@ def restore(
     generation was refused (starting over would publish over the lost history), the launch
     record cannot be read, or it shows a launch the restored Session would run again."""
     name = f"rio-session-{issue}"
+    provenance = Provenance(forge, env.repository, env.workflow_ref)
+    listed = forge.artifacts(name)
+    if provenance.path is None and listed:
+        return {
+            "problem": f"GITHUB_WORKFLOW_REF is {env.workflow_ref or 'not set'!r}, so no "
+            f"artifact of {name} can be shown to come from this workflow's own runs "
+            "(docs/github.md, whose artifacts are restored). Nothing was run."
+        }
     # Every generation that exists now; finish treats any other one as a newer job's.
-    seen = [a.id for a in forge.artifacts(name)]
-    result = artifact.restore_newest(forge, name, env.state_dir / "restore")
+    seen = [a.id for a in listed]
+    result = artifact.restore_newest(
+        forge, name, env.state_dir / "restore", provenance=provenance.problem
+    )
+    for skipped in result.skipped:
+        warn(env, f"{name}: skipped artifact {skipped.artifact_id}: {skipped.reason}")
     # GitHub keeps listing an artifact past its retention, marked expired: a Session whose
     # generations all expired is gone (docs/github.md), not damaged.
     damaged = [r for r in result.rejected if r.reason != artifact.EXPIRED]
@@ -222,13 +235,24 @@ def take_over(db: Path, patience: float = 10.0, cell_user: str | None = None) ->
             time.sleep(0.2)
 
 
-def newer_generations(forge: Forge, name: str, seen: set[int]) -> list[int]:
-    """Artifact ids of ``name`` that this job did not see when it restored: another job
-    published after us. An optional check: the per-issue concurrency group already makes
-    this job the only writer, so a listing that fails (an outage, an expired token) is
-    logged and counts as none."""
+def newer_generations(env: ActionEnv, forge: Forge, name: str, seen: set[int]) -> list[int]:
+    """Artifact ids of ``name`` that this job did not see when it restored: another of
+    rio's own jobs published after us (an artifact from anywhere else is skipped with a
+    warning, so a fork cannot stop a job from publishing). An optional check: the per-issue
+    concurrency group already makes this job the only writer, so a listing that fails (an
+    outage, an expired token) is logged and counts as none."""
+    provenance = Provenance(forge, env.repository, env.workflow_ref)
     try:
-        return [a.id for a in forge.artifacts(name) if a.id not in seen]
+        newer = []
+        for candidate in forge.artifacts(name):
+            if candidate.id in seen:
+                continue
+            foreign = provenance.problem(candidate)
+            if foreign is None:
+                newer.append(candidate.id)
+            else:
+                warn(env, f"{name}: skipped artifact {candidate.id}: {foreign}")
+        return newer
     except RioError as exc:
         log(f"::warning::rio-ci: cannot list {name} to check for newer generations: {exc}")
         return []

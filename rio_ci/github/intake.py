@@ -5,16 +5,22 @@ observation enters the Inbox once, under a stable id)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from rio_ci.core.text import clip
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.github import progress
 from rio_ci.github.env import log
 from rio_ci.github.events import NEVER_WRITERS, branch_for, quote_untrusted, steer_command
-from rio_ci.github.forge.base import Check, Comment, Forge
+from rio_ci.github.forge.base import Check, Comment, Forge, Review, ReviewComment
+from rio_ci.github.images import ImageFetcher, kept
 from rio_ci.run.owner import Owner
 
 WRITERS = frozenset({"admin", "maintain", "write"})
 COMMENT_QUOTE_BYTES = 6000
+INLINE_QUOTE_BYTES = 2000  # one inline comment's body
+HUNK_CHARS = 1500  # the diff hunk an inline comment points at
+REVIEW_COMMENTS = 40  # inline comments quoted in one review message; the rest are counted
 
 
 def may_steer(forge: Forge, user: str | None, association: str | None) -> bool:
@@ -39,8 +45,10 @@ def take_in(
     issue: int,
     warn: Callable[[str], None] | None = None,
     reported: Check | None = None,
+    fetcher: ImageFetcher | None = None,
 ) -> None:
-    """Re-scan comments (issue and pull request) and checks; each observation enters the
+    """Re-scan comments (issue and pull request), the pull request's reviews, and checks;
+    each observation enters the
     Inbox once, under a stable id. Listing checks is optional: a 403 or 404 there goes to
     ``warn``, and the finished run or check this job's own event ``reported`` still enters
     (under the id the listing would give it). Comments advance a watermark (their ids rise
@@ -52,7 +60,9 @@ def take_in(
     numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
     try:
         for number in numbers:
-            _take_comments(owner, forge, number)
+            _take_comments(owner, forge, number, fetcher)
+        if marks.get("pull_request"):
+            _take_reviews(owner, forge, int(marks["pull_request"]))
         listed = forge.checks(branch_for(issue), warn=warn)
         for check in sorted(
             {(c.kind, c.id): c for c in [*([reported] if reported else []), *listed]}.values(),
@@ -74,7 +84,9 @@ def take_in(
         log(f"::warning::rio-ci: an observation was not taken in: {exc}")
 
 
-def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
+def _take_comments(
+    owner: Owner, forge: Forge, number: int, fetcher: ImageFetcher | None = None
+) -> None:
     session = owner.session
     key = f"comments:{number}"
     last = int(session.proj.watermarks.get(key, 0))
@@ -97,7 +109,80 @@ def _take_comments(owner: Owner, forge: Forge, number: int) -> None:
                     "url": comment.url,
                     "untrusted": True,
                     "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES),
+                    # its pictures, stored by digest (rio_ci/github/images.py)
+                    **(kept(session, fetcher.fetch(comment.body)) if fetcher else {}),
                 },
             )
         # "/rio status" needs nothing here: this job rewrites the progress comment anyway.
         session.set_watermark(key, comment.id)
+
+
+def _take_reviews(owner: Owner, forge: Forge, pull: int) -> None:
+    """Each submitted review by a writer enters once, as one ``review`` message carrying all
+    its inline comments, or — a lone inline comment (GitHub wraps one in a COMMENTED review
+    of its own with no body) — as one ``review_comment``; both under the id ``review:<id>``.
+    The watermark ``reviews:<pull>`` lists the reviews taken (a follow-up Session keeps it):
+    a review's id is given when it is started, not when it is submitted, so ids do not rise
+    in submission order and a highest id would skip a review started early."""
+    session = owner.session
+    key = f"reviews:{pull}"
+    for review in forge.reviews(pull):
+        taken = [int(i) for i in session.refresh().watermarks.get(key) or []]
+        if session.proj.ended:
+            return
+        if review.id in taken or review.author.endswith("[bot]"):
+            continue
+        if not may_steer(forge, review.author, review.association):
+            log(f"rio-ci: review {review.id} by @{review.author} ignored (no write access)")
+            continue
+        if steer_command(review_text(review)) == "stop":
+            owner.end_in_failure(f"stopped by @{review.author} ({review.url})")
+            return
+        kind, payload = review_message(review)
+        if kind:
+            session.receive(f"review:{review.id}", kind, payload)
+        session.set_watermark(key, sorted([*taken, review.id]))
+
+
+def review_text(review: Review) -> str:
+    """What a review says besides its inline comments (a lone comment: that comment)."""
+    return review.comments[0].body if is_lone(review) else review.body
+
+
+def is_lone(review: Review) -> bool:
+    """A lone inline comment: "Add single comment" or a reply in a thread, which GitHub
+    submits as a review of its own — COMMENTED, no body, that one comment."""
+    return review.state == "COMMENTED" and not review.body.strip() and len(review.comments) == 1
+
+
+def review_message(review: Review) -> tuple[str | None, dict[str, Any]]:
+    """The Inbox message for a review: ``review_comment`` for a lone inline comment,
+    ``review`` otherwise, or no kind for an empty COMMENTED review (nothing to read)."""
+    if is_lone(review):
+        comment = {"author": review.author, **_inline(review.comments[0]), "untrusted": True}
+        return "review_comment", comment
+    if not (review.body.strip() or review.comments or review.state != "COMMENTED"):
+        return None, {}
+    shown = review.comments[:REVIEW_COMMENTS]
+    message: dict[str, Any] = {
+        "author": review.author,
+        "state": review.state,
+        "body": quote_untrusted(review.body, COMMENT_QUOTE_BYTES),
+        "url": review.url,
+        "comments": [_inline(c) for c in shown],
+        "untrusted": True,
+    }
+    if len(review.comments) > len(shown):
+        message["comments_not_shown"] = len(review.comments) - len(shown)
+    return "review", message
+
+
+def _inline(comment: ReviewComment) -> dict[str, Any]:
+    return {
+        "path": comment.path,
+        "line": comment.line,
+        "side": comment.side,
+        "diff_hunk": clip(comment.diff_hunk, HUNK_CHARS),
+        "body": quote_untrusted(comment.body, INLINE_QUOTE_BYTES),
+        "url": comment.url,
+    }

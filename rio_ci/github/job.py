@@ -1,4 +1,4 @@
-"""The run step of ``rio-ci action`` (SPEC §13, §13.1).
+"""The run step of ``rio-ci action`` (docs/github.md).
 
     restore the newest valid generation, merged with the launch record a lost runner left
     → start a Session (label, ``/rio <request>``, a follow-up after the run ended) or go on
@@ -19,6 +19,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -36,13 +37,15 @@ from rio_ci.github.events import (
 )
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import rejections_note, restore
+from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import may_steer, take_in
+from rio_ci.github.listen import Listener
 from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
 from rio_ci.harness import Harness
 from rio_ci.live import LiveLog
-from rio_ci.model.providers import parse_price, priced_model
+from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
@@ -50,9 +53,15 @@ TIMER_REFUSALS = 5  # rounds of "that Timer is too far" a job gives the model be
 Start = Literal["created", "restored", "republish"]
 
 
-def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
+def run(
+    env: ActionEnv, forge: Forge, *, clock: Callable[[], float] = time.monotonic
+) -> dict[str, Any]:
+    """The run step. ``clock`` paces the job's listening for new comments (listen.py); a
+    test passes its own so that "30 s later" takes no time."""
     (env.state_dir / JOB_FILE).unlink(missing_ok=True)
-    trigger = classify(env.event_name, env.event(), env.trigger_label, env.repository)
+    trigger = classify(
+        env.event_name, env.event(), env.trigger_label, env.repository, env.assignee_trigger
+    )
     if trigger.kind == "sweep":
         return sweep(env, forge)
     issue, pull_request = trigger.issue, None
@@ -65,17 +74,21 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         forge, trigger.actor, trigger.association
     )
     if trigger.kind == "start" and not writer:
-        log(f"rio-ci: @{trigger.actor} has no write access; the label is ignored")
-        return {"status": "ignored", "reason": "label by a user without write access"}
+        what = "assignment" if trigger.data.get("by") == "assignment" else "label"
+        log(f"rio-ci: @{trigger.actor} has no write access; the {what} is ignored")
+        return {"status": "ignored", "reason": f"{what} by a user without write access"}
     if trigger.kind == "comment" and not writer:
         # Its job still re-scans: a maintainer's comment whose own job was dropped (a
         # concurrency group keeps one pending job) is delivered now.
         log(f"rio-ci: comment by @{trigger.actor} ignored (no write access); re-scanning")
 
     config = Config.load(env.workspace, env.config)
+    if config.skipped is not None:
+        warn(env, f"{config.skipped}; the configuration's defaults apply")
     env.state_dir.mkdir(parents=True, exist_ok=True)
     db = env.state_dir / "session.sqlite3"
-    remote = workspace.origin_url(env.workspace)  # read before any Cell can change it
+    repo = workspace.adopt(env.state_dir, env.workspace)  # before any Cell can change it
+    remote = workspace.origin_url(repo)
     launches = LaunchRecord(env.state_dir / "record.git", remote, env.token, issue, env.run_id)
     restored = restore(env, forge, issue, db, launches)
     if "problem" in restored:
@@ -102,13 +115,14 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         "generation": launches.generation,
         "record_after": launches.after_seq,
         "artifact_name": f"rio-session-{issue}",
-        "retention_days": config.retention_days,
+        "retention_days": env.retention_days(config),
         "fresh": start != "restored" or bool(restored["record_imported"]),
     }
     write_job(env, job)
     log("::group::rio-ci: working tree")
-    existed = workspace.check_out(env.workspace, branch_for(issue), remote, env.token)
-    job["start"] = workspace.head(env.workspace)
+    existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
+    workspace.lend(repo, branch_for(issue))
+    job["start"] = workspace.head(repo)
     write_job(env, job)
     log(f"branch {branch_for(issue)} {'restored' if existed else 'started'}")
     log("::endgroup::")
@@ -126,7 +140,8 @@ def run(env: ActionEnv, forge: Forge) -> dict[str, Any]:
     owners.append(owner)
     restore_signals = handle_signals(owner.interrupted)
     try:
-        result = _work(env, forge, owner, job, trigger, writer, pull_request)
+        listener = Listener(owner, forge, issue, clock=clock, warn=lambda m: warn(env, m))
+        result = _work(env, forge, listener, job, trigger, writer, pull_request)
         if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
             write_job(env, {**job, "outcome": result.get("status")})
         return result
@@ -164,7 +179,9 @@ def _start(
     request = request_of(body) if writer and trigger.kind == "comment" else None
     if generation is None:
         if trigger.kind == "start":
-            starts.from_issue(env, forge, db, config, issue)
+            # An assignment labels the issue too: the sweep looks only at labelled issues.
+            label = trigger.data.get("by") == "assignment"
+            starts.from_issue(env, forge, db, config, issue, label=label)
             return "created"
         if request is not None and not trigger.data.get("is_pull_request"):
             starts.from_issue(
@@ -238,13 +255,14 @@ def _start(
 def _work(
     env: ActionEnv,
     forge: Forge,
-    owner: Owner,
+    listener: Listener,
     job: dict[str, Any],
     trigger: Trigger,
     writer: bool,
     pull_request: int | None,
 ) -> dict[str, Any]:
     issue = int(job["issue"])
+    owner = listener.owner
     session = owner.session
     problem, note = workspace.pin(Path(session.proj.session["cwd"]), env.workspace)
     if note:
@@ -262,12 +280,17 @@ def _work(
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
+    try:  # look before the re-scan: what is written after it is news to the next look
+        listener.prime()
+    except RioError as exc:
+        warn(env, f"the first look for new comments failed ({exc}); they wait for the next job")
     take_in(
         owner,
         forge,
         issue,
         warn=lambda message: warn(env, message),
         reported=trigger.data.get("check"),
+        fetcher=ImageFetcher(env.server_url, env.api_url, env.token),
     )
     if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
         (env.state_dir / JOB_FILE).unlink(missing_ok=True)
@@ -291,11 +314,29 @@ def _work(
             "reason": proj.ended["reason"],
         }
     given = parse_price(env.price) if env.price else None
-    model = priced_model(env.model, effort=env.effort, price=given, stored=proj.prices)
+    model, fallback = priced_models(
+        env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
+    )
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
-    harness = Harness(owner, model, live=live, external_wakeups=True)
+    pacer = progress.Pacer(
+        lambda: publish_progress(env, forge, session, issue, job["generation"], None)
+    )
+
+    def between_rounds() -> None:  # new comments and reviews in; the progress comment out
+        listener()
+        pacer()
+
+    harness = Harness(
+        owner,
+        model,
+        live=live,
+        external_wakeups=True,
+        fallback=fallback,
+        between_rounds=between_rounds,
+        job_label=f"GitHub Actions run {env.run_id}",
+    )
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
         outcome = harness.run(deadline)
@@ -322,7 +363,7 @@ def quiet(session: Session, base: int) -> bool:
     """Nothing new since seq ``base`` but watermarks, and nothing the harness would do."""
     proj = session.refresh()
     now = time.time()
-    kinds = {e["kind"] for e in session.journal.events(after=base)}
+    kinds = {e["kind"] for e in session.events(after=base)}
     return kinds <= {"watermark"} and not (
         proj.inbox
         or proj.turn

@@ -10,13 +10,19 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
+from rio_ci import report
+from rio_ci.core.history import History
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip, escape_control
 from rio_ci.errors import RioError
+from rio_ci.github import diagram
+from rio_ci.github import markdown as md
 from rio_ci.github.env import ActionEnv, log
 from rio_ci.github.forge.base import Forge
+from rio_ci.live import describe
 from rio_ci.session import Session
 
 MARKER = "<!-- rio-ci:progress -->"
@@ -24,6 +30,8 @@ MARKER = "<!-- rio-ci:progress -->"
 # pull request, or the reason there is none) reached GitHub; until then every job that
 # restores it publishes it again (an outage during finish must not leave it unpublished).
 PUBLISHED = "published"
+CELL_ROWS = 50  # Executions listed: GitHub refuses a comment body over its size limit
+UNKNOWN_ROWS = 20  # resolved UnknownExecutions listed (every unresolved one is)
 _META = re.compile(r"<!-- rio-ci:meta (\{.*?\}) -->")
 
 
@@ -53,7 +61,11 @@ def render(
     operation: str,
     note: str | None = None,
     pull_request: str | None = None,
+    history: History | None = None,
 ) -> str:
+    """The comment: a maintainer's dashboard of the Session, from committed facts only.
+    ``history`` (``rio_ci.report.read_history``) gives every Execution, round and job; without
+    it only what the Projection holds is shown."""
     meta = {
         "status": status,
         "generation": generation,
@@ -61,77 +73,151 @@ def render(
         "next_wake": min((t["deadline"] for t in proj.timers.values()), default=None),
         "ended": bool(proj.ended),
     }
-    usage = proj.usage
-    cost = f"${usage.get('cost_usd', 0.0):.4f}"
-    if usage.get("unknown_cost_attempts"):
-        cost += f" (+{usage['unknown_cost_attempts']} attempts of unknown cost)"
+    history = history or History()
     lines = [
         MARKER,
         f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
         f"### rio-ci: {status}",
         "",
+        _where(proj, history),
+        "",
     ]
     if note:
-        lines += [f"> {_one_line(note)}", ""]
+        lines += [f"> {md.one_line(note)}", ""]
+    if pull_request:
+        lines += [f"**Pull request:** {md.link(pull_request)}", ""]
+    lines += _conclusion(proj, history)
     # The goal quotes the issue (untrusted): folded, clipped, escaped, with no mentions.
-    lines += [
-        "<details><summary>goal</summary>",
-        "",
-        _quoted(proj.session["goal"]),
-        "",
-        "</details>",
-        "",
-    ]
-    lines += ["| cell | kind | phase | result |", "| --- | --- | --- | --- |"]
-    shown = [c["id"] for c in proj.cells]
-    for key in proj.executions:
-        if int(key) not in shown:
-            shown.append(int(key))
-    by_id = {c["id"]: c for c in proj.cells}
-    for cell_id in shown:
-        ex = proj.executions.get(str(cell_id))
-        cell: dict[str, Any] = by_id.get(cell_id) or (ex or {}).get("cell") or {"kind": "?"}
-        result = (ex or {}).get("result") or {}
-        label = result.get("type", "")
-        if result.get("reason"):
-            label += f" ({result['reason']})"
-        if ex and ex.get("resolved_by"):
-            label += f", resolved by {ex['resolved_by']}"
-        lines.append(
-            f"| {cell_id} | {cell['kind']}{_role(cell)} | "
-            f"{(ex or {}).get('phase', '—')} | {_cell_text(label)} |"
-        )
+    lines += _fold("goal", md.quoted(proj.session["goal"]))
+    lines += _cells(proj, history)
+    lines += _uncertainty(history)
+    lines += _validators(history)
+    if history.runs or history.rounds:
+        lines += ["", "#### Timeline", "", diagram.block(history, report.descriptions(history))]
     recent = _recent_output(proj)
     if recent:
-        lines += [
-            "",
-            "<details><summary>recent output</summary>",
-            "",
-            "```text",
-            recent,
-            "```",
-            "",
-            "</details>",
-        ]
+        lines += ["", *_fold("recent output", f"```text\n{recent}\n```")]
     if proj.rationale:
-        lines += [
-            "",
-            "<details><summary>the model's last rationale</summary>",
-            "",
-            _quoted(proj.rationale),
-            "",
-            "</details>",
-        ]
-    lines += [
-        "",
-        f"Rounds {usage.get('rounds', 0)} · tokens {usage.get('input_tokens', 0)} in / "
-        f"{usage.get('output_tokens', 0)} out · cost {cost}",
-    ]
-    if pull_request:
-        lines.append(f"Pull request: {pull_request}")
+        lines += ["", *_fold("the model's last rationale", md.quoted(proj.rationale))]
+    lines += ["", _usage(proj)]
     if run_url:
         lines.append(f"[This run]({run_url})")
     return "\n".join(lines) + "\n"
+
+
+def _fold(summary: str, body: str) -> list[str]:
+    return [f"<details><summary>{summary}</summary>", "", body, "", "</details>", ""]
+
+
+def _where(proj: Projection, history: History) -> str:
+    """Jobs and rounds so far, and what the Session waits for next."""
+    rounds = proj.usage.get("rounds", 0)
+    text = f"Job {max(history.job, 1)} · {rounds} model round{'s' if rounds != 1 else ''}"
+    if proj.ended:
+        return text + f" · ended: {md.one_line(proj.ended['reason'])}"
+    wake = proj.next_wake()
+    if wake is not None:
+        text += " · next wake " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wake))
+    if proj.pause:
+        text += (
+            f" · the queue waits for the model's next patch (paused by {md.one_line(proj.pause)})"
+        )
+    return text
+
+
+def _conclusion(proj: Projection, history: History) -> list[str]:
+    conclusion = history.conclusion
+    if conclusion is None:
+        return []
+    lines = [f"**Conclusion ({md.one_line(str(conclusion['result']))}):**", ""]
+    if conclusion["text"]:
+        lines += [md.quoted(conclusion["text"]), ""]
+    return lines
+
+
+def _cells(proj: Projection, history: History) -> list[str]:
+    """One row per Execution (every one the Journal holds, replaced and removed ones too);
+    without a History, the Projection's."""
+    rows = ["#### Cells", "", "| cell | ran | result | duration | job · round |"]
+    rows.append("| --- | --- | --- | --- | --- |")
+    runs = list(history.runs.values())
+    for run in runs[-CELL_ROWS:]:
+        result = report.result_text(run.result)
+        if run.result is None:
+            result = "running" if run.started_at else "queued"
+        if run.resolution is not None:
+            result += f", resolved by note {run.resolution.note_id}"
+        if run.replaced_by is not None:
+            result += f", replaced by cell {run.replaced_by}"
+        elif run.removed:
+            result += ", removed"
+        rows.append(
+            f"| {run.cell_id} | {md.code(describe(run.cell))} | {md.cell_text(result)} | "
+            f"{report.took(run).removeprefix('took ')} | {run.job} · {run.round} |"
+        )
+    if not history.runs:
+        for key, ex in proj.executions.items():
+            cell = ex.get("cell") or {"kind": "?"}
+            rows.append(
+                f"| {key} | {cell['kind']}{_role(cell)} | "
+                f"{md.cell_text(report.result_text(ex.get('result')))} | — | — |"
+            )
+    if len(runs) > CELL_ROWS:
+        rows += ["", f"_The last {CELL_ROWS} of {len(runs)} Executions; `rio-ci show` lists all._"]
+    return rows if len(rows) > 2 else []
+
+
+def _uncertainty(history: History) -> list[str]:
+    """Every UnknownExecution, kept whatever became of its Cell, with how it was resolved."""
+    unknown = history.unknown()
+    if not unknown:
+        return []
+    lines = ["", "#### UnknownExecutions", ""]
+    # Every unresolved one, and the latest resolved ones (the comment has a size limit).
+    shown = [r for r in unknown if r.resolution is None or r in unknown[-UNKNOWN_ROWS:]]
+    if len(shown) < len(unknown):
+        lines += [f"_{len(unknown) - len(shown)} earlier resolved ones are left out._", ""]
+    for run in shown:
+        reason = md.one_line(str((run.result or {}).get("reason") or ""))
+        found = f"found by job {run.finished_job}" if run.finished_job else ""
+        lines.append(
+            f"- **cell {run.cell_id}** ({md.code(describe(run.cell))}): UnknownExecution "
+            f"({reason}), started in job {run.job}, {found}."
+        )
+        res = run.resolution
+        if res is None:
+            lines.append("  **Unresolved**: the model must investigate before it may conclude.")
+            continue
+        cited = ", ".join(md.code(ref) for ref in res.evidence_refs) or "nothing"
+        lines.append(f"  Resolved by note {res.note_id} in round {res.round}, citing {cited}:")
+        if res.text:
+            lines.append("  " + md.quoted(clip(res.text, 400)).replace("\n", "\n  "))
+    return lines
+
+
+def _validators(history: History) -> list[str]:
+    if not history.validations:
+        return []
+    lines = ["", "#### Validators", "", "| validator | result | for note |", "| --- | --- | --- |"]
+    for v in history.validations:
+        lines.append(
+            f"| {md.code(' '.join(v.argv))} | {md.cell_text(report.result_text(v.result))} | "
+            f"{v.note_id} |"
+        )
+    return lines
+
+
+def _usage(proj: Projection) -> str:
+    usage, limits = proj.usage, proj.session.get("limits") or {}
+    cost = f"${usage.get('cost_usd', 0.0):.4f}"
+    if usage.get("unknown_cost_attempts"):
+        cost += f" (+{usage['unknown_cost_attempts']} attempts of unknown cost)"
+    tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    return (
+        f"Usage: rounds {usage.get('rounds', 0)} of {limits.get('rounds', '?')} · tokens "
+        f"{tokens} of {limits.get('tokens', '?')} ({usage.get('input_tokens', 0)} in / "
+        f"{usage.get('output_tokens', 0)} out) · cost {cost} of ${limits.get('cost_usd', '?')}"
+    )
 
 
 def render_problem(problem: str, *, run_url: str | None) -> str:
@@ -149,7 +235,7 @@ def render_problem(problem: str, *, run_url: str | None) -> str:
         f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
         "### rio-ci: error",
         "",
-        f"> {_one_line(problem)}",
+        f"> {md.one_line(problem)}",
         "",
     ]
     if run_url:
@@ -163,29 +249,13 @@ def read_meta(body: str) -> dict[str, Any] | None:
         return None
     try:
         meta = json.loads(match.group(1))
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # damaged, or nested past the parser's depth
         return None
     return meta if isinstance(meta, dict) else None
 
 
-def _quoted(text: str) -> str:
-    """Untrusted text as a Markdown quote: clipped, control characters escaped, no mentions,
-    no HTML (a ``</details>`` in it cannot close the fold it sits in)."""
-    clipped = escape_control(clip(text.strip(), 1500)).replace("@", "@\u200b")
-    clipped = clipped.replace("&", "&amp;").replace("<", "&lt;")
-    return "\n".join(f"> {line}" for line in clipped.splitlines())
-
-
 def _role(cell: dict[str, Any]) -> str:
     return f" ({cell['role']})" if cell.get("role") else ""
-
-
-def _one_line(text: str) -> str:
-    return escape_control(" ".join(text.split()))[:2000]
-
-
-def _cell_text(text: str) -> str:
-    return escape_control(text.replace("|", "\\|").replace("\n", " "))[:200]
 
 
 def _recent_output(proj: Projection) -> str:
@@ -224,6 +294,7 @@ def publish_progress(
         operation=f"{proj.session['id']}:{proj.last_seq}",
         note=note,
         pull_request=pull_request,
+        history=report.read_history(session, proj.last_seq),
     )
     written = True
     try:
@@ -235,3 +306,32 @@ def publish_progress(
         with env.summary.open("a") as stream:
             stream.write(body.replace(MARKER, "") + "\n")
     return written
+
+
+class Pacer:
+    """Rewrites the progress comment between rounds, at most once every ``every`` seconds
+    (GitHub limits how fast content may be written, and a comment edited on every round of a
+    fast model would spend that for nothing); ``clock`` is injectable so tests need no sleep.
+    The final state is written by the finish step whatever the pace (``publish_progress``
+    with ``final=True``)."""
+
+    def __init__(
+        self,
+        publish: Callable[[], object],
+        *,
+        every: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.publish = publish
+        self.every = every
+        self.clock = clock
+        self.last = clock()  # made right after the job's first write
+
+    def __call__(self) -> bool:
+        """Publish if the last write is at least ``every`` seconds old; whether it did."""
+        now = self.clock()
+        if now - self.last < self.every:
+            return False
+        self.last = now
+        self.publish()
+        return True

@@ -36,15 +36,15 @@ from typing import Any
 
 from rio_ci.core.events import KINDS
 from rio_ci.errors import ForgeError
-from rio_ci.github.workspace import git
+from rio_ci.github.git import EMAIL, NAME, Git
 from rio_ci.session import Session
 
 SCHEMA = "rio.launch/1"
 HEADER = "record.json"
 TAIL = "tail.jsonl"
 MAX_TAIL_BYTES = 512 * 1024 * 1024  # as an artifact's snapshot
+MAX_HEADER_BYTES = 64 * 1024  # a few ids and counts
 PUSH_ATTEMPTS = 3
-NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
 _HEADER_FIELDS = (
     "schema",
     "session_id",
@@ -95,7 +95,7 @@ def event_line(event: dict[str, Any]) -> str:
 
 def journal_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
     """The Session's events after ``after`` in the tail's shape."""
-    for event in session.journal.events(after=after):
+    for event in session.events(after=after):
         yield json.loads(event_line(event))
 
 
@@ -111,9 +111,10 @@ class LaunchRecord:
         self.lease: str | None = None  # the ref's value as this job last saw it
         self.parent: str | None = None  # this job's previous record
         self.begin(0, 0)
+        self.repo = Git(git_dir)  # the harness's own: no Cell writes its config or hooks
         if not (git_dir / "HEAD").exists():
             git_dir.mkdir(parents=True, exist_ok=True)
-            git(git_dir, "init", "--quiet", "--bare", "--object-format=sha1")
+            self.repo.run("init", "--quiet", "--bare", "--object-format=sha1")
 
     def begin(self, generation: int, after_seq: int) -> None:
         """Records from now on carry the tail after ``after_seq``, the last seq of the
@@ -128,8 +129,8 @@ class LaunchRecord:
         return ref_for(self.issue)
 
     def _git(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        return git(
-            self.git_dir, *args, remote=self.remote, token=self.token, check=check, stdin=stdin
+        return self.repo.run(
+            *args, remote=self.remote, token=self.token, check=check, stdin=stdin
         ).stdout
 
     # --- reading -------------------------------------------------------------------------
@@ -150,15 +151,19 @@ class LaunchRecord:
         return self.read(self.lease)
 
     def read(self, commit: str) -> Record | str:
-        size = self._git("cat-file", "-s", f"{commit}:{TAIL}", check=False).strip()
-        if not size.isdigit() or int(size) > MAX_TAIL_BYTES:
-            return f"{self.ref}: no readable {TAIL} (or over {MAX_TAIL_BYTES} bytes)"
+        """The record in ``commit``, or why it cannot be used: its contents come from a ref
+        anyone with push access can write, so sizes, JSON (of any depth) and shapes are
+        checked, and every failure is a reason, never an exception."""
+        for name, limit in ((HEADER, MAX_HEADER_BYTES), (TAIL, MAX_TAIL_BYTES)):
+            size = self._git("cat-file", "-s", f"{commit}:{name}", check=False).strip()
+            if not _ascii_digits(size) or int(size) > limit:
+                return f"{self.ref}: no readable {name} (or over {limit} bytes)"
         try:
-            header = json.loads(self._git("cat-file", "blob", f"{commit}:{HEADER}"))
+            header = _loads(self._git("cat-file", "blob", f"{commit}:{HEADER}"))
             lines = self._git("cat-file", "blob", f"{commit}:{TAIL}").splitlines()
-            events = [json.loads(line) for line in lines if line.strip()]
+            events = [_loads(line) for line in lines if line.strip()]
         except (ForgeError, ValueError) as exc:
-            return f"{self.ref}: unreadable: {exc}"
+            return f"{self.ref}: unreadable: {' '.join(str(exc).split())[:300]}"
         return parse(header, events) or f"{self.ref}: not a {SCHEMA} record"
 
     # --- writing -------------------------------------------------------------------------
@@ -204,7 +209,7 @@ class LaunchRecord:
 
     def _extend(self, session: Session) -> None:
         self._session_id = session.proj.session["id"]
-        for event in session.journal.events(after=self._last):
+        for event in session.events(after=self._last):
             self._lines.append(event_line(event) + "\n")
             self._last = event["seq"]
 
@@ -225,8 +230,7 @@ class LaunchRecord:
         lease = f"--force-with-lease={self.ref}:{self.lease or ''}"
         problem = ""
         for attempt in range(PUSH_ATTEMPTS):
-            done = git(
-                self.git_dir,
+            done = self.repo.run(
                 "push",
                 "--porcelain",
                 "--no-verify",
@@ -276,6 +280,25 @@ def parse(header: Any, events: list[Any]) -> Record | None:
     return Record(session_id, generation, after, events)
 
 
+def _ascii_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 18  # '²'.isdigit() is True
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _loads(text: str) -> Any:
+    """Strict JSON; nesting too deep for the parser is a ValueError like any other damage."""
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -285,7 +308,7 @@ def push_samples(root: Path, launches: int) -> list[float]:
     bare repository, the Session growing between them by about what a round commits (an
     observation of ordinary size), so each push carries a longer tail than the last."""
     remote = root / "launch-remote.git"
-    git(root, "init", "--quiet", "--bare", str(remote))
+    Git(remote).run("init", "--quiet", "--bare")
     session = Session.create(root / "launch.sqlite3", "measure launch records", cwd=str(root))
     record = LaunchRecord(root / "launch-record.git", str(remote), None, 1, "bench")
     samples = []

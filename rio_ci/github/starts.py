@@ -1,4 +1,4 @@
-"""Where a Session comes from on GitHub (SPEC §13, §13.1 "After the run ends").
+"""Where a Session comes from on GitHub (docs/github.md "After the run ends").
 
 - the trigger label on an issue, by a user with write access: goal = the issue;
 - ``/rio <request>`` by a maintainer on an issue without a Session: goal = the issue + the
@@ -14,15 +14,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
+from rio_ci.github import images
 from rio_ci.github.env import ActionEnv, Config, log
 from rio_ci.github.events import goal_for, requested_goal, steer_command
-from rio_ci.github.forge.base import Comment, Forge
-from rio_ci.github.intake import is_ours, may_steer
+from rio_ci.github.forge.base import Comment, Forge, Review
+from rio_ci.github.images import ImageFetcher
+from rio_ci.github.intake import is_ours, may_steer, review_text
 from rio_ci.github.progress import PUBLISHED
 from rio_ci.session import Session
 
@@ -51,22 +54,36 @@ def from_issue(
     config: Config,
     issue: int,
     request: tuple[str, str, str] | None = None,
+    *,
+    label: bool = False,
 ) -> None:
-    """Start a Session on ``issue`` (the label), or on a maintainer's ``/rio`` request given
-    as ``(author, url, request)``: then the issue also gets the trigger label."""
+    """Start a Session on ``issue`` (the label or an assignment), or on a maintainer's
+    ``/rio`` request given as ``(author, url, request)``. A request, or ``label`` (an
+    assignment), also puts the trigger label on the issue: the sweep looks only there."""
     info = forge.issue(issue)
-    goal = goal_for(issue, info.title, info.body)
+    # the issue's pictures (rio_ci/github/images.py): fetched first, so a note on one that
+    # was not fetched is part of the goal; stored once the Session exists
+    fetched = ImageFetcher(env.server_url, env.api_url, env.token).fetch(info.body)
+    goal = goal_for(issue, info.title, info.body) + images.notes_text(fetched)
     if request is not None:
         goal = requested_goal(goal, *request, follow_up=False)
-    create(env, db, config, goal).close()
-    if request is not None and env.trigger_label not in info.labels:
+    session = create(env, db, config, goal)
+    try:
+        carried = images.kept(session, replace(fetched, notes=[]))
+        if carried.get("images"):
+            session.set_watermark(images.GOAL_IMAGES, carried["images"])
+    finally:
+        session.close()
+    if (request is not None or label) and env.trigger_label not in info.labels:
         forge.add_label(issue, env.trigger_label)
-        log(f"rio-ci: #{issue} labelled {env.trigger_label!r} for the Session /rio started")
+        why = "/rio" if request is not None else "the assignment"
+        log(f"rio-ci: #{issue} labelled {env.trigger_label!r} for the Session {why} started")
 
 
-def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | None:
+def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | Review | None:
     """The oldest comment after the ended Session's watermarks (issue and pull request) by
-    someone with write access that is not a command: the request a follow-up answers."""
+    someone with write access that is not a command, else the first review of the pull
+    request it has not taken by such a writer: the request a follow-up answers."""
     marks = proj.watermarks
     numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
     for comment in sorted(
@@ -82,20 +99,45 @@ def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | N
         if may_steer(forge, comment.author, comment.association):
             return comment
         log(f"rio-ci: comment {comment.id} by @{comment.author} ignored (no write access)")
+    return _review_request(forge, proj)
+
+
+def _review_request(forge: Forge, proj: Projection) -> Review | None:
+    pull = proj.watermarks.get("pull_request")
+    if not pull:
+        return None
+    taken = set(proj.watermarks.get(f"reviews:{pull}") or [])
+    for review in forge.reviews(int(pull)):
+        if review.id in taken or review.author.endswith("[bot]"):
+            continue
+        if steer_command(review_text(review)) is not None:
+            continue
+        if may_steer(forge, review.author, review.association):
+            return review
+        log(f"rio-ci: review {review.id} by @{review.author} ignored (no write access)")
     return None
 
 
 def follow_up(
-    env: ActionEnv, db: Path, config: Config, previous: Projection, comment: Comment
+    env: ActionEnv, db: Path, config: Config, previous: Projection, request: Comment | Review
 ) -> None:
     """Replace the ended Session at ``db`` with its follow-up (the previous one stays in the
-    older generations of the artifact)."""
+    older generations of the artifact). A comment is the request itself; a review is named
+    in the goal and reaches the first Turn whole (with its inline comments) through the
+    re-scan, which the follow-up's watermarks leave it to."""
+    if isinstance(request, Review):
+        text = review_text(request) or f"(a review: {request.state})"
+        what, marks = f"review {request.id}", {}
+        text += "\n\n[the review with its inline comments is in the Inbox]"
+    else:
+        text, what = request.body, f"comment {request.id}"
+        marks = {f"comments:{request.issue}": request.id}
     goal = requested_goal(
-        previous.session["goal"], comment.author, comment.url, comment.body, follow_up=True
+        previous.session["goal"], request.author, request.url, text, follow_up=True
     )
-    _succeed(env, db, config, goal, previous, {f"comments:{comment.issue}": comment.id})
+    _succeed(env, db, config, goal, previous, marks)
     log(
-        f"rio-ci: follow-up Session for @{comment.author}'s comment {comment.id} (the previous "
+        f"rio-ci: follow-up Session for @{request.author}'s {what} (the previous "
         f"Session {previous.session['id']} ended in {(previous.ended or {}).get('result')})"
     )
 

@@ -1,4 +1,4 @@
-"""The sweep decided in Python (SPEC §13 ``schedule``): resume every labelled Session whose
+"""The sweep decided in Python (docs/github.md ``schedule``): resume every labelled Session whose
 Timer is due, each in its own job, from the progress comment's metadata alone."""
 
 from __future__ import annotations

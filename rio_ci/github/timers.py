@@ -1,8 +1,10 @@
 """Timers on GitHub: the artifact must outlive them, and the sweep must be on while they wait.
 
 - **Retention.** A Session lives only as long as its newest artifact. Every generation is
-  uploaded with ``retention-days`` = the configured ``retention_days`` (default 90, GitHub's
-  default), and a Timer due later than that minus a day of margin (the sweep runs late under
+  uploaded with ``retention-days`` = the repository's retention as the runner reports it
+  (``GITHUB_RETENTION_DAYS``; it also caps ``retention-days``), lowered by ``retention_days``
+  in the configuration if that is smaller (default 90, GitHub's default), and a Timer
+  due later than that minus a day of margin (the sweep runs late under
   load) is refused: it is withdrawn and the model gets an Inbox message ``timer_refused``
   saying why, so it never waits on a wake-up that would find no Session.
 - **The sweep.** After the progress comment carrying the new ``next_wake`` is written, if
@@ -46,8 +48,9 @@ def refuse_far_timers(session: Session, retention_days: int) -> list[str]:
         days = (timer["deadline"] - time.time()) / DAY
         reason = (
             f"Timer {timer['id']!r} is due in {days:.1f} days, past this repository's "
-            f"artifact retention of {retention_days} days (retention_days in "
-            f".github/rio.yml): the Session would be deleted before it fires. Timers "
+            f"artifact retention of {retention_days} days (the runner's "
+            "GITHUB_RETENTION_DAYS, or retention_days in .github/rio.yml if lower): the "
+            "Session would be deleted before it fires. Timers "
             f"may be due at most {retention_days - MARGIN_DAYS} days ahead; it was "
             "withdrawn."
         )

@@ -3,113 +3,112 @@
 At the start of a job the branch is checked out (if it exists); at the end of every job —
 also a cancelled one — the working tree is committed to it and pushed.
 
-The checkout's files, ``.git/config`` included, are writable by the Cells that ran in it, so
-git is run as if that configuration were hostile:
-
-- the remote is the URL read *before* any Cell ran (``origin_url``), passed explicitly, so a
-  rewritten ``remote.origin.url`` cannot redirect a push;
-- the token travels only to fetch and push, in git's environment (``GIT_CONFIG_*``) as an
-  ``http.<that URL>.extraheader`` — never on a command line, never in ``.git/config``, never
-  sent to another URL (an ``insteadOf`` rewrite no longer matches);
-- hooks and fsmonitor are off and credential helpers are cleared for every git command, and
-  git's environment carries none of the job's secrets.
-
-This narrows what a Cell can make git do; it is not a sandbox (see docs/github.md).
+The checkout's files, ``.git/`` included, are writable by the Cells that ran in it, so the
+harness never runs git on the checkout's own git directory: ``adopt`` copies its objects and
+refs (before any Cell ran) into a git directory of the harness's own, and every later git
+command uses that one, with the checkout as its working tree, under the rules of
+``rio_ci/github/git.py``. The remote is the URL ``origin`` had before any Cell ran, kept in
+that git directory's configuration, so neither a rewritten ``remote.origin.url`` nor a
+rewritten ``job.json`` can redirect a push. ``lend`` copies the branch back into the
+checkout's ``.git`` for the agent's own git commands; nothing of rio-ci reads it again.
 """
 
 from __future__ import annotations
 
-import base64
 import os
 import re
-import subprocess
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from rio_ci.errors import ForgeError
-from rio_ci.run.environment import SECRET_NAME
+from rio_ci.github.git import Git
 
-AUTHOR = ["-c", "user.name=rio-ci", "-c", "user.email=rio-ci@users.noreply.github.com"]
-# Settings that would let the checkout's own configuration run a program or reroute the token.
-SAFE_CONFIG = (
-    ("core.hooksPath", os.devnull),
-    ("core.fsmonitor", "false"),
-    ("credential.helper", ""),
-    ("protocol.ext.allow", "never"),
-)
+GIT_DIR = "git"  # under the job's state directory ($RUNNER_TEMP/rio)
+ORIGIN_KEY = "rio.origin"
+# What a git directory's history is made of; its config, hooks, info/ and index stay behind.
+_HISTORY = ("HEAD", "packed-refs", "shallow", "refs", "objects")
 
 
-def git(
-    workspace: Path,
-    *args: str,
-    remote: str | None = None,
-    token: str | None = None,
-    check: bool = True,
-    stdin: str | None = None,
-    extra_env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run git in ``workspace`` under the rules above; ``remote`` and ``token`` give the token
-    to that URL only. ``check``: a failure raises ``ForgeError`` with git's last line."""
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("GIT_CONFIG_") and not SECRET_NAME.search(k)
-        },
-        **(extra_env or {}),
-    }
-    settings = list(SAFE_CONFIG)
-    if token and remote:
-        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        settings.append((f"http.{remote}.extraheader", f"AUTHORIZATION: basic {basic}"))
-    env["GIT_CONFIG_COUNT"] = str(len(settings))
-    for index, (key, value) in enumerate(settings):
-        env[f"GIT_CONFIG_KEY_{index}"] = key
-        env[f"GIT_CONFIG_VALUE_{index}"] = value
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    done = subprocess.run(
-        ["git", *args],
-        cwd=workspace,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        input=stdin,
-    )
-    if check and done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines()
-        raise ForgeError(f"git {args[0]} failed: {message[-1] if message else done.returncode}")
-    return done
+def harness_git(state_dir: Path, checkout: Path) -> Git:
+    """The harness's git directory for ``checkout`` (made by ``adopt``)."""
+    return Git(state_dir / GIT_DIR, checkout)
 
 
-def origin_url(workspace: Path) -> str:
-    """The URL of ``origin`` as the checkout step left it (read before any Cell runs)."""
-    url = git(workspace, "remote", "get-url", "origin").stdout.strip()
+def adopt(state_dir: Path, checkout: Path) -> Git:
+    """Make the harness's own git directory for ``checkout``: a copy of the history in the
+    checkout's ``.git`` (objects, refs, ``HEAD``, ``shallow``; only regular files, no
+    alternates), an index read from its ``HEAD``, and the ``origin`` URL read from the
+    checkout's config file alone (no includes). Call it before any Cell runs."""
+    dot = checkout / ".git"
+    if dot.is_symlink() or not dot.is_dir():
+        raise ForgeError(f"{checkout} is not a git checkout with a .git directory")
+    repo = harness_git(state_dir, checkout)
+    repo.git_dir.parent.mkdir(parents=True, exist_ok=True)
+    Git(repo.git_dir).run("init", "--quiet", "--bare")
+    for name in _HISTORY:
+        _copy(dot / name, repo.git_dir / name, skip={dot / "objects" / "info" / "alternates"})
+    config = dot / "config"
+    url = ""
+    if config.is_file() and not config.is_symlink():
+        url = repo.run(
+            "config", "--file", str(config), "--get", "remote.origin.url", check=False
+        ).stdout.strip()
     if not url:
-        raise ForgeError(f"{workspace} has no 'origin' remote")
+        raise ForgeError(f"{checkout} has no 'origin' remote")
+    repo.run("config", ORIGIN_KEY, url)
+    repo.run("reset", "--quiet")  # the index: HEAD's tree, the working tree as it is
+    return repo
+
+
+def origin_url(repo: Git) -> str:
+    """The URL of ``origin`` as the checkout step left it, as ``adopt`` kept it."""
+    url = repo.run("config", "--get", ORIGIN_KEY, check=False).stdout.strip()
+    if not url:
+        raise ForgeError(f"the harness's git directory {repo.git_dir} names no origin")
     return url
 
 
-def check_out(workspace: Path, branch: str, remote: str, token: str | None) -> str | None:
+def lend(repo: Git, branch: str) -> None:
+    """Give the checkout's own ``.git`` the branch the harness checked out (its objects,
+    the ref, ``HEAD`` and the index), so the agent's git commands see the branch's history
+    and a clean status. Written before any Cell runs; rio-ci never reads it back."""
+    dot = repo.tree() / ".git"
+    _copy(repo.git_dir / "objects", dot / "objects", skip=set(), missing_only=True)
+    for name in ("shallow", "index"):
+        if (repo.git_dir / name).is_file():
+            _copy(repo.git_dir / name, dot / name, skip=set())
+    ref = dot / "refs" / "heads" / branch
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(head(repo) + "\n")
+    (dot / "HEAD").write_text(f"ref: refs/heads/{branch}\n")
+
+
+def _copy(source: Path, target: Path, skip: set[Path], missing_only: bool = False) -> None:
+    """Copy regular files and directories from ``source`` to ``target``; links, devices and
+    the paths in ``skip`` are left out."""
+    if source in skip or source.is_symlink():
+        return
+    if source.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        for child in os.scandir(source):
+            _copy(Path(child.path), target / child.name, skip, missing_only)
+    elif source.is_file() and not (missing_only and target.exists()):
+        shutil.copyfile(source, target, follow_symlinks=False)
+
+
+def check_out(repo: Git, branch: str, remote: str, token: str | None) -> str | None:
     """Check out ``branch`` from ``remote`` if it exists there and return its commit, else
     start it from the current commit and return None. A remote that cannot be asked raises
     ``ForgeError``: starting afresh then would put the agent on a stale tree whose push is
     later refused."""
-    listed = git(
-        workspace,
-        "ls-remote",
-        "--heads",
-        remote,
-        f"refs/heads/{branch}",
-        remote=remote,
-        token=token,
+    listed = repo.run(
+        "ls-remote", "--heads", remote, f"refs/heads/{branch}", remote=remote, token=token
     ).stdout
     if not listed.strip():
-        git(workspace, "checkout", "--quiet", "-B", branch)
+        repo.run("checkout", "--quiet", "-B", branch)
         return None
-    git(
-        workspace,
+    repo.run(
         "fetch",
         "--quiet",
         "--no-tags",
@@ -118,12 +117,12 @@ def check_out(workspace: Path, branch: str, remote: str, token: str | None) -> s
         remote=remote,
         token=token,
     )
-    git(workspace, "checkout", "--quiet", "-B", branch, f"refs/remotes/origin/{branch}")
-    return head(workspace)
+    repo.run("checkout", "--quiet", "-B", branch, f"refs/remotes/origin/{branch}")
+    return head(repo)
 
 
-def head(workspace: Path) -> str:
-    return git(workspace, "rev-parse", "HEAD").stdout.strip()
+def head(repo: Git) -> str:
+    return repo.run("rev-parse", "HEAD").stdout.strip()
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,7 @@ class Checkpoint:
 
 
 def checkpoint(
-    workspace: Path,
+    repo: Git,
     branch: str,
     message: str,
     remote: str,
@@ -149,30 +148,26 @@ def checkpoint(
     """Commit every change of the working tree to ``branch`` and push it to ``remote`` —
     only when there is something new since ``start`` (the commit the job began from), so a
     job that changed nothing pushes nothing and never re-creates a branch a merge deleted.
+    The files are committed as they are in the working tree (no filter runs: none is
+    configured in the harness's git).
 
     A push GitHub refuses for named paths (workflow files without the ``workflows``
     permission, files over 100 MB) is made again as one commit on ``start`` holding
     everything but those paths; other refusals raise ``ForgeError``."""
-    if git(workspace, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() != branch:
-        git(workspace, "checkout", "--quiet", "-B", branch)
-    git(
-        workspace,
-        "add",
-        "--all",
-        "--",
-        ".",
-        *[f":(exclude){p}" for p in (exclude or []) if _inside(p, workspace)],
-    )
-    if git(workspace, "diff", "--cached", "--quiet", check=False).returncode != 0:
-        git(workspace, *AUTHOR, "commit", "--quiet", "--no-verify", "-m", message)
-    sha = head(workspace)
+    tree = repo.tree()
+    if repo.run("rev-parse", "--abbrev-ref", "HEAD").stdout.strip() != branch:
+        repo.run("checkout", "--quiet", "-B", branch)
+    excluded = [p for p in (exclude or []) if _inside(p, tree)]
+    repo.run("add", "--all", "--", ".", *[f":(exclude){p}" for p in excluded])
+    if repo.run("diff", "--cached", "--quiet", check=False).returncode != 0:
+        repo.run("commit", "--quiet", "--no-verify", "-m", message)
+    sha = head(repo)
     if sha == start:
         return Checkpoint(None)
     refused: list[str] = []
     reasons: list[str] = []
     for _ in range(PUSH_ATTEMPTS):
-        done = git(
-            workspace,
+        done = repo.run(
             "push",
             "--porcelain",
             "--no-verify",
@@ -184,7 +179,7 @@ def checkpoint(
         )
         if done.returncode == 0:
             if refused:
-                git(workspace, "reset", "--quiet", sha)  # the refused files stay, uncommitted
+                repo.run("reset", "--quiet", sha)  # the refused files stay, uncommitted
             return Checkpoint(sha, tuple(refused), "; ".join(reasons))
         paths, why = refused_paths(done.stderr + done.stdout)
         if not paths or set(paths) <= set(refused):
@@ -192,7 +187,7 @@ def checkpoint(
             raise ForgeError(f"git push failed: {lines[-1] if lines else done.returncode}")
         refused += [p for p in paths if p not in refused]
         reasons += [w for w in why if w not in reasons]
-        sha = _without(workspace, start, refused, message)
+        sha = _without(repo, start, refused, message)
     raise ForgeError(f"git push was refused {PUSH_ATTEMPTS} times; refused so far: {refused}")
 
 
@@ -224,17 +219,16 @@ def refused_paths(output: str) -> tuple[list[str], list[str]]:
     return paths, reasons
 
 
-def _without(workspace: Path, start: str, paths: list[str], message: str) -> str:
+def _without(repo: Git, start: str, paths: list[str], message: str) -> str:
     """One commit on ``start`` whose tree is HEAD's with ``paths`` as ``start`` had them."""
-    index = workspace / ".git" / "rio-ci-index"
+    index = repo.git_dir / "rio-ci-index"
     scratch = {"GIT_INDEX_FILE": str(index)}
     try:
-        git(workspace, "read-tree", "HEAD", extra_env=scratch)
+        repo.run("read-tree", "HEAD", extra_env=scratch)
         for path in paths:
-            old = git(workspace, "ls-tree", start, "--", path).stdout.split()
+            old = repo.run("ls-tree", start, "--", path).stdout.split()
             if old:
-                git(
-                    workspace,
+                repo.run(
                     "update-index",
                     "--add",
                     "--cacheinfo",
@@ -242,13 +236,11 @@ def _without(workspace: Path, start: str, paths: list[str], message: str) -> str
                     extra_env=scratch,
                 )
             else:
-                git(workspace, "update-index", "--force-remove", "--", path, extra_env=scratch)
-        tree = git(workspace, "write-tree", extra_env=scratch).stdout.strip()
+                repo.run("update-index", "--force-remove", "--", path, extra_env=scratch)
+        tree = repo.run("write-tree", extra_env=scratch).stdout.strip()
     finally:
         index.unlink(missing_ok=True)
-    return git(
-        workspace,
-        *AUTHOR,
+    return repo.run(
         "commit-tree",
         tree,
         "-p",

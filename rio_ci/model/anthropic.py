@@ -22,46 +22,36 @@ and rationale: never keys, headers or the request.
 
 from __future__ import annotations
 
-import email.utils
 import importlib.util
 import os
-import time
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import anthropic
 import httpx2
-from anthropic.types import Message, ThinkingConfigParam, ToolParam
+from anthropic.types import Message, ThinkingConfigParam
 
 from rio_ci.errors import ModelError, UsageError
 from rio_ci.model import table
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
+from rio_ci.model.failures import status_error
 from rio_ci.model.layout import system_blocks, user_content
+from rio_ci.model.step_tool import PATCH_OPS, STEP_TOOL, step_patch, strict_obstacle, tool_for
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PROVIDERS", "STEP_TOOL", "AnthropicModel", "system_prompt"]
+__all__ = [
+    "PATCH_OPS",
+    "PROVIDERS",
+    "STEP_TOOL",
+    "AnthropicModel",
+    "strict_obstacle",
+    "system_prompt",
+    "tool_for",
+]
 
-DEFAULT_MAX_TOKENS = 32_000
 PROVIDERS = ("anthropic", "bedrock", "vertex")
 RATIONALE_CHARS = 16_000
 
-STEP_TOOL: ToolParam = {
-    "name": "step",
-    "description": (
-        "Submit this Turn's decision: an RFC 6902 JSON Patch on the State. The first operation "
-        'must be {"op": "test", "path": "/revision", "value": <revision shown>}.'
-    ),
-    "input_schema": {
-        "type": "object",
-        "properties": {"patch": {"type": "array", "items": {"type": "object"}}},
-        "required": ["patch"],
-    },
-}
-
-# Status codes where another attempt may succeed (5xx and 529 too); and the error types a
-# stream reports mid-way (HTTP 200 already sent) that mean the same.
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
-_RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 _EXTRAS = {"bedrock": ("boto3", "botocore"), "vertex": ("google.auth",)}
 
 
@@ -77,7 +67,8 @@ class AnthropicModel:
     ``effort`` is sent as ``output_config.effort`` where the model takes it (an extended-thinking
     model without it gets a thinking budget for that level instead); a level the model does not
     accept is a ``UsageError`` here, before any Turn. ``price`` (``--price``) replaces the
-    table's price. ``max_tokens`` is capped at the model's maximum output.
+    table's price. ``max_tokens`` (default: by effort, from the table) is capped at the
+    model's maximum output.
 
     Credentials come from the provider's usual environment: ``ANTHROPIC_API_KEY`` (and
     ``ANTHROPIC_BASE_URL``); for Bedrock ``AWS_BEARER_TOKEN_BEDROCK`` or the AWS credential chain
@@ -95,7 +86,7 @@ class AnthropicModel:
         price: Price | None = None,
         api_key: str | None = None,
         base_url: str | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
         timeout: float = 600.0,
         region: str | None = None,
         project: str | None = None,
@@ -118,7 +109,11 @@ class AnthropicModel:
         self.model = self.info.platform_id(provider) if plain and provider != "anthropic" else model
         self.provider = provider
         self.effort = _checked_effort(self.info, effort)
-        self.max_tokens = max(1, min(max_tokens, self.info.max_output))
+        self.max_tokens = (
+            table.max_tokens(self.info, self.effort)
+            if max_tokens is None
+            else max(1, min(max_tokens, self.info.max_output))
+        )
         self._price = price if price is not None else self.info.price_on(provider)
         self._client = (
             _client(
@@ -147,7 +142,7 @@ class AnthropicModel:
             "max_tokens": self.max_tokens,
             "system": system_blocks(system_prompt(), request.guidance),
             "messages": [{"role": "user", "content": user_content(request)}],
-            "tools": [STEP_TOOL],
+            "tools": [tool_for(self.info, STEP_TOOL)],
         }
         thinking = self._thinking()
         if thinking is not None:
@@ -162,15 +157,18 @@ class AnthropicModel:
             raise ModelError(
                 f"{self.name} was built without a client (connect=False)", transient=False
             )
+        answered = False  # the response had begun: a connection lost now broke the stream
         try:
             with self._client.messages.stream(**self.request_params(request)) as stream:
+                answered = True
                 message = stream.get_final_message()
         except anthropic.APIStatusError as exc:
-            raise _status_error(self.provider, exc) from exc
+            raise status_error(self.provider, self.model, exc) from exc
         except anthropic.APITimeoutError as exc:
             raise ModelError(f"{self.provider}: the request timed out", transient=True) from exc
         except anthropic.APIConnectionError as exc:
-            raise ModelError(f"{self.provider}: connection failed: {exc}", transient=True) from exc
+            what = "the response stream broke" if answered else "connection failed"
+            raise ModelError(f"{self.provider}: {what}: {exc}", transient=True) from exc
         except anthropic.APIResponseValidationError as exc:
             raise ModelError(f"{self.provider}: malformed response: {exc}", transient=True) from exc
         except (httpx2.HTTPError, AssertionError) as exc:
@@ -203,7 +201,7 @@ class AnthropicModel:
         usage, usage_raw = self._usage(message)
         rationale = _rationale(message)
         calls = [block for block in message.content if block.type == "tool_use"]
-        patch, invalid = _step_patch(message, calls, self.max_tokens)
+        patch, invalid = step_patch(message, calls, self.max_tokens)
         raw: dict[str, Any] = {
             "id": message.id,
             "model": message.model,
@@ -252,61 +250,6 @@ def _checked_effort(info: table.ModelInfo, effort: str) -> str:
     return effort
 
 
-def _step_patch(
-    message: Message, calls: list[Any], max_tokens: int
-) -> tuple[list[Any] | None, str | None]:
-    """The single step call's patch, or why ``message`` cannot be admitted (phrased for the
-    model, which is told on its next attempt)."""
-    reason = _unusable(message, calls, max_tokens)
-    if reason is not None:
-        return None, reason
-    tool_input = calls[0].input
-    patch = tool_input.get("patch") if isinstance(tool_input, dict) else None
-    if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
-        return None, (
-            'malformed step input: it must be {"patch": [operation objects]}, a '
-            "list of RFC 6902 operations, each a JSON object."
-        )
-    if message.stop_reason != "tool_use":
-        return None, f"the reply stopped with {message.stop_reason!r}, not a complete step call."
-    return patch, None
-
-
-def _unusable(message: Message, calls: list[Any], max_tokens: int) -> str | None:
-    stop = message.stop_reason
-    if stop == "refusal":
-        details = getattr(message, "stop_details", None)
-        category = getattr(details, "category", None)
-        return (
-            f"the reply was a refusal{f' (category: {category})' if category else ''}. If "
-            "the task is legitimate, take a different, clearly benign approach; otherwise "
-            "conclude with result failure and say why."
-        )
-    if stop == "max_tokens":
-        return (
-            f"the reply was cut off at max_tokens ({max_tokens}) before a complete step "
-            "call. Think less, write less, and send a smaller patch (one or two Cells)."
-        )
-    if stop == "model_context_window_exceeded":
-        return (
-            "the request filled the model's context window. Remove Cells you no longer need "
-            "and keep outputs short."
-        )
-    if not calls:
-        return (
-            f"no step call (stop reason {stop}). Text alone does nothing: call the step "
-            'tool exactly once with {"patch": [...]}.'
-        )
-    if len(calls) > 1:
-        return (
-            f"{len(calls)} tool calls in one reply. Call step exactly once; put every "
-            "operation in that one patch."
-        )
-    if calls[0].name != "step":
-        return f"unknown tool {calls[0].name!r}. The only tool is step."
-    return None
-
-
 def _rationale(message: Message) -> str:
     """The reply's text; else its thinking summary (the 5.x family writes the reasoning it
     shows between tool calls as thinking); clipped for the Journal."""
@@ -322,55 +265,6 @@ def _rationale(message: Message) -> str:
         half = RATIONALE_CHARS // 2
         text = f"{text[:half]}\n[… {len(text) - 2 * half} characters elided …]\n{text[-half:]}"
     return text
-
-
-def _status_error(provider: str, exc: anthropic.APIStatusError) -> ModelError:
-    status = exc.status_code
-    kind, text = _error_body(exc)
-    if status == 200:  # an ``error`` event inside a stream that had begun
-        transient = kind in _RETRYABLE_TYPES
-    else:
-        transient = status in _RETRYABLE_STATUS or status >= 500
-    label = f"HTTP {status}" if status != 200 else "stream error"
-    # An error answered before any output (status != 200) is not billed; one inside a stream
-    # that had begun may have been, so its usage stays unknown.
-    return ModelError(
-        f"{provider} {label}: {kind}: {text}",
-        transient=transient,
-        retry_after=_retry_after(exc.response.headers) if transient else None,
-        status=status if status != 200 else None,
-    )
-
-
-def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
-    """The provider's own error type and message when the body has the documented shape."""
-    body = exc.body
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error.get("type", "error")), error["message"]
-    return "error", exc.message
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
 
 
 def _client(

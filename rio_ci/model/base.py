@@ -77,6 +77,17 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Picture:
+    """One picture for the model: whose it is (``goal`` or an Inbox message id), a label
+    saying so, and the bytes (base64) of a PNG, JPEG, GIF or WebP."""
+
+    owner: str
+    label: str
+    media_type: str
+    data: str
+
+
+@dataclass(frozen=True)
 class ModelRequest:
     """Everything a model sees for one attempt of one Turn."""
 
@@ -90,6 +101,12 @@ class ModelRequest:
     # The repository's own guidance for agents (AGENTS.md, CLAUDE.md or
     # .github/copilot-instructions.md in the working directory), clipped; None when absent.
     guidance: str | None = None
+    # Where the model is (date, Unix time, OS, Python, working directory, git status): built
+    # for each request (rio_ci/model/environment.py), sent after the cached prefix; None: none.
+    environment: str | None = None
+    # Pictures of the goal and of the Inbox messages in this Turn's State, sent as image
+    # blocks (the goal's with the stable part, the messages' after the volatile part).
+    images: tuple[Picture, ...] = ()
 
 
 @dataclass(frozen=True)

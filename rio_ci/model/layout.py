@@ -13,7 +13,8 @@ ordered from what never changes to what changes every round:
    the provider looks back only a limited number of blocks for an earlier hit);
 3. the volatile part: ``revision`` and the rest of ``runtime`` (unfinished Executions, Inbox,
    usage, limits, validators, pause), then the Turn header and the feedback on the previous
-   attempt. Nothing here is cached.
+   attempt, and the environment block (date and time, OS, Python, working directory, git
+   status: rio_ci/model/environment.py). Nothing here is cached.
 
 Outputs are shown as fenced raw text (a fence longer than any backtick run inside), so a
 traceback reads as it printed; everything else is JSON. Each piece is its own content block,
@@ -62,14 +63,15 @@ def system_blocks(prompt: str, guidance: str | None) -> list[TextBlockParam]:
     return blocks
 
 
-def user_content(request: ModelRequest) -> list[TextBlockParam]:
+def user_content(request: ModelRequest) -> list[Any]:
     """The Turn as content blocks: stable State pieces (cached), then the volatile part."""
     state = request.state
     runtime: dict[str, Any] = state.get("runtime") or {}
     facts: dict[str, Any] = dict(runtime.get("cells") or {})
     cells: list[Any] = state.get("cells") or []
-    stable: list[TextBlockParam] = [
-        _text(STABLE_HEADER + "\n" + _json({k: state[k] for k in _STABLE_KEYS if k in state}))
+    stable: list[Any] = [
+        _text(STABLE_HEADER + "\n" + _json({k: state[k] for k in _STABLE_KEYS if k in state})),
+        *_pictures(request, goal=True),  # the goal's pictures: as stable as the goal
     ]
     for index, cell in enumerate(cells):
         key = str(cell.get("id")) if isinstance(cell, dict) else None
@@ -80,7 +82,35 @@ def user_content(request: ModelRequest) -> list[TextBlockParam]:
         stable[-1 - _LOOKBACK]["cache_control"] = _EPHEMERAL
     volatile = {k: v for k, v in state.items() if k not in (*_STABLE_KEYS, "cells", "runtime")}
     volatile["runtime"] = {**runtime, "cells": facts}
-    return [*stable, _text(VOLATILE_HEADER + "\n" + _json(volatile)), _text(_turn_text(request))]
+    changing: list[Any] = [
+        _text(VOLATILE_HEADER + "\n" + _json(volatile)),
+        *_pictures(request, goal=False),  # pictures of the Inbox messages shown above
+    ]
+    # --- after the last breakpoint: what differs on every request (model2's environment
+    # block; see rio_ci/model/environment.py) ---
+    if request.environment:
+        changing.append(_text(request.environment))
+    return [*stable, *changing, _text(_turn_text(request))]
+
+
+def _pictures(request: ModelRequest, *, goal: bool) -> list[Any]:
+    """A label block, then an image block (base64 source), for each picture of the goal
+    (``goal``) or of the Inbox messages."""
+    blocks: list[Any] = []
+    for picture in request.images:
+        if (picture.owner == "goal") == goal:
+            blocks.append(_text(picture.label))
+            blocks.append(
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "base64",
+                        "media_type": picture.media_type,
+                        "data": picture.data,
+                    },
+                }
+            )
+    return blocks
 
 
 def _cell_text(index: int, cell: Any, facts: dict[str, Any] | None) -> str:

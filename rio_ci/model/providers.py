@@ -1,4 +1,4 @@
-"""``--model`` specs → a ``Model`` (SPEC §11).
+"""``--model`` specs → a ``Model`` (docs/cli.md).
 
     anthropic | anthropic:MODEL     the Claude API (default model: the table's default)
     bedrock:MODEL | vertex:MODEL    the same models through Amazon Bedrock / Google Vertex
@@ -18,11 +18,18 @@ from collections.abc import Mapping
 from rio_ci.errors import UsageError
 from rio_ci.model.base import Model, Price
 
-__all__ = ["DEFAULT_SPEC", "build_model", "parse_price", "priced_model"]
+__all__ = [
+    "DEFAULT_SPEC",
+    "build_model",
+    "fallback_spec",
+    "parse_price",
+    "priced_model",
+    "priced_models",
+]
 
 DEFAULT_SPEC = "anthropic"
 _CLAUDE = ("anthropic", "bedrock", "vertex")
-_PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)$")
+_PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)\Z")
 
 
 def build_model(
@@ -101,3 +108,35 @@ def priced_model(
             f"cost_usd budget; give --price IN/OUT (USD per million input / output tokens)"
         )
     return build_model(spec, effort=effort, price=price)
+
+
+def fallback_spec(spec: str, fallback: str) -> str:
+    """The spec of ``--fallback-model``: a full spec as given; a bare model id on the
+    provider of ``spec`` (``--model bedrock:A --fallback-model B`` means ``bedrock:B``)."""
+    kind, sep, _ = fallback.partition(":")
+    if sep and kind in (*_CLAUDE, "scripted"):
+        return fallback
+    provider = (spec or DEFAULT_SPEC).partition(":")[0]
+    return f"{provider if provider in _CLAUDE else 'anthropic'}:{fallback}"
+
+
+def priced_models(
+    spec: str,
+    fallback: str | None,
+    *,
+    effort: str,
+    price: Price | None,
+    stored: Mapping[str, Mapping[str, float]],
+) -> tuple[Model, Model | None]:
+    """The model of ``spec`` and the fallback model (``--fallback-model``, asked after a
+    refusal), both priced as ``priced_model`` prices one. ``price`` is the main model's; the
+    fallback's price comes from the Session or the table, and an unpriced fallback is
+    refused (exit 2) like an unpriced ``--model``."""
+    model = priced_model(spec, effort=effort, price=price, stored=stored)
+    if fallback is None or not fallback.strip():
+        return model, None
+    other = fallback_spec(spec, fallback.strip())
+    try:
+        return model, priced_model(other, effort=effort, price=None, stored=stored)
+    except UsageError as exc:
+        raise UsageError(f"--fallback-model: {exc}") from None

@@ -1,4 +1,4 @@
-"""The scripted model: a YAML list of patches, one per round (SPEC §11).
+"""The scripted model: a YAML list of patches, one per round (docs/cli.md).
 
 Round *k* answers the Session's *k*-th Turn, counted from accepted patches, so a script
 carries on correctly across restarts and jobs. The script fills in what its author cannot
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,22 @@ import yaml
 from rio_ci.errors import ModelError, UsageError
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 
-_INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)$")
+_INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")
 WHEN = ("unresolved", "settled")
+WAIT_SECONDS = 120.0  # the longest a round waits for its wait_for file
+
+
+def load_waits(path: str | Path) -> list[str | None]:
+    """Per round, the file its answer waits for (``{patch: [...], wait_for: FILE}``), or
+    None: a slow model for tests, which wait on a file they create, never on the clock."""
+    data = yaml.safe_load(Path(path).read_text())
+    waits: list[str | None] = []
+    for item in data:
+        wait = item.get("wait_for") if isinstance(item, dict) else None
+        if wait is not None and not isinstance(wait, str):
+            raise UsageError(f"script {path}: wait_for must be a file name, got {wait!r}")
+        waits.append(wait)
+    return waits
 
 
 def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
@@ -60,6 +75,7 @@ class ScriptedModel:
         self.path = str(path)
         self.name = f"scripted:{path}"
         self.rounds = load_script(path)
+        self.waits = load_waits(path)
 
     def price(self) -> Price | None:
         return Price(0.0, 0.0, 0.0, 0.0)  # a script costs nothing
@@ -74,6 +90,14 @@ class ScriptedModel:
                 f"the script has {len(self.rounds)} rounds; round {k} is past its end",
                 transient=False,
             )
+        wait = self.waits[k - 1]
+        deadline = time.monotonic() + WAIT_SECONDS
+        while wait is not None and not Path(wait).exists():
+            if time.monotonic() > deadline:
+                raise ModelError(
+                    f"round {k} waited {WAIT_SECONDS:.0f} s for {wait}", transient=False
+                )
+            time.sleep(0.02)
         patch = complete(self.rounds[k - 1], request)
         return ModelReply(
             patch=patch,

@@ -26,6 +26,7 @@ __all__ = [
     "checked",
     "default_model",
     "lookup",
+    "max_tokens",
     "retired",
     "table",
 ]
@@ -36,7 +37,7 @@ EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # "anthropic.claude-haiku-4-5-20251001-v1:0", "claude-opus-4-5@20251101".
 _PLATFORM_WRAPPING = re.compile(
     r"^(?:(?:us|eu|apac|jp|au|global)\.)?(?:anthropic\.)?(?P<id>[a-z0-9.-]+?)(?:-v\d+(?::\d+)?)?"
-    r"(?:@[0-9a-z-]+)?$"
+    r"(?:@[0-9a-z-]+)?\Z"
 )
 
 
@@ -53,6 +54,7 @@ class Features:
     forced_tool_choice: str
     sampling_params: str
     assistant_prefill: str
+    strict_tools: bool  # accepts ``strict: true`` on a tool (grammar-constrained tool input)
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,13 @@ def retired(model: str) -> Retired | None:
     return None
 
 
+def max_tokens(info: ModelInfo, effort: str) -> int:
+    """The ``max_tokens`` a request at ``effort`` asks for (more room where the model thinks
+    longer), capped at the model's maximum output."""
+    wanted: int = table()["max_tokens_by_effort"][effort]
+    return max(1, min(wanted, info.max_output))
+
+
 def thinking_budget(effort: str) -> int:
     """The ``budget_tokens`` an ``extended``-thinking model gets for ``--effort``."""
     value: int = table()["extended_thinking_budget"][effort]
@@ -217,4 +226,5 @@ def _features(spec: dict[str, Any]) -> Features:
         forced_tool_choice=spec["forced_tool_choice"],
         sampling_params=spec["sampling_params"],
         assistant_prefill=spec["assistant_prefill"],
+        strict_tools=bool(spec.get("strict_tools", False)),
     )

@@ -74,7 +74,7 @@ class Cells:
         if self.user is not None and self.tree is None:
             self._lend(session, self.user, scratch)
         if self.channel is None:
-            db = session.journal.path
+            db = session.path
             uid, gid = (self.user.uid, self.user.gid) if self.user else (os.geteuid(), -1)
             env = worker_environment(os.environ)
             self.channel = Channel(db, uid, gid, env, scratch)
@@ -83,7 +83,7 @@ class Cells:
             self._recorded = mode
 
     def _lend(self, session: Session, user: cu.CellUser, scratch: Path) -> None:
-        db = session.journal.path
+        db = session.path
         tree = Path(os.path.realpath(session.proj.session["cwd"]))
         files = [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
         for path in [db, scratch]:
@@ -152,7 +152,7 @@ class Cells:
         tree = self.tree or recorded.get("tree")
         uid = self.user.uid if self.user else recorded.get("uid")
         if tree and uid is not None:
-            db = session.journal.path
+            db = session.path
             keep = [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
             cu.hand_back(tree, int(uid), [*keep, scratch_dir(session)])
         cu.close_paths(self.opened or recorded.get("opened", []))

@@ -179,7 +179,7 @@ def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
     env = worker_environment(os.environ, settings.get("pass_env", []), settings.get("secrets", []))
     shim = str(api_shim(session))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim, env.get("PYTHONPATH")]))
-    env["RIO_SESSION_DB"] = str(session.journal.path)  # dropped under a Cell user
+    env["RIO_SESSION_DB"] = str(session.path)  # dropped under a Cell user
     if cell_id is not None:
         env["RIO_CELL_ID"] = str(cell_id)
     return env
@@ -187,7 +187,7 @@ def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
 
 def scratch_dir(session: Session) -> Path:
     """``<session>.d`` beside the Session, a real directory (never through a link)."""
-    path = session.journal.path.parent / f"{session.journal.path.name}.d"
+    path = session.path.parent / f"{session.path.name}.d"
     try:
         path.mkdir(exist_ok=True)
     except OSError as exc:

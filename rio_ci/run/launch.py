@@ -1,4 +1,4 @@
-"""Launching one Execution (SPEC §5) and running validators under the same supervision.
+"""Launching one Execution (docs/sessions.md) and running validators under the same supervision.
 
 ``Launch.start`` asks the Session to commit ``started`` before any process exists, spawns the
 gated Worker, has its identity committed, and only then releases it. A crash anywhere in

@@ -1,6 +1,6 @@
 """The Owner: the one process that holds a Session's lock and supervises its processes.
 
-At every start it recovers (SPEC §6): stop surviving Workers, turn every ``started``
+At every start it recovers (docs/sessions.md): stop surviving Workers, turn every ``started``
 Execution into an ``UnknownExecution``, fire due Timers, apply Controls, and only then
 dispatch queued work, one Execution at a time, in acceptance order. ``tick()`` does one
 bounded slice of that work so the harness can keep supervising while a model thinks.
@@ -72,6 +72,8 @@ class Owner:
         # A time.monotonic() value past which validators are cut off like an interruption
         # (work --timeout, run --deadline): the Control waits for the next Owner.
         self.deadline: float | None = None
+        # Told each validator's argv as it is launched (the live log says it started).
+        self.validating: Callable[[list[str]], None] | None = None
 
     def close(self) -> None:
         try:
@@ -120,7 +122,7 @@ class Owner:
     # --- recovery ------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """SPEC §6 steps 2-4. A second recovery in a row commits nothing."""
+        """docs/sessions.md steps 2-4. A second recovery in a row commits nothing."""
         self.check_file()
         proj = self.session.refresh()
         started = [e for e in proj.pending() if e["phase"] == "started"]
@@ -204,6 +206,8 @@ class Owner:
         problems = proj.success_problems()
         if not problems:
             for index, argv in enumerate(proj.session["validators"]):
+                if self.validating is not None:
+                    self.validating(argv)
                 result = self.launch.validator(note, index, argv, self.interrupted, self.deadline)
                 if result["type"] != "success":
                     why = result.get("reason") or f"exit {result.get('exit_code')}"

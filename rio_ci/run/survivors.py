@@ -1,4 +1,4 @@
-"""Finding and stopping what is left of Workers (SPEC §5, §6): by process group, by the
+"""Finding and stopping what is left of Workers (docs/sessions.md): by process group, by the
 token every Worker environment carries (``RIO_WORKER_TOKEN``, inherited by descendants, so
 processes that left the group with ``setsid`` or were reparented are still found), by
 descent, and — when Cells run as their own user (``rio_ci.run.cell_user``) — by user: every

@@ -1,4 +1,4 @@
-"""Workers: gated, supervised process groups (SPEC §5).
+"""Workers: gated, supervised process groups (docs/sessions.md).
 
 A Worker is ``/bin/sh -c GATE rio-worker ARGV...`` started in its own session, so its pid is
 also its process group id. The gate reads one line from stdin and ``exec``s ARGV only if that

@@ -2,8 +2,15 @@
 
 Files are UTF-8. An edit keeps the file's line endings ("\\r\\n" when most of its lines end
 so, else "\\n"; the ``"\\n"`` in the text you pass becomes that ending) and a missing final
-newline, and replaces the file through a temporary file, keeping its mode. Every function
-returns the report the command prints; a failure raises ``ToolError`` saying what to do instead.
+newline, and replaces the file through a temporary file, keeping its permission bits. Every
+function returns the report the command prints; a failure raises ``ToolError`` saying what to
+do instead.
+
+Writes stay inside the working directory (the current directory): a path that is absolute
+outside it, climbs out with ``..``, or reaches out through a symbolic link is refused, and so
+is any path with a ``.git`` component (hooks and config there would run as the harness's
+git). No write sets the setuid, setgid or sticky bit (docs/tools.md, "What the tools never
+write").
 """
 
 from __future__ import annotations
@@ -46,11 +53,48 @@ def read_text(path: str) -> str:
         ) from None
 
 
-def write_text(path: str, text: str, mode: int | None = None) -> None:
-    """Make ``text`` the content of ``path`` (through a symlink, to its target). An existing
-    file is replaced atomically and keeps its mode; a new one gets ``mode`` (default: as
-    ``open`` creates it) and its missing folders."""
+PLAIN_MODE = 0o777  # permission bits only: never setuid (0o4000), setgid (0o2000), sticky
+
+
+def confined(path: str) -> str:
+    """The real path a write to ``path`` reaches (through symbolic links), or ToolError when
+    that is outside the working directory or inside a ``.git`` folder."""
+    root = os.path.realpath(os.getcwd())
     target = os.path.realpath(path)
+    if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
+        raise ToolError(
+            f"{path} is outside the working directory {root} (through '..', an absolute "
+            "path or a symbolic link): the tools write only inside it"
+        )
+    inside = os.path.relpath(target, root).split(os.sep)
+    given = os.path.normpath(path).split(os.sep)
+    if any(part.lower() == ".git" for part in inside + given):
+        raise ToolError(f"{path} is inside .git: the tools never write git's own files")
+    return target
+
+
+def check_mode(path: str, mode: int) -> int:
+    """The permission bits a diff's git mode (``100644``, ``100755``) gives ``path``;
+    ToolError for a mode that is not a plain file's or that sets setuid, setgid or sticky."""
+    kind = mode & ~0o7777
+    if kind not in (0, 0o100000):
+        raise ToolError(f"mode {mode:o} for {path} is not a regular file's (100644 or 100755)")
+    if mode & ~PLAIN_MODE & 0o7777:
+        raise ToolError(
+            f"mode {mode:o} for {path} sets setuid, setgid or sticky bits: the tools write "
+            "only plain permissions (100644 or 100755)"
+        )
+    return mode & PLAIN_MODE
+
+
+def write_text(path: str, text: str, mode: int | None = None) -> None:
+    """Make ``text`` the content of ``path`` (through a symlink, to its target, which must
+    be inside the working directory: see ``confined``). An existing file is replaced
+    atomically and keeps its permission bits (never setuid, setgid or sticky); a new one gets
+    ``mode`` (default: as ``open`` creates it) and its missing folders."""
+    target = confined(path)
+    if mode is not None:
+        mode = check_mode(path, mode)
     data = text.encode("utf-8")
     try:
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
@@ -60,7 +104,7 @@ def write_text(path: str, text: str, mode: int | None = None) -> None:
             if mode is not None:
                 os.chmod(target, mode)
             return
-        old_mode = os.stat(target).st_mode & 0o7777
+        old_mode = os.stat(target).st_mode & PLAIN_MODE
         fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".rio-tools-")
         try:
             with os.fdopen(fd, "wb") as handle:

@@ -15,7 +15,16 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from rio_ci.tools.files import ToolError, body, newline_of, read_text, split_lines, write_text
+from rio_ci.tools.files import (
+    ToolError,
+    body,
+    check_mode,
+    confined,
+    newline_of,
+    read_text,
+    split_lines,
+    write_text,
+)
 
 HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 SHOWN = 20  # lines of a failed hunk (and of the file) quoted in the error
@@ -106,10 +115,10 @@ def parse_diff(text: str) -> list[FilePatch]:
 
 def git_header(cur: FilePatch, line: str) -> bool:
     """Take one extended header line of a git diff into ``cur``; False if it is none."""
-    key, _, value = line.partition(" ")
+    key = line.partition(" ")[0]
     if line.startswith(("new file mode ", "deleted file mode ")):
         if key == "new":
-            cur.old, cur.mode = None, int(value.split()[-1], 8)
+            cur.old, cur.mode = None, octal(line)
         else:
             cur.new = None
     elif line.startswith(("rename from ", "copy from ")):
@@ -117,12 +126,20 @@ def git_header(cur: FilePatch, line: str) -> bool:
     elif line.startswith(("rename to ", "copy to ")):
         cur.new = "b/" + unquote(line.split(" ", 2)[2])
     elif line.startswith("new mode "):
-        cur.mode = int(value.split()[-1], 8)
+        cur.mode = octal(line)
     elif line.startswith(("Binary files ", "GIT binary patch")):
         raise ToolError(f"binary diffs are not supported ({line.strip()})")
     else:
         return line.startswith(("index ", "old mode ", "similarity index ", "dissimilarity "))
     return True
+
+
+def octal(line: str) -> int:
+    """The mode at the end of a ``new mode`` / ``new file mode`` line."""
+    digits = line.split()[-1]
+    if not (len(digits) <= 7 and all(c in "01234567" for c in digits)):
+        raise ToolError(f"{line.strip()!r}: the mode is not an octal number like 100644")
+    return int(digits, 8)
 
 
 def parse_hunk(lines: list[str], i: int, cur: FilePatch) -> int:
@@ -315,6 +332,10 @@ def apply_diff(diff: str) -> str:
         exists = {path: text is not None for path, text in pending.items()}
         old, new = target(patch, exists)
         name = new or old or "?"
+        # Refused before anything is read, so the reason is plain: the path written, and
+        # the one a deletion or a rename removes.
+        for path in {new, old if old != new else None} - {None}:
+            confined(str(path))
         if old is None:
             if new is None:
                 raise ToolError("a file diff names /dev/null on both sides")
@@ -348,9 +369,11 @@ def apply_diff(diff: str) -> str:
             pending[old] = None
         pending[new] = after
         if patch.mode is not None:
-            modes[new] = patch.mode & 0o7777
+            modes[new] = check_mode(new, patch.mode)
         kind = "A" if old is None else "M" if old == new else f"R {old} ->"
         summary.append(f"  {kind} {new} (+{added} -{removed})")
+    for path in pending:  # every path checked before anything is written
+        confined(path)
     for path, text in pending.items():
         if text is None:
             if os.path.lexists(path):

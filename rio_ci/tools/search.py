@@ -115,53 +115,17 @@ def grep(
     in the files under ``paths`` (default: "."), one ``path:line:text`` a line. ``glob``
     keeps the files whose name (or, with "/", relative path) matches it. Binary files and
     files over 2 MB are skipped (the latter are named). At most 100 matches are listed."""
-    try:
-        regex = re.compile(
-            re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0
-        )
-    except re.error as exc:
-        raise ToolError(
-            f"invalid regular expression {pattern!r}: {exc}; pass fixed=True "
-            "(--fixed) to search for the text as it is"
-        ) from None
-    files = []
-    keep = matcher(glob) if glob else None
-    for top in paths or (".",):
-        if os.path.isdir(top):
-            files += [
-                path
-                for path, rel, is_dir in walk(top)
-                if not is_dir
-                and (keep is None or keep[0].match(rel if keep[1] else os.path.basename(rel)))
-            ]
-        elif os.path.exists(top):
-            files.append(top)
-        else:
-            raise ToolError(f"no such file or folder: {top}")
+    regex = _compile(pattern, ignore_case=ignore_case, fixed=fixed)
     listed: list[str] = []
     count = 0
     big: list[str] = []
-    for path in files:
-        if not os.path.isfile(path):
-            continue  # a socket, a fifo, a broken symlink
-        try:
-            if os.path.getsize(path) > MAX_FILE_BYTES:
-                big.append(path)
-                continue
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        if b"\0" in data[:8192]:
-            continue
-        for number, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+    for path in _files(paths or (".",), glob):
+        text = _searchable_text(path, big)
+        for number, line in enumerate(text.split("\n") if text is not None else (), 1):
             if regex.search(line):
                 count += 1
                 if len(listed) < MAX_MATCHES:
-                    text = line.rstrip("\r")
-                    if len(text) > MATCH_CHARS:
-                        text = f"{text[:MATCH_CHARS]} … [{len(text) - MATCH_CHARS} more]"
-                    listed.append(f"{path}:{number}:{text}")
+                    listed.append(f"{path}:{number}:{_clipped(line)}")
     if count > MAX_MATCHES:
         listed.append(
             f"[{count} matches; showing the first {MAX_MATCHES}: narrow the pattern, "
@@ -173,3 +137,59 @@ def grep(
         names = ", ".join(big[:5]) + (f" and {len(big) - 5} more" if len(big) > 5 else "")
         listed.append(f"[skipped files over {MAX_FILE_BYTES // 1_000_000} MB: {names}]")
     return "\n".join(listed)
+
+
+def _compile(pattern: str, *, ignore_case: bool, fixed: bool) -> re.Pattern[str]:
+    try:
+        return re.compile(
+            re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0
+        )
+    except re.error as exc:
+        raise ToolError(
+            f"invalid regular expression {pattern!r}: {exc}; pass fixed=True "
+            "(--fixed) to search for the text as it is"
+        ) from None
+
+
+def _files(tops: tuple[str, ...], glob: str | None) -> list[str]:
+    """The files to search under ``tops``, filtered by ``glob``."""
+    files = []
+    keep = matcher(glob) if glob else None
+    for top in tops:
+        if os.path.isdir(top):
+            files += [
+                path
+                for path, rel, is_dir in walk(top)
+                if not is_dir
+                and (keep is None or keep[0].match(rel if keep[1] else os.path.basename(rel)))
+            ]
+        elif os.path.exists(top):
+            files.append(top)
+        else:
+            raise ToolError(f"no such file or folder: {top}")
+    return files
+
+
+def _searchable_text(path: str, big: list[str]) -> str | None:
+    """The text of ``path``, or None for what is not searched: not a regular file (a
+    socket, a fifo, a broken symlink), unreadable, binary, or too large (added to ``big``)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            big.append(path)
+            return None
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    if b"\0" in data[:8192]:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def _clipped(line: str) -> str:
+    text = line.rstrip("\r")
+    if len(text) > MATCH_CHARS:
+        return f"{text[:MATCH_CHARS]} … [{len(text) - MATCH_CHARS} more]"
+    return text

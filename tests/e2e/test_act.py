@@ -133,7 +133,7 @@ class ActRepository:
         shutil.copytree(
             ROOT / "rio_ci", self.action / "rio_ci", ignore=shutil.ignore_patterns("__pycache__")
         )
-        for name in ("action.yml", "pyproject.toml", "README.md"):
+        for name in ("action.yml", "pyproject.toml", "README.md", "uv.lock", "uv-bootstrap.txt"):
             shutil.copy(ROOT / name, self.action / name)
         for name, spec in STUBS.items():
             write_stub(self.stubs / name.replace("/", "-"), spec)
@@ -184,6 +184,8 @@ class ActRepository:
             f"GITHUB_API_URL={self.gh.api_url}",
             "--env",
             f"GITHUB_REPOSITORY={self.gh.repo}",
+            "--env",  # which workflow's runs' artifacts are rio's own (docs/github.md)
+            f"GITHUB_WORKFLOW_REF={self.gh.repo}/.github/workflows/rio.yml@refs/heads/main",
             "--env",
             f"TEST_ORIGIN={self.origin}",
             "--env",
@@ -208,9 +210,13 @@ class ActRepository:
         for folder in sorted(folders):
             days_file = folder.with_name(folder.name + ".retention-days")
             days = days_file.read_text().strip()
+            manifest = folder / "manifest.json"
+            # The artifact service ties an upload to the run that made it: this job's run.
+            run_id = json.loads(manifest.read_text()).get("run_id") if manifest.exists() else None
             self.gh.upload_artifact(
                 folder.name,
                 folder,
+                run_id=run_id if isinstance(run_id, int) else 42,
                 retention_days=int(days or 0),
                 created_at=f"2024-05-01T10:{self.runs:02d}:00Z",
             )

@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from rio_ci.commands.bench.caching import BreakpointError, PromptCache
 from tests.fakes import anthropic_rules as rules_
 from tests.fakes.anthropic_rules import Refused
 
@@ -73,6 +74,14 @@ class ReceivedRequest:
         """Every text block of the (last) user message, joined."""
         return "\n".join(rules_.user_blocks(self.body))
 
+    @property
+    def images(self) -> list[dict[str, Any]]:
+        """Every image block of the (last) user message, in order."""
+        content = self.body["messages"][-1]["content"]
+        if not isinstance(content, list):
+            return []
+        return [block for block in content if block.get("type") == "image"]
+
     def state(self) -> dict[str, Any]:
         """The State this request showed the model, rebuilt from its blocks."""
         return rules_.state_from(self.body)
@@ -91,9 +100,14 @@ class _Outcome:
 
 
 class FakeAnthropic:
-    """Context manager running the fake server; ``base_url`` is what the SDK should use."""
+    """Context manager running the fake server; ``base_url`` is what the SDK should use.
 
-    def __init__(self) -> None:
+    With ``cache`` (the billing model the bench's provider uses, ``rio_ci/commands/bench/
+    caching.py``), every reply's input usage is what that cache bills for the request, in
+    place of the scripted token counts."""
+
+    def __init__(self, cache: PromptCache | None = None) -> None:
+        self.cache = cache
         self._lock = threading.Lock()
         self._queue: deque[_Outcome] = deque()
         self._requests: list[ReceivedRequest] = []
@@ -228,13 +242,13 @@ class FakeAnthropic:
         error_type: str,
         message: str = "scripted error",
         headers: dict[str, str] | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
-        """An HTTP error in the API's documented shape."""
-        body = {
-            "type": "error",
-            "error": {"type": error_type, "message": message},
-            "request_id": "req_fake",
-        }
+        """An HTTP error in the API's documented shape (``details``: ``error.details``)."""
+        error: dict[str, Any] = {"type": error_type, "message": message}
+        if details is not None:
+            error["details"] = details
+        body = {"type": "error", "error": error, "request_id": "req_fake"}
         self._push(_Outcome(status=status, error_body=body, headers=dict(headers or {})))
 
     def overloaded(self, retry_after: float | None = None) -> None:
@@ -254,6 +268,18 @@ class FakeAnthropic:
             "rate_limit_error",
             "Number of request tokens has exceeded your per-minute rate limit",
             headers,
+        )
+
+    def spend_limited(self) -> None:
+        """The tier's monthly spend cap (the rate-limits page): HTTP 429 ``rate_limit_error``
+        with ``error.details.error_code: enforced_spend_limit_reached`` and no ``retry-after``."""
+        self.error(
+            429,
+            "rate_limit_error",
+            "You have reached your API usage limits: your organization has crossed its monthly "
+            "API usage threshold, set based on your organization's API tier. You will regain "
+            "access on 2027-01-01 at 00:00 UTC.",
+            details={"error_code": "enforced_spend_limit_reached"},
         )
 
     def break_stream(self, patch: Any, after_events: int = 4, *, clean: bool = False) -> None:
@@ -296,8 +322,20 @@ class FakeAnthropic:
         with self._lock:
             if not self._queue:
                 return 500, {}, _error_body("api_error", "fake: no scripted outcome left"), 0.0
+            try:
+                billed = None if self.cache is None else self.cache.bill(request.body)
+            except BreakpointError as exc:
+                return 400, {}, _error_body("invalid_request_error", str(exc)), 0.0
             outcome = self._queue.popleft()
             number = next(self._ids)
+        if billed is not None and outcome.message is not None:
+            usage = {
+                **outcome.message["usage"],
+                "input_tokens": billed.input_tokens,
+                "cache_creation_input_tokens": billed.cache_creation_input_tokens,
+                "cache_read_input_tokens": billed.cache_read_input_tokens,
+            }
+            outcome.message = {**outcome.message, "usage": usage}
         if outcome.message is None:
             return outcome.status, outcome.headers, outcome.error_body, outcome.delay
         body = {

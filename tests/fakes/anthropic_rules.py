@@ -2,7 +2,7 @@
 
 This is the fake's own knowledge, written apart from ``rio_ci/model/models.json`` on purpose:
 a wrong entry in the product's table makes a request that this fake refuses, as the real API
-would, instead of agreeing with itself. The rules (checked 2026-12-02, see docs/models.md):
+would, instead of agreeing with itself. The rules (checked 2026-12-04, see docs/models.md):
 
 - the current family (Sonnet 5.5, Opus 5.5, Haiku 5.5, Fable 5.1/5.2, Mythos 5.1/5.2) answers
   400 to a forced ``tool_choice`` (``any`` / ``tool``), to sampling parameters, to a thinking
@@ -11,6 +11,11 @@ would, instead of agreeing with itself. The rules (checked 2026-12-02, see docs/
 - effort levels differ: the 5.x family and Opus 4.7/4.8 take low…max; Opus 4.6 and Sonnet 4.6
   no ``xhigh``; Opus 4.5 only low, medium, high; Haiku 4.5 no effort at all (and no adaptive
   thinking: budgets only);
+- an assistant prefill (a conversation ending with an assistant message) is a 400 from the 4.6
+  models on (the migration guide): Opus 4.6, Sonnet 4.6 and every newer model; Haiku 4.5 and
+  Opus 4.5 still take one;
+- ``strict: true`` on a tool (strict tool use, every model here) needs every object of its
+  schema closed with ``additionalProperties: false``, else a 400;
 - an unknown or retired model id is a 404 ``not_found_error``.
 
 Ids starting ``rio-test-`` behave like the current family, so tests can name a model the
@@ -37,6 +42,7 @@ class Rules:
     sampling: bool
     prefill: bool
     display_default: str
+    strict_tools: bool = True  # structured outputs: every model from the 4.5 family on
 
 
 _CURRENT = Rules(
@@ -46,7 +52,7 @@ _5_0 = Rules(
     128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), True, True, False, False, "omitted"
 )
 _4_7 = Rules(
-    128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), False, True, False, True, "omitted"
+    128_000, ALL_EFFORTS, frozenset({"adaptive", "disabled"}), False, True, False, False, "omitted"
 )
 _4_6 = Rules(
     128_000,
@@ -55,7 +61,7 @@ _4_6 = Rules(
     False,
     True,
     True,
-    True,
+    False,
     "summarized",
 )
 _BUDGET_ONLY = Rules(
@@ -97,7 +103,7 @@ MODELS: dict[str, Rules] = {
         True,
         True,
         False,
-        True,
+        False,
         "omitted",
     ),
     "claude-opus-5": _5_0,
@@ -111,7 +117,7 @@ MODELS: dict[str, Rules] = {
         False,
         True,
         True,
-        True,
+        False,
         "summarized",
     ),
     "claude-haiku-4-5": _BUDGET_ONLY,
@@ -212,7 +218,7 @@ def check(body: Any, model: str) -> Rules:
             )
         if thinking_active(body, rules):
             raise _bad("Thinking may not be enabled when tool_choice forces tool use.")
-    _check_tools(body.get("tools"))
+    _check_tools(body.get("tools"), rules, model)
     if _count_cache_controls(body) > 4:
         raise _bad("A maximum of 4 blocks with cache_control may be provided.")
     return rules
@@ -240,11 +246,47 @@ def _check_messages(body: dict[str, Any], rules: Rules) -> None:
         content = message.get("content")
         if not content or not isinstance(content, str | list):
             raise _bad(f"messages.{number}.content: must be non-empty")
+        if isinstance(content, list):
+            for index, block in enumerate(content):
+                if isinstance(block, dict) and block.get("type") == "image":
+                    _check_image(block, f"messages.{number}.content.{index}")
     if messages[-1]["role"] == "assistant" and not rules.prefill:
         raise _bad(
             "This model does not support assistant message prefill. The conversation "
             "must end with a user message."
         )
+
+
+_IMAGE_TYPES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+
+
+def _check_image(block: dict[str, Any], where: str) -> None:
+    """An image block (vision): a base64 source of a supported type whose bytes are that type."""
+    import base64
+    import binascii
+
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") not in ("base64", "url", "file"):
+        raise _bad(f"{where}.source: must be a base64, url or file source")
+    if source["type"] != "base64":
+        return
+    kind = source.get("media_type")
+    if kind not in _IMAGE_TYPES:
+        raise _bad(
+            f"{where}.source.media_type: Input should be 'image/jpeg', 'image/png', "
+            "'image/gif' or 'image/webp'"
+        )
+    try:
+        data = base64.b64decode(str(source.get("data") or ""), validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad(f"{where}.source.data: invalid base64 data") from None
+    if not data or not data.startswith(_IMAGE_TYPES[kind]):
+        raise _bad(f"{where}: Image does not match the provided media type {kind}")
 
 
 def _check_thinking(body: dict[str, Any], rules: Rules, model: str) -> None:
@@ -276,18 +318,36 @@ def _check_effort(body: dict[str, Any], rules: Rules, model: str) -> None:
         raise _bad(f"output_config.effort: {effort!r} is not supported for {model}")
 
 
-def _check_tools(tools: Any) -> None:
+def _check_tools(tools: Any, rules: Rules, model: str) -> None:
     if tools is None:
         return
     if not isinstance(tools, list):
         raise _bad("tools: must be a list")
-    for tool in tools:
+    for number, tool in enumerate(tools):
         if not (
             isinstance(tool, dict)
             and isinstance(tool.get("name"), str)
             and isinstance(tool.get("input_schema"), dict)
         ):
             raise _bad("tools: each tool needs a name and an input_schema")
+        if tool.get("strict") is True:
+            if not rules.strict_tools:
+                raise _bad(f"tools.{number}.strict: strict tool use is not supported on {model}")
+            _check_strict_schema(tool["input_schema"], f"tools.{number}.custom")
+
+
+def _check_strict_schema(schema: Any, where: str) -> None:
+    """Strict tool use compiles the schema into a grammar: every object must be closed."""
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
+        raise _bad(
+            f"{where}: For 'object' type, 'additionalProperties' must be explicitly set to false"
+        )
+    for sub in (schema.get("properties") or {}).values():
+        _check_strict_schema(sub, where)
+    if "items" in schema:
+        _check_strict_schema(schema["items"], where)
 
 
 def _count_cache_controls(value: Any) -> int:

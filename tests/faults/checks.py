@@ -115,9 +115,17 @@ def violations(directory: Path, *, final: bool) -> list[str]:
         session.close()
     if [e["seq"] for e in events] != list(range(1, len(events) + 1)):
         found.append("the Journal has a gap")
-    by_seq = {e["seq"]: e for e in events}
+    found += _lost_acknowledgements(directory, events)
+    found += _execution_violations(directory, events)
+    found += _timer_and_inbox_violations(events)
+    if final:
+        found += _unfinished_business(proj, events)
+    return found
 
-    # --- acknowledged commits ------------------------------------------------------------
+
+def _lost_acknowledgements(directory: Path, events: list[dict[str, Any]]) -> list[str]:
+    found: list[str] = []
+    by_seq = {e["seq"]: e for e in events}
     turns = {turn_id: state_digest(state) for turn_id, state in turn_snapshots(events)}
     timers_set = collections.Counter(e["id"] for e in events if e["kind"] == "timer_set")
     for ack in acks(directory):
@@ -129,21 +137,27 @@ def violations(directory: Path, *, final: bool) -> list[str]:
                 or event["message"]["id"] != ack["id"]
             ):
                 found.append(f"acknowledged message {ack['id']} (seq {ack['seq']}) is lost")
-        elif ack["kind"] == "timer":
-            if not timers_set[ack["id"]]:
-                found.append(f"acknowledged Timer {ack['id']} is lost")
+        elif ack["kind"] == "timer" and not timers_set[ack["id"]]:
+            found.append(f"acknowledged Timer {ack['id']} is lost")
         elif ack["kind"] == "seen":
-            if ack["turn_id"] not in turns:
-                found.append(
-                    f"the model was shown Turn {ack['turn_id']}, which is not in the Journal"
-                )
-            elif turns[ack["turn_id"]] != ack["state"]:
-                found.append(
-                    f"the model was shown a State for Turn {ack['turn_id']} that "
-                    "differs from the one committed"
-                )
+            found += _seen_problems(ack, turns)
+    return found
 
-    # --- executions and the external side-effect log --------------------------------------
+
+def _seen_problems(ack: dict[str, Any], turns: dict[str, str]) -> list[str]:
+    if ack["turn_id"] not in turns:
+        return [f"the model was shown Turn {ack['turn_id']}, which is not in the Journal"]
+    if turns[ack["turn_id"]] != ack["state"]:
+        return [
+            f"the model was shown a State for Turn {ack['turn_id']} that "
+            "differs from the one committed"
+        ]
+    return []
+
+
+def _execution_violations(directory: Path, events: list[dict[str, Any]]) -> list[str]:
+    """Executions against the external side-effect log: at most one run per Cell."""
+    found: list[str] = []
     started = collections.Counter(e["cell_id"] for e in events if e["kind"] == "execution_started")
     results = {e["cell_id"]: e["result"] for e in events if e["kind"] == "execution_finished"}
     finishes = collections.Counter(
@@ -155,12 +169,10 @@ def violations(directory: Path, *, final: bool) -> list[str]:
             found.append(f"Cell {cell} ran {n} times")
         if not started[cell]:
             found.append(f"Cell {cell} ran without a committed launch authorisation")
-    for cell, n in sorted(started.items()):
-        if n > 1:
-            found.append(f"Cell {cell} was authorised to launch {n} times")
-    for cell, n in sorted(finishes.items()):
-        if n > 1:
-            found.append(f"Cell {cell} has {n} results")
+    found += [
+        f"Cell {c} was authorised to launch {n} times" for c, n in sorted(started.items()) if n > 1
+    ]
+    found += [f"Cell {c} has {n} results" for c, n in sorted(finishes.items()) if n > 1]
     for cell, result in sorted(results.items()):
         kind = result["type"]
         if kind in ("success", "error") and result.get("exit_code") is not None and runs[cell] != 1:
@@ -170,32 +182,47 @@ def violations(directory: Path, *, final: bool) -> list[str]:
     queued_cancels = _cancelled_while_queued(events)
     for cell in sorted(queued_cancels & set(started)):
         found.append(f"Cell {cell} started although a cancel was committed while it was queued")
+    return found
 
-    # --- Timers and the Inbox -------------------------------------------------------------
+
+def _timer_and_inbox_violations(events: list[dict[str, Any]]) -> list[str]:
+    timers_set = collections.Counter(e["id"] for e in events if e["kind"] == "timer_set")
     fired = collections.Counter(e["id"] for e in events if e["kind"] == "timer_fired")
-    found += [f"Timer {t} fired {n} times" for t, n in sorted(fired.items()) if n > 1]
+    found = [f"Timer {t} fired {n} times" for t, n in sorted(fired.items()) if n > 1]
     found += [f"Timer {t} fired without being set" for t in sorted(fired) if not timers_set[t]]
     delivered = collections.Counter(m["id"] for e in events if (m := message_of(e)))
     found += [f"message {m} committed {n} times" for m, n in sorted(delivered.items()) if n > 1]
-    consumed = collections.Counter(
-        m for e in events if e["kind"] == "patch_accepted" for m in e["consumed"]
-    )
+    consumed = _consumed(events)
     found += [f"message {m} consumed {n} times" for m, n in sorted(consumed.items()) if n > 1]
     found += [
         f"message {m} consumed but never received" for m in sorted(consumed) if not delivered[m]
     ]
+    return found
 
-    if final:
-        ended = proj.ended or {}
-        if ended.get("result") != "success":
-            found.append(f"the workload did not succeed after recovery: {ended or 'not ended'}")
-        found += [f"Timer {t} set but never fired" for t in sorted(timers_set) if not fired[t]]
-        found += [f"message {m} never consumed" for m in sorted(delivered) if not consumed[m]]
-        found += [f"external message {m} never received" for m in EXTERNAL if not delivered[m]]
-        if proj.pending():
-            found.append(f"Executions still pending: {[e['cell_id'] for e in proj.pending()]}")
-        if leftovers := leftover_workers(str(proj.session["id"])):
-            found.append(f"Worker processes left behind: {leftovers}")
+
+def _consumed(events: list[dict[str, Any]]) -> collections.Counter[str]:
+    return collections.Counter(
+        m for e in events if e["kind"] == "patch_accepted" for m in e["consumed"]
+    )
+
+
+def _unfinished_business(proj: Projection, events: list[dict[str, Any]]) -> list[str]:
+    """What must hold once the workload has run to its end after the last recovery."""
+    found: list[str] = []
+    ended = proj.ended or {}
+    if ended.get("result") != "success":
+        found.append(f"the workload did not succeed after recovery: {ended or 'not ended'}")
+    timers_set = {e["id"] for e in events if e["kind"] == "timer_set"}
+    fired = {e["id"] for e in events if e["kind"] == "timer_fired"}
+    delivered = {m["id"] for e in events if (m := message_of(e))}
+    consumed = _consumed(events)
+    found += [f"Timer {t} set but never fired" for t in sorted(timers_set - fired)]
+    found += [f"message {m} never consumed" for m in sorted(delivered) if not consumed[m]]
+    found += [f"external message {m} never received" for m in EXTERNAL if m not in delivered]
+    if proj.pending():
+        found.append(f"Executions still pending: {[e['cell_id'] for e in proj.pending()]}")
+    if leftovers := leftover_workers(str(proj.session["id"])):
+        found.append(f"Worker processes left behind: {leftovers}")
     return found
 
 

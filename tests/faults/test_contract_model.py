@@ -1,6 +1,7 @@
 """A hypothesis state machine over the public operations — receive, turn, step, work, kill,
 reopen — checked after every operation against a small reference model of the contract
-(SPEC §3, §5, §6, §8): revision, Cells, Executions and their results, the Inbox in receipt
+(docs/patches.md, docs/sessions.md): revision, Cells, Executions and their results, the Inbox in
+receipt
 order, the pause, and how often each Cell really ran (an external side-effect log).
 
 ``kill`` SIGKILLs a real ``rio-ci work`` process while it runs a slow Cell, leaving the
@@ -25,7 +26,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from rio_ci.core.admission import Refused
+from rio_ci.core.admission import Rejection
 from rio_ci.errors import Rejected
 from rio_ci.run.owner import Owner
 from rio_ci.session import Receipt, Session
@@ -75,7 +76,7 @@ class Reference:
             self.pause = f"execution:{cell}"
 
     def before_dispatch(self) -> None:
-        """Recovery, then Controls (SPEC §6 steps 4-5)."""
+        """Recovery, then Controls (docs/sessions.md steps 4-5)."""
         for cell in sorted(c for c, e in self.executions.items() if e.phase == "started"):
             self.finish(cell, "UnknownExecution")
         for target in self.cancels:
@@ -188,7 +189,7 @@ class ContractMachine(RuleBasedStateMachine):
         valid = valid and outstanding <= PENDING_CELLS
         decision = self.session.step(ref.turn["turn_id"], head + ops)
         if not valid:
-            assert isinstance(decision, Refused), decision
+            assert isinstance(decision, Rejection), decision
             return
         assert isinstance(decision, Receipt), decision
         assert decision.revision == ref.revision + 1

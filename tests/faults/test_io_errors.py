@@ -1,4 +1,4 @@
-"""I/O errors under the Journal (SPEC §10): a failed fsync, a failed write, a full disk.
+"""I/O errors under the Journal (docs/sessions.md): a failed fsync, a failed write, a full disk.
 
 Through the recording VFS (in process, the real Journal/Session code over APSW) and through
 libfiu (``fiu-utils``; real ``rio-ci`` processes, stdlib sqlite3): the process stops admitting,
@@ -195,7 +195,7 @@ print("done", flush=True)
 def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
     disk_path: Path, failure: str, fault_report: dict[str, Any]
 ) -> None:
-    """SPEC §10: a commit whose outcome is uncertain stops the Owner's local Workers. The
+    """docs/sessions.md: a commit whose outcome is uncertain stops the Owner's local Workers. The
     script outlives its Owner unless stopped, so "no Worker left" is the Owner's doing."""
     fiu_run, fiu_ctrl = fiu(), shutil.which("fiu-ctrl")
     assert fiu_ctrl

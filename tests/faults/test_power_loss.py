@@ -1,4 +1,4 @@
-"""Simulated power loss (SPEC §15): a ~10-round workload runs through the real Journal,
+"""Simulated power loss: a ~10-round workload runs through the real Journal,
 Session and Launch code over a recording VFS; at every I/O operation several crash images are
 built (see tests/faults/vfs.py for the storage model) and opened with the real recovery code
 (``Session.open(verify=True)``, stdlib sqlite3). At ``synchronous=FULL`` every acknowledged

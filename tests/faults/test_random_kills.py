@@ -44,7 +44,7 @@ def after_kill(directory: Path, stream: Stream) -> None:
     recovered = runner.drive("recover", directory)
     if recovered.code == 3 and isinstance(recovered.out, dict):
         # Killing a tree races with its forks: a Worker's child can outlive its dead leader.
-        # Recovery must then fail closed (SPEC §5) having committed nothing; an operator
+        # Recovery must then fail closed (docs/sessions.md) having committed nothing; an operator
         # stops the leftovers and recovers again.
         stream.failed_closed += 1
         if checks.identity(directory)[1] != last:
@@ -145,7 +145,7 @@ def test_random_kills_of_the_owner_and_its_tree(
 
 def test_a_lost_leader_with_a_surviving_child_fails_recovery_closed(disk_path: Path) -> None:
     """What a tree kill racing a fork can leave: the Worker's leader dead, its child alive.
-    Recovery refuses to go on (SPEC §5) and commits nothing; once the leftovers are stopped
+    Recovery refuses to go on (docs/sessions.md) and commits nothing; once the leftovers are stopped
     it records the UnknownExecution and the script is not run again."""
     db = disk_path / DB
     session = Session.create(db, "lost leader", cwd=str(disk_path))

@@ -156,39 +156,56 @@ class Plan:
 
 def decide(state: dict[str, Any]) -> list[dict[str, Any]]:
     """The next patch, from the State alone."""
-    cells, runtime = state["cells"], state["runtime"]
+    runtime = state["runtime"]
     inbox = runtime["inbox"]
     plan = Plan(state)
-    seen = {m["id"] for m in inbox}
-    for cell in cells:
-        if tag_of(cell) == "seen":
-            seen.update(cell["text"].split()[1:])
     if inbox:
         plan.add({"kind": "note", "text": "seen: " + " ".join(m["id"] for m in inbox)})
-    done = {tag_of(c) for c in cells}
-    facts = runtime["cells"]
-    unresolved = sorted(
+    unresolved = _unresolved(runtime["cells"])
+    if unresolved:
+        _investigate(plan, unresolved[0], inbox)
+    elif _next_step(plan, state):
+        return plan.ops
+    if not plan.work:
+        plan.effect("wait")  # never leave the Session idle without a wake-up source
+    return plan.ops
+
+
+def _unresolved(facts: dict[str, Any]) -> list[int]:
+    return sorted(
         int(k)
         for k, v in facts.items()
         if (v["result"] or {}).get("type") == "UnknownExecution" and v["resolved_by"] is None
     )
+
+
+def _investigate(plan: Plan, target: int, inbox: list[dict[str, Any]]) -> None:
+    """Resolve ``target`` citing what this Turn delivered, or look first if nothing was."""
+    evidence = [f"session:event:{m['seq']}" for m in inbox if m["id"] != f"execution:{target}"]
+    if not evidence:
+        plan.effect("inspect")
+        return
+    plan.add(
+        {
+            "kind": "note",
+            "role": "resolution",
+            "target_cell_id": target,
+            "evidence_refs": evidence,
+            "text": "inspected; carrying on",
+        }
+    )
+
+
+def _next_step(plan: Plan, state: dict[str, Any]) -> bool:
+    """Add the workload's next step to ``plan``; True when that step is the conclusion."""
+    cells, inbox, facts = state["cells"], state["runtime"]["inbox"], state["runtime"]["cells"]
+    seen = {m["id"] for m in inbox}
+    for cell in cells:
+        if tag_of(cell) == "seen":
+            seen.update(cell["text"].split()[1:])
+    done = {tag_of(c) for c in cells}
     rejected = [m for m in inbox if m["kind"] == "control_rejected"]
-    if unresolved:
-        target = unresolved[0]
-        evidence = [f"session:event:{m['seq']}" for m in inbox if m["id"] != f"execution:{target}"]
-        if evidence:
-            plan.add(
-                {
-                    "kind": "note",
-                    "role": "resolution",
-                    "target_cell_id": target,
-                    "evidence_refs": evidence,
-                    "text": "inspected; carrying on",
-                }
-            )
-        else:
-            plan.effect("inspect")
-    elif "code" not in done:
+    if "code" not in done:
         plan.add({"kind": "code", "runtime": "python", "source": CODE})
     elif "a" not in done:
         plan.effect("a")
@@ -208,10 +225,8 @@ def decide(state: dict[str, Any]) -> list[dict[str, Any]]:
         plan.add(
             {"kind": "note", "role": "conclusion", "result": "success", "text": "every step done"}
         )
-        return plan.ops
-    if not plan.work:
-        plan.effect("wait")  # never leave the Session idle without a wake-up source
-    return plan.ops
+        return True
+    return False
 
 
 def _timer_set(cells: list[dict[str, Any]], facts: dict[str, Any]) -> bool:
@@ -329,8 +344,9 @@ def run(directory: Path) -> int:
 
 
 def recover_twice(directory: Path) -> int:
-    """SPEC §6: recovery, then recovery again by a new Owner, which must commit nothing.
-    Exit 3 with ``{"failed_closed": reason}`` when recovery refuses to go on (SPEC §5: a lost
+    """docs/sessions.md: recovery, then recovery again by a new Owner, which must commit nothing.
+    Exit 3 with ``{"failed_closed": reason}`` when recovery refuses to go on (docs/sessions.md: a
+    lost
     leader with a surviving group, a recycled pid, processes that will not die)."""
     from rio_ci.errors import RecoveryError
     from rio_ci.run.owner import Owner

@@ -1,4 +1,4 @@
-"""A Cell that damages its own Session file (SPEC §15, docs/security.md "Trust boundary"):
+"""A Cell that damages its own Session file (docs/security.md "Trust boundary"):
 garbage over the file, a truncation, a rewritten WAL. The Owner notices before it commits
 anything after the damage, stops with a one-line error (exit 4), never runs a Cell twice and
 never prints what it cannot read as a Session."""

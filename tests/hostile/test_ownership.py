@@ -1,4 +1,4 @@
-"""Ownership is keyed on the file, not its name (SPEC §6.1, §15): a rename or an alias still
+"""Ownership is keyed on the file, not its name (docs/sessions.md): a rename or an alias still
 gives one Owner; an Owner whose file is renamed or replaced under it notices, commits nothing
 more there and stops, and nothing it acknowledged is lost under the new name."""
 

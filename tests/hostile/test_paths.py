@@ -1,4 +1,4 @@
-"""Paths that are not a Session, and files rio-ci may not write (SPEC §15): exit 4 with a
+"""Paths that are not a Session, and files rio-ci may not write: exit 4 with a
 one-line error, nothing created beside them (no lock file, no -wal, no -shm), no traceback,
 no leftovers."""
 

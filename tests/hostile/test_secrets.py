@@ -1,4 +1,4 @@
-"""Secrets (SPEC §15, docs/security.md): a Cell finds no credential in any environment it
+"""Secrets (docs/security.md): a Cell finds no credential in any environment it
 can read — its own, its ancestors', every readable /proc/*/environ — however large the
 credentials are; what it prints of one is ``***`` before it is committed, so neither the
 Journal nor ``show``, ``events``, ``output`` or ``state`` ever holds it; and the Owner's own

@@ -1,4 +1,4 @@
-"""Strict JSON in and out (SPEC §15): NaN, Infinity, -Infinity and numbers that overflow to
+"""Strict JSON in and out: NaN, Infinity, -Infinity and numbers that overflow to
 infinity are refused everywhere a user hands rio-ci JSON or a number, with one-line errors;
 everything rio-ci prints is strict JSON; and receiving the same message twice is harmless."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rio_ci.core.admission import Refused
+from rio_ci.core.admission import Rejection
 from rio_ci.session import Session
 from tests.hostile.support import one_error, rio, strict
 
@@ -59,7 +59,7 @@ def test_a_patch_with_nan_from_a_model_is_rejected_and_stored_as_a_digest(db: Pa
     session = Session.open(db)
     turn = session.prepare_turn()["turn_id"]
     result = session.step(turn, [{"op": "test", "path": "/revision", "value": float("nan")}])
-    assert isinstance(result, Refused) and "NaN or Infinity" in result.reason
+    assert isinstance(result, Rejection) and "NaN or Infinity" in result.reason
     (rejected,) = [e for e in session.journal.events() if e["kind"] == "patch_rejected"]
     assert set(rejected) >= {"digest", "size", "reason"} and "patch" not in rejected
     session.close()

@@ -1,4 +1,4 @@
-"""Every command of ``rio_ci.cli.COMMANDS`` walked with hostile arguments (SPEC §11, §15):
+"""Every command of ``rio_ci.cli.COMMANDS`` walked with hostile arguments (docs/cli.md):
 no traceback, ever; stdout is valid UTF-8 and strict JSON; a failure is exactly one line
 ``{"error"}`` (or ``{"rejected"}``) with a documented exit status; and nothing is left
 beside the paths it was given."""

@@ -56,7 +56,7 @@ class BareCommits:
 
 
 class BareLaunch:
-    """The floor under a ``cmd`` Cell: the launch protocol of SPEC §5 and the guarantees
+    """The floor under a ``cmd`` Cell: the launch protocol of docs/sessions.md and the guarantees
     docs/performance.md names, done with plain ``sqlite3``, ``subprocess``, psutil and /proc
     reads, nothing of rio_ci's Session, Journal or Owner on top — ``started`` committed
     (FULL), the fold (``wal_checkpoint(FULL)``), the gated ``/bin/sh`` spawned in its own

@@ -13,7 +13,7 @@ from rio_ci.commands.bench.baseline import BareCommits, BareSteps
 from rio_ci.commands.bench.common import NOTE, accept, ms, patch_for, pct
 from rio_ci.commands.bench.drive import execute
 from rio_ci.core import events as ev
-from rio_ci.core.admission import Refused
+from rio_ci.core.admission import Rejection
 from rio_ci.session import Session
 
 WARM_UP = 20
@@ -34,7 +34,7 @@ def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
         started = time.perf_counter()
         receipt = session.step(turn["turn_id"], ops)
         step = time.perf_counter() - started
-        if isinstance(receipt, Refused):
+        if isinstance(receipt, Rejection):
             raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
         row = json.dumps(ops)
         triples.append((step, bare.commit(row), sql.step(row)))
@@ -66,20 +66,20 @@ def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
     who = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9}
     pairs, commits = [], 0
     for n in range((100 if quick else 1000) + WARM_UP):
-        before, started = session.journal.commits, time.perf_counter()
+        before, started = session.commits, time.perf_counter()
         turn = session.prepare_turn()
         receipt = session.step(
             turn["turn_id"],
             patch_for(turn["state"], [{"kind": "cmd", "argv": ["echo", str(n)]}], replace=True),
         )
-        if isinstance(receipt, Refused):
+        if isinstance(receipt, Rejection):
             raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
         head = receipt.cell_ids[0]
         token = f"rio-bench-{head}"
         session.authorize_launch(head, token)
         session.register_worker(head, {**who, "token": token})
         session.finish(head, ev.exited(head, 0), output=[ev.OutputPiece("stdout", f"{n}\n")])
-        elapsed, commits = time.perf_counter() - started, session.journal.commits - before
+        elapsed, commits = time.perf_counter() - started, session.commits - before
         pairs.append((elapsed, bare.commit(f"round {n}")))
     session.close()
     bare.close()

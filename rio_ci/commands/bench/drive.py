@@ -125,7 +125,7 @@ def growth(path: Path, rounds: int, every: int) -> list[tuple[int, int, int]]:
 
 
 def _settled(session: Session, path: Path) -> int:
-    session.journal.checkpoint()  # the WAL folded into the file and truncated
+    session.checkpoint()  # the WAL folded into the file and truncated
     return on_disk(path)
 
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci import jsonio
+from rio_ci.commands import show
 from rio_ci.commands.bench.common import NOTE, accept, ms
 from rio_ci.commands.bench.drive import new_session, on_disk, play_round
 from rio_ci.core import events as ev
@@ -32,13 +34,13 @@ def measure_storage(root: Path, quick: bool) -> dict[str, Any]:
     head, content, written = None, 0, 0
     for n in range(1, warm + 1):
         head, _ = play_round(session, n, head)
-    session.journal.checkpoint()
+    session.checkpoint()
     start = on_disk(path)
     for n in range(warm + 1, warm + measured + 1):
         head, new = play_round(session, n, head)
         content += new
         written += Path(f"{path}-wal").stat().st_size
-        session.journal.checkpoint()
+        session.checkpoint()
     grown = on_disk(path) - start
     session.close()
     return {
@@ -95,6 +97,8 @@ def measure_open(root: Path, quick: bool) -> dict[str, Any]:
     kinds: dict[str, Callable[[Path], None]] = {
         "open_ms": lambda p: Session.open(p).close(),
         "owner_open_ms": lambda p: Owner(str(p)).close(),
+        "show_ms": lambda p: _show(p, as_json=False),
+        "show_json_ms": lambda p: _show(p, as_json=True),
     }
     times: dict[str, list[float]] = {}
     for _ in range(7 if quick else 31):
@@ -110,13 +114,26 @@ def measure_open(root: Path, quick: bool) -> dict[str, Any]:
     out.update({key: ms(statistics.median(samples)) for key, samples in times.items()})
     out["ratio_open_100k_1k"] = round(out["open_ms_100k"] / out["open_ms_1k"], 3)
     out["ratio_owner_open_100k_1k"] = round(out["owner_open_ms_100k"] / out["owner_open_ms_1k"], 3)
+    out["ratio_show_100k_1k"] = round(out["show_ms_100k"] / out["show_ms_1k"], 3)
+    out["ratio_show_json_100k_1k"] = round(out["show_json_ms_100k"] / out["show_json_ms_1k"], 3)
     for name, path in copies.items():  # the context stays bounded as the Journal grows
         session = Session.open(path)
         out[f"events_{name}"] = session.proj.last_seq
         out[f"state_bytes_{name}"] = encoded_size(session.state())
-        out[f"session_bytes_{name}"] = session.journal.size_bytes()
+        out[f"session_bytes_{name}"] = session.size_bytes()
         session.close()
     return out
+
+
+def _show(path: Path, *, as_json: bool) -> None:
+    """What ``rio-ci show`` (or ``show --json``) does in process: open, read, render."""
+    session = Session.open(path)
+    try:
+        text = jsonio.dumps(show.summary(session)) if as_json else show.render_text(session)
+    finally:
+        session.close()
+    if not text:
+        raise RuntimeError("bench: show printed nothing")
 
 
 def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
@@ -140,7 +157,7 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
             session.authorize_launch(head, token)
             session.register_worker(head, who)
             session.finish(head, ev.exited(head, 0), output=[ev.OutputPiece("stdout", f"{n}\n")])
-        session.journal.checkpoint()  # everything in the main file: a plain copy is whole
+        session.checkpoint()  # everything in the main file: a plain copy is whole
         copies[name] = root / f"open-{name}.sqlite3"
         shutil.copyfile(path, copies[name])
     session.close()

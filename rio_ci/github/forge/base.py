@@ -28,6 +28,35 @@ class Comment:
 
 
 @dataclass(frozen=True)
+class ReviewComment:
+    """An inline comment on a line of a pull request's diff."""
+
+    id: int
+    review_id: int | None  # the review it was submitted with (GitHub makes one per comment)
+    author: str
+    association: str
+    path: str
+    line: int | None  # the line of the file it refers to (None: outdated, off the diff)
+    side: str  # LEFT (the old file) | RIGHT (the new file)
+    diff_hunk: str
+    body: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Review:
+    """A submitted review of a pull request with all its inline comments."""
+
+    id: int
+    author: str
+    association: str
+    state: str  # APPROVED | CHANGES_REQUESTED | COMMENTED | DISMISSED
+    body: str
+    url: str
+    comments: tuple[ReviewComment, ...]
+
+
+@dataclass(frozen=True)
 class Check:
     """A finished workflow run or check run on a branch."""
 
@@ -47,6 +76,24 @@ class Artifact:
     size_in_bytes: int
     expired: bool
     run_id: int | None
+    # The ``workflow_run`` the listing names (ids of the run's repository and of the
+    # repository its head commit came from); None when the listing did not say.
+    repository_id: int | None = None
+    head_repository_id: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """What a workflow run says about where it came from (GET .../actions/runs/{id}):
+    ``path`` is the workflow file (``.github/workflows/rio.yml``), ``event`` what started it,
+    and the ids of the run's repository and of its head repository (a fork's for a pull
+    request from a fork). Fields GitHub did not give are None/empty: never trusted."""
+
+    id: int
+    path: str
+    event: str
+    repository_id: int | None
+    head_repository_id: int | None
 
 
 class Forge(Protocol):
@@ -58,6 +105,17 @@ class Forge(Protocol):
 
     def comments(self, number: int, after_id: int = 0) -> list[Comment]:
         """Comments on issue/PR ``number`` with id > after_id, oldest first."""
+        ...
+
+    def reviews(self, pull: int) -> list[Review]:
+        """The submitted reviews of pull request ``pull``, oldest first, each with its inline
+        comments (a pending review, visible only to its author, is not listed)."""
+        ...
+
+    def changed(self, number: int, *, pull: bool = False) -> bool:
+        """Whether issue ``number`` (with ``pull``: pull request ``number``, its reviews and
+        inline comments) may have changed since the last call for it; the first call says
+        True. Asked with conditional requests, so an unchanged answer costs no rate limit."""
         ...
 
     def upsert_comment(self, number: int, marker: str, body: str) -> int:
@@ -86,6 +144,15 @@ class Forge(Protocol):
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
         """Download the artifact's zip to ``dest`` (a file path) and return it."""
+        ...
+
+    def repository_id(self) -> int | None:
+        """This repository's numeric id (read when the repository was opened); None when the
+        host has none (then no artifact can be shown to be this repository's)."""
+        ...
+
+    def workflow_run(self, run_id: int) -> WorkflowRun | None:
+        """The workflow run ``run_id`` of this repository, or None when there is none."""
         ...
 
     def issues_with_label(self, label: str) -> list[Issue]:

@@ -21,11 +21,21 @@ from github.GithubException import (
     UnknownObjectException,
 )
 from github.IssueComment import IssueComment
+from github.PullRequestComment import PullRequestComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue
+from rio_ci.github.forge.base import (
+    Artifact,
+    Check,
+    Comment,
+    Forge,
+    Issue,
+    Review,
+    ReviewComment,
+    WorkflowRun,
+)
 from rio_ci.github.forge.download import fetch_zip
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -90,6 +100,7 @@ class GitHubForge:
         self._timeout = timeout
         self._comment_author = comment_author
         self._permissions: dict[str, str] = {}
+        self._etags: dict[str, str] = {}  # URL → the ETag of its last answer (``changed``)
         retry = Retry(
             total=retries,
             backoff_factor=0.5,
@@ -147,6 +158,80 @@ class GitHubForge:
                 if c.id > after_id
             ]
         return sorted(found, key=lambda c: c.id)
+
+    # -- reviews -------------------------------------------------------------------------------
+
+    def reviews(self, pull: int) -> list[Review]:
+        """Submitted reviews, oldest first, with their inline comments. The comments come
+        from the pull request's review-comment listing, grouped by
+        ``pull_request_review_id``: one request for all reviews, and the listing carries
+        ``line`` and ``side``, which the per-review endpoint leaves out (docs/github.md)."""
+        with _failing(f"listing the reviews of pull request #{pull}"):
+            found = self._repo.get_pull(pull)
+            grouped: dict[int, list[ReviewComment]] = {}
+            for comment in found.get_review_comments():
+                item = self._review_comment(comment)
+                grouped.setdefault(item.review_id or 0, []).append(item)
+            return [
+                Review(
+                    id=review.id,
+                    author=review.user.login if review.user else "",
+                    association=review.author_association or "NONE",
+                    state=review.state or "",
+                    body=review.body or "",
+                    url=review.html_url or "",
+                    comments=tuple(sorted(grouped.get(review.id, []), key=lambda c: c.id)),
+                )
+                for review in found.get_reviews()
+                if (review.state or "PENDING") != "PENDING"
+            ]
+
+    @staticmethod
+    def _review_comment(comment: PullRequestComment) -> ReviewComment:
+        return ReviewComment(
+            id=comment.id,
+            review_id=comment.pull_request_review_id,
+            author=comment.user.login if comment.user else "",
+            association=comment.author_association or "NONE",
+            path=comment.path or "",
+            line=comment.line,
+            side=comment.side or "RIGHT",
+            diff_hunk=comment.diff_hunk or "",
+            body=comment.body or "",
+            url=comment.html_url or "",
+        )
+
+    def changed(self, number: int, *, pull: bool = False) -> bool:
+        """Conditional GETs (``If-None-Match`` with the last ETag) of what a new comment or
+        review changes: the issue (its comment count), or the pull request (its comment and
+        review-comment counts) and its reviews. GitHub answers 304 for an unchanged resource
+        and does not count that against the rate limit (docs/github.md)."""
+        base = f"{self._api_url}/repos/{self._full_name}"
+        urls = (
+            [f"{base}/pulls/{number}", f"{base}/pulls/{number}/reviews?per_page=100"]
+            if pull
+            else [f"{base}/issues/{number}"]
+        )
+        changed = False
+        for url in urls:
+            changed = self._conditional(url) or changed
+        return changed
+
+    def _conditional(self, url: str) -> bool:
+        known = self._etags.get(url)
+        with _failing(f"looking for news at {url.removeprefix(self._api_url)}"):
+            status, headers, _ = self._github.requester.requestJson(
+                "GET", url, headers={"If-None-Match": known} if known else None
+            )
+        if status == 304:
+            return False
+        if status >= 400:
+            raise ForgeError(
+                f"GitHub: looking for news at {url} failed: HTTP {status}", status=status
+            )
+        if headers.get("etag"):
+            self._etags[url] = headers["etag"]
+        return True
 
     def upsert_comment(self, number: int, marker: str, body: str) -> int:
         """Edit the oldest comment containing ``marker`` (skipping the write when its body is
@@ -366,10 +451,29 @@ class GitHubForge:
                     created_at=_iso(a.created_at),
                     size_in_bytes=a.size_in_bytes,
                     expired=a.expired,
-                    run_id=a.workflow_run.id if a.workflow_run is not None else None,
+                    **_origin(a.raw_data.get("workflow_run")),
                 )
                 for a in listed
             ]
+
+    def repository_id(self) -> int | None:
+        return _int_or_none(self._repo.raw_data.get("id"))
+
+    def workflow_run(self, run_id: int) -> WorkflowRun | None:
+        """GET /repos/{owner}/{repo}/actions/runs/{run_id}, read from its raw JSON (a field
+        of the wrong type reads as missing, so it never matches)."""
+        with _failing(f"reading workflow run {run_id}"):
+            try:
+                data = self._repo.get_workflow_run(run_id).raw_data
+            except UnknownObjectException:
+                return None
+        return WorkflowRun(
+            id=_int_or_none(data.get("id")) or -1,
+            path=_text(data.get("path")),
+            event=_text(data.get("event")),
+            repository_id=_nested_id(data.get("repository")),
+            head_repository_id=_nested_id(data.get("head_repository")),
+        )
 
     def download_artifact(
         self, artifact_id: int, dest: Path, *, max_bytes: int = DOWNLOAD_LIMIT_BYTES
@@ -384,6 +488,29 @@ class GitHubForge:
             max_bytes=max_bytes,
             timeout=self._timeout,
         )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _nested_id(value: object) -> int | None:
+    return _int_or_none(value.get("id") if isinstance(value, dict) else None)
+
+
+def _origin(run: object) -> dict[str, int | None]:
+    """The run fields of an artifact's ``workflow_run`` (id, repository_id,
+    head_repository_id); anything absent or not an integer is None."""
+    data = run if isinstance(run, dict) else {}
+    return {
+        "run_id": _int_or_none(data.get("id")),
+        "repository_id": _int_or_none(data.get("repository_id")),
+        "head_repository_id": _int_or_none(data.get("head_repository_id")),
+    }
 
 
 def _conforms(forge: GitHubForge) -> Forge:

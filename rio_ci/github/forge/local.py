@@ -1,4 +1,4 @@
-"""The local directory forge (SPEC §1: the code host seen through one interface; a local
+"""The local directory forge (docs/concepts.md: the code host seen through one interface; a local
 directory is the default where there is no GitHub). Issues, comments, labels and pull
 requests live in one JSON file, ``forge.json``, in a directory; every write replaces the file
 whole (written beside it, then renamed), so a reader never sees half of one.
@@ -10,6 +10,7 @@ comment and the pull request of its run land here too.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from collections.abc import Callable
@@ -17,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue
+from rio_ci.github.forge.base import (
+    Artifact,
+    Check,
+    Comment,
+    Forge,
+    Issue,
+    Review,
+    WorkflowRun,
+)
 
 FILE = "forge.json"
 T = TypeVar("T")
@@ -99,6 +108,12 @@ class LocalForge:
             if c["issue"] == number and c["id"] > after_id
         ]
 
+    def reviews(self, pull: int) -> list[Review]:
+        return []  # the local forge has no code review
+
+    def changed(self, number: int, *, pull: bool = False) -> bool:
+        return True  # a file read costs nothing: every look is a full one
+
     def upsert_comment(self, number: int, marker: str, body: str) -> int:
         if marker not in body:
             raise ValueError("the comment body must carry its marker")
@@ -123,7 +138,8 @@ class LocalForge:
                 if pull["head"] == branch and pull["state"] == "open":
                     return str(pull["url"])
             number = _take_id(data)
-            url = f"{self.root.as_uri()}/pull/{number}"
+            page = _pull_page(self.root, number, branch, base, title, body)
+            url = page.as_uri()
             data["pulls"][str(number)] = {
                 "number": number,
                 "head": branch,
@@ -145,6 +161,12 @@ class LocalForge:
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
         raise ForgeError(f"a local forge keeps no artifacts (asked for {artifact_id})", status=404)
+
+    def repository_id(self) -> int | None:
+        return None  # no artifacts, so nothing to prove the origin of
+
+    def workflow_run(self, run_id: int) -> WorkflowRun | None:
+        return None
 
     def issues_with_label(self, label: str) -> list[Issue]:
         return [
@@ -229,6 +251,23 @@ def _comment(data: dict[str, Any]) -> Comment:
     return Comment(
         data["id"], data["issue"], data["author"], data["association"], data["body"], data["url"]
     )
+
+
+def _pull_page(root: Path, number: int, head: str, base: str, title: str, body: str) -> Path:
+    """The pull request as a page a browser opens (``root/pull/<n>.html``): its title,
+    branches and body, every character of them HTML-escaped (the body is shown as the text
+    it is, not rendered)."""
+    page = root / "pull" / f"{number}.html"
+    page.parent.mkdir(exist_ok=True)
+    page.write_text(
+        "<!doctype html>\n<meta charset=utf-8>\n"
+        f"<title>#{number} {html.escape(title)}</title>\n"
+        f"<h1>#{number} {html.escape(title)}</h1>\n"
+        f"<p>{html.escape(head)} → {html.escape(base)} (a pull request of the local forge "
+        f"{html.escape(str(root / FILE))})</p>\n"
+        f"<pre style='white-space: pre-wrap'>{html.escape(body)}</pre>\n"
+    )
+    return page
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

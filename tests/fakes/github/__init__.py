@@ -22,9 +22,27 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
 - workflows with a state: ``PUT .../enable|disable``, and a dispatch to a disabled workflow is
   refused (422); ``POST /repos/{o}/{r}/dispatches`` records a ``repository_dispatch``;
 - artifacts with ``retention_days`` and ``expires_at`` (``upload_artifact`` zips a directory
-  as actions/upload-artifact does);
+  as actions/upload-artifact does); a download of an expired one answers 410 Gone
+  (``expire_artifact(id, listed=False)``: the listing has not caught up yet);
+- workflow runs with ``path``, ``event``, ``repository`` and ``head_repository``
+  (``GET .../actions/runs/{id}``), and every artifact's ``workflow_run`` names its run's
+  repository ids: ``add_rio_run(id)`` is one of rio's own jobs (an upload naming an unknown
+  run makes one), ``add_foreign_run("fork" | "target" | "workflow")`` a run whose artifacts
+  rio must never restore;
 - ``serve_git(origin)``: the bare repository over smart HTTP at ``git_url``, with GitHub's
   push refusals (tests/fakes/git_origin.py);
+- pictures in issues and comments: ``attachments[id] = (bytes, content_type)`` served at
+  ``/user-attachments/assets/<id>`` to a valid token only (a private repository's), and
+  ``attachment_redirects[id] = location`` (GitHub's redirect to a signed store URL);
+- reviews: ``add_review(pull, user, state, body, comments)`` and ``add_review_comment`` (a
+  lone inline comment, which GitHub wraps in a COMMENTED review of its own), listed by
+  ``GET .../pulls/{n}/reviews``, ``.../pulls/{n}/comments`` and
+  ``.../pulls/{n}/reviews/{id}/comments`` (the last in GitHub's older shape, without
+  ``line`` and ``side``);
+- conditional requests: every 200 to a GET carries an ``ETag``, and a GET whose
+  ``If-None-Match`` names the current one is answered 304 (recorded in ``not_modified``);
+  issues and pull requests carry their comment counts, so a new comment changes the ETag;
+- ``set_retention(days)``: the repository's artifact retention setting;
 - ``POST .../issues/{n}/labels``; ``merge_pull(n)``; ``observers``: callables that see
   every request before it is answered (what was on disk at a client's first call).
 """

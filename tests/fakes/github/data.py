@@ -16,6 +16,8 @@ from pathlib import Path
 from fakes import git_origin
 from fakes.github.base import WORKFLOW_STATES, Failure, Json, Recorded, Token
 
+RIO_WORKFLOW = ".github/workflows/rio.yml"
+
 
 class GitHubData:
     """What the fake knows; ``FakeGitHub`` serves it."""
@@ -41,6 +43,9 @@ class GitHubData:
         self.issues: dict[int, dict[str, Json]] = {}
         self.comments: dict[int, dict[str, Json]] = {}
         self.pulls: dict[int, dict[str, Json]] = {}
+        self.reviews: dict[int, dict[str, Json]] = {}
+        self.review_comments: dict[int, dict[str, Json]] = {}
+        self.not_modified: list[Recorded] = []  # GETs answered 304 (free of rate limit)
         self.runs: dict[int, dict[str, Json]] = {}
         self.branches: dict[str, str] = {}
         self.check_runs: dict[int, dict[str, Json]] = {}
@@ -51,6 +56,11 @@ class GitHubData:
         self.repository_dispatches: list[dict[str, Json]] = []
         self.artifacts: dict[int, dict[str, Json]] = {}
         self.blobs: dict[int, bytes] = {}
+        self.gone: set[int] = set()  # artifacts whose download answers 410 Gone
+        # user attachments (issue / comment pictures) at /user-attachments/assets/<id>:
+        # (bytes, the Content-Type it claims); or a redirect to a Location
+        self.attachments: dict[str, tuple[bytes, str]] = {}
+        self.attachment_redirects: dict[str, str] = {}
         self.default_retention_days = 90
         self.max_retention_days = 90  # public repositories: 1 to 90 days
         self.git_origin: Path | None = None
@@ -59,7 +69,8 @@ class GitHubData:
         # way to look at the world at the moment of a client's first call.
         self.observers: list[Callable[[Recorded], None]] = []
         self._numbers = itertools.count(1)
-        self._ids = itertools.count(1001)
+        # Far above the run ids tests give jobs (1000 + n), so no object takes a job's id.
+        self._ids = itertools.count(100_001)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -163,6 +174,75 @@ class GitHubData:
         }
         return comment_id
 
+    def add_review(
+        self,
+        pull: int,
+        user: str = "alice",
+        state: str = "COMMENTED",
+        body: str = "",
+        comments: list[dict[str, Json]] | tuple[dict[str, Json], ...] = (),
+    ) -> int:
+        """A review submitted on pull request ``pull`` with its inline ``comments`` (each
+        ``{"path", "line", "body"}`` and optionally ``"side"``); ``state`` PENDING is a review
+        not submitted yet, which GitHub shows its author only (so never listed here)."""
+        review_id = next(self._ids)
+        self.reviews[review_id] = {
+            "id": review_id,
+            "node_id": f"PRR_{review_id}",
+            "user": self._user(user),
+            "body": body,
+            "state": state,
+            "author_association": self.associations.get(user, "COLLABORATOR"),
+            "commit_id": self.pulls[pull]["head"]["sha"] or "0" * 40,
+            "pull_request_number": pull,
+            "html_url": f"https://github.test/{self.repo}/pull/{pull}#pullrequestreview-{review_id}",
+            "pull_request_url": f"{self._base}/pulls/{pull}",
+            "submitted_at": None if state == "PENDING" else "2024-01-01T00:00:00Z",
+        }
+        for comment in comments:
+            self._add_review_comment(pull, review_id, user, comment)
+        return review_id
+
+    def add_review_comment(
+        self, pull: int, path: str, line: int, body: str, user: str = "alice", side: str = "RIGHT"
+    ) -> int:
+        """A lone inline comment ("Add single comment"): GitHub wraps it in a review of its
+        own, COMMENTED with an empty body. Returns the comment's id."""
+        review_id = self.add_review(pull, user)
+        return self._add_review_comment(
+            pull, review_id, user, {"path": path, "line": line, "body": body, "side": side}
+        )
+
+    def _add_review_comment(
+        self, pull: int, review_id: int, user: str, comment: dict[str, Json]
+    ) -> int:
+        comment_id = next(self._ids)
+        line = comment.get("line")
+        self.review_comments[comment_id] = {
+            "id": comment_id,
+            "node_id": f"PRRC_{comment_id}",
+            "pull_request_review_id": review_id,
+            "pull_request_number": pull,
+            "path": comment["path"],
+            "line": line,
+            "original_line": line,
+            "side": comment.get("side", "RIGHT"),
+            "position": 1,
+            "original_position": 1,
+            "diff_hunk": comment.get("diff_hunk", f"@@ -1,3 +1,4 @@ {comment['path']}"),
+            "body": comment["body"],
+            "user": self._user(user),
+            "author_association": self.associations.get(user, "COLLABORATOR"),
+            "commit_id": "0" * 40,
+            "original_commit_id": "0" * 40,
+            "url": f"{self._base}/pulls/comments/{comment_id}",
+            "html_url": f"https://github.test/{self.repo}/pull/{pull}#discussion_r{comment_id}",
+            "pull_request_url": f"{self._base}/pulls/{pull}",
+            "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
+        }
+        return comment_id
+
     def set_branch(self, branch: str, sha: str) -> None:
         self.branches[branch] = sha
 
@@ -173,19 +253,27 @@ class GitHubData:
         conclusion: str | None = "success",
         status: str = "completed",
         head_repo: str | None = None,
+        *,
+        path: str = ".github/workflows/ci.yml",
+        event: str = "push",
+        run_id: int | None = None,
     ) -> int:
-        """A workflow run on ``branch``; ``head_repo`` names a fork it came from (default:
-        this repository)."""
-        run_id = next(self._ids)
+        """A workflow run on ``branch`` of the workflow file ``path``, started by ``event``;
+        ``head_repo`` names a fork it came from (default: this repository; a fork's
+        ``pull_request`` run still runs in this repository, as on GitHub)."""
+        run_id = next(self._ids) if run_id is None else run_id
         self.runs[run_id] = {
             "id": run_id,
             "name": name,
+            "path": path,
             "head_branch": branch,
+            "repository": self._repo_ref(self.repo),
             "head_repository": self._repo_ref(head_repo or self.repo),
+            "head_repository_id": self._repo_ref(head_repo or self.repo)["id"],
             "head_sha": self.branches.get(branch, "0" * 40),
             "status": status,
             "conclusion": conclusion,
-            "event": "push",
+            "event": event,
             "run_number": run_id,
             "url": f"{self._base}/actions/runs/{run_id}",
             "html_url": f"https://github.test/{self.repo}/actions/runs/{run_id}",
@@ -193,6 +281,32 @@ class GitHubData:
             "updated_at": "2024-01-01T00:00:00Z",
         }
         return run_id
+
+    def add_rio_run(self, run_id: int, event: str = "workflow_dispatch") -> int:
+        """A run of this repository's ``.github/workflows/rio.yml`` (rio's own job)."""
+        return self.add_workflow_run(
+            self.default_branch,
+            "rio",
+            path=RIO_WORKFLOW,
+            event=event,
+            run_id=run_id,
+        )
+
+    def add_foreign_run(self, kind: str) -> int:
+        """A run whose artifacts rio must never restore: ``fork`` (a ``pull_request`` run
+        of a fork's head, of rio.yml as the fork changed it), ``target`` (a
+        ``pull_request_target`` run), or ``workflow`` (another workflow of this
+        repository, on a push)."""
+        if kind == "fork":
+            return self.add_workflow_run(
+                "patch-1", "rio", head_repo="mallory/demo", path=RIO_WORKFLOW, event="pull_request"
+            )
+        if kind == "target":
+            return self.add_workflow_run(
+                self.default_branch, "rio", path=RIO_WORKFLOW, event="pull_request_target"
+            )
+        assert kind == "workflow", kind
+        return self.add_workflow_run(self.default_branch, "CI", path=".github/workflows/ci.yml")
 
     def add_check_run(
         self,
@@ -237,6 +351,12 @@ class GitHubData:
         assert state in WORKFLOW_STATES, state
         self.workflows[file_name] = state
 
+    def set_retention(self, days: int) -> None:
+        """The repository's artifact retention setting: the default retention of an upload and
+        the most ``retention-days`` may ask for (what the runner reports as
+        ``GITHUB_RETENTION_DAYS``)."""
+        self.default_retention_days = self.max_retention_days = days
+
     def add_artifact(
         self,
         name: str,
@@ -254,6 +374,9 @@ class GitHubData:
         days = max(1, min(days, self.max_retention_days))
         created = datetime.datetime.fromisoformat(created_at.replace("Z", "+00:00"))
         expires_at = (created + datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if run_id not in self.runs:  # an upload without a named run: rio's own job's
+            self.add_rio_run(run_id)
+        run = self.runs[run_id]
         artifact_id = next(self._ids)
         self.blobs[artifact_id] = zip_bytes
         self.artifacts[artifact_id] = {
@@ -270,13 +393,20 @@ class GitHubData:
             "expires_at": expires_at,
             "workflow_run": {
                 "id": run_id,
-                "repository_id": 1,
-                "head_repository_id": 1,
-                "head_branch": self.default_branch,
-                "head_sha": "0" * 40,
+                "repository_id": run["repository"]["id"],
+                "head_repository_id": run["head_repository"]["id"],
+                "head_branch": run["head_branch"],
+                "head_sha": run["head_sha"],
             },
         }
         return artifact_id
+
+    def expire_artifact(self, artifact_id: int, *, listed: bool = True) -> None:
+        """The artifact passes its retention: its download answers 410 Gone. With
+        ``listed=False`` the listing still shows it unexpired (it lags the storage)."""
+        self.gone.add(artifact_id)
+        if listed:
+            self.artifacts[artifact_id]["expired"] = True
 
     def upload_artifact(
         self,

@@ -32,7 +32,9 @@ class Endpoints(GitHubData):
 
     def _issue(self, _: Recorded, m: re.Match[str]) -> Reply:
         issue = self.issues.get(int(m[1]))
-        return (200, issue, {}) if issue else not_found()
+        if not issue:
+            return not_found()
+        return 200, {**issue, "comments": len(self.comments_on(int(m[1])))}, {}
 
     def _list_comments(self, req: Recorded, m: re.Match[str]) -> Reply:
         if int(m[1]) not in self.issues:
@@ -107,6 +109,10 @@ class Endpoints(GitHubData):
         runs.sort(key=lambda r: -r["id"])  # GitHub lists the newest run first
         return self._paged(req, runs, "workflow_runs")
 
+    def _run(self, _: Recorded, m: re.Match[str]) -> Reply:
+        run = self.runs.get(int(m[1]))
+        return (200, run, {}) if run else not_found()
+
     def _branch(self, _: Recorded, m: re.Match[str]) -> Reply:
         branch = urllib.parse.unquote(m[1])
         sha = self.branches.get(branch)
@@ -164,8 +170,57 @@ class Endpoints(GitHubData):
         )
 
     def _pull(self, _: Recorded, m: re.Match[str]) -> Reply:
-        pull = self.pulls.get(int(m[1]))
-        return (200, pull, {}) if pull else not_found()
+        number = int(m[1])
+        pull = self.pulls.get(number)
+        if not pull:
+            return not_found()
+        counts = {
+            "comments": len(self.comments_on(number)),
+            "review_comments": len(self._review_comments_of(number)),
+        }
+        return 200, {**pull, **counts}, {}
+
+    def _review_comments_of(self, pull: int) -> list[Json]:
+        return sorted(
+            (
+                c
+                for c in self.review_comments.values()
+                if c["pull_request_number"] == pull
+                and self.reviews[c["pull_request_review_id"]]["state"] != "PENDING"
+            ),
+            key=lambda c: c["id"],
+        )
+
+    def _list_reviews(self, req: Recorded, m: re.Match[str]) -> Reply:
+        """Submitted reviews in chronological order; a pending one is its author's alone."""
+        if int(m[1]) not in self.pulls:
+            return not_found()
+        found = [
+            r
+            for r in sorted(self.reviews.values(), key=lambda r: r["id"])
+            if r["pull_request_number"] == int(m[1]) and r["state"] != "PENDING"
+        ]
+        return self._paged(req, found)
+
+    def _list_review_comments(self, req: Recorded, m: re.Match[str]) -> Reply:
+        """Every inline comment of the pull request, oldest first, with ``line``/``side``."""
+        if int(m[1]) not in self.pulls:
+            return not_found()
+        return self._paged(req, self._review_comments_of(int(m[1])))
+
+    def _review_comments(self, req: Recorded, m: re.Match[str]) -> Reply:
+        """One review's comments, in the older shape GitHub answers there: no ``line``,
+        ``side``, ``original_line`` (only ``position``)."""
+        review = self.reviews.get(int(m[2]))
+        if review is None or review["pull_request_number"] != int(m[1]):
+            return not_found()
+        legacy = {"line", "side", "original_line", "start_line", "start_side"}
+        found = [
+            {k: v for k, v in c.items() if k not in legacy}
+            for c in self._review_comments_of(int(m[1]))
+            if c["pull_request_review_id"] == review["id"]
+        ]
+        return self._paged(req, found)
 
     def _list_issues(self, req: Recorded, _: re.Match[str]) -> Reply:
         """Issues *and pull requests*, as GitHub lists them; ``labels`` is a comma-separated
@@ -252,7 +307,7 @@ class Endpoints(GitHubData):
         artifact = self.artifacts.get(int(m[1]))
         if artifact is None:
             return not_found()
-        if artifact["expired"]:
+        if artifact["expired"] or artifact["id"] in self.gone:
             return 410, {"message": "Artifact has expired"}, {}
         return 302, None, {"Location": f"{self.api_url}/download/{m[1]}?sig=presigned"}
 
@@ -268,12 +323,16 @@ class Endpoints(GitHubData):
             ("PATCH", rf"{r}/issues/comments/(\d+)", self._edit_comment),
             ("GET", rf"{r}/collaborators/([^/]+)/permission", self._permission),
             ("GET", rf"{r}/actions/runs", self._list_runs),
+            ("GET", rf"{r}/actions/runs/(\d+)", self._run),
             ("GET", rf"{r}/branches/(.+)", self._branch),
             ("GET", rf"{r}/commits/([^/]+)/check-runs", self._check_runs),
             ("GET", rf"{r}/commits/([^/]+)/check-suites", self._check_suites),
             ("GET", rf"{r}/pulls", self._list_pulls),
             ("POST", rf"{r}/pulls", self._create_pull),
             ("GET", rf"{r}/pulls/(\d+)", self._pull),
+            ("GET", rf"{r}/pulls/(\d+)/reviews", self._list_reviews),
+            ("GET", rf"{r}/pulls/(\d+)/comments", self._list_review_comments),
+            ("GET", rf"{r}/pulls/(\d+)/reviews/(\d+)/comments", self._review_comments),
             ("GET", rf"{r}/actions/workflows/([^/]+)", self._workflow),
             ("POST", rf"{r}/actions/workflows/([^/]+)/dispatches", self._dispatch),
             ("PUT", rf"{r}/actions/workflows/([^/]+)/(enable|disable)", self._switch_workflow),

@@ -4,6 +4,7 @@ routing, and git's smart HTTP for ``serve_git``."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 import threading
 import urllib.parse
@@ -82,6 +83,14 @@ class FakeGitHub(Endpoints):
                     return 404, b"", {}
                 return 200, blob, {"Content-Type": "application/zip"}
             token = self.token_of(req)
+            asset = re.fullmatch(r"/user-attachments/assets/([\w-]+)", req.path)
+            if asset:  # a private repository's attachment: the token, or a 404
+                if asset[1] in self.attachment_redirects:
+                    return 302, b"", {"Location": self.attachment_redirects[asset[1]]}
+                found = self.attachments.get(asset[1]) if token is not None else None
+                if found is None:
+                    return 404, b"Not Found", {}
+                return 200, found[0], {"Content-Type": found[1]}
             if token is None:
                 return encode(401, {"message": "Bad credentials"}, {})
             for failure in self.failures:
@@ -92,8 +101,22 @@ class FakeGitHub(Endpoints):
             for method, route, handler in self._routes():
                 match = re.fullmatch(route, req.path)
                 if match and method == req.method:
-                    return encode(*handler(req, match))
+                    return self._conditional(req, *encode(*handler(req, match)))
             return encode(*not_found())
+
+    def _conditional(
+        self, req: Recorded, status: int, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """GitHub's conditional requests: every 200 to a GET carries an ETag (a digest of
+        the answer, which changes whenever the resource does); a GET whose If-None-Match
+        names the current one gets 304 with no body, which costs no rate limit."""
+        if req.method != "GET" or status != 200:
+            return status, body, headers
+        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        if etag in [t.strip() for t in req.headers.get("if-none-match", "").split(",")]:
+            self.not_modified.append(req)
+            return 304, b"", {"ETag": etag}
+        return status, body, {**headers, "ETag": etag}
 
 
 def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:

@@ -1,0 +1,160 @@
+"""The bench's loopback Messages API: it bills prompt caching (``caching.PromptCache``) and
+answers every request with one streamed ``step`` call from a script.
+
+It serves ``POST /v1/messages`` on 127.0.0.1 (a free port) from a thread, for the real
+anthropic SDK. Each request is billed against the cache before it is answered; a request
+with more than 4 breakpoints gets the API's 400. The answer's patch comes from ``script``,
+called with the request body; ``arrivals`` records when each request arrived
+(``time.monotonic()``), which is how ``start_to_first_request_seconds`` is read. The tests'
+fake (``tests/fakes/anthropic_api.py``) is the strict one; this one only streams what the
+bench needs and bills like the API.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from rio_ci.commands.bench.caching import Billed, BreakpointError, PromptCache
+
+__all__ = ["LoopbackProvider"]
+
+Script = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+class LoopbackProvider:
+    """Context manager running the server; ``base_url`` is what the SDK should use."""
+
+    def __init__(self, script: Script, cache: PromptCache | None = None) -> None:
+        self.script = script
+        self.cache = cache if cache is not None else PromptCache()
+        self.billed: list[Billed] = []
+        self.arrivals: list[float] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> LoopbackProvider:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def answer(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """(status, body) for one request: a Message, or the API's error body."""
+        with self._lock:
+            self.arrivals.append(time.monotonic())
+            if not isinstance(body, dict):
+                return 400, _error("request body must be a JSON object")
+            try:
+                billed = self.cache.bill(body)
+            except BreakpointError as exc:
+                return 400, _error(str(exc))
+            self.billed.append(billed)
+            number = len(self.billed)
+            patch = self.script(body)
+        usage = {
+            "input_tokens": billed.input_tokens,
+            "cache_creation_input_tokens": billed.cache_creation_input_tokens,
+            "cache_read_input_tokens": billed.cache_read_input_tokens,
+            "output_tokens": 40 + len(json.dumps(patch)) // 4,
+        }
+        call = {"type": "tool_use", "id": f"toolu_{number}", "name": "step"}
+        message = {
+            "id": f"msg_bench_{number}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": [{**call, "input": {"patch": patch}}],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        return 200, message
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+
+
+def _events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The SSE events that stream ``message`` (a single ``tool_use`` block)."""
+    usage = message["usage"]
+    (call,) = message["content"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    first = {k: v for k, v in call.items() if k != "input"}
+    delta = {"type": "input_json_delta", "partial_json": json.dumps(call["input"])}
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    return [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {**first, "input": {}}},
+        ),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def _handler_for(provider: LoopbackProvider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.close_connection = True
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            try:
+                body: Any = json.loads(raw)
+            except ValueError:
+                body = None
+            if self.path.split("?")[0] != "/v1/messages":
+                status, reply = 404, _error("unknown path")
+            else:
+                status, reply = provider.answer(body)
+            if status != 200 or not (isinstance(body, dict) and body.get("stream")):
+                data = json.dumps(reply).encode()
+                self._start(status, "application/json", len(data))
+                self.wfile.write(data)
+                return
+            self._start(200, "text/event-stream", None)
+            for name, event in _events(reply):
+                chunk = f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _start(self, status: int, kind: str, length: int | None) -> None:
+            self.send_response(status)
+            self.send_header("content-type", kind)
+            self.send_header("connection", "close")
+            if length is None:
+                self.send_header("transfer-encoding", "chunked")
+            else:
+                self.send_header("content-length", str(length))
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler

@@ -1,0 +1,51 @@
+"""The pull request's description (docs/github.md): what changed, how it was verified, and
+where the Session's progress comment is."""
+
+from __future__ import annotations
+
+from rio_ci import report
+from rio_ci.core.history import History
+from rio_ci.github import markdown as md
+
+
+def pull_request_body(
+    issue: int,
+    session_id: str,
+    history: History,
+    *,
+    diffstat: str | None,
+    comment_url: str | None,
+    diff: str | None = None,
+) -> str:
+    """The pull request's description: what changed (the diffstat), how it was verified
+    (the validators and their results, the model's conclusion) and where the Session's
+    progress comment is. Text the agent or a Cell wrote is fenced or quoted, as in the
+    comment."""
+    lines = [f"Fixes #{issue}", "", "### What changed", ""]
+    if diffstat and diffstat.strip():
+        lines += [md.fence("text", diffstat.strip())]
+    else:
+        lines.append("The diffstat is not available.")
+    lines += ["", "### How it was verified", ""]
+    for v in history.validations:
+        lines.append(f"- {md.code(' '.join(v.argv))}: {md.cell_text(report.result_text(v.result))}")
+    if not history.validations:
+        lines.append("- no validator is configured (`.github/rio.yml`)")
+    if history.conclusion and history.conclusion["text"]:
+        lines += ["", "The model's conclusion:", "", md.quoted(history.conclusion["text"])]
+    unknown = history.unknown()
+    if unknown:
+        lines += [
+            "",
+            f"{len(unknown)} UnknownExecution(s) along the way, "
+            f"{sum(1 for r in unknown if r.resolution)} resolved with evidence.",
+        ]
+    lines.append("")
+    if comment_url:
+        lines.append(f"The Session's progress: {md.link(comment_url)} (Session {session_id}).")
+    else:
+        lines.append(f"Opened by rio-ci (Session {session_id}).")
+    if diff:
+        lines += ["", md.fence("diff", diff.rstrip("\n"))]
+    lines.append(f"<!-- rio-ci:op {session_id}:pull -->")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""The environment block: where the model is, told with every request (docs/models.md).
+
+The date and the current Unix time (a Timer is set by Unix time, and the model has no clock),
+the OS, the Python version, the working directory and the head of the working tree's
+``git status --short``. It changes every request, so the layout puts it after the last cache
+breakpoint (rio_ci/model/layout.py).
+
+The tree is writable by the Cells, ``.git/config`` included, so git runs as if that were
+hostile: no system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL``),
+no fsmonitor, no untracked cache, no hooks, no optional locks, no submodules, a timeout, none
+of the process's secrets in its environment; and when the tree's configuration declares filter
+drivers (a program git would run to read a file), status is not run at all. Any failure
+becomes one line, "git status unavailable: why", never an error of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rio_ci.run.environment import SECRET_NAME
+
+__all__ = ["ENVIRONMENT_HEADER", "STATUS_BYTES", "STATUS_LINES", "environment_block", "git_status"]
+
+ENVIRONMENT_HEADER = "ENVIRONMENT (as of this request)"
+STATUS_LINES = 40
+STATUS_BYTES = 4096
+GIT_TIMEOUT = 5.0
+_SAFE = (
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.untrackedCache=false",
+    "-c",
+    f"core.hooksPath={os.devnull}",
+    "--no-optional-locks",
+)
+
+
+def environment_block(cwd: Path, now: float | None = None) -> str:
+    """The block's text for a request made at ``now`` (default: the current time)."""
+    when = time.time() if now is None else now
+    stamp = datetime.fromtimestamp(when, UTC)
+    lines = [
+        ENVIRONMENT_HEADER,
+        f"date: {stamp.date().isoformat()} (UTC; {stamp.strftime('%Y-%m-%dT%H:%M:%SZ')})",
+        f"unix time: {int(when)}",
+        f"os: {platform.platform()}",
+        f"python: {platform.python_version()} ({platform.python_implementation()})",
+        f"working directory: {cwd}",
+        "git status --short:",
+        git_status(cwd),
+    ]
+    return "\n".join(lines)
+
+
+def git_status(cwd: Path) -> str:
+    """The head of ``git status --short`` in ``cwd`` (clipped at ``STATUS_LINES`` lines and
+    ``STATUS_BYTES`` bytes, with a marker), "(clean)" when empty, else why it is unavailable."""
+    try:
+        filters = _git(cwd, "config", "--includes", "--get-regexp", r"^filter\.")
+        if filters.stdout.strip():
+            return (
+                "git status unavailable: the tree's git configuration declares filter drivers, "
+                "which the harness does not run"
+            )
+        done = _git(cwd, "status", "--short", "--ignore-submodules=all")
+    except subprocess.TimeoutExpired:
+        return f"git status unavailable: timed out after {GIT_TIMEOUT:g} s"
+    except OSError as exc:
+        return f"git status unavailable: {exc.strerror or exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return f"git status unavailable: {last[:300]}"
+    return _clipped(done.stdout)
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_") and not SECRET_NAME.search(k)
+    }
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        GIT_OPTIONAL_LOCKS="0",
+    )
+    return subprocess.run(
+        ["git", *_SAFE, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=GIT_TIMEOUT,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _clipped(text: str) -> str:
+    lines = text.rstrip("\n").splitlines()
+    if not lines:
+        return "(clean)"
+    shown: list[str] = []
+    size = 0
+    for line in lines[:STATUS_LINES]:
+        size += len(line.encode()) + 1
+        if size > STATUS_BYTES:
+            break
+        shown.append(line)
+    more = len(lines) - len(shown)
+    if more:
+        shown.append(f"[… {more} more lines not shown]")
+    return "\n".join(shown)

@@ -1,0 +1,66 @@
+"""What a report of a Session reads: its History (``rio_ci.core.history``), gathered in one
+place so a faster source (derived data kept beside the Journal) can replace the scan."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any
+
+from rio_ci.core.history import KINDS, History, Run, fold_history
+from rio_ci.live import describe
+from rio_ci.session import Session
+
+
+def read_history(session: Session, upto: int | None = None) -> History:
+    """The History of every event committed up to seq ``upto`` (all when None); one pass
+    over the Journal's rows of the kinds the fold reads (never output)."""
+    events = session.events(kinds=KINDS)
+    if upto is not None:
+        events = (e for e in events if e["seq"] <= upto)
+    return fold_history(events)
+
+
+def descriptions(history: History) -> dict[int, str]:
+    """Cell id -> one short line saying what it ran (``rio_ci.live.describe``; a command by
+    its program's name, not its path, to fit a chart's label)."""
+    return {cell_id: describe(_short(run.cell)) for cell_id, run in history.runs.items()}
+
+
+def _short(cell: dict[str, Any]) -> dict[str, Any]:
+    if cell.get("kind") != "cmd" or not cell.get("argv"):
+        return cell
+    argv = list(cell["argv"])
+    return {**cell, "argv": [PurePath(str(argv[0])).name or str(argv[0]), *argv[1:]]}
+
+
+def seconds(value: float | None) -> str:
+    """A duration as people read it: ``0.4 s``, ``12 s``, ``3 min 5 s``, ``—`` if unknown."""
+    if value is None:
+        return "—"
+    if value < 10:
+        return f"{value:.1f} s"
+    if value < 120:
+        return f"{value:.0f} s"
+    return f"{int(value // 60)} min {int(value % 60)} s"
+
+
+def took(run: Run) -> str:
+    """How long an Execution ran, in words; an UnknownExecution's end is not known."""
+    if (run.result or {}).get("type") == "UnknownExecution":
+        return "cut off (its end is unknown)"
+    if run.seconds is None:
+        return "not finished" if run.started_at is not None else "not started"
+    return f"took {seconds(run.seconds)}"
+
+
+def result_text(result: dict[str, Any] | None) -> str:
+    """An Execution's result in a few words: ``success``, ``error (exit 1)``,
+    ``UnknownExecution (worker_lost_before_result_commit)``; ``running``/``queued`` when none."""
+    if not result:
+        return "not finished"
+    text = str(result.get("type"))
+    if result.get("exit_code") is not None and result.get("type") != "success":
+        text += f" (exit {result['exit_code']})"
+    if result.get("reason"):
+        text += f" ({result['reason']})"
+    return text

@@ -1,0 +1,147 @@
+"""A running job hears new comments (docs/github.md "Steering a running job"): between
+rounds, at most every 30 s, it asks GitHub with conditional requests whether the issue or its
+pull request changed, and re-scans only when one did — so a writer's comment, ``/rio stop``
+included, reaches the running Session's next Turn instead of waiting behind the job.
+
+The run step runs here in-process with a clock the test drives (every reading is "31 s
+later"), so no test waits 30 s; the finish step and the upload run as in every action test."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from action_job import WAIT, Job, Repository, add, cmd_cell, labeled, messages, script
+from fakes.github_api import FakeGitHub, Recorded
+
+from rio_ci.github.env import ActionEnv
+from rio_ci.github.forge.github import GitHubForge
+from rio_ci.github.job import run
+from rio_ci.github.listen import Listener
+from rio_ci.run.owner import Owner
+from rio_ci.session import Session
+
+pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
+
+
+def ticking(step: float = 31.0) -> Callable[[], float]:
+    """A clock on which every reading is ``step`` seconds after the one before."""
+    readings = itertools.count(step=step)
+    return lambda: float(next(readings))
+
+
+def looks_at(gh: FakeGitHub, issue: int) -> Callable[[Recorded], bool]:
+    path = f"/repos/{gh.repo}/issues/{issue}"
+    return lambda r: r.method == "GET" and r.path == path and "if-none-match" in r.headers
+
+
+def comment_on_look(
+    gh: FakeGitHub, issue: int, nth: int, body: str, ready: Callable[[], bool] = lambda: True
+) -> list[int]:
+    """While the job runs: a maintainer comments on ``issue`` just before GitHub answers
+    the job's ``nth`` conditional look at it (counting looks once ``ready()``). Returns the
+    new comment's id, once made."""
+    made: list[int] = []
+    seen = itertools.count(1)
+    is_look = looks_at(gh, issue)
+
+    def observe(req: Recorded) -> None:
+        if is_look(req) and ready() and next(seen) == nth:
+            made.append(gh.add_comment(issue, body, user="alice"))
+
+    gh.observers.append(observe)
+    return made
+
+
+def run_in_process(repo: Repository, job: Job, clock: Callable[[], float]) -> dict[str, Any]:
+    env = ActionEnv.from_environ(job.env)
+    forge = GitHubForge(env.repository, env.token, env.api_url, throttle=False, retries=0)
+    try:
+        return run(env, forge, clock=clock)
+    finally:
+        forge.close()
+        repo.step(job, "finish")
+        repo.upload(job)
+
+
+def test_a_comment_made_mid_job_reaches_that_jobs_next_turn(
+    repo: Repository, gh: FakeGitHub
+) -> None:
+    repo.set_script(script(WAIT, WAIT, WAIT))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    made = comment_on_look(gh, issue, 2, "also handle the empty case")  # the 1st finds nothing
+    job = repo.prepare("issues", labeled(issue))
+
+    result = run_in_process(repo, job, ticking())
+
+    assert result["status"] == "waiting", job.logs
+    assert len(made) == 1
+    events = repo.events(job)
+    (comment,) = messages(events, "comment")
+    assert comment["id"] == f"comment:{made[0]}"
+    turns = [e for e in events if e["kind"] == "turn_prepared"]
+    assert comment["id"] not in turns[0]["delivered"]
+    assert comment["id"] in turns[1]["delivered"]  # this job's next Turn, not the next job
+    unchanged = [r for r in gh.not_modified if looks_at(gh, issue)(r)]
+    assert unchanged, "an unchanged look is answered 304"
+    assert len([r for r in gh.requests if looks_at(gh, issue)(r)]) >= 2
+
+
+def test_rio_stop_reaches_a_running_job_and_stops_its_script(
+    repo: Repository, gh: FakeGitHub, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    long = add(
+        cmd_cell(
+            "python3", "-c", f"import time; open({str(started)!r}, 'w').close(); time.sleep(120)"
+        )
+    )
+    repo.set_script(script([long], WAIT))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    made = comment_on_look(gh, issue, 1, "/rio stop", ready=started.exists)
+    job = repo.prepare("issues", labeled(issue))
+
+    result = run_in_process(repo, job, ticking())
+
+    assert made and result["status"] == "failed", job.logs
+    assert "stopped by @alice" in str(result["reason"])
+    events = repo.events(job)
+    assert len([e for e in events if e["kind"] == "model_attempt"]) == 1
+    assert started.exists()  # it was running, and it was stopped, not waited for
+    assert job.steps[-1].result["status"] == "failed"  # the finish step
+
+
+def test_looks_are_at_most_every_interval_and_an_unchanged_one_rescans_nothing(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    issue = gh.add_issue("Fix", labels=("rio",))
+    now = [0.0]
+    session = Session.create(tmp_path / "s.sqlite3", "goal", cwd=str(tmp_path))
+    session.close()
+    owner = Owner(str(tmp_path / "s.sqlite3"))
+    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+    try:
+        listener = Listener(owner, forge, issue, clock=lambda: now[0])
+        listener.prime()
+        before = len(gh.requests)
+        now[0] = 29.0
+        listener()  # too soon: no request at all
+        assert len(gh.requests) == before
+        now[0] = 30.0
+        listener()  # unchanged: one 304, no re-scan
+        assert [r.path for r in gh.requests[before:]] == [f"/repos/{gh.repo}/issues/{issue}"]
+        assert len(gh.not_modified) == 1 and listener.scans == 0
+        gh.add_comment(issue, "news", user="alice")
+        now[0] = 45.0
+        listener()  # changed, but 15 s after the last look
+        assert listener.scans == 0
+        now[0] = 60.0
+        listener()
+        assert listener.scans == 1
+        assert [m["id"] for m in owner.session.refresh().inbox] == [f"comment:{max(gh.comments)}"]
+    finally:
+        forge.close()
+        owner.close()

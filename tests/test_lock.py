@@ -1,0 +1,169 @@
+"""The action installs exactly what is locked (docs/github.md, "How the action installs
+rio-ci"): ``uv.lock`` matches ``pyproject.toml``, ``uv-bootstrap.txt`` pins the same uv with
+hashes, and the action's install step, run for real, lands a working rio-ci of the locked
+versions in ``$RUNNER_TEMP`` with nothing group- or world-writable."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+UV = shutil.which("uv", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+needs_uv = pytest.mark.skipif(UV is None, reason="uv is not installed (rio-ci depends on it)")
+
+
+def locked_versions() -> dict[str, str]:
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    return {p["name"]: p["version"] for p in lock["package"] if "version" in p}
+
+
+def install_step() -> dict[str, object]:
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    (step,) = [s for s in action["runs"]["steps"] if s.get("name") == "Install rio-ci"]
+    assert isinstance(step, dict)
+    return step
+
+
+def check_lock(project: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [UV or "uv", "lock", "--check", "--offline", "--project", str(project)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "UV_NO_CONFIG": "1"},
+    )
+
+
+@needs_uv
+def test_the_lock_file_matches_the_declared_dependencies() -> None:
+    done = check_lock(ROOT)
+    assert done.returncode == 0, f"uv.lock is stale: run `uv lock` (docs/github.md)\n{done.stderr}"
+
+
+@needs_uv
+def test_a_changed_dependency_makes_the_lock_check_fail(tmp_path: Path) -> None:
+    """What the test above relies on: a bound edited in pyproject.toml without `uv lock`."""
+    for name in ("pyproject.toml", "uv.lock", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    pyproject = tmp_path / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '"psutil>=' in text
+    pyproject.write_text(re.sub(r'"psutil>=[^"]*"', '"psutil>=5.9.7"', text))
+    done = check_lock(tmp_path)
+    assert done.returncode != 0
+    assert "needs to be updated" in done.stderr
+
+
+def test_the_bootstrap_uv_is_the_locked_uv_and_every_file_is_hashed() -> None:
+    text = (ROOT / "uv-bootstrap.txt").read_text()
+    requirements = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)
+    assert requirements == [("uv", locked_versions()["uv"])]
+    assert len(re.findall(r"--hash=sha256:[0-9a-f]{64}", text)) >= 5  # one per platform wheel
+
+
+def test_the_install_step_checks_hashes_and_never_resolves() -> None:
+    run = str(install_step()["run"])
+    assert "--require-hashes" in run and "uv-bootstrap.txt" in run
+    assert "sync --quiet --locked" in run  # fails instead of re-resolving a stale lock
+    assert "--no-index" in run  # rio-ci itself is built from the action, nothing fetched
+    assert "UV_NO_CONFIG=1" in run and 'UV_CACHE_DIR="$RUNNER_TEMP/' in run
+
+
+@pytest.mark.slow
+def test_the_install_step_lands_the_locked_versions_where_cells_cannot_write(
+    tmp_path: Path,
+) -> None:
+    """The action's own install commands, run by bash as the composite runs them."""
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_", "PYTHON"))
+    }
+    env.update(
+        BASE_PYTHON=_base_python(),
+        RIO_ACTION_PATH=str(ROOT),
+        RUNNER_TEMP=str(runner_temp),
+    )
+    done = subprocess.run(
+        ["bash", "-c", str(install_step()["run"])],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    venv = runner_temp / "rio-ci-venv"
+    listed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "rio_ci.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert listed.stdout.startswith("rio-ci ")
+    freeze = subprocess.run(
+        [UV or "uv", "pip", "freeze", "--python", str(venv / "bin" / "python")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    installed = dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line)
+    locked = {_normal(name): version for name, version in locked_versions().items()}
+    assert "rio-ci @ file://" in freeze  # built from the action's own tree, not an index
+    for name, version in installed.items():
+        assert locked.get(_normal(name)) == version, (name, version)
+    writable = [
+        path
+        for top in (venv, runner_temp / "rio-ci-uv")
+        for path in top.rglob("*")
+        if not path.is_symlink() and path.lstat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ]
+    assert writable == []
+
+
+def _base_python() -> str:
+    """The interpreter this venv was made from (the composite uses setup-python's)."""
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    return str(base)
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared_bounds() -> dict[str, str]:
+    """pyproject.toml's runtime dependencies and their lower bounds."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    bounds = {}
+    for requirement in project["dependencies"]:
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+)(?:,<[0-9.]+)?", requirement)
+        assert found, f"{requirement!r}: every runtime dependency has a lower bound"
+        bounds[_normal(found.group(1))] = found.group(2)
+    return bounds
+
+
+def test_every_lower_bound_is_the_one_the_design_notes_checked() -> None:
+    """docs/design.md, "Declared versions are the versions used", names for each runtime
+    dependency the release that first has what rio-ci calls; pyproject.toml must say the
+    same (PyGithub 2.9 for ``create_dispatch(throw=True)``, uv 0.4.19 for ``--script``)."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    section = design.split("## Declared versions are the versions used", 1)[1]
+    table = {
+        _normal(name): bound
+        for name, bound in re.findall(r"^\| ([A-Za-z0-9_.-]+) \| ([0-9.]+) \|", section, re.M)
+    }
+    assert declared_bounds() == table
+    assert table["pygithub"] == "2.9" and table["uv"] == "0.4.19"

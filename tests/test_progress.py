@@ -1,0 +1,128 @@
+"""The progress comment's picture and pace (docs/github.md): a Mermaid chart whose labels
+cannot break out of their block, bounded for long Sessions, and rewrites between rounds at
+most every 15 seconds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import accept, cmd, record_unknown, succeed
+
+from rio_ci import report
+from rio_ci.github import diagram, progress
+from rio_ci.harness import Harness
+from rio_ci.model.scripted import ScriptedModel
+from rio_ci.run.owner import Owner
+from rio_ci.session import Session
+from tests import mermaid
+from tests.harness_kit import DONE
+
+# What a model or an issue could put in an argv to escape the chart or the comment.
+HOSTILE = (
+    "x\n```\n%%{init: {'theme': 'dark'}}%%\nsection evil\n"
+    "click i0 call alert(1)\nowned :crit, z9, 1, 2 # ; <script>alert(1)</script> `@admin`"
+)
+
+
+def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
+    session: Session,
+) -> None:
+    batches, size = 4, 16  # more rows than the chart draws, in rounds of admissible size
+    for batch in range(batches):
+        accept(session, lambda p: [p.add(cmd("echo", HOSTILE, str(i))) for i in range(size)])
+        for cell_id in range(batch * size + 1, (batch + 1) * size + 1):
+            succeed(session, cell_id)
+    history = report.read_history(session)
+    every = diagram.rows(history, report.descriptions(history))
+    assert len(every) == batches * (size + 1) > diagram.MAX_ITEMS  # each round, each Execution
+    text = diagram.block(history, report.descriptions(history))
+    assert f"{len(every) - diagram.MAX_ITEMS} earlier ones are left out" in text
+    (chart,) = mermaid.blocks(text)
+    assert "%%" not in chart and "<" not in chart and "`" not in chart and "#" not in chart
+    parsed = mermaid.parse(chart)
+    assert parsed.get("type") == "gantt", parsed
+    # Exactly the rows drawn, all in the one job: nothing the argv said became a task, a
+    # section or a directive.
+    assert len(parsed["tasks"]) == diagram.MAX_ITEMS
+    assert {t["section"] for t in parsed["tasks"]} == {"job 1"}
+    assert not any(t["crit"] or t["milestone"] for t in parsed["tasks"])
+    assert all(t["start"] < t["end"] for t in parsed["tasks"])
+    assert [t["task"] for t in parsed["tasks"]] == [
+        diagram.label(row.label) for row in every[-diagram.MAX_ITEMS :]
+    ]
+    # The comment's table is bounded too, and says so.
+    body = progress.render(
+        session.refresh(),
+        status="running",
+        run_url=None,
+        generation=1,
+        operation="op",
+        history=history,
+    )
+    rows = [line for line in body.splitlines() if re.match(r"\| [0-9]+ \|", line)]
+    assert len(rows) == progress.CELL_ROWS < len(history.runs)
+    assert f"The last {progress.CELL_ROWS} of {len(history.runs)} Executions" in body
+
+
+def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> None:
+    accept(session, lambda p: p.add(cmd("echo", HOSTILE)))
+    record_unknown(session, 1)
+    proj = session.refresh()
+    body = progress.render(
+        proj,
+        status="running",
+        run_url=None,
+        generation=1,
+        operation="op",
+        history=report.read_history(session),
+    )
+    (row,) = [line for line in body.splitlines() if line.startswith("| 1 |")]
+    assert row.count(" | ") == 4  # five columns: the argv's pipes are escaped
+    assert "<script>" not in body and "`@admin`" not in body
+    assert "**Unresolved**" in body  # an UnknownExecution nobody resolved yet says so
+    (chart,) = mermaid.blocks(body)  # the argv's fence did not end anything
+    assert chart.startswith("gantt\n")
+
+
+def test_the_pacer_rewrites_at_most_every_15_seconds() -> None:
+    now = [100.0]
+    written: list[float] = []
+    pacer = progress.Pacer(lambda: written.append(now[0]), clock=lambda: now[0])
+    moments = [100.0, 110.0, 114.9, 115.0, 120.0, 129.9, 130.0, 200.0]
+    told = []
+    for moment in moments:
+        now[0] = moment
+        told.append(pacer())
+    # The job's first write was at 100: the next one at 15 s or more after the one before.
+    assert written == [115.0, 130.0, 200.0]
+    assert told == [moment in written for moment in moments]
+
+
+@pytest.mark.slow
+def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Path) -> None:
+    """The seam the GitHub job paces its progress rewrites with: called once a round, after
+    the round is committed; the job's name is in the Session's history."""
+    db = tmp_path / "s.db"
+    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    rounds = [[{"op": "add", "path": "/cells/-", "value": cmd("true")}]] * 2
+    rounds.append([{"op": "add", "path": "/cells/-", "value": DONE}])
+    script = tmp_path / "model.yaml"
+    script.write_text(yaml.safe_dump(rounds))
+    owner = Owner(str(db))
+    seen: list[int] = []
+    try:
+        harness = Harness(
+            owner,
+            ScriptedModel(script),
+            between_rounds=lambda: seen.append(owner.session.refresh().accepted_turns),
+            job_label="job under test",
+        )
+        assert harness.run().status == "succeeded"
+        history = report.read_history(owner.session)
+    finally:
+        owner.close()
+    assert seen == list(range(1, len(rounds) + 1))
+    assert [job.label for job in history.jobs] == ["job under test"]

@@ -1,0 +1,76 @@
+"""The tests that once raced the clock, run again with every core kept busy.
+
+A busy loop per core stands in for a shared CI machine. The default suite runs each test once
+that way (the bounded form); ``--long`` runs them ``LONG_REPEATS`` times in a row.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kit import cli_env
+
+ROOT = Path(__file__).resolve().parent.parent
+LOAD_SENSITIVE = (
+    "tests/test_owner.py::test_output_is_committed_while_the_script_runs",
+    "tests/test_controls.py::test_cancel_while_another_cell_occupies_the_slot_is_handled_at_once",
+    "tests/test_action_sweep.py::"
+    "test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session",
+)
+LONG_REPEATS = 20
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def busy_cores() -> Iterator[int]:
+    count = os.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield count
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def _run(repeats: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:xdist",
+            "--keep-duplicates",
+            *list(LOAD_SENSITIVE * repeats),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=600 * repeats,
+        check=False,
+    )
+
+
+def test_the_load_sensitive_tests_pass_with_every_core_busy(busy_cores: int) -> None:
+    done = _run(1)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert f"{len(LOAD_SENSITIVE)} passed" in done.stdout
+
+
+@pytest.mark.long
+def test_the_load_sensitive_tests_pass_many_times_in_a_row_with_every_core_busy(
+    busy_cores: int,
+) -> None:
+    done = _run(LONG_REPEATS)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert f"{len(LOAD_SENSITIVE) * LONG_REPEATS} passed" in done.stdout
