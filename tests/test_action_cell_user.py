@@ -54,6 +54,8 @@ def test_under_the_action_the_cell_runs_as_rio_cell_and_reaches_only_the_tree(
         (echo x >> "$state/session.sqlite3") 2>/dev/null && echo session=written \
             || echo session=refused
         touch {package}/planted.pth 2>/dev/null && echo install=written || echo install=refused
+        mkdir "$RUNNER_TEMP/rio-artifact-planted" 2>/dev/null && echo temp=written \
+            || echo temp=refused
         cat /proc/$PPID/environ > /dev/null 2>&1 && echo environ=read || echo environ=refused
     """
     repo.set_script(script([add(cmd_cell("sh", "-c", probe))], WAIT))
@@ -72,7 +74,13 @@ def test_under_the_action_the_cell_runs_as_rio_cell_and_reaches_only_the_tree(
     )
     lines = text.split()
     assert lines[0] == "rio-cell"
-    for seen in ("tree=written", "record=refused", "session=refused", "install=refused"):
+    for seen in (
+        "tree=written",
+        "record=refused",
+        "session=refused",
+        "install=refused",
+        "temp=refused",  # the artifact directory cannot be planted or replaced
+    ):
         assert seen in lines, (seen, lines)
     assert "environ=refused" in lines
     assert not (package / "planted.pth").exists()
