@@ -32,7 +32,7 @@ import pytest
 
 import rio_ci
 from rio_ci.commands.bench.cells import measure_cells
-from rio_ci.run.channel import Channel
+from rio_ci.run.channel import Channel, prefix_of
 from rio_ci.session import Session
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
 from tests.kit import cli_env, until
@@ -324,10 +324,13 @@ def test_an_escaped_cell_is_stopped_by_recovery_after_the_owner_was_killed(
     owner.send_signal(signal.SIGKILL)
     owner.communicate(timeout=30)
     assert not gone(pid), "the daemon outlives its Owner"
+    channels = f"{prefix_of(sess.db)}*"
+    assert len(list(Path("/tmp").glob(channels))) == 1  # the killed Owner's, left behind
 
     out = work(sess, cell_user)
 
     assert gone(pid)
+    assert list(Path("/tmp").glob(channels)) == []  # swept, and the new one closed
     assert out["ran"] == [] and out["paused_by"] == "execution:1" and out["pending"] == [2]
     result = sess.result(1)
     assert result["type"] == "UnknownExecution" and result["worker_stopped"] is True

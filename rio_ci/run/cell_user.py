@@ -274,7 +274,14 @@ def hand_back(record: Mapping[str, Any], user_uid: int, keep_out: Iterable[Path]
     """Give every entry of the tree the Cell user owns back to the tree's recorded owner."""
     tree = Path(record["path"])
     if tree.is_dir():
-        _chown_tree(tree, user_uid, int(record["uid"]), int(record["gid"]), set(keep_out))
+        try:
+            _chown_tree(tree, user_uid, int(record["uid"]), int(record["gid"]), set(keep_out))
+        except PermissionError as exc:
+            raise RioError(
+                f"cannot hand {tree} back from the Cell user to its owner ({exc.strerror}): "
+                "only root can; run this Owner with the same --cell-user as the one that "
+                "lent it"
+            ) from None
 
 
 def _chown_tree(top: Path, owned_by: int, uid: int, gid: int, keep_out: set[Path]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from rio_ci.core import events as ev
 from rio_ci.errors import RioError
 from rio_ci.run import cell_user as cu
-from rio_ci.run.channel import SOCKET_VAR, Channel
+from rio_ci.run.channel import SOCKET_VAR, Channel, sweep_stale
 from rio_ci.run.environment import scratch_dir, uv_binary, worker_environment
 from rio_ci.run.survivors import stop_user
 from rio_ci.session import Session
@@ -77,6 +77,7 @@ class Cells:
             db = session.path
             uid, gid = (self.user.uid, self.user.gid) if self.user else (os.geteuid(), -1)
             env = worker_environment(os.environ)
+            sweep_stale(db)  # also when no recovery ran first
             self.channel = Channel(db, uid, gid, env, scratch)
         if self.requested is not None and self._recorded != (mode := self._mode()):
             session.record_cell_user(mode)

@@ -32,11 +32,29 @@ MAX_REQUEST = 1 << 20  # bytes: a Timer payload travels as one argument (the ker
 _TIMEOUT = 60.0
 
 
+def _base() -> Path:
+    return Path("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())  # short: sun_path
+
+
+def prefix_of(db: Path) -> str:
+    """The name every channel directory of the Session file ``db`` starts with: keyed on the
+    file, like its lock, so only its own Owner ever matches it."""
+    info = os.stat(db)
+    return f"rio-api-{info.st_dev:x}-{info.st_ino:x}-"
+
+
+def sweep_stale(db: Path) -> None:
+    """Remove the channel directories an earlier Owner of ``db`` left (killed before it
+    could): the caller holds the Session's lock, so none of them is in use."""
+    for path in _base().glob(prefix_of(db) + "*"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 class Channel:
     def __init__(self, db: Path, peer_uid: int, peer_gid: int, env: Mapping[str, str], cwd: Path):
         self.db, self.peer_uid, self.env, self.cwd = db, peer_uid, dict(env), cwd
-        base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()  # short: sun_path
-        self.dir = Path(tempfile.mkdtemp(prefix="rio-api-", dir=base))
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix_of(db), dir=_base()))
         self.path = self.dir / "api.sock"
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

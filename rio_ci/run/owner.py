@@ -23,6 +23,7 @@ from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RecoveryError, RioError, StorageError
 from rio_ci.run.capture import Capture
 from rio_ci.run.cells import Cells
+from rio_ci.run.channel import sweep_stale
 from rio_ci.run.launch import BeforeSpawn, Launch
 from rio_ci.run.ownership import FileGuard, FileOwnership
 from rio_ci.run.survivors import WorkerIdentity, stop_session_leftovers, stop_survivors
@@ -129,6 +130,7 @@ class Owner:
         # Every process of a Cell user is a Cell's, whatever it did to its group, its
         # environment or its dumpability: all go first, then the Workers' own checks.
         self.cells.stop_processes(self.session)
+        sweep_stale(self.session.journal.path)  # channel folders of killed Owners
         for ex in started:
             if ex["identity"]:
                 stop_survivors(WorkerIdentity.from_dict(ex["identity"]))

@@ -131,6 +131,14 @@ def unprivileged_rio(
     )
 
 
+def unprivileged_command() -> tuple[list[str], str]:
+    """(prefix, interpreter) that run Python as a user who is not root (see
+    ``unprivileged_rio``), for a command of a test's own."""
+    found = _unprivileged_python()
+    assert found is not None
+    return found
+
+
 def unprivileged_python() -> str:
     """The interpreter the unprivileged rio-ci runs with (Cells may use it too)."""
     found = _unprivileged_python()
