@@ -20,11 +20,12 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from rio_ci.core.history import JOB_MARK
+from rio_ci.core.projection import Projection
 from rio_ci.errors import RioError
 from rio_ci.github import progress, starts, timers, workspace
 from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, warn
@@ -38,6 +39,7 @@ from rio_ci.github.events import (
 )
 from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import rejections_note, restore
+from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.listen import Listener
@@ -65,24 +67,10 @@ def run(
     )
     if trigger.kind == "sweep":
         return sweep(env, forge)
-    issue, pull_request = trigger.issue, None
-    if trigger.kind == "comment" and trigger.data.get("is_pull_request") and issue:
-        pull_request, issue = issue, issue_of_branch(forge.pull_head(issue))
-    if trigger.kind == "ignore" or issue is None:
-        log(f"rio-ci: nothing to do ({trigger.reason or 'not a rio-ci pull request'})")
-        return {"status": "ignored", "reason": trigger.reason or "not a rio-ci pull request"}
-    writer = trigger.kind in ("start", "comment") and may_steer(
-        forge, trigger.actor, trigger.association
-    )
-    if trigger.kind == "start" and not writer:
-        what = "assignment" if trigger.data.get("by") == "assignment" else "label"
-        log(f"rio-ci: @{trigger.actor} has no write access; the {what} is ignored")
-        return {"status": "ignored", "reason": f"{what} by a user without write access"}
-    if trigger.kind == "comment" and not writer:
-        # Its job still re-scans: a maintainer's comment whose own job was dropped (a
-        # concurrency group keeps one pending job) is delivered now.
-        log(f"rio-ci: comment by @{trigger.actor} ignored (no write access); re-scanning")
-
+    triaged = _triage(forge, trigger)
+    if isinstance(triaged, dict):
+        return triaged
+    issue, pull_request, writer = triaged
     config = Config.load(env.workspace, env.config)
     if config.skipped is not None:
         warn(env, f"{config.skipped}; the configuration's defaults apply")
@@ -93,15 +81,7 @@ def run(
     launches = LaunchRecord(env.state_dir / "record.git", remote, env.token, issue, env.run_id)
     restored = restore(env, forge, issue, db, launches)
     if "problem" in restored:
-        log(f"::error::rio-ci: {restored['problem']}")
-        with contextlib.suppress(RioError):
-            if not restored.get("passing"):
-                forge.upsert_comment(
-                    issue,
-                    progress.MARKER,
-                    progress.render_problem(restored["problem"], run_url=env.run_url),
-                )
-        return {"status": "error", "reason": restored["problem"], "issue": issue}
+        return _restore_failed(env, forge, issue, restored)
     start = _start(env, forge, trigger, writer, issue, db, config, restored["generation"])
     if isinstance(start, dict):
         return start
@@ -119,6 +99,49 @@ def run(
         "fresh": start != "restored" or bool(restored["record_imported"]),
     }
     write_job(env, job)
+    _check_out(env, repo, remote, issue, job)
+    work = _Work(env, forge, trigger, writer, pull_request, clock)
+    return work.run(job, launches)
+
+
+def _triage(forge: Forge, trigger: Trigger) -> tuple[int, int | None, bool] | dict[str, Any]:
+    """(issue, pull request, whether the actor may steer) for an event that reaches a
+    Session, or the job's ``ignored`` result."""
+    issue, pull_request = trigger.issue, None
+    if trigger.kind == "comment" and trigger.data.get("is_pull_request") and issue:
+        pull_request, issue = issue, issue_of_branch(forge.pull_head(issue))
+    if trigger.kind == "ignore" or issue is None:
+        log(f"rio-ci: nothing to do ({trigger.reason or 'not a rio-ci pull request'})")
+        return {"status": "ignored", "reason": trigger.reason or "not a rio-ci pull request"}
+    writer = trigger.kind in ("start", "comment") and may_steer(
+        forge, trigger.actor, trigger.association
+    )
+    if trigger.kind == "start" and not writer:
+        what = "assignment" if trigger.data.get("by") == "assignment" else "label"
+        log(f"rio-ci: @{trigger.actor} has no write access; the {what} is ignored")
+        return {"status": "ignored", "reason": f"{what} by a user without write access"}
+    if trigger.kind == "comment" and not writer:
+        # Its job still re-scans: a maintainer's comment whose own job was dropped (a
+        # concurrency group keeps one pending job) is delivered now.
+        log(f"rio-ci: comment by @{trigger.actor} ignored (no write access); re-scanning")
+    return issue, pull_request, writer
+
+
+def _restore_failed(
+    env: ActionEnv, forge: Forge, issue: int, restored: dict[str, Any]
+) -> dict[str, Any]:
+    log(f"::error::rio-ci: {restored['problem']}")
+    with contextlib.suppress(RioError):
+        if not restored.get("passing"):
+            forge.upsert_comment(
+                issue,
+                progress.MARKER,
+                progress.render_problem(restored["problem"], run_url=env.run_url),
+            )
+    return {"status": "error", "reason": restored["problem"], "issue": issue}
+
+
+def _check_out(env: ActionEnv, repo: Git, remote: str, issue: int, job: dict[str, Any]) -> None:
     log("::group::rio-ci: working tree")
     existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
     workspace.lend(repo, branch_for(issue))
@@ -126,39 +149,60 @@ def run(
     write_job(env, job)
     log(f"branch {branch_for(issue)} {'restored' if existed else 'started'}")
     log("::endgroup::")
-    owners: list[Owner] = []
 
-    def before_spawn(cell_id: int, token: str) -> None:
-        launches.push(owners[0].session, cell_id)
 
-    owner = Owner(
-        str(db),
-        before_spawn=before_spawn,
-        cell_user=env.cell_user,
-        notice=lambda message: warn(env, message),
-    )
-    owners.append(owner)
-    restore_signals = handle_signals(owner.interrupted)
-    try:
-        listener = Listener(owner, forge, issue, clock=clock, warn=lambda m: warn(env, m))
-        result = _work(env, forge, listener, job, trigger, writer, pull_request)
+@dataclass
+class _Work:
+    """The job's Owner and rounds, once the Session and the branch are in place."""
+
+    env: ActionEnv
+    forge: Forge
+    trigger: Trigger
+    writer: bool
+    pull_request: int | None
+    clock: Callable[[], float]
+
+    def run(self, job: dict[str, Any], launches: LaunchRecord) -> dict[str, Any]:
+        env = self.env
+        owners: list[Owner] = []
+
+        def before_spawn(cell_id: int, token: str) -> None:
+            launches.push(owners[0].session, cell_id)
+
+        owner = Owner(
+            job["db"],
+            before_spawn=before_spawn,
+            cell_user=env.cell_user,
+            notice=lambda message: warn(env, message),
+        )
+        owners.append(owner)
+        restore_signals = handle_signals(owner.interrupted)
+        try:
+            return self.rounds(owner, job)
+        except RecordError as exc:
+            log(f"::error::rio-ci: {exc}")
+            if isinstance(exc, Fenced):  # another job writes this Session: publish nothing
+                write_job(env, {**job, "fenced": True})
+            return {
+                "status": "error",
+                "reason": str(exc),
+                "issue": job["issue"],
+                "session": owner.session.proj.session["id"],
+            }
+        finally:
+            restore_signals()
+            with contextlib.suppress(RioError):
+                owner.close()
+
+    def rounds(self, owner: Owner, job: dict[str, Any]) -> dict[str, Any]:
+        env = self.env
+        listener = Listener(
+            owner, self.forge, job["issue"], clock=self.clock, warn=lambda m: warn(env, m)
+        )
+        result = _work(env, self.forge, listener, job, self.trigger, self.writer, self.pull_request)
         if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
             write_job(env, {**job, "outcome": result.get("status")})
         return result
-    except RecordError as exc:
-        log(f"::error::rio-ci: {exc}")
-        if isinstance(exc, Fenced):  # another job writes this Session: publish nothing
-            write_job(env, {**job, "fenced": True})
-        return {
-            "status": "error",
-            "reason": str(exc),
-            "issue": issue,
-            "session": owner.session.proj.session["id"],
-        }
-    finally:
-        restore_signals()
-        with contextlib.suppress(RioError):
-            owner.close()
 
 
 def _start(
@@ -178,37 +222,7 @@ def _start(
     body = str(trigger.data.get("body") or "")
     request = request_of(body) if writer and trigger.kind == "comment" else None
     if generation is None:
-        if trigger.kind == "start":
-            # An assignment labels the issue too: the sweep looks only at labelled issues.
-            label = trigger.data.get("by") == "assignment"
-            starts.from_issue(env, forge, db, config, issue, label=label)
-            return "created"
-        if request is not None and not trigger.data.get("is_pull_request"):
-            starts.from_issue(
-                env,
-                forge,
-                db,
-                config,
-                issue,
-                (str(trigger.actor), str(trigger.data.get("url")), request),
-            )
-            session = Session.open(db)
-            try:  # the request is in the goal, not a message
-                session.set_watermark(f"comments:{issue}", trigger.data.get("comment_id"))
-            finally:
-                session.close()
-            return "created"
-        if trigger.kind == "resume":
-            try:
-                if timers.clear_next_wake(forge, issue, env.run_url):
-                    log(f"rio-ci: #{issue} has no Session any more; its next wake is cleared")
-            except RioError as exc:
-                warn(env, f"the progress comment of #{issue} was not checked: {exc}")
-        log(
-            f"rio-ci: issue #{issue} has no Session; label it {env.trigger_label!r} (or "
-            "comment /rio <request>) to start one"
-        )
-        return {"status": "ignored", "reason": f"issue #{issue} has no Session"}
+        return _start_new(env, forge, trigger, issue, db, config, request)
     session = Session.open(db)
     proj = session.refresh()
     comment = None
@@ -232,6 +246,57 @@ def _start(
     if comment is not None:
         starts.follow_up(env, db, config, proj, comment)
         return "created"
+    return _ended(proj, issue)
+
+
+def _start_new(
+    env: ActionEnv,
+    forge: Forge,
+    trigger: Trigger,
+    issue: int,
+    db: Path,
+    config: Config,
+    request: str | None,
+) -> Start | dict[str, Any]:
+    """No Session on the issue: a label, an assignment or a writer's ``/rio`` request starts
+    one; anything else starts nothing."""
+    if trigger.kind == "start":
+        # An assignment labels the issue too: the sweep looks only at labelled issues.
+        label = trigger.data.get("by") == "assignment"
+        starts.from_issue(env, forge, db, config, issue, label=label)
+        return "created"
+    if request is not None and not trigger.data.get("is_pull_request"):
+        starts.from_issue(
+            env,
+            forge,
+            db,
+            config,
+            issue,
+            (str(trigger.actor), str(trigger.data.get("url")), request),
+        )
+        session = Session.open(db)
+        try:  # the request is in the goal, not a message
+            session.set_watermark(f"comments:{issue}", trigger.data.get("comment_id"))
+        finally:
+            session.close()
+        return "created"
+    if trigger.kind == "resume":
+        try:
+            if timers.clear_next_wake(forge, issue, env.run_url):
+                log(f"rio-ci: #{issue} has no Session any more; its next wake is cleared")
+        except RioError as exc:
+            warn(env, f"the progress comment of #{issue} was not checked: {exc}")
+    log(
+        f"rio-ci: issue #{issue} has no Session; label it {env.trigger_label!r} (or "
+        "comment /rio <request>) to start one"
+    )
+    return {"status": "ignored", "reason": f"issue #{issue} has no Session"}
+
+
+def _ended(proj: Projection, issue: int) -> Start | dict[str, Any]:
+    """A restored run that has ended and that nothing asks to follow up: publish its end if
+    that never reached GitHub, else nothing to do."""
+    assert proj.ended is not None
     if not proj.watermarks.get(progress.PUBLISHED) and not (
         proj.ended["result"] == "success" and proj.watermarks.get("pull_request")
     ):
@@ -270,12 +335,7 @@ def _work(
     if problem is not None:
         log(f"::error::rio-ci: {problem}")
         publish_progress(env, forge, session, issue, job["generation"], None, note=problem)
-        return {
-            "status": "error",
-            "reason": problem,
-            "issue": issue,
-            "session": session.proj.session["id"],
-        }
+        return _result("error", session.proj, issue, problem)
     base = session.refresh().last_seq
     owner.recover()
     if pull_request is not None:
@@ -297,12 +357,21 @@ def _work(
         if writer and steer_command(str(trigger.data.get("body") or "")) == "status":
             publish_progress(env, forge, session, issue, job["generation"], "waiting")
         log(f"rio-ci: nothing new for the Session of #{issue}: no rounds, no new generation")
-        return {
-            "status": "ignored",
-            "reason": "nothing new for the Session",
-            "issue": issue,
-            "session": session.proj.session["id"],
-        }
+        return _result("ignored", session.proj, issue, "nothing new for the Session")
+    return _rounds(env, forge, listener, job)
+
+
+def _result(status: str, proj: Projection, issue: int, reason: str | None) -> dict[str, Any]:
+    return {"status": status, "reason": reason, "issue": issue, "session": proj.session["id"]}
+
+
+def _rounds(
+    env: ActionEnv, forge: Forge, listener: Listener, job: dict[str, Any]
+) -> dict[str, Any]:
+    """The job's model rounds, within its time budget, with the listener and the paced
+    progress comment between them."""
+    issue, owner = int(job["issue"]), listener.owner
+    session = owner.session
     label = f"GitHub Actions run {env.run_id}"
     if not session.refresh().ended:  # this job, in the history the comment shows
         session.set_watermark(JOB_MARK, label)
@@ -310,12 +379,7 @@ def _work(
     proj = session.refresh()
     if proj.ended:
         status = "succeeded" if proj.ended["result"] == "success" else "failed"
-        return {
-            "status": status,
-            "session": proj.session["id"],
-            "issue": issue,
-            "reason": proj.ended["reason"],
-        }
+        return _result(status, proj, issue, proj.ended["reason"])
     given = parse_price(env.price) if env.price else None
     model, fallback = priced_models(
         env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
@@ -353,13 +417,7 @@ def _work(
             "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"
         )
     proj = session.refresh()
-    return {
-        "status": outcome.status,
-        "next_wake": proj.next_wake(),
-        "session": proj.session["id"],
-        "issue": issue,
-        "reason": outcome.reason,
-    }
+    return {**_result(outcome.status, proj, issue, outcome.reason), "next_wake": proj.next_wake()}
 
 
 def quiet(session: Session, base: int) -> bool:
