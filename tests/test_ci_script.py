@@ -1,4 +1,4 @@
-""".ci/run installs libfiu as root here and through ``sudo`` on a GitHub-hosted runner (whose
+""".ci/run installs libfiu (and sudo, for the Cell-user tests) as root here and through ``sudo`` on a GitHub-hosted runner (whose
 user is not root but has passwordless sudo). ``.ci/install-fiu`` runs for real under bash,
 with ``id``, ``sudo`` and ``apt-get`` replaced by recording stand-ins on ``PATH``."""
 
@@ -55,7 +55,7 @@ def test_as_root_apt_get_runs_directly(tmp_path: Path) -> None:
     calls, _ = run(tmp_path, uid=0, sudo=False)
     assert calls.splitlines() == [
         "apt-get update -qq via=none",
-        "apt-get install -y -qq fiu-utils via=none",
+        "apt-get install -y -qq fiu-utils sudo via=none",
     ]
 
 
@@ -63,8 +63,8 @@ def test_as_a_user_with_sudo_apt_get_runs_through_sudo(tmp_path: Path) -> None:
     calls, _ = run(tmp_path, uid=1001, sudo=True)
     lines = calls.splitlines()
     assert "apt-get update -qq via=1" in lines
-    assert "apt-get install -y -qq fiu-utils via=1" in lines
-    assert "sudo -n apt-get install -y -qq fiu-utils" in lines
+    assert "apt-get install -y -qq fiu-utils sudo via=1" in lines
+    assert "sudo -n apt-get install -y -qq fiu-utils sudo" in lines
     assert not [line for line in lines if "via=none" in line]
 
 
@@ -75,6 +75,6 @@ def test_without_root_or_sudo_it_says_so_and_installs_nothing(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("uid", [0, 1001])
-def test_an_installed_fiu_run_is_left_alone(tmp_path: Path, uid: int) -> None:
+def test_installed_fiu_run_and_sudo_are_left_alone(tmp_path: Path, uid: int) -> None:
     calls, _ = run(tmp_path, uid=uid, sudo=True, fiu=True)
     assert calls == ""

@@ -243,60 +243,77 @@ def stop_all(
     ``KILL_DEADLINE`` s after the first signal (and 1 s after SIGKILL). A pinned group
     stays ours for the whole loop: a leader reaped here frees its id only once the group is
     empty, and reuse needs a pid wrap-around."""
-    start = time.monotonic()
-    tracked: dict[int, psutil.Process] = dict(targets)
-    seen: set[int] = set()
-    killed: set[int] = set()
+    stopper = _Stopper(dict(targets), token, pgid, pinned, mark, uid)
+    return stopper.stop(grace)
 
-    def gather() -> dict[int, psutil.Process]:
-        found = _scan(token, pgid if pinned else None, mark=mark, uid=uid)
+
+@dataclasses.dataclass
+class _Stopper:
+    """One ``stop_all``: what it tracks and signals, pass after pass."""
+
+    tracked: dict[int, psutil.Process]
+    token: str | None
+    pgid: int
+    pinned: bool
+    mark: pidrange.Mark | None
+    uid: int | None
+    seen: set[int] = dataclasses.field(default_factory=set)
+    killed: set[int] = dataclasses.field(default_factory=set)
+
+    def gather(self) -> dict[int, psutil.Process]:
+        found = _scan(self.token, self.pgid if self.pinned else None, mark=self.mark, uid=self.uid)
         # children may have neither token nor group
-        found.update(descendants_of([*tracked.values(), *found.values()]))
-        tracked.update(found)
-        live = {pid: proc for pid, proc in tracked.items() if _alive(proc)}
-        seen.update(live)
+        found.update(descendants_of([*self.tracked.values(), *found.values()]))
+        self.tracked.update(found)
+        live = {pid: proc for pid, proc in self.tracked.items() if _alive(proc)}
+        self.seen.update(live)
         return live
 
-    def send(procs: Mapping[int, psutil.Process], sig: signal.Signals) -> None:
+    def send(self, procs: Mapping[int, psutil.Process], sig: signal.Signals) -> None:
         if sig == signal.SIGKILL:
-            killed.update(procs)
-        if pinned:
+            self.killed.update(procs)
+        if self.pinned:
             with contextlib.suppress(OSError):
-                os.killpg(pgid, sig)  # atomic for the group: catches a fork racing our scan
+                os.killpg(self.pgid, sig)  # atomic for the group: catches a fork racing our scan
                 if sig == signal.SIGTERM:
-                    os.killpg(pgid, signal.SIGCONT)
+                    os.killpg(self.pgid, signal.SIGCONT)
         for proc in procs.values():
             with contextlib.suppress(psutil.Error):  # psutil refuses a pid that was reused
                 proc.send_signal(sig)
                 if sig == signal.SIGTERM:
                     proc.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
 
-    live = gather()
-    phase = signal.SIGTERM
-    send(live, phase)
-    kill_at = start + grace
-    give_up = max(start + KILL_DEADLINE, kill_at + 1.0)
-    delay = 0.005  # most processes die within milliseconds of SIGTERM: look again soon
-    while live:
-        time.sleep(delay)
-        delay = min(delay * 2, POLL)
-        before = set(live)
-        live = gather()
-        now = time.monotonic()
-        if live and phase == signal.SIGTERM and now >= kill_at:
-            phase = signal.SIGKILL
-            send(live, phase)
-            continue
-        if newcomers := live.keys() - before:
-            send({pid: live[pid] for pid in newcomers}, phase)
-        if live and now >= give_up:
-            pids = ", ".join(str(pid) for pid in sorted(live))
-            whose = f"Worker group {pgid}" if pgid else f"Cell user {uid}"
-            raise RecoveryError(
-                f"{whose}: processes [{pids}] still alive "
-                f"{now - start:.1f} s after SIGTERM/SIGKILL; cannot prove the Worker stopped"
-            )
-    return StopReport(stopped=tuple(sorted(seen)), killed=tuple(sorted(killed)))
+    def stop(self, grace: float) -> StopReport:
+        start = time.monotonic()
+        live = self.gather()
+        phase = signal.SIGTERM
+        self.send(live, phase)
+        kill_at = start + grace
+        give_up = max(start + KILL_DEADLINE, kill_at + 1.0)
+        delay = 0.005  # most processes die within milliseconds of SIGTERM: look again soon
+        while live:
+            time.sleep(delay)
+            delay = min(delay * 2, POLL)
+            before = set(live)
+            live = self.gather()
+            now = time.monotonic()
+            if live and phase == signal.SIGTERM and now >= kill_at:
+                phase = signal.SIGKILL
+                self.send(live, phase)
+                continue
+            if newcomers := live.keys() - before:
+                self.send({pid: live[pid] for pid in newcomers}, phase)
+            if live and now >= give_up:
+                self.fail(live, now - start)
+        return StopReport(stopped=tuple(sorted(self.seen)), killed=tuple(sorted(self.killed)))
+
+    def fail(self, live: Mapping[int, psutil.Process], elapsed: float) -> None:
+        pids = ", ".join(str(pid) for pid in sorted(live))
+        whose = f"Worker group {self.pgid}" if self.pgid else f"Cell user {self.uid}"
+        raise RecoveryError(
+            f"{whose}: processes [{pids}] still alive "
+            f"{elapsed:.1f} s after SIGTERM/SIGKILL; cannot prove the Worker stopped"
+        )
 
 
 def stop_survivors(identity: WorkerIdentity, grace: float = 2.0) -> StopReport:
