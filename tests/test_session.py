@@ -215,7 +215,7 @@ def test_limits_are_persisted(rio: Any, new: Any) -> None:
     assert (limits["rounds"], limits["cost_usd"], limits["pending_cells"]) == (5, 2.5, 3)
     assert limits["tokens"] == 2_000_000  # the rest keep their defaults
     session = Session.open(db)
-    assert session.limits == limits
+    assert session.limits.to_dict() == limits
     session.close()
 
 
