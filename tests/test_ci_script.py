@@ -1,6 +1,7 @@
-""".ci/run installs libfiu (and sudo, for the Cell-user tests) as root here and through ``sudo`` on a GitHub-hosted runner (whose
-user is not root but has passwordless sudo). ``.ci/install-fiu`` runs for real under bash,
-with ``id``, ``sudo`` and ``apt-get`` replaced by recording stand-ins on ``PATH``."""
+""".ci/run installs libfiu (and sudo, for the Cell-user tests) as root here and through ``sudo`` on
+a GitHub-hosted runner (whose user is not root but has passwordless sudo). ``.ci/install-fiu``
+runs for real under bash, with ``id``, ``sudo`` and ``apt-get`` replaced by recording stand-ins
+on ``PATH``."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import re
 import subprocess
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,6 @@ def race(
     sweep's request number ``write_at`` / ``look_at`` is answered (or after the sweep, past
     its last request). sweep-wake's enable comes right after the job asked (``wake_now``) or
     after everything else."""
-    from rio_ci.github import timers
     from rio_ci.github.forge.github import GitHubForge
 
     with FakeGitHub() as gh:
@@ -207,47 +207,59 @@ def race(
         issue = gh.add_issue("working", labels=("rio",))
         progress(gh, issue, next_wake=None)  # the job is still running rounds
         forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
-        steps: list[str] = []
-        wake = f"{gh.api_url}/repos/{gh.repo}/actions/workflows/rio-sweep.yml/enable"
-
-        def enable() -> None:  # sweep-wake's one request
-            request = urllib.request.Request(wake, method="PUT")
-            request.add_header("Authorization", f"Bearer {gh.token}")
-            urllib.request.urlopen(request, timeout=30).close()
-            steps.append("enable")
-
-        def job_step() -> None:
-            if not steps:
-                meta = {"ended": False, "generation": 4, "next_wake": time.time() + 3600}
-                body = f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta)} -->\n### waiting\n"
-                forge.upsert_comment(issue, MARKER, body)
-                steps.append("write")
-            elif steps == ["write"]:
-                steps.append(timers.wake_sweep(forge))
-                if wake_now and gh.repository_dispatches:
-                    enable()
-
+        job = _RacingJob(gh, forge, issue, wake_now)
         sweep_requests = itertools.count()
 
         def observe(req: Recorded) -> None:
             if not req.headers.get("user-agent", "").startswith("curl/"):
                 return  # the job's own requests
-            position = next(sweep_requests)
-            for at in (write_at, look_at):
-                if at == position:
-                    job_step()
+            if next(sweep_requests) in (write_at, look_at):
+                job.step()
 
         gh.observers.append(observe)
         done = run_step(the_step("rio-sweep.yml", "sweep"), gh, tmp_path)
         gh.observers.clear()
-        while len(steps) < 2:
-            job_step()
-        if gh.repository_dispatches and "enable" not in steps:
-            enable()
+        while len(job.steps) < 2:
+            job.step()
+        if gh.repository_dispatches and "enable" not in job.steps:
+            job.enable()
         forge.close()
         assert done.returncode == 0, done.stderr
         comment = next(c for c in gh.comments_on(issue) if MARKER in c["body"])
-        return gh, {"steps": steps, "comment": comment["body"], "sweep": done.stdout}
+        return gh, {"steps": job.steps, "comment": comment["body"], "sweep": done.stdout}
+
+
+@dataclass
+class _RacingJob:
+    """The job's two steps — write the progress comment with the next wake, then
+    ``timers.wake_sweep`` — and sweep-wake's one request, run when ``race`` says."""
+
+    gh: FakeGitHub
+    forge: Any
+    issue: int
+    wake_now: bool
+    steps: list[str] = field(default_factory=list)
+
+    def enable(self) -> None:  # sweep-wake's one request
+        gh = self.gh
+        wake = f"{gh.api_url}/repos/{gh.repo}/actions/workflows/rio-sweep.yml/enable"
+        request = urllib.request.Request(wake, method="PUT")
+        request.add_header("Authorization", f"Bearer {gh.token}")
+        urllib.request.urlopen(request, timeout=30).close()
+        self.steps.append("enable")
+
+    def step(self) -> None:
+        from rio_ci.github import timers
+
+        if not self.steps:
+            meta = {"ended": False, "generation": 4, "next_wake": time.time() + 3600}
+            body = f"{MARKER}\n<!-- rio-ci:meta {json.dumps(meta)} -->\n### waiting\n"
+            self.forge.upsert_comment(self.issue, MARKER, body)
+            self.steps.append("write")
+        elif self.steps == ["write"]:
+            self.steps.append(timers.wake_sweep(self.forge))
+            if self.wake_now and self.gh.repository_dispatches:
+                self.enable()
 
 
 @pytest.mark.slow
