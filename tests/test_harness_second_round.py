@@ -34,6 +34,10 @@ def test_a_spend_limit_429_ends_the_run_at_once_with_one_request(tmp_path: Path)
     reason = kinds(events(db), "run_ended")[0]["reason"]
     assert "enforced_spend_limit_reached" in reason and "regain access" in reason
     assert "final, not retried" in done.stderr
+    # Within a second of the answer, by the Session's own clock: the failure and the run's
+    # end are committed back to back (a retry would first wait its backoff, 1 s or more).
+    (ended,) = kinds(events(db), "run_ended")
+    assert ended["at"] - failure["at"] < 1.0
 
 
 def test_a_refusal_sends_the_next_attempt_to_the_fallback_model(tmp_path: Path) -> None:
