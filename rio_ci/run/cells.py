@@ -64,6 +64,10 @@ class Cells:
 
     # --- before the first launch ---------------------------------------------------------
 
+    def channel_dir(self) -> Path | None:
+        """The folder of the channel this Owner serves now, if any."""
+        return self.channel.dir if self.channel is not None else None
+
     def prepare(self, session: Session) -> None:
         """Idempotent; before every launch. Under a Cell user: the Session's files the
         Owner's alone, nothing of the user running, the tree lent, the user let through to

@@ -43,10 +43,14 @@ def prefix_of(db: Path) -> str:
     return f"rio-api-{info.st_dev:x}-{info.st_ino:x}-"
 
 
-def sweep_stale(db: Path) -> None:
+def sweep_stale(db: Path, keep: Path | None = None) -> None:
     """Remove the channel directories an earlier Owner of ``db`` left (killed before it
-    could): the caller holds the Session's lock, so none of them is in use."""
+    could): the caller holds the Session's lock, so none of them is in use but its own
+    (``keep``: an Owner that recovers again, as a GitHub job does between two runs of its
+    rounds, keeps serving its Cells)."""
     for path in _base().glob(prefix_of(db) + "*"):
+        if path == keep:
+            continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
 

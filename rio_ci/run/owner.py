@@ -130,7 +130,8 @@ class Owner:
         # Every process of a Cell user is a Cell's, whatever it did to its group, its
         # environment or its dumpability: all go first, then the Workers' own checks.
         self.cells.stop_processes(self.session)
-        sweep_stale(self.session.journal.path)  # channel folders of killed Owners
+        # Channel folders of killed Owners; this Owner's own, if it has one, stays.
+        sweep_stale(self.session.journal.path, keep=self.cells.channel_dir())
         for ex in started:
             if ex["identity"]:
                 stop_survivors(WorkerIdentity.from_dict(ex["identity"]))
