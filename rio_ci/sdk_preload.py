@@ -21,6 +21,8 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from rio_ci.core.credentials import SECRET_NAME
+
 __all__ = ["PRELOAD", "wanted"]
 
 
@@ -49,7 +51,16 @@ def _import_sdk() -> None:
         importlib.import_module("anthropic")
 
 
+def will_reexec(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process still holds a credential in its environment, so the Owner will
+    re-execute itself without it before anything else (rio_ci.run.environment): an import
+    started here would be thrown away and would only slow this process's own imports."""
+    if environ.get("RIO_SCRUBBED") == "1":
+        return False
+    return any(SECRET_NAME.search(name) for name in environ)
+
+
 PRELOAD: threading.Thread | None = None
-if wanted(sys.argv):
+if wanted(sys.argv) and not will_reexec():
     PRELOAD = threading.Thread(target=_import_sdk, name="rio-sdk-import", daemon=True)
     PRELOAD.start()

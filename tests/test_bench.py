@@ -26,6 +26,7 @@ from rio_ci import sdk_preload
 from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system, journal_chart, tokens
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache, minimum_tokens
 from rio_ci.commands.bench.provider import LoopbackProvider
+from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.model.anthropic import AnthropicModel
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import ROOT
@@ -422,9 +423,22 @@ def test_a_run_process_has_the_sdk_importing_before_its_own_modules() -> None:
         "p.PRELOAD and p.PRELOAD.join(120)\n"
         "print(started, 'anthropic' in sys.modules)\n"
     )
-    for extra, printed in (([], "True True"), (["--model", "scripted:x.yaml"], "False False")):
+    clean = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
+    key = {"ANTHROPIC_API_KEY": "sk-ant-test"}
+    for extra, env, printed in (
+        ([], clean, "True True"),
+        (["--model", "scripted:x.yaml"], clean, "False False"),
+        # Holding a key, the Owner re-executes itself without it first: no import here...
+        ([], {**clean, **key}, "False False"),
+        # ...but in the re-executed process, which carries the mark.
+        ([], {**clean, **key, "RIO_SCRUBBED": "1"}, "True True"),
+    ):
         done = subprocess.run(
-            [sys.executable, "-c", code, *extra], capture_output=True, text=True, timeout=180
+            [sys.executable, "-c", code, *extra],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
         )
         assert done.stdout.strip() == printed, done.stderr[-2000:]
 

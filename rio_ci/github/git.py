@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.errors import ForgeError
-from rio_ci.run.environment import SECRET_NAME
 
 NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
 # Command-scope settings: they outrank every configuration file git could still read.

@@ -22,7 +22,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rio_ci.run.environment import SECRET_NAME
+from rio_ci.core.credentials import SECRET_NAME
 
 __all__ = ["ENVIRONMENT_HEADER", "STATUS_BYTES", "STATUS_LINES", "environment_block", "git_status"]
 

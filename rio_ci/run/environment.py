@@ -18,16 +18,15 @@ import ctypes
 import functools
 import json
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.errors import RioError, StorageError
 from rio_ci.session import Session
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 # Harness plumbing that must not reach a Worker either.
 PRIVATE_VARS = frozenset({"RIO_CRASH_AT", "RIO_SECRETS_FD", "RIO_SCRUBBED"})
 _MIN_SECRET = 6  # shorter values would match innocent text

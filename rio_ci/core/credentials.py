@@ -1,0 +1,10 @@
+"""Which environment variables are credentials: the one rule, read by the Owner (what
+Workers never see, what is redacted from output), the harness's git and the model's
+environment block (what they drop), and the SDK preload (a process that still holds one
+re-executes itself without it first)."""
+
+from __future__ import annotations
+
+import re
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
