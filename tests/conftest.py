@@ -43,6 +43,7 @@ SLOW_MODULES = frozenset(
         "test_action_secrets.py",
         "test_action_sweep.py",
         "test_bench.py",
+        "test_cell_user.py",
         "test_controls.py",
         "test_demo.py",
         "test_fresh_install.py",

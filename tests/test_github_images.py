@@ -194,6 +194,7 @@ def test_pictures_are_stored_once_by_digest_within_storage_bytes(
 
 
 @pytest.mark.people(alice="write")
+@pytest.mark.slow
 def test_an_issue_with_a_png_gives_a_first_request_carrying_it(
     tmp_path: Path, gh: FakeGitHub, elsewhere: Elsewhere
 ) -> None:
@@ -248,6 +249,7 @@ def run_job(repo: Repository, model: FakeAnthropic, event: str, payload: dict[st
 
 
 @pytest.mark.people(alice="write")
+@pytest.mark.slow
 def test_a_comment_s_picture_goes_with_the_turn_that_delivers_it(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
