@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
@@ -82,22 +83,7 @@ def svg(series: Series, title: str) -> str:
     def y(b: float) -> float:
         return TOP + plot_h * (1 - b / top)
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
-    ]
-    for n in range(int(top / step) + 1):  # horizontal grid and the size axis
-        value = n * step
-        parts.append(
-            f'<line x1="{LEFT}" y1="{y(value):.1f}" x2="{WIDTH - RIGHT}" '
-            f'y2="{y(value):.1f}" stroke="#ddd"/>'
-        )
-        parts.append(
-            f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
-            f"{value / 1e6:g} MB</text>"
-        )
+    parts = frame(title) + grid(top, step, y, lambda value: f"{value / 1e6:g} MB")
     for n in range(6):  # the rounds axis
         r = rounds * n / 5
         parts.append(
@@ -114,20 +100,48 @@ def svg(series: Series, title: str) -> str:
         colour = "#7f7f7f" if label == CONTENT else COLOURS[n % len(COLOURS)]
         line = " ".join(f"{x(r):.1f},{y(b):.1f}" for r, b in points)
         dash = ' stroke-dasharray="6 4"' if label == CONTENT else ""
-        parts.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{line}"/>'
-        )
-        legend_y = TOP + 16 + 18 * n
-        parts.append(
-            f'<line x1="{LEFT + 12}" y1="{legend_y - 4}" x2="{LEFT + 36}" '
-            f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"{dash}/>'
-        )
-        parts.append(
-            f'<text x="{LEFT + 42}" y="{legend_y}">{escape(label)}: '
-            f"{per_round(points):,} bytes per round</text>"
-        )
+        legend = f"{label}: {per_round(points):,} bytes per round"
+        parts += series_line(n, colour, dash, line, legend)
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def frame(title: str) -> list[str]:
+    """The opening of a chart: the SVG element, its white ground and the title."""
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
+    ]
+
+
+def grid(
+    top: float, step: float, y: Callable[[float], float], unit: Callable[[float], str]
+) -> list[str]:
+    """Horizontal grid lines from 0 to ``top`` every ``step``, each labelled by ``unit``."""
+    parts = []
+    for n in range(int(top / step) + 1):
+        value = n * step
+        parts.append(
+            f'<line x1="{LEFT}" y1="{y(value):.1f}" x2="{WIDTH - RIGHT}" '
+            f'y2="{y(value):.1f}" stroke="#ddd"/>'
+        )
+        parts.append(
+            f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{unit(value)}</text>'
+        )
+    return parts
+
+
+def series_line(n: int, colour: str, dash: str, points: str, legend: str) -> list[str]:
+    """Line ``n`` of a chart (SVG ``points``) and its entry in the legend."""
+    legend_y = TOP + 16 + 18 * n
+    return [
+        f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{points}"/>',
+        f'<line x1="{LEFT + 12}" y1="{legend_y - 4}" x2="{LEFT + 36}" y2="{legend_y - 4}" '
+        f'stroke="{colour}" stroke-width="2"{dash}/>',
+        f'<text x="{LEFT + 42}" y="{legend_y}">{escape(legend)}</text>',
+    ]
 
 
 def _nice(raw: float) -> float:

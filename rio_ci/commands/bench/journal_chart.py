@@ -14,17 +14,27 @@ from __future__ import annotations
 import json
 import math
 import sys
-from html import escape
 from pathlib import Path
 from typing import Any
 
-from rio_ci.commands.bench.chart import COLOURS, _nice
+from rio_ci.commands.bench.chart import (
+    BOTTOM,
+    COLOURS,
+    HEIGHT,
+    LEFT,
+    RIGHT,
+    TOP,
+    WIDTH,
+    _nice,
+    frame,
+    grid,
+    series_line,
+)
 
 __all__ = ["FAMILIES", "series_of", "svg"]
 
 FAMILIES = ("open_ms", "owner_open_ms", "show_ms", "show_json_ms")
 SIZES = (("1k", 1_000), ("10k", 10_000), ("100k", 100_000))
-WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 760, 420, 70, 20, 40, 50
 Line = list[tuple[int, float]]
 
 
@@ -55,19 +65,7 @@ def svg(lines: dict[str, Line], title: str) -> str:
     def y(ms: float) -> float:
         return TOP + plot_h * (1 - ms / top)
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
-    ]
-    for n in range(int(top / step) + 1):
-        value = n * step
-        parts.append(
-            f'<line x1="{LEFT}" y1="{y(value):.1f}" x2="{WIDTH - RIGHT}" y2="{y(value):.1f}" '
-            f'stroke="#ddd"/><text x="{LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
-            f"{value:g} ms</text>"
-        )
+    parts = frame(title) + grid(top, step, y, lambda value: f"{value:g} ms")
     for name, events in SIZES:
         parts.append(
             f'<text x="{x(events):.1f}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">'
@@ -81,15 +79,8 @@ def svg(lines: dict[str, Line], title: str) -> str:
         colour = COLOURS[n % len(COLOURS)]
         dash = ' stroke-dasharray="6 4"' if n >= len(COLOURS) else ""
         line = " ".join(f"{x(e):.1f},{y(ms):.1f}" for e, ms in points)
-        parts.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{line}"/>'
-        )
-        legend_y = TOP + 16 + 18 * n
-        parts.append(
-            f'<line x1="{LEFT + 12}" y1="{legend_y - 4}" x2="{LEFT + 36}" y2="{legend_y - 4}" '
-            f'stroke="{colour}" stroke-width="2"{dash}/><text x="{LEFT + 42}" y="{legend_y}">'
-            f"{escape(label)}: {points[0][1]:g} → {points[-1][1]:g} ms</text>"
-        )
+        legend = f"{label}: {points[0][1]:g} → {points[-1][1]:g} ms"
+        parts += series_line(n, colour, dash, line, legend)
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
