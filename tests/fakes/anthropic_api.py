@@ -25,11 +25,12 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any, ClassVar
 
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache
+from rio_ci.commands.bench.loopback import LoopbackServer
 from tests.fakes import anthropic_rules as rules_
 from tests.fakes.anthropic_rules import Refused
 
@@ -114,15 +115,11 @@ class FakeAnthropic:
         self._pending_delay = 0.0
         self._ids = itertools.count(1)
         self._closing = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._http = LoopbackServer(_handler_for(self))
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._http.base_url
 
     @property
     def requests(self) -> list[ReceivedRequest]:
@@ -137,7 +134,7 @@ class FakeAnthropic:
             return len(self._queue)
 
     def __enter__(self) -> FakeAnthropic:
-        self._thread.start()
+        self._http.start()
         return self
 
     def __exit__(
@@ -150,9 +147,7 @@ class FakeAnthropic:
 
     def close(self) -> None:
         self._closing.set()  # wakes any handler sleeping in a scripted delay
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._http.close()
 
     # -- scripting ---------------------------------------------------------------------------
 

@@ -16,11 +16,12 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
 from rio_ci.commands.bench.caching import Billed, BreakpointError, PromptCache
+from rio_ci.commands.bench.loopback import LoopbackServer
 
 __all__ = ["LoopbackProvider"]
 
@@ -36,18 +37,14 @@ class LoopbackProvider:
         self.billed: list[Billed] = []
         self.arrivals: list[float] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._http = LoopbackServer(_handler_for(self))
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._http.base_url
 
     def __enter__(self) -> LoopbackProvider:
-        self._thread.start()
+        self._http.start()
         return self
 
     def __exit__(
@@ -56,9 +53,7 @@ class LoopbackProvider:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._http.close()
 
     def answer(self, body: Any) -> tuple[int, dict[str, Any]]:
         """(status, body) for one request: a Message, or the API's error body."""

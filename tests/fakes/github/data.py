@@ -10,7 +10,6 @@ import re
 import threading
 import zipfile
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from fakes import git_origin
@@ -72,8 +71,6 @@ class GitHubData:
         # Far above the run ids tests give jobs (1000 + n), so no object takes a job's id.
         self._ids = itertools.count(100_001)
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- state helpers -------------------------------------------------------------------------
 

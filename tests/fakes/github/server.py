@@ -6,15 +6,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
 from fakes import git_origin
 from fakes.github.base import REFUSALS, SCOPES, Recorded, Token, encode, not_found
 from fakes.github.endpoints import Endpoints
+from rio_ci.commands.bench.loopback import LoopbackServer
 
 
 class FakeGitHub(Endpoints):
@@ -24,22 +24,15 @@ class FakeGitHub(Endpoints):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def __enter__(self) -> FakeGitHub:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        server.daemon_threads = True
-        self._server = server
-        self.api_url = f"http://127.0.0.1:{server.server_address[1]}"
-        # A short poll interval keeps shutdown (and so each test's teardown) fast.
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-        self._thread.start()
+        self._http = LoopbackServer(_handler_for(self))
+        self.api_url = self._http.base_url
+        self._http.start()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        assert self._server is not None and self._thread is not None
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._http.close()
 
     def token_of(self, req: Recorded) -> Token | None:
         """The valid token a request carries, or None."""
