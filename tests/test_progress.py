@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import accept, cmd, record_unknown, succeed
+from conftest import accept, cmd, finish_execution, record_unknown, start_execution, succeed
 
 from rio_ci import report
 from rio_ci.github import diagram, progress
@@ -85,6 +85,32 @@ def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> No
     assert "**Unresolved**" in body  # an UnknownExecution nobody resolved yet says so
     (chart,) = mermaid.blocks(body)  # the argv's fence did not end anything
     assert chart.startswith("gantt\n")
+
+
+@pytest.mark.parametrize("offset", range(10))
+def test_recent_output_cut_anywhere_cannot_close_its_fence(session: Session, offset: int) -> None:
+    """The block keeps the last 1,500 characters of output. Wherever that cut falls in a
+    line of backticks, no line inside can close the fence: the text is cut, then fenced
+    (escaping first, then cutting, could leave a bare line of backticks)."""
+    accept(session, lambda p: p.add(cmd("true")))
+    start_execution(session, 1)
+    words = "\n@admin </details> escaped\n"
+    after = words + "y" * (1500 - offset - len(words))  # the cut: offset before its end
+    output = "x" * 100 + "\n" + "`````" + after
+    finish_execution(session, 1, {"type": "success", "exit_code": 0}, output=output)
+    body = progress.render(
+        session.refresh(),
+        status="running",
+        run_url=None,
+        generation=1,
+        operation="op",
+        history=report.read_history(session),
+    )
+    block = body.split("```text\n", 1)[1]
+    inside, _, rest = block.partition("\n```\n")
+    assert "@admin </details> escaped" in inside
+    assert not [line for line in inside.splitlines() if line.startswith("``")]
+    assert "@admin" not in rest
 
 
 def test_the_pacer_rewrites_at_most_every_15_seconds() -> None:

@@ -96,7 +96,7 @@ def render(
         lines += ["", "#### Timeline", "", diagram.block(history, report.descriptions(history))]
     recent = _recent_output(proj)
     if recent:
-        lines += ["", *_fold("recent output", f"```text\n{recent}\n```")]
+        lines += ["", *_fold("recent output", md.fence("text", recent))]
     if proj.rationale:
         lines += ["", *_fold("the model's last rationale", md.quoted(proj.rationale))]
     lines += ["", _usage(proj)]
@@ -264,10 +264,10 @@ def _recent_output(proj: Projection) -> str:
     if not finished:
         return ""
     last = max(finished, key=lambda e: e["cell_id"])
-    # Cell output is untrusted: control sequences are shown, never passed on (the comment
-    # is copied into the step summary and logs), and escaped before the text is cut into
-    # lines, so a carriage return cannot start a line of its own.
-    text = escape_control((last["stdout"] + last["stderr"]).strip()).replace("```", "`\u200b``")
+    # Cell output is untrusted: cut first, then fenced by md.fence, which escapes control
+    # characters and breaks every run of backticks, so no cut can leave a line that closes
+    # the fence (a cut inside an already escaped run once could).
+    text = (last["stdout"] + last["stderr"]).strip()
     return "\n".join(text.split("\n")[-15:])[-1500:]
 
 
