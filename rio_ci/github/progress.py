@@ -16,7 +16,7 @@ from typing import Any
 from rio_ci import report
 from rio_ci.core.history import History
 from rio_ci.core.projection import Projection
-from rio_ci.core.text import clip, escape_control
+from rio_ci.core.text import clip
 from rio_ci.errors import RioError
 from rio_ci.github import diagram
 from rio_ci.github import markdown as md

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci import sessionfile
 from rio_ci.core import events as ev
 from rio_ci.errors import RioError
 from rio_ci.run import cell_user as cu
@@ -48,9 +49,6 @@ class Cells:
     @property
     def separate(self) -> bool:
         return self.user is not None
-
-    def spawn_as(self) -> cu.CellUser | None:
-        return self.user
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """A Worker's environment: the channel's path, and under a Cell user its own HOME
@@ -90,7 +88,7 @@ class Cells:
     def _lend(self, session: Session, user: cu.CellUser, scratch: Path) -> None:
         db = session.path
         tree = Path(os.path.realpath(session.proj.session["cwd"]))
-        files = [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
+        files = _session_files(db)
         for path in [db, scratch]:
             if cu.inside(path, tree):
                 raise RioError(
@@ -158,8 +156,7 @@ class Cells:
         uid = self.user.uid if self.user else recorded.get("uid")
         if tree and uid is not None:
             db = session.path
-            keep = [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
-            cu.hand_back(tree, int(uid), [*keep, scratch_dir(session)])
+            cu.hand_back(tree, int(uid), [*_session_files(db), scratch_dir(session)])
         cu.close_paths(self.opened or recorded.get("opened", []))
         self.tree = None
 
@@ -179,3 +176,8 @@ def _writable_by(info: os.stat_result, user: cu.CellUser) -> bool:
     if info.st_gid == user.gid:
         return bool(info.st_mode & stat.S_IWGRP)
     return bool(info.st_mode & stat.S_IWOTH)
+
+
+def _session_files(db: Path) -> list[Path]:
+    """The Session file and the sidecars SQLite opens beside it."""
+    return [db, *(db.with_name(db.name + suffix) for suffix in sessionfile.SIDECARS)]

@@ -98,6 +98,8 @@ class Channel:
             conn.settimeout(_TIMEOUT)
             try:
                 reply = self._reply(conn)
+            except subprocess.TimeoutExpired:
+                reply = {"code": 1, "stdout": "", "stderr": f"no answer within {_TIMEOUT:g} s"}
             except (OSError, ValueError) as exc:
                 reply = {"code": 1, "stdout": "", "stderr": f"bad request: {exc}"}
             with contextlib.suppress(OSError):

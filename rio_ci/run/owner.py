@@ -52,12 +52,14 @@ class Owner:
         sessionfile.writable(real, path)
         self._ownership = FileOwnership.acquire(real, path)
         try:
+            # The Cell user first: it needs nothing of the Session, and a refusal (useradd
+            # failed, a user with groups) then leaves no connection open.
+            self.cells = Cells(cell_user, notice or _to_stderr)
             doubt = in_doubt(real, self._ownership.fd)
             self.session = Session.open(real, verify=doubt, synchronous=synchronous)
             if self.session.journal.identity != self._ownership.identity:
                 self.session.close()
                 raise StorageError(f"{path} was replaced while its Owner was starting")
-            self.cells = Cells(cell_user, notice or _to_stderr)
             self.guard = FileGuard(self._ownership)
             # Under a Cell user no Cell can reach the file: the checks against damage by
             # Cells would guard against nobody (docs/design.md, "The Cell user").
