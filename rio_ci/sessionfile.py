@@ -26,6 +26,7 @@ from typing import Any
 
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
+from rio_ci.core.state import ascii_int
 from rio_ci.errors import StorageError
 
 SCHEMA_VERSION = 1
@@ -276,11 +277,10 @@ def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> i
     if not {"meta", "events", "snapshot"} <= tables:
         raise StorageError(f"{path} is an SQLite file but not a rio_ci Session")
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    text = str(row[0]) if row is not None else ""
-    # ASCII digits only: str.isdigit() also takes '²', which int() then refuses.
-    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+    version = ascii_int(str(row[0]) if row is not None else "", 9)
+    if version is None:
         raise StorageError(f"{path} has no valid schema_version")
-    return int(text)
+    return version
 
 
 # --- single-file copies (artifacts) ------------------------------------------------------

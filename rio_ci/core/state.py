@@ -75,6 +75,14 @@ def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
 MAX_SEQ = 2**63 - 1  # SQLite's largest integer: no seq or id can be larger
 
 
+def ascii_int(text: str, digits: int = 18) -> int | None:
+    """``text`` as a whole number if it is at most ``digits`` ASCII digits, else None:
+    ``"²".isdigit()`` is true and ``int("²")`` fails, so digits are never taken on trust."""
+    if text.isascii() and text.isdigit() and len(text) <= digits:
+        return int(text)
+    return None
+
+
 def is_int(value: Any) -> TypeGuard[int]:
     """An integer that is not a bool (JSON has no such thing as ``true == 1``)."""
     return isinstance(value, int) and not isinstance(value, bool)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from rio_ci.core.limits import Limits
+from rio_ci.core.state import ascii_int
 from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
 from rio_ci.run.cell_user import requested
@@ -155,10 +156,11 @@ class ActionEnv:
 def _retention(text: str) -> int | None:
     """``GITHUB_RETENTION_DAYS`` as a number of days (unset: None). GitHub's own runners
     always give 1 or more; ``0``, which local runners such as act pass, says nothing and
-    counts as unset. ASCII digits only: ``"²".isdigit()`` is true but ``int("²")`` fails."""
-    if not re.fullmatch(r"[0-9]{1,6}", text or "0"):
+    counts as unset."""
+    days = ascii_int(text or "0", 6)
+    if days is None:
         raise UsageError(f"GITHUB_RETENTION_DAYS must be a whole number of days, got {text!r}")
-    return (int(text) or None) if text else None
+    return days or None
 
 
 # The harness's own credentials: a Session may never hand them to its Cells.

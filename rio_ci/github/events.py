@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from rio_ci.core.state import ascii_int
 from rio_ci.github.forge.base import Check
 
 BRANCH = re.compile(r"^rio/issue-([1-9][0-9]*)\Z")
@@ -112,11 +113,10 @@ def _finished_event(
 
 
 def _dispatch_event(payload: dict[str, Any], sender: Any) -> Trigger:
-    raw = str((payload.get("inputs") or {}).get("issue") or "").strip()
-    # ASCII digits only ('²'.isdigit() is True, and int() refuses it), and a sane length.
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or int(raw) < 1:
+    issue = ascii_int(str((payload.get("inputs") or {}).get("issue") or "").strip(), 12)
+    if not issue:
         return Trigger("ignore", reason="workflow_dispatch needs an 'issue' input (a number)")
-    return Trigger("resume", issue=int(raw), actor=sender)
+    return Trigger("resume", issue=issue, actor=sender)
 
 
 def _issue_event(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci import report
+from rio_ci.core.state import ascii_int
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RioError
 from rio_ci.github import artifact, gate, progress, pull_request, timers, workspace
@@ -288,7 +289,7 @@ def _persist(
             aside,
             generation=generation + 1,
             parent_generation=generation or None,
-            run_id=_int(env.run_id),
+            run_id=ascii_int(env.run_id),
             next_wake=result["next_wake"],
         )
         crash_point("artifact_aside_written")
@@ -319,7 +320,3 @@ def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
         return "succeeded" if ended["result"] == "success" else "failed"
     outcome = job.get("outcome")
     return outcome if outcome in ("waiting", "deadline", "error") else "interrupted"
-
-
-def _int(text: str) -> int | None:
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core.events import KINDS
-from rio_ci.core.state import is_int
+from rio_ci.core.state import ascii_int, is_int
 from rio_ci.errors import ForgeError
 from rio_ci.github.git import EMAIL, NAME, Git
 from rio_ci.session import Session
@@ -165,7 +165,7 @@ class LaunchRecord:
         checked, and every failure is a reason, never an exception."""
         for name, limit in ((HEADER, MAX_HEADER_BYTES), (TAIL, MAX_TAIL_BYTES)):
             size = self._git("cat-file", "-s", f"{commit}:{name}", check=False).strip()
-            if not _ascii_digits(size) or int(size) > limit:
+            if (bytes_ := ascii_int(size)) is None or bytes_ > limit:
                 return f"{self.ref}: no readable {name} (or over {limit} bytes)"
         try:
             header = _loads(self._git("cat-file", "blob", f"{commit}:{HEADER}"))
@@ -330,10 +330,6 @@ def parse(header: Any, events: list[Any]) -> Record | None:
     if superseded is not None and not (_count(superseded) and superseded > 0):
         return None
     return Record(session_id, generation, after, events, superseded)
-
-
-def _ascii_digits(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 18  # '²'.isdigit() is True
 
 
 def _no_constant(name: str) -> Any:

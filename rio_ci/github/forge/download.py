@@ -14,6 +14,7 @@ from http.client import HTTPResponse
 from pathlib import Path
 from typing import IO
 
+from rio_ci.core.state import ascii_int
 from rio_ci.errors import ForgeError, StorageError
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -45,8 +46,8 @@ def fetch_zip(
     what = f"downloading artifact {artifact_id}"
     try:
         with _follow(url, token, what, timeout) as response:
-            declared = response.headers.get("Content-Length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            declared = ascii_int(response.headers.get("Content-Length") or "")
+            if declared is not None and declared > max_bytes:
                 raise StorageError(
                     f"artifact {artifact_id} is {declared} bytes, over the {max_bytes}-byte limit"
                 )
