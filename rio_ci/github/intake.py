@@ -39,6 +39,13 @@ def is_ours(comment: Comment) -> bool:
     return progress.MARKER in comment.body or comment.author.endswith("[bot]")
 
 
+def watched(issue: int, marks: dict[str, Any]) -> list[int]:
+    """The numbers whose comments steer a Session: its issue and, once it has one, its pull
+    request (the ``pull_request`` watermark)."""
+    pull = marks.get("pull_request")
+    return [issue, int(pull)] if pull else [issue]
+
+
 def take_in(
     owner: Owner,
     forge: Forge,
@@ -57,7 +64,7 @@ def take_in(
     refused."""
     session = owner.session
     marks = session.proj.watermarks
-    numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
+    numbers = watched(issue, marks)
     try:
         for number in numbers:
             _take_comments(owner, forge, number, fetcher)

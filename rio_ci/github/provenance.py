@@ -29,10 +29,9 @@ def workflow_path(workflow_ref: str, repository: str) -> str | None:
     (``owner/repo/.github/workflows/rio.yml@refs/heads/main`` → ``.github/workflows/rio.yml``),
     or None when it is unset or does not name a workflow of ``repository``."""
     path = workflow_ref.partition("@")[0]
-    prefix = f"{repository}/"
-    if not path.lower().startswith(prefix.lower()):
+    if not path.lower().startswith(f"{repository}/".lower()):
         return None
-    rest = path[len(prefix) :]
+    rest = _run_path(path, repository)
     name = rest[len(WORKFLOWS_DIR) :]
     if not rest.startswith(WORKFLOWS_DIR) or not name or "/" in name:
         return None

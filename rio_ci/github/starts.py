@@ -25,7 +25,7 @@ from rio_ci.github.env import ActionEnv, Config, log
 from rio_ci.github.events import goal_for, requested_goal, steer_command
 from rio_ci.github.forge.base import Comment, Forge, Review
 from rio_ci.github.images import ImageFetcher
-from rio_ci.github.intake import is_ours, may_steer, review_text
+from rio_ci.github.intake import is_ours, may_steer, review_text, watched
 from rio_ci.github.progress import PUBLISHED
 from rio_ci.session import Session
 
@@ -83,7 +83,7 @@ def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | R
     someone with write access that is not a command, else the first review of the pull
     request it has not taken by such a writer: the request a follow-up answers."""
     marks = proj.watermarks
-    numbers = [issue, *([int(marks["pull_request"])] if marks.get("pull_request") else [])]
+    numbers = watched(issue, marks)
     for comment in sorted(
         (
             c
