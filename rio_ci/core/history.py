@@ -59,14 +59,8 @@ class Round:
     turn_id: str
     job: int
     prepared_at: float
-    asked_at: float | None = None
     answered_at: float | None = None
     decided_at: float | None = None
-    attempts: int = 0
-    model: str = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
     outcome: str = "open"  # open | accepted | rejected | failed
 
 
@@ -126,21 +120,6 @@ def fold_history(events: Iterable[dict[str, Any]]) -> History:
     return history
 
 
-KINDS = (
-    "session_created",
-    "watermark",
-    "turn_prepared",
-    "model_attempt",
-    "model_response",
-    "patch_rejected",
-    "patch_accepted",
-    "execution_started",
-    "execution_finished",
-    "validator_result",
-    "run_ended",
-)
-
-
 def _watermark(h: History, event: dict[str, Any]) -> None:
     if event["name"] != JOB_MARK:
         return
@@ -163,21 +142,10 @@ def _round(h: History, event: dict[str, Any]) -> Round | None:
     return last if last is not None and last.turn_id == event.get("turn_id") else None
 
 
-def _model_attempt(h: History, event: dict[str, Any]) -> None:
-    if (r := _round(h, event)) is not None:
-        r.attempts = max(r.attempts, int(event["attempt"]))
-        r.model = str(event.get("model") or "")
-        r.asked_at = r.asked_at or event["at"]
-
-
 def _model_response(h: History, event: dict[str, Any]) -> None:
     if (r := _round(h, event)) is None:
         return
     r.answered_at = event["at"]
-    usage = event.get("usage") or {}
-    r.input_tokens += int(usage.get("input_tokens") or 0)
-    r.output_tokens += int(usage.get("output_tokens") or 0)
-    r.cost_usd += float(usage.get("cost_usd") or 0.0)
     if not event.get("ok"):
         r.outcome = "failed"
 
@@ -259,7 +227,6 @@ _STEPS = {
     "session_created": _session_created,
     "watermark": _watermark,
     "turn_prepared": _turn_prepared,
-    "model_attempt": _model_attempt,
     "model_response": _model_response,
     "patch_rejected": _patch_rejected,
     "patch_accepted": _patch_accepted,
@@ -268,3 +235,6 @@ _STEPS = {
     "validator_result": _validator_result,
     "run_ended": _run_ended,
 }
+
+# The kinds the fold reads: what a report asks the Journal for (never output).
+KINDS = tuple(_STEPS)
