@@ -35,6 +35,7 @@ _OP_KEYS = {
     "replace": {"op", "path", "value"},
     "remove": {"op", "path"},
 }
+OPS = tuple(_OP_KEYS)  # the operations a patch may use (the model's step schema names them)
 
 
 @dataclass(frozen=True)

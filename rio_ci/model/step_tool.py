@@ -14,12 +14,13 @@ from typing import Any
 
 from anthropic.types import Message, ToolParam
 
+from rio_ci.core.admission import OPS
 from rio_ci.model import table
 
 __all__ = ["PATCH_OPS", "STEP_TOOL", "step_patch", "strict_obstacle", "tool_for"]
 
-# The operations admission accepts (rio_ci/core/admission.py): a patch is a list of these.
-PATCH_OPS = ("test", "add", "replace", "remove")
+# The operations admission accepts: a patch is a list of these.
+PATCH_OPS = OPS
 
 STEP_TOOL: ToolParam = {
     "name": "step",
