@@ -6,6 +6,7 @@ skipped with a warning, and the run goes on (and still stops on SIGTERM)."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -15,16 +16,20 @@ from rio_ci.errors import UsageError
 from rio_ci.github.env import CONFIG_MAX_BYTES, Config
 from rio_ci.harness import GUIDANCE_BYTES, read_guidance
 from rio_ci.treefile import read_tree_file
-from tests.run_cli import interrupt, new_session, spawn, write_script
+from tests.run_cli import interrupt, new_session, spawn, status, write_script
 
 
 def plant(tree: Path, kind: str, name: str = "AGENTS.md") -> Path:
-    """``tree/name`` made hostile: a link to /dev/zero, a FIFO, or a link to a secret file
-    outside the tree."""
+    """``tree/name`` made hostile: a link to /dev/zero, a device node of its own (needs
+    root), a FIFO, or a link to a secret file outside the tree."""
     path = tree / name
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "dev-zero":
         path.symlink_to("/dev/zero")
+    elif kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero's numbers
     elif kind == "fifo":
         os.mkfifo(path)
     else:
@@ -34,8 +39,13 @@ def plant(tree: Path, kind: str, name: str = "AGENTS.md") -> Path:
     return path
 
 
-KINDS = ["dev-zero", "fifo", "outside"]
-REASONS = {"dev-zero": "leads out of the checkout", "fifo": "is a FIFO", "outside": "leads out"}
+KINDS = ["dev-zero", "device", "fifo", "outside"]
+REASONS = {
+    "dev-zero": "leads out of the checkout",
+    "device": "is a character device",
+    "fifo": "is a FIFO",
+    "outside": "leads out",
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -96,8 +106,9 @@ def test_a_run_with_a_fifo_for_agents_md_goes_on_and_stops_on_sigterm(tmp_path: 
     db = new_session(tmp_path)
 
     proc = spawn("run", str(db), "--model", f"scripted:{script}")
-    _, err, seconds = interrupt(proc, started.exists, "the Cell to start past the FIFO")
+    out, err, seconds = interrupt(proc, started.exists, "the Cell to start past the FIFO")
 
     assert seconds < 5, err
     assert "AGENTS.md is a FIFO" in err
-    assert proc.returncode is not None
+    # it went on past the FIFO and was then stopped by the signal, as a run is
+    assert status(out)["status"] == "interrupted" and proc.returncode == 1, out
