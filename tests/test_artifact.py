@@ -410,6 +410,24 @@ def test_restore_falls_back_past_a_manifest_nested_30000_deep(
     assert "nested" in result.rejected[0].reason
 
 
+@pytest.mark.parametrize("kind", ["trigger", "view", "table"])
+def test_restore_falls_back_past_a_snapshot_with_a_trigger_a_view_or_a_table(
+    gh: FakeGitHub, live_db: Path, tmp_path: Path, kind: str
+) -> None:
+    """The newest generation's snapshot holds SQL of its own (its checksum made to match):
+    it is refused with the reason, and the previous generation is the one restored."""
+    forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+    first = upload(gh, live_db, tmp_path, 1, "2024-05-01T00:00:00Z")
+    sql, reason = HOSTILE_SQL[kind]
+    hostile = hostile_snapshot(live_db, tmp_path, sql).read_bytes()
+    gh.add_artifact("rio-session-7", hostile, "2024-05-02T00:00:00Z")
+
+    result = restore_newest(forge, "rio-session-7", tmp_path / "work")
+
+    assert result.restored is not None and result.restored.artifact.id == first
+    assert reason in result.rejected[0].reason
+
+
 def test_a_download_answered_410_gone_is_an_expired_generation(
     gh: FakeGitHub, live_db: Path, tmp_path: Path
 ) -> None:
