@@ -57,6 +57,12 @@ def test_under_the_action_the_cell_runs_as_rio_cell_and_reaches_only_the_tree(
         mkdir "$RUNNER_TEMP/rio-artifact-planted" 2>/dev/null && echo temp=written \
             || echo temp=refused
         cat /proc/$PPID/environ > /dev/null 2>&1 && echo environ=read || echo environ=refused
+        if command -v sudo > /dev/null; then
+            sudo -n true > /dev/null 2>&1 && echo sudo=root || echo sudo=refused
+        else
+            echo sudo=absent
+        fi
+        python3 -c "from rio_ci.api import records; print('api', len(records()) > 0)"
     """
     repo.set_script(script([add(cmd_cell("sh", "-c", probe))], WAIT))
     issue = gh.add_issue("Fix", labels=("rio",))
@@ -83,6 +89,9 @@ def test_under_the_action_the_cell_runs_as_rio_cell_and_reaches_only_the_tree(
     ):
         assert seen in lines, (seen, lines)
     assert "environ=refused" in lines
+    # sudo fails for the Cell (.ci/install-fiu installs it, so it is tried in CI)
+    assert "sudo=refused" in lines or (shutil.which("sudo") is None and "sudo=absent" in lines)
+    assert "api" in lines and lines[lines.index("api") + 1] == "True"  # rio_ci.api works
     assert not (package / "planted.pth").exists()
     modes = [e for e in repo.events(job) if e["kind"] == "cell_user"]
     assert modes and modes[-1]["mode"] == "separate" and modes[-1]["user"] == "rio-cell"
