@@ -30,6 +30,7 @@ SOCKET_VAR = "RIO_API_SOCKET"
 VERBS = frozenset({"timer", "cancel_timer", "records", "output"})
 MAX_REQUEST = 1 << 20  # bytes: a Timer payload travels as one argument (the kernel's limit)
 _TIMEOUT = 60.0
+_AT_ONCE = 4  # requests answered at the same time
 
 
 def _base() -> Path:
@@ -72,6 +73,9 @@ class Channel:
             self.close()
             raise
         self._closed = threading.Event()
+        # Each request starts a bridge process as the Owner's user: a Cell that opens
+        # connections in a loop gets them answered a few at a time, never without bound.
+        self._answering = threading.BoundedSemaphore(_AT_ONCE)
         self._thread = threading.Thread(target=self._serve, name="rio-api", daemon=True)
         self._thread.start()
 
@@ -97,7 +101,8 @@ class Channel:
         with conn:
             conn.settimeout(_TIMEOUT)
             try:
-                reply = self._reply(conn)
+                with self._answering:
+                    reply = self._reply(conn)
             except subprocess.TimeoutExpired:
                 reply = {"code": 1, "stdout": "", "stderr": f"no answer within {_TIMEOUT:g} s"}
             except (OSError, ValueError) as exc:
