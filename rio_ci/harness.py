@@ -24,9 +24,9 @@ from typing import Any
 from rio_ci.core.history import JOB_MARK
 from rio_ci.core.text import escape_control
 from rio_ci.errors import ModelError, Rejected, RunEnded
-from rio_ci.live import LiveLog
 from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, strict_reply
 from rio_ci.model.environment import environment_block
+from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner
 from rio_ci.treefile import read_tree_file
 

@@ -36,8 +36,8 @@ from rio_ci.core.state import (
 from rio_ci.core.view import next_turn, render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
-from rio_ci.journal import Journal, Writer
 from rio_ci.model.base import ModelReply
+from rio_ci.store.journal import Journal, Writer
 
 __all__ = ["Receipt", "Session"]
 _NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"

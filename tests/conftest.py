@@ -22,7 +22,7 @@ from action_job import Repository
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.events import OutputPiece, Result
-from rio_ci.github.forge.github import GitHubForge
+from rio_ci.forge.github import GitHubForge
 from rio_ci.session import Receipt, Session
 from tests.kit import Patch, cli_env
 

@@ -26,8 +26,8 @@ from action_job import (
 from fakes.github_api import FakeGitHub, Recorded
 
 from rio_ci.crashpoints import FINISH_POINTS
-from rio_ci.github.artifact import MANIFEST, SNAPSHOT, archive, unpack
 from rio_ci.github.workspace import refused_paths
+from rio_ci.store.artifact import MANIFEST, SNAPSHOT, archive, unpack
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 WRITE = [add(cmd_cell("python3", "-c", "open('notes.txt', 'w').write('hello')"))]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fakes.github_api import FakeGitHub
 
-from rio_ci.github.forge.github import GitHubForge
+from rio_ci.forge.github import GitHubForge
 
 MARKER = "<!-- rio-ci:progress -->"
 

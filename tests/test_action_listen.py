@@ -18,8 +18,8 @@ from action_job import WAIT, Job, Repository, add, cmd_cell, code_cell, labeled,
 from conftest import journal_rows
 from fakes.github_api import FakeGitHub, Recorded
 
+from rio_ci.forge.github import GitHubForge
 from rio_ci.github.env import ActionEnv
-from rio_ci.github.forge.github import GitHubForge
 from rio_ci.github.job import run
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner

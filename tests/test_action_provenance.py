@@ -15,7 +15,7 @@ import pytest
 from action_job import WAIT, Job, Repository, commented, script
 from fakes.github_api import FakeGitHub
 
-from rio_ci.github.artifact import pack
+from rio_ci.store.artifact import pack
 from tests.session_cli import CliSession, cmd
 
 pytestmark = pytest.mark.people(alice="write")

@@ -1,8 +1,8 @@
 """The architecture, checked: one write path, SQL in one module, the Journal behind the Session.
 
 - only ``rio_ci/session.py`` writes events (opens ``journal.write()`` or holds a ``Writer``);
-- only ``rio_ci/journal.py`` imports ``sqlite3``, with two documented exceptions: bench's
-  bare baseline commit (it measures SQLite itself) and ``rio_ci/sessionfile.py`` (read-only
+- only ``rio_ci/store/journal.py`` imports ``sqlite3``, with two documented exceptions: bench's
+  bare baseline commit (it measures SQLite itself) and ``rio_ci/store/sessionfile.py`` (read-only
   looks at a file before the Journal opens it, and single-file copies);
 - nothing outside the Session (and the Owner's file guard) reaches ``session.journal``;
 - a function's size and complexity are bounded (ruff C901, PLR0915), a module's are not;
@@ -37,7 +37,7 @@ def writes_events(source: str) -> list[str]:
             owner = ast.unparse(node.value)
             if owner == "journal" or owner.endswith(".journal"):
                 found.append(f"line {node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.ImportFrom) and node.module == "rio_ci.journal":
+        elif isinstance(node, ast.ImportFrom) and node.module == "rio_ci.store.journal":
             found += [
                 f"line {node.lineno}: imports Writer"
                 for alias in node.names
@@ -59,14 +59,14 @@ def writes_events(source: str) -> list[str]:
 
 @pytest.mark.parametrize("module", MODULES, ids=relative)
 def test_only_the_session_writes_events(module: Path) -> None:
-    if relative(module) in ("rio_ci/session.py", "rio_ci/journal.py"):
+    if relative(module) in ("rio_ci/session.py", "rio_ci/store/journal.py"):
         return
     assert writes_events(module.read_text()) == []
 
 
 def test_the_write_check_catches_writers() -> None:
     assert writes_events("with self.session.journal.write() as w:\n    pass\n")
-    assert writes_events("from rio_ci.journal import Journal, Writer\n")
+    assert writes_events("from rio_ci.store.journal import Journal, Writer\n")
     assert writes_events("w.append(ev.output(1, 'stdout', text='x'))\n")
     assert writes_events("journal.write()\n")
     assert not writes_events(
@@ -75,26 +75,121 @@ def test_the_write_check_catches_writers() -> None:
     )
 
 
-@pytest.mark.parametrize("module", MODULES, ids=relative)
-def test_only_the_journal_runs_sql(module: Path) -> None:
-    if relative(module) in (
-        "rio_ci/journal.py",
-        "rio_ci/sessionfile.py",
-        "rio_ci/commands/bench/baseline.py",
-    ):
-        return
+def imports_of(source: str) -> set[str]:
+    """Every module ``source`` imports (``from rio_ci import x`` counts as ``rio_ci.x``)."""
     imported = set()
-    for node in ast.walk(ast.parse(module.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module == "rio_ci":
+                imported |= {f"rio_ci.{alias.name}" for alias in node.names}
+            else:
+                imported.add(node.module)
+    return imported
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_only_the_store_runs_sql(module: Path) -> None:
+    if relative(module).startswith("rio_ci/store/") or relative(module) == (
+        "rio_ci/commands/bench/baseline.py"
+    ):
+        return
+    imported = {name.split(".")[0] for name in imports_of(module.read_text())}
     assert not {"sqlite3", "apsw", "sqlite_utils"} & imported, relative(module)
+
+
+# Each part of rio_ci and its level: a module may import its own part and any part on a
+# lower level, nothing on its own level or above. ``api`` and ``tools`` stand apart: a Cell
+# imports them, so they import nothing of rio_ci.
+LAYERS = {
+    "core": 0,
+    "errors": 0,
+    "crashpoints": 0,
+    "treefile": 0,
+    "jsonio": 1,
+    "sdk_preload": 1,
+    "store": 2,
+    "forge": 2,
+    "model": 2,
+    "session": 3,
+    "run": 4,
+    "reports": 5,
+    "harness": 6,
+    "github": 7,
+    "commands": 8,
+    "cli": 9,
+    "api": None,
+    "tools": None,
+}
+
+
+def part_of(dotted: str) -> str:
+    """``rio_ci.store.journal`` -> ``store``; ``rio_ci`` itself -> ``rio_ci``."""
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else "rio_ci"
+
+
+def imports_up(source: str, part: str) -> list[str]:
+    """The rio_ci imports of a module of ``part`` that do not run down the layers."""
+    level = LAYERS[part]
+    wrong = []
+    for name in sorted(imports_of(source)):
+        if not name.startswith("rio_ci.") or part_of(name) == part:
+            continue
+        target = LAYERS.get(part_of(name))
+        if level is None or target is None or target >= level:
+            wrong.append(name)
+    return wrong
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_every_import_runs_down_the_layers(module: Path) -> None:
+    dotted = relative(module).removesuffix(".py").replace("/", ".")
+    part = part_of(dotted.removesuffix(".__init__"))
+    if part == "rio_ci":  # the package's own __init__
+        assert not any(n.startswith("rio_ci.") for n in imports_of(module.read_text()))
+        return
+    assert part in LAYERS, f"{relative(module)}: a new part of rio_ci needs its place in LAYERS"
+    assert imports_up(module.read_text(), part) == [], relative(module)
+
+
+def test_the_layer_check_catches_an_import_up_or_across() -> None:
+    assert imports_up("from rio_ci.session import Session\n", "store") == ["rio_ci.session"]
+    assert imports_up("from rio_ci.store import journal\n", "forge") == ["rio_ci.store"]
+    assert imports_up("from rio_ci import harness\n", "reports") == ["rio_ci.harness"]
+    assert imports_up("import rio_ci.core.state\n", "api") == ["rio_ci.core.state"]
+    assert imports_up("from rio_ci.core.state import compact\n", "store") == []
+    assert imports_up("from rio_ci.store.journal import Journal\n", "store") == []
+
+
+FORGES = PACKAGE / "forge"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_only_the_github_forge_imports_pygithub(module: Path) -> None:
+    uses = any(name.split(".")[0] == "github" for name in imports_of(module.read_text()))
+    assert not uses or (module.parent == FORGES and module.name.startswith("github")), relative(
+        module
+    )
+
+
+def test_no_forge_module_serves_two_hosts() -> None:
+    for module in FORGES.glob("*.py"):
+        imported = imports_of(module.read_text())
+        hosts = {name for name in imported if name.startswith("rio_ci.forge.")} - {
+            "rio_ci.forge.base",
+            "rio_ci.forge.issues",
+        }
+        own = "github" if module.name.startswith("github") else module.stem
+        assert all(name.removeprefix("rio_ci.forge.").startswith(own) for name in hosts), relative(
+            module
+        )
 
 
 # The Owner guards the very file the Journal has open (its identity, refusal, the fold
 # before a launch): that is the Journal's business on the Owner's behalf, and stays there.
-JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/journal.py", "rio_ci/run/owner.py"}
+JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/store/journal.py", "rio_ci/run/owner.py"}
 
 
 def reaches_the_journal(source: str) -> bool:

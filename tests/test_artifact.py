@@ -16,7 +16,11 @@ import pytest
 from fakes.github_api import FakeGitHub
 
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
-from rio_ci.github.artifact import (
+from rio_ci.forge.github import GitHubForge
+from rio_ci.github.newest import EXPIRED, restore_newest
+from rio_ci.github.provenance import Provenance
+from rio_ci.session import Session
+from rio_ci.store.artifact import (
     MANIFEST,
     SCHEMA,
     SNAPSHOT,
@@ -25,11 +29,7 @@ from rio_ci.github.artifact import (
     pack,
     unpack,
 )
-from rio_ci.github.forge.github import GitHubForge
-from rio_ci.github.newest import EXPIRED, restore_newest
-from rio_ci.github.provenance import Provenance
-from rio_ci.session import Session
-from rio_ci.sessionfile import SCHEMA_OBJECTS
+from rio_ci.store.sessionfile import SCHEMA_OBJECTS
 
 EVENTS = 200
 

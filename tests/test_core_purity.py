@@ -78,7 +78,7 @@ def test_core_modules_import_only_pure_modules(module: Path) -> None:
         ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import socket", "socket"),
         ("def f():\n    import time", "time"),
         ("from .. import journal", "rio_ci"),
-        ("from rio_ci.journal import Journal", "rio_ci.journal"),
+        ("from rio_ci.store.journal import Journal", "rio_ci.store.journal"),
         ("mod = __import__('os')", "__import__()"),
     ],
 )

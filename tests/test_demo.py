@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.github.forge.local import LocalForge
+from rio_ci.forge.local import LocalForge
 from tests import mermaid
 from tests.kit import events
 from tests.run_cli import rio
@@ -100,10 +100,13 @@ def test_demo_journal_shows_one_interruption_resolved_and_a_validated_success(
         e["cell_id"] == versions[0]["id"] and e["result"]["type"] == "success" for e in finished
     )
     validators = [e for e in evs if e["kind"] == "validator_result"]
-    assert validators and validators[-1]["result"]["type"] == "success"
     (ended,) = [e for e in evs if e["kind"] == "run_ended"]
     assert ended["result"] == "success"
-    assert validators[-1]["seq"] < ended["seq"]
+    # The Owner's validator run before the success, and the gate's own run after it, before
+    # the pull request (rio_ci.reports.publish, as the GitHub job's finish step does).
+    before = [e for e in validators if e["seq"] < ended["seq"]]
+    after = [e for e in validators if e["seq"] > ended["seq"]]
+    assert [e["result"]["type"] for e in before[-1:] + after] == ["success", "success"]
     assert "return a + b" in (root / "project" / "calc.py").read_text()
 
 
@@ -114,8 +117,13 @@ def test_demo_session_can_be_read_with_rio_ci_events(
     done = rio("events", str(root / "session.sqlite3"))
     assert done.returncode == 0
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert lines[0]["kind"] == "session_created" and lines[-1]["kind"] == "run_ended"
+    assert lines[0]["kind"] == "session_created"
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+    # After the end, only what publishing commits: the gate's validator run and the pull
+    # request's number.
+    end = [e["kind"] for e in lines].index("run_ended")
+    after = [(e["kind"], e.get("name")) for e in lines[end + 1 :]]
+    assert after == [("validator_result", None), ("watermark", "pull_request")]
 
 
 def test_show_on_the_demo_session_lists_every_execution_with_its_resolution(
@@ -189,9 +197,9 @@ def test_the_progress_comment_tells_the_whole_interrupted_session(
     for ref in resolution["evidence_refs"]:
         assert f"`{ref}`" in body
     assert cells[resolution["note_id"]]["text"] in body
-    (validator,) = [e for e in evs if e["kind"] == "validator_result"]
+    validators = [e for e in evs if e["kind"] == "validator_result"]
     assert re.search(r"\| `[^|]*-m unittest -q` \| success \|", body)
-    assert validator["result"]["type"] == "success"
+    assert [v["result"]["type"] for v in validators] == ["success", "success"]  # and the gate's
     (conclusion,) = [c for c in cells.values() if c.get("role") == "conclusion"]
     assert "**Conclusion (success):**" in body and f"> {conclusion['text']}" in body
     assert f"**Pull request:** [{summary['pull_request']}]({summary['pull_request']})" in body

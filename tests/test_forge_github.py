@@ -8,7 +8,7 @@ import pytest
 from fakes.github_api import FakeGitHub
 
 from rio_ci.errors import ForgeError, StorageError
-from rio_ci.github.forge.github import GitHubForge
+from rio_ci.forge.github import GitHubForge
 
 MARKER = "<!-- rio:progress -->"
 

@@ -7,16 +7,10 @@ from typing import Any
 import pytest
 
 from rio_ci.core.projection import Projection
-from rio_ci.github.events import (
-    branch_for,
-    classify,
-    goal_for,
-    issue_of_branch,
-    quote_untrusted,
-    steer_command,
-)
-from rio_ci.github.forge.base import Check
-from rio_ci.github.progress import status_of
+from rio_ci.forge.base import Check
+from rio_ci.forge.issues import branch_for, goal_for, issue_of_branch, quote_untrusted
+from rio_ci.github.events import classify, steer_command
+from rio_ci.reports.progress import status_of
 
 REPO = "octo/demo"
 
@@ -233,7 +227,7 @@ def test_a_review_or_an_inline_comment_names_its_pull_request_and_author() -> No
 def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves_out(
     tmp_path: Any,
 ) -> None:
-    from rio_ci.github.forge.base import Review, ReviewComment
+    from rio_ci.forge.base import Review, ReviewComment
     from rio_ci.github.intake import review_message
     from rio_ci.session import Session
 

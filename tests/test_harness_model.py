@@ -25,10 +25,10 @@ import pytest
 
 from rio_ci.core.limits import Limits
 from rio_ci.harness import GUIDANCE_BYTES, MAX_REPLY_TOKENS, PROMPT_TOKENS, Harness
-from rio_ci.live import LiveLog
 from rio_ci.model import table
 from rio_ci.model.anthropic import AnthropicModel
 from rio_ci.model.base import Price, Usage
+from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner
 from tests.fakes.anthropic_api import ReceivedRequest
 from tests.harness_kit import (

@@ -31,8 +31,8 @@ from conftest import (
 )
 
 from rio_ci.errors import OwnershipError, StorageError
-from rio_ci.journal import SNAPSHOT_EVERY
 from rio_ci.session import Receipt, Session
+from rio_ci.store.journal import SNAPSHOT_EVERY
 from tests.kit import Patch, cli_env
 
 
@@ -387,8 +387,8 @@ def test_an_uncertain_commit_stops_everything_until_a_reopen(session: Session, d
 
 
 def test_a_snapshot_in_another_format_is_ignored_and_the_journal_replayed(tmp_path: Path) -> None:
-    from rio_ci.journal import SNAPSHOT_EVERY
     from rio_ci.session import Session
+    from rio_ci.store.journal import SNAPSHOT_EVERY
 
     path = tmp_path / "s.db"
     session = Session.create(path, "formats")

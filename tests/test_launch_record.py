@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from conftest import accept, cmd, journal_rows, start_execution
 
+from rio_ci.commands.bench.launches import push_samples
 from rio_ci.core import events as ev
 from rio_ci.github.generations import Merge, merge
-from rio_ci.github.record import Fenced, LaunchRecord, Record, parse, push_samples
+from rio_ci.github.record import Fenced, LaunchRecord
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
+from rio_ci.store.launch_record import Record, parse
 
 MakeSession = Callable[..., Session]
 

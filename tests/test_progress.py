@@ -11,10 +11,11 @@ import pytest
 import yaml
 from conftest import accept, cmd, finish_execution, record_unknown, start_execution, succeed
 
-from rio_ci import report
-from rio_ci.github import diagram, progress
+from rio_ci.github.comment import Pacer
 from rio_ci.harness import Harness
 from rio_ci.model.scripted import ScriptedModel
+from rio_ci.reports import diagram, progress
+from rio_ci.reports.history import descriptions, read_history
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from tests import mermaid
@@ -35,10 +36,10 @@ def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
         accept(session, lambda p: [p.add(cmd("echo", HOSTILE, str(i))) for i in range(size)])
         for cell_id in range(batch * size + 1, (batch + 1) * size + 1):
             succeed(session, cell_id)
-    history = report.read_history(session)
-    every = diagram.rows(history, report.descriptions(history))
+    history = read_history(session)
+    every = diagram.rows(history, descriptions(history))
     assert len(every) == batches * (size + 1) > diagram.MAX_ITEMS  # each round, each Execution
-    text = diagram.block(history, report.descriptions(history))
+    text = diagram.block(history, descriptions(history))
     assert f"{len(every) - diagram.MAX_ITEMS} earlier ones are left out" in text
     (chart,) = mermaid.blocks(text)
     assert "%%" not in chart and "<" not in chart and "`" not in chart and "#" not in chart
@@ -77,7 +78,7 @@ def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> No
         run_url=None,
         generation=1,
         operation="op",
-        history=report.read_history(session),
+        history=read_history(session),
     )
     (row,) = [line for line in body.splitlines() if line.startswith("| 1 |")]
     assert row.count(" | ") == 4  # five columns: the argv's pipes are escaped
@@ -104,7 +105,7 @@ def test_recent_output_cut_anywhere_cannot_close_its_fence(session: Session, off
         run_url=None,
         generation=1,
         operation="op",
-        history=report.read_history(session),
+        history=read_history(session),
     )
     block = body.split("```text\n", 1)[1]
     inside, _, rest = block.partition("\n```\n")
@@ -116,7 +117,7 @@ def test_recent_output_cut_anywhere_cannot_close_its_fence(session: Session, off
 def test_the_pacer_rewrites_at_most_every_15_seconds() -> None:
     now = [100.0]
     written: list[float] = []
-    pacer = progress.Pacer(lambda: written.append(now[0]), clock=lambda: now[0])
+    pacer = Pacer(lambda: written.append(now[0]), clock=lambda: now[0])
     moments = [100.0, 110.0, 114.9, 115.0, 120.0, 129.9, 130.0, 200.0]
     told = []
     for moment in moments:
@@ -147,7 +148,7 @@ def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Pat
             job_label="job under test",
         )
         assert harness.run().status == "succeeded"
-        history = report.read_history(owner.session)
+        history = read_history(owner.session)
     finally:
         owner.close()
     # Called before the first round, after each one, and while Cells run (the GitHub job

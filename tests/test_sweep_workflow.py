@@ -199,7 +199,7 @@ def race(
     sweep's request number ``write_at`` / ``look_at`` is answered (or after the sweep, past
     its last request). sweep-wake's enable comes right after the job asked (``wake_now``) or
     after everything else."""
-    from rio_ci.github.forge.github import GitHubForge
+    from rio_ci.forge.github import GitHubForge
 
     with FakeGitHub() as gh:
         gh.add_workflow("rio.yml")

@@ -1,7 +1,7 @@
 """``rio-ci demo``: the offline end-to-end demonstration (docs/cli.md).
 
 A small project with a failing test and an issue about it in the local forge
-(``rio_ci.github.forge.local``); a Session on that issue with the scripted model and a
+(``rio_ci.forge.local``); a Session on that issue with the scripted model and a
 validator; the Owner is SIGKILLed while a script runs; the resumed run reports an
 UnknownExecution, the model inspects, resolves with evidence, writes a new version of the
 fix, the validator passes and the run concludes in success; the progress comment and the
@@ -22,11 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci import report
 from rio_ci.errors import RioError, UsageError
-from rio_ci.github import progress, pull_request
-from rio_ci.github.events import branch_for, goal_for
-from rio_ci.github.forge.local import LocalForge
+from rio_ci.forge.issues import goal_for
+from rio_ci.forge.local import LocalForge
+from rio_ci.reports import progress
+from rio_ci.reports.publish import check_success, open_pull_request, progress_body
+from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 
 ISSUE_TITLE = "add() returns the difference"
@@ -174,31 +175,25 @@ def _first_run(command: list[str], marker: Path) -> int:
 
 
 def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | None:
-    """What the GitHub layer's finish step does, on the local forge: the progress comment
-    (from committed facts) and, on success, the pull request (here carrying the diff too),
-    then the comment again with the pull request's link."""
-    session = Session.open(db)
+    """What the GitHub job's finish step publishes, here on the local forge and through the
+    same functions (``rio_ci.reports.publish``): the progress comment; on success, once the
+    gate has run the validators again, the pull request (carrying the diff too, as the local
+    forge has no branches to show); then the comment again with its link."""
+    owner = Owner(str(db))
     try:
-        proj = session.refresh()
-        history = report.read_history(session)
+        session = owner.session
 
-        def comment(pull: str | None) -> None:
-            forge.upsert_comment(
-                number,
-                progress.MARKER,
-                progress.render(
-                    proj,
-                    status=progress.status_of(proj, None),
-                    run_url=None,
-                    generation=1,
-                    operation=f"{proj.session['id']}:{proj.last_seq}",
-                    pull_request=pull,
-                    history=history,
-                ),
+        def comment(pull: str | None, note: str | None = None) -> None:
+            body = progress_body(
+                session, generation=1, outcome=None, run_url=None, note=note, pull_request=pull
             )
+            forge.upsert_comment(number, progress.MARKER, body)
 
         comment(None)
-        if not (proj.ended and proj.ended["result"] == "success"):
+        problem = check_success(owner)
+        if problem is not None:
+            if session.proj.ended and session.proj.ended["result"] == "success":
+                comment(None, note=f"no pull request: {problem}")
             return None
         diff = "".join(
             difflib.unified_diff(
@@ -208,23 +203,18 @@ def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | N
                 "b/calc.py",
             )
         )
-        found = forge.find_comment(number, progress.MARKER)
-        body = pull_request.pull_request_body(
+        pull = open_pull_request(
+            forge,
+            session,
             number,
-            proj.session["id"],
-            history,
+            forge.default_branch(),
             diffstat=_diffstat("calc.py", diff),
-            comment_url=found.url if found else None,
             diff=diff,
-        )
-        title = forge.issue(number).title
-        pull = forge.open_pull_request(
-            branch_for(number), forge.default_branch(), f"Fixes #{number}: {title}", body
         )
         comment(pull)
         return pull
     finally:
-        session.close()
+        owner.close()
 
 
 def _diffstat(name: str, diff: str) -> str:

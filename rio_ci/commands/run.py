@@ -17,8 +17,8 @@ from typing import Any
 
 from rio_ci.errors import RioError
 from rio_ci.harness import Harness
-from rio_ci.live import LiveLog
 from rio_ci.model.providers import parse_price, priced_models
+from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 

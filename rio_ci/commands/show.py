@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rio_ci import report
 from rio_ci.core.history import History, Run
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip, escape_control
 from rio_ci.core.view import retained
-from rio_ci.live import describe
+from rio_ci.reports.history import RECENT_EVENTS, recent_history, result_text, seconds, took
+from rio_ci.reports.live import describe
 from rio_ci.session import Session
 
 SHOWN_LINES = 5  # of each output stream
@@ -63,12 +63,12 @@ class Shown:
 
 def gather(session: Session) -> Shown:
     """The facts ``show`` prints, committed up to one seq: the Projection, the Executions it
-    lists (``executions``) and their times and the latest validators (``report.recent``): a
+    lists (``executions``) and their times and the latest validators (``recent_history``): a
     bounded number of indexed reads, so ``show`` costs the same on a long Session."""
     proj = session.refresh()
     listed = executions(session, proj)
     cell_ids = [int(k) for k in listed]
-    return Shown(proj, listed, report.recent_history(session, proj, cell_ids))
+    return Shown(proj, listed, recent_history(session, proj, cell_ids))
 
 
 def summary(session: Session) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def render_text(session: Session) -> str:
 
 def _times(history: History) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(history.started_at))
-    last = report.seconds(history.last_at - history.started_at)
+    last = seconds(history.last_at - history.started_at)
     rounds = history.round_count if history.round_count is not None else len(history.rounds)
     return f"created {started}, last event {last} later; {rounds} round{'s' if rounds != 1 else ''}"
 
@@ -180,7 +180,7 @@ def _validator_lines(history: History) -> list[str]:
     lines = ["", "validators:"]
     for v in history.validations:
         lines.append(
-            f"  {escape_control(' '.join(v.argv))} → {report.result_text(v.result)} "
+            f"  {escape_control(' '.join(v.argv))} → {result_text(v.result)} "
             f"(for conclusion note {v.note_id}, at "
             f"{time.strftime('%H:%M:%S UTC', time.gmtime(v.at))})"
         )
@@ -216,8 +216,8 @@ def _rest(session: Session, proj: Projection, db: str) -> list[str]:
 
 def _fallback_lines(session: Session, proj: Projection) -> list[str]:
     """Attempts that went to the fallback model after a refusal (``model_attempt`` events
-    with ``fallback_from``) among the last ``report.RECENT_EVENTS`` events."""
-    after = max(0, proj.last_seq - report.RECENT_EVENTS)
+    with ``fallback_from``) among the last ``RECENT_EVENTS`` events."""
+    after = max(0, proj.last_seq - RECENT_EVENTS)
     switched = [
         event
         for event in session.events(after=after, kinds=("model_attempt",))
@@ -265,7 +265,7 @@ def _execution_lines(ex: dict[str, Any], run: Run | None, db: str) -> list[str]:
         status += f", resolved by cell {ex['resolved_by']}"
     if run is not None and run.started_at is not None:
         status += ", started " + time.strftime("%H:%M:%S UTC", time.gmtime(run.started_at))
-        status += f", {report.took(run)}"
+        status += f", {took(run)}"
     lines = [f"      {status}"]
     if "stdout" not in ex:  # one the projection dropped: `rio-ci output` reads its output
         return lines

@@ -1,7 +1,10 @@
-"""The GitHub layer (docs/github.md): the action's phases, intake of events and comments, Session
-artifacts and their generations, the progress comment, the working tree on a branch, and the
-Forge (GitHub through PyGithub).
+"""The GitHub layer (docs/github.md): the action's phases (``action``, ``job``, ``finish``),
+intake of events, comments and reviews (``events``, ``intake``, ``listen``, ``starts``), the
+Session artifact's generations (``generations``, ``newest``, ``provenance``), the launch record's
+pushes (``record``), the working tree on a branch (``workspace``, ``git``), pictures from
+issues (``images``), the progress comment's pace (``comment``), Timers and the sweep.
 
 The rule of this folder: it is the only code that reads the Actions environment (``GITHUB_*``
-and ``RUNNER_*`` variables); everything below it (the Session, the Owner, the harness) works
-the same on a laptop. ``tests/test_architecture.py`` checks it."""
+and ``RUNNER_*`` variables); everything below it (the Session, the Owner, the harness, the
+reports and the Forges) works the same on a laptop. ``tests/test_architecture.py`` checks it.
+"""

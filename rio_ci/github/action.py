@@ -24,8 +24,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from rio_ci.forge.base import Forge
 from rio_ci.github.env import JOB_FILE, RUN_OUTPUTS, ActionEnv, write_outputs
-from rio_ci.github.forge.base import Forge
 from rio_ci.github.sweep import sweep
 
 FAILING = frozenset({"failed", "error", "interrupted"})
@@ -62,7 +62,7 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
 
 
 def github_forge(env: ActionEnv) -> Forge:
-    from rio_ci.github.forge.github import GitHubForge
+    from rio_ci.forge.github import GitHubForge
 
     # PyGithub's spacing between requests is GitHub's advice against its secondary rate
     # limits; an API on this machine (a test fake, a local proxy) does not need it.

@@ -15,26 +15,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci import report
 from rio_ci.core.state import ascii_int
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RioError
-from rio_ci.github import artifact, gate, progress, pull_request, timers, workspace
+from rio_ci.forge.base import Forge
+from rio_ci.forge.issues import branch_for
+from rio_ci.github import timers, workspace
+from rio_ci.github.comment import publish_progress
 from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
-from rio_ci.github.events import branch_for
-from rio_ci.github.forge.base import Forge
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
 from rio_ci.github.git import Git
-from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import LaunchRecord
+from rio_ci.reports import progress
+from rio_ci.reports.publish import check_success, open_pull_request
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
+from rio_ci.store import artifact
 
 FIRST_OUTPUTS = ("artifact-name", "retention-days")
 
@@ -93,7 +94,7 @@ def _publish(
     session = owner.session
     issue = int(job["issue"])
     out: dict[str, Any] = {}
-    problem = gate.check_success(owner) if _succeeded(session) else None
+    problem = check_success(owner) if _succeeded(session) else None
     forge = None
     try:
         forge = connect()
@@ -230,29 +231,14 @@ def _checkpoint(
 def _pull_request(
     env: ActionEnv, forge: Forge, session: Session, issue: int, notes: list[str]
 ) -> str | None:
-    session_id = session.proj.session["id"]
     try:
-        info = forge.issue(issue)
         base = env.ref_name or forge.default_branch()
-        comment = forge.find_comment(issue, progress.MARKER)
-        body = pull_request.pull_request_body(
-            issue,
-            session_id,
-            report.read_history(session),
-            diffstat=_diffstat(workspace.harness_git(env.state_dir, env.workspace), base),
-            comment_url=comment.url if comment is not None else None,
-        )
-        url = forge.open_pull_request(
-            branch_for(issue), base, f"Fixes #{issue}: {info.title}"[:250], body
-        )
+        diffstat = _diffstat(workspace.harness_git(env.state_dir, env.workspace), base)
+        return open_pull_request(forge, session, issue, base, diffstat=diffstat)
     except RioError as exc:
         notes.append(f"the pull request was not opened: {exc}")
         log(f"::error::rio-ci: the pull request was not opened: {exc}")
         return None
-    number = re.search(r"/pull/([0-9]+)(?:\.html)?\Z", url)
-    if number:  # comments on the pull request steer the Session (and its follow-ups) too
-        session.set_watermark("pull_request", int(number.group(1)))
-    return url
 
 
 def _diffstat(repo: Git, base: str) -> str | None:

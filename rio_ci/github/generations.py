@@ -13,13 +13,14 @@ from typing import Any
 from rio_ci.core.limits import Limits
 from rio_ci.core.state import json_equal
 from rio_ci.errors import OwnershipError, Rejected, RioError
+from rio_ci.forge.base import Forge
 from rio_ci.github import newest
 from rio_ci.github.env import ActionEnv, log, warn
-from rio_ci.github.forge.base import Forge
 from rio_ci.github.provenance import Provenance
-from rio_ci.github.record import LaunchRecord, Record, journal_events
+from rio_ci.github.record import LaunchRecord, journal_events
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
+from rio_ci.store.launch_record import Record
 
 
 def restore(

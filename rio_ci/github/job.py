@@ -27,28 +27,23 @@ from typing import Any, Literal
 from rio_ci.core.history import JOB_MARK
 from rio_ci.core.projection import Projection
 from rio_ci.errors import RioError
-from rio_ci.github import progress, starts, timers, workspace
+from rio_ci.forge.base import Forge
+from rio_ci.forge.issues import branch_for, issue_of_branch
+from rio_ci.github import starts, timers, workspace
+from rio_ci.github.comment import Pacer, publish_progress
 from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, warn
-from rio_ci.github.events import (
-    Trigger,
-    branch_for,
-    classify,
-    issue_of_branch,
-    request_of,
-    steer_command,
-)
-from rio_ci.github.forge.base import Forge
+from rio_ci.github.events import Trigger, classify, request_of, steer_command
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.listen import Listener
-from rio_ci.github.progress import publish_progress
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
 from rio_ci.harness import Harness
-from rio_ci.live import LiveLog
 from rio_ci.model.providers import parse_price, priced_models
+from rio_ci.reports import progress
+from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
@@ -387,9 +382,7 @@ def _rounds(
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
-    pacer = progress.Pacer(
-        lambda: publish_progress(env, forge, session, issue, job["generation"], None)
-    )
+    pacer = Pacer(lambda: publish_progress(env, forge, session, issue, job["generation"], None))
 
     def between_rounds() -> None:  # new comments and reviews in; the progress comment out
         listener()

@@ -14,7 +14,8 @@ from typing import Any
 
 from rio_ci.core.state import is_int
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
-from rio_ci.github.artifact import (
+from rio_ci.forge.base import Artifact, Forge
+from rio_ci.store.artifact import (
     DEFAULT_MAX_BYTES,
     MANIFEST,
     MANIFEST_MAX_BYTES,
@@ -24,7 +25,6 @@ from rio_ci.github.artifact import (
     strict_json,
     unpack,
 )
-from rio_ci.github.forge.base import Artifact, Forge
 
 EXPIRED = "expired"  # the reason given for an artifact past its retention
 GONE = 410  # how GitHub answers the download of an expired artifact

@@ -18,7 +18,7 @@ missing or of the wrong type never matches.
 
 from __future__ import annotations
 
-from rio_ci.github.forge.base import Artifact, Forge, WorkflowRun
+from rio_ci.forge.base import Artifact, Forge, WorkflowRun
 
 PULL_REQUEST_EVENTS = frozenset({"pull_request", "pull_request_target"})
 WORKFLOWS_DIR = ".github/workflows/"

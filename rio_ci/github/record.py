@@ -1,22 +1,15 @@
-"""The launch record: a write-ahead copy of the Journal's tail, pushed before every launch.
+"""Pushing the launch record: a write-ahead copy of the Journal's tail, before every launch.
 
 A runner can vanish before the finish step (no ``if: always()``, no artifact). So before a
 Worker is spawned, the job pushes one small commit to ``refs/rio/sessions/<issue>`` in the
-repository itself, through the git remote the checkout came from:
-
-    record.json   {"schema": "rio.launch/1", "session_id", "issue", "generation",
-                   "after_seq", "last_seq", "cell_id", "run_id"}
-    tail.jsonl    every event with seq > after_seq, one {"seq", "kind", "at", "data"} a line
-
-``generation`` is the artifact generation the job restored (0: none) and ``after_seq`` the
-last seq of that generation's Journal (0 when the job created the Session), so the tail is
-exactly what the artifact does not have; its last event is the ``execution_started`` of the
-Cell about to launch. The ref is outside ``refs/heads/`` and its commits carry no
-``.github/workflows/``, so no workflow runs; the push needs only ``contents: write``. It is
-made with ``--force-with-lease`` on the value this job last saw: a job that is no longer the
-Session's only writer fails to push and so never launches (``Fenced``). A job's first record
-has no parent; later ones have the previous record as parent, so git sends the grown tail as
-a delta against the one the remote already has.
+repository itself, through the git remote the checkout came from; what the commit holds is
+``rio_ci.store.launch_record``'s format (``record.json`` and ``tail.jsonl``), whose last event
+is the ``execution_started`` of the Cell about to launch. The ref is outside ``refs/heads/``
+and its commits carry no ``.github/workflows/``, so no workflow runs; the push needs only
+``contents: write``. It is made with ``--force-with-lease`` on the value this job last saw: a
+job that is no longer the Session's only writer fails to push and so never launches
+(``Fenced``). A job's first record has no parent; later ones have the previous record as
+parent, so git sends the grown tail as a delta against the one the remote already has.
 
 Restore (``generations.restore``) reads the record and merges it (``merge``).
 
@@ -33,36 +26,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.events import KINDS
-from rio_ci.core.state import ascii_int, is_int
+from rio_ci.core.state import ascii_int
 from rio_ci.errors import ForgeError
 from rio_ci.github.git import EMAIL, NAME, Git
 from rio_ci.session import Session
-
-SCHEMA = "rio.launch/1"
-HEADER = "record.json"
-TAIL = "tail.jsonl"
-MAX_TAIL_BYTES = 512 * 1024 * 1024  # as an artifact's snapshot
-MAX_HEADER_BYTES = 64 * 1024  # a few ids and counts
-PUSH_ATTEMPTS = 3
-_HEADER_FIELDS = (
-    "schema",
-    "session_id",
-    "issue",
-    "generation",
-    "after_seq",
-    "last_seq",
-    "cell_id",
-    "run_id",
+from rio_ci.store.launch_record import (
+    HEADER,
+    MAX_HEADER_BYTES,
+    MAX_TAIL_BYTES,
+    SCHEMA,
+    TAIL,
+    Record,
+    event_line,
+    header_text,
+    read,
 )
+
+PUSH_ATTEMPTS = 3
 
 
 class RecordError(ForgeError):
@@ -75,31 +61,6 @@ class Fenced(RecordError):
 
 def ref_for(issue: int) -> str:
     return f"refs/rio/sessions/{issue}"
-
-
-@dataclass(frozen=True)
-class Record:
-    """A launch record as read back: the header's facts and the tail's events."""
-
-    session_id: str
-    generation: int
-    after_seq: int
-    events: list[dict[str, Any]]  # {"seq", "kind", "at", "data"}, seqs after_seq + 1, ...
-    superseded_by: int | None = None  # the generation that holds all of it (finish wrote it)
-
-    @property
-    def last_seq(self) -> int:
-        return self.events[-1]["seq"] if self.events else self.after_seq
-
-
-def event_line(event: dict[str, Any]) -> str:
-    """One Journal event (as ``Journal.events`` yields it) as a tail line."""
-    data = {k: v for k, v in event.items() if k not in ("seq", "kind", "at")}
-    return json.dumps(
-        {"seq": event["seq"], "kind": event["kind"], "at": event["at"], "data": data},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
 
 
 def journal_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
@@ -168,12 +129,12 @@ class LaunchRecord:
             if (bytes_ := ascii_int(size)) is None or bytes_ > limit:
                 return f"{self.ref}: no readable {name} (or over {limit} bytes)"
         try:
-            header = _loads(self._git("cat-file", "blob", f"{commit}:{HEADER}"))
-            lines = self._git("cat-file", "blob", f"{commit}:{TAIL}").splitlines()
-            events = [_loads(line) for line in lines if line.strip()]
-        except (ForgeError, ValueError) as exc:
+            header = self._git("cat-file", "blob", f"{commit}:{HEADER}")
+            tail = self._git("cat-file", "blob", f"{commit}:{TAIL}")
+        except ForgeError as exc:
             return f"{self.ref}: unreadable: {' '.join(str(exc).split())[:300]}"
-        return parse(header, events) or f"{self.ref}: not a {SCHEMA} record"
+        found = read(header, tail)
+        return found if isinstance(found, Record) else f"{self.ref}: {found}"
 
     # --- writing -------------------------------------------------------------------------
 
@@ -193,7 +154,7 @@ class LaunchRecord:
             "run_id": self.run_id,
         }
         blobs = {
-            HEADER: self._object("blob", (json.dumps(header, sort_keys=True) + "\n").encode()),
+            HEADER: self._object("blob", header_text(header)),
             TAIL: self._object("blob", "".join(self._lines).encode()),
         }
         commit = self._commit(
@@ -231,7 +192,7 @@ class LaunchRecord:
             }
             tail = self._object("blob", b"")
         blobs = {
-            HEADER: self._object("blob", (json.dumps(data, sort_keys=True) + "\n").encode()),
+            HEADER: self._object("blob", header_text(data)),
             TAIL: tail,
         }
         self._commit(blobs, self.lease, f"rio-ci: superseded by generation {generation}")
@@ -302,78 +263,3 @@ class LaunchRecord:
             problem = lines[-1] if lines else f"exit {done.returncode}"
             time.sleep(0.5 * 2**attempt)
         raise RecordError(f"cannot push the launch record {self.ref}: {problem}")
-
-
-def parse(header: Any, events: list[Any]) -> Record | None:
-    """A Record from its parts, or None when they are not a well-formed rio.launch/1 record
-    (seqs after ``after_seq`` without gaps, known kinds, objects as data)."""
-    if (
-        not isinstance(header, dict)
-        or header.get("schema") != SCHEMA
-        or not set(_HEADER_FIELDS) <= set(header)
-    ):
-        return None
-    session_id, generation, after = header["session_id"], header["generation"], header["after_seq"]
-    if not isinstance(session_id, str) or not _count(generation) or not _count(after):
-        return None
-    for offset, event in enumerate(events, start=1):
-        if not (
-            isinstance(event, dict)
-            and event.get("seq") == after + offset
-            and event.get("kind") in KINDS
-            and isinstance(event.get("data"), dict)
-        ):
-            return None
-    if header["last_seq"] != after + len(events):
-        return None
-    superseded = header.get("superseded_by")
-    if superseded is not None and not (_count(superseded) and superseded > 0):
-        return None
-    return Record(session_id, generation, after, events, superseded)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
-
-
-def _loads(text: str) -> Any:
-    """Strict JSON; nesting too deep for the parser is a ValueError like any other damage."""
-    try:
-        return _DECODER.decode(text)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
-def _count(value: Any) -> bool:
-    return is_int(value) and value >= 0
-
-
-def push_samples(root: Path, launches: int) -> list[float]:
-    """Seconds per launch record (``rio-ci bench``): ``launches`` records pushed to a local
-    bare repository, the Session growing between them by about what a round commits (an
-    observation of ordinary size), so each push carries a longer tail than the last."""
-    remote = root / "launch-remote.git"
-    Git(remote).run("init", "--quiet", "--bare")
-    session = Session.create(root / "launch.sqlite3", "measure launch records", cwd=str(root))
-    record = LaunchRecord(root / "launch-record.git", str(remote), None, 1, "bench")
-    samples = []
-    try:
-        record.fetch()
-        for number in range(1, launches + 1):
-            session.receive(f"bench:{number}", "comment", {"body": "an observation " * 40})
-            started = time.perf_counter()
-            record.push(session, number)
-            samples.append(time.perf_counter() - started)
-    finally:
-        session.close()
-    return samples
-
-
-def measure_launch_record(root: Path, quick: bool) -> dict[str, float]:
-    """``rio-ci bench``'s ``launch_record_ms``: the median cost of one launch record pushed
-    to a local bare repository (what every launch adds on GitHub, network aside)."""
-    samples = push_samples(root, 5 if quick else 25)
-    return {"launch_record_ms": round(statistics.median(samples) * 1000, 3)}

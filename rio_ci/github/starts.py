@@ -20,13 +20,14 @@ from typing import Any
 
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
+from rio_ci.forge.base import Comment, Forge, Review
+from rio_ci.forge.issues import goal_for, requested_goal
 from rio_ci.github import images
 from rio_ci.github.env import ActionEnv, Config, log
-from rio_ci.github.events import goal_for, requested_goal, steer_command
-from rio_ci.github.forge.base import Comment, Forge, Review
+from rio_ci.github.events import steer_command
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import is_ours, may_steer, review_text, watched
-from rio_ci.github.progress import PUBLISHED
+from rio_ci.reports.progress import PUBLISHED
 from rio_ci.session import Session
 
 CONCLUSION_CHARS = 2000

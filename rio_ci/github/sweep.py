@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rio_ci.github import progress
+from rio_ci.forge.base import Forge
 from rio_ci.github.env import ActionEnv, log
-from rio_ci.github.forge.base import Forge
+from rio_ci.reports import progress
 
 
 def sweep(env: ActionEnv, forge: Forge) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 
 from rio_ci.errors import RioError
-from rio_ci.github import progress
+from rio_ci.forge.base import Forge
 from rio_ci.github.env import log
-from rio_ci.github.forge.base import Forge
+from rio_ci.reports import progress
 from rio_ci.session import Session
 
 DAY = 86_400.0

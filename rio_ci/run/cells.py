@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci import sessionfile
 from rio_ci.core import events as ev
 from rio_ci.errors import RioError
 from rio_ci.run import cell_user as cu
@@ -23,6 +22,7 @@ from rio_ci.run.channel import SOCKET_VAR, Channel, sweep_stale
 from rio_ci.run.environment import scratch_dir, uv_binary, worker_environment
 from rio_ci.run.survivors import stop_user
 from rio_ci.session import Session
+from rio_ci.store import sessionfile
 
 SHARED_NOTICE = "Cells share the harness's user"
 

@@ -6,7 +6,7 @@ Unix socket in a directory only the Cell user (and root) may enter, whose path r
 Worker as ``RIO_API_SOCKET``. A connection is answered only when the peer's user id
 (``SO_PEERCRED``) is the one Cells run as. One request per connection: one JSON object
 ``{"args": [VERB, ...]}``, the client then shuts its writing side; the answer is
-``{"code", "stdout", "stderr"}`` of ``python -m rio_ci.cell_bridge DB VERB ...`` run by the
+``{"code", "stdout", "stderr"}`` of ``python -m rio_ci.run.cell_bridge DB VERB ...`` run by the
 Owner's interpreter as the Owner's user — the same commit path as before, never run with the
 Cell's environment or working directory.
 """
@@ -117,7 +117,7 @@ class Channel:
             return {"code": 1, "stdout": "", "stderr": f"user {uid} may not use this channel"}
         args = _request(data)
         done = subprocess.run(
-            [sys.executable, "-P", "-m", "rio_ci.cell_bridge", str(self.db), *args],
+            [sys.executable, "-P", "-m", "rio_ci.run.cell_bridge", str(self.db), *args],
             env=self.env,
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from rio_ci.errors import OwnershipError, StorageError
-from rio_ci.sessionfile import Identity, os_problem
+from rio_ci.store.sessionfile import Identity, os_problem
 
 _HELD: dict[Identity, int] = {}  # one descriptor per file, kept open (see the docstring)
 _OWNED: set[Identity] = set()  # files an Owner of this process holds now

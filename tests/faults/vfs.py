@@ -28,8 +28,8 @@ from typing import Any
 import apsw
 
 from rio_ci.core.projection import Projection
-from rio_ci.journal import Journal, _configure
 from rio_ci.session import Session
+from rio_ci.store.journal import Journal, _configure
 
 _names = itertools.count()
 
@@ -121,7 +121,7 @@ class _Rows:
 
 
 class ApswConnection:
-    """The part of ``sqlite3.Connection`` (``isolation_level=None``) that rio_ci.journal
+    """The part of ``sqlite3.Connection`` (``isolation_level=None``) that rio_ci.store.journal
     uses, over an APSW connection: autocommit unless the caller says BEGIN; rows are read
     eagerly; APSW errors become the sqlite3 errors the stdlib would raise."""
 

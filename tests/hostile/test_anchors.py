@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rio_ci.core.admission import _INDEX_PATH
 from rio_ci.core.state import EVIDENCE_REF, message_problem
-from rio_ci.github.events import issue_of_branch
+from rio_ci.forge.issues import issue_of_branch
 
 ROOT = Path(__file__).resolve().parents[2]
 _ENDS_IN_DOLLAR = re.compile(r"""r["']([^"'\n]*)\$["']""")

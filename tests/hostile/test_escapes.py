@@ -12,8 +12,8 @@ from typing import Any
 
 from conftest import accept, cmd, succeed
 
-from rio_ci.github import progress
-from rio_ci.live import LiveLog
+from rio_ci.reports import progress
+from rio_ci.reports.live import LiveLog
 from rio_ci.session import Session
 from tests.hostile.support import rio
 

@@ -34,11 +34,11 @@ from rio_ci.commands.bench.cells import (
     measure_silent,
 )
 from rio_ci.commands.bench.commits import measure_fold, measure_rounds, measure_steps
+from rio_ci.commands.bench.launches import measure_launch_record
 from rio_ci.commands.bench.start import measure_start
 from rio_ci.commands.bench.storage import measure_artifact, measure_open, measure_storage
 from rio_ci.commands.bench.tokens import measure_tokens
 from rio_ci.errors import UsageError
-from rio_ci.github.record import measure_launch_record  # GitHub's launch record, docs/github.md
 
 MEMORY_FILE_SYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
 # (figure, comparison, goal) from the performance issues; the figures are never assumed.

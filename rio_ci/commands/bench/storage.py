@@ -16,9 +16,9 @@ from rio_ci.commands.bench.common import NOTE, accept, ms
 from rio_ci.commands.bench.drive import new_session, on_disk, play_round
 from rio_ci.core import events as ev
 from rio_ci.core.state import encoded_size
-from rio_ci.github import artifact
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
+from rio_ci.store import artifact
 
 OPEN_SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from rio_ci.core.history import KINDS, History, Run, Validation, fold_history
 from rio_ci.core.projection import Projection
-from rio_ci.live import describe
+from rio_ci.reports.live import describe
 from rio_ci.session import Session
 
 
@@ -65,7 +65,7 @@ def recent_history(session: Session, proj: Projection, cell_ids: Iterable[int]) 
 
 
 def descriptions(history: History) -> dict[int, str]:
-    """Cell id -> one short line saying what it ran (``rio_ci.live.describe``; a command by
+    """Cell id -> one short line saying what it ran (``rio_ci.reports.live.describe``; a command by
     its program's name, not its path, to fit a chart's label)."""
     return {cell_id: describe(_short(run.cell)) for cell_id, run in history.runs.items()}
 

@@ -3,9 +3,9 @@ where the Session's progress comment is."""
 
 from __future__ import annotations
 
-from rio_ci import report
 from rio_ci.core.history import History
-from rio_ci.github import markdown as md
+from rio_ci.reports import markdown as md
+from rio_ci.reports.history import result_text
 
 
 def pull_request_body(
@@ -28,7 +28,7 @@ def pull_request_body(
         lines.append("The diffstat is not available.")
     lines += ["", "### How it was verified", ""]
     for v in history.validations:
-        lines.append(f"- {md.code(' '.join(v.argv))}: {md.cell_text(report.result_text(v.result))}")
+        lines.append(f"- {md.code(' '.join(v.argv))}: {md.cell_text(result_text(v.result))}")
     if not history.validations:
         lines.append("- no validator is configured (`.github/rio.yml`)")
     if history.conclusion and history.conclusion["text"]:

@@ -18,7 +18,7 @@ from github.PullRequestComment import PullRequestComment
 from github.Requester import Requester
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import Review, ReviewComment
+from rio_ci.forge.base import Review, ReviewComment
 
 
 def submitted_reviews(pull: PullRequest) -> list[Review]:

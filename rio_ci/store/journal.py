@@ -16,17 +16,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from rio_ci import sessionfile
 from rio_ci.core.events import KINDS, Event
 from rio_ci.core.projection import PROJECTION_FORMAT, Projection
 from rio_ci.core.reducer import apply, readable
 from rio_ci.core.state import compact
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
-from rio_ci.sessionfile import SCHEMA_VERSION
-from rio_ci.sessionfile import copy_single_file as copy_single_file  # the artifact's import
-from rio_ci.sessionfile import resolve as resolve  # where Sessions are found
-from rio_ci.sessionfile import single_file_problem as single_file_problem
+from rio_ci.store import sessionfile
+from rio_ci.store.sessionfile import SCHEMA_VERSION, resolve
 
 SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten ...
 SNAPSHOT_OPEN_TURN = 4 * SNAPSHOT_EVERY  # ... or, while a Turn is open, before it must be

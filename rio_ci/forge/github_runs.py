@@ -5,7 +5,7 @@ a field that is missing or of the wrong type reads as None (or empty) and never 
 from __future__ import annotations
 
 from rio_ci.core.state import is_int
-from rio_ci.github.forge.base import WorkflowRun
+from rio_ci.forge.base import WorkflowRun
 
 
 def int_or_none(value: object) -> int | None:

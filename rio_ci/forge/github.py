@@ -25,10 +25,10 @@ from github.Repository import Repository
 from urllib3.util.retry import Retry
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import Artifact, Check, Comment, Forge, Issue, Review, WorkflowRun
-from rio_ci.github.forge.download import fetch_zip
-from rio_ci.github.forge.review import News, submitted_reviews
-from rio_ci.github.forge.runs import artifact_origin, int_or_none, run_of
+from rio_ci.forge.base import Artifact, Check, Comment, Forge, Issue, Review, WorkflowRun
+from rio_ci.forge.github_download import fetch_zip
+from rio_ci.forge.github_reviews import News, submitted_reviews
+from rio_ci.forge.github_runs import artifact_origin, int_or_none, run_of
 
 DEFAULT_API_URL = "https://api.github.com"
 DOWNLOAD_LIMIT_BYTES = 512 * 1024 * 1024

@@ -10,20 +10,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
-from rio_ci import report
 from rio_ci.core.history import History
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
-from rio_ci.errors import RioError
-from rio_ci.github import diagram
-from rio_ci.github import markdown as md
-from rio_ci.github.env import ActionEnv, log
-from rio_ci.github.forge.base import Forge
-from rio_ci.live import describe
-from rio_ci.session import Session
+from rio_ci.reports import diagram
+from rio_ci.reports import markdown as md
+from rio_ci.reports.history import descriptions, result_text, took
+from rio_ci.reports.live import describe
 
 MARKER = "<!-- rio-ci:progress -->"
 # The watermark an ended Session gets once its last progress comment (and, on success, its
@@ -64,8 +59,8 @@ def render(
     history: History | None = None,
 ) -> str:
     """The comment: a maintainer's dashboard of the Session, from committed facts only.
-    ``history`` (``rio_ci.report.read_history``) gives every Execution, round and job; without
-    it only what the Projection holds is shown."""
+    ``history`` (``rio_ci.reports.history.read_history``) gives every Execution, round and
+    job; without it only what the Projection holds is shown."""
     meta = {
         "status": status,
         "generation": generation,
@@ -93,7 +88,7 @@ def render(
     lines += _uncertainty(history)
     lines += _validators(history)
     if history.runs or history.rounds:
-        lines += ["", "#### Timeline", "", diagram.block(history, report.descriptions(history))]
+        lines += ["", "#### Timeline", "", diagram.block(history, descriptions(history))]
     recent = _recent_output(proj)
     if recent:
         lines += ["", *_fold("recent output", md.fence("text", recent))]
@@ -142,7 +137,7 @@ def _cells(proj: Projection, history: History) -> list[str]:
     rows.append("| --- | --- | --- | --- | --- |")
     runs = list(history.runs.values())
     for run in runs[-CELL_ROWS:]:
-        result = report.result_text(run.result)
+        result = result_text(run.result)
         if run.result is None:
             result = "running" if run.started_at else "queued"
         if run.resolution is not None:
@@ -153,14 +148,14 @@ def _cells(proj: Projection, history: History) -> list[str]:
             result += ", removed"
         rows.append(
             f"| {run.cell_id} | {md.code(describe(run.cell))} | {md.cell_text(result)} | "
-            f"{report.took(run).removeprefix('took ')} | {run.job} · {run.round} |"
+            f"{took(run).removeprefix('took ')} | {run.job} · {run.round} |"
         )
     if not history.runs:
         for key, ex in proj.executions.items():
             cell = ex.get("cell") or {"kind": "?"}
             rows.append(
                 f"| {key} | {cell['kind']}{_role(cell)} | "
-                f"{md.cell_text(report.result_text(ex.get('result')))} | — | — |"
+                f"{md.cell_text(result_text(ex.get('result')))} | — | — |"
             )
     if len(runs) > CELL_ROWS:
         rows += ["", f"_The last {CELL_ROWS} of {len(runs)} Executions; `rio-ci show` lists all._"]
@@ -201,8 +196,7 @@ def _validators(history: History) -> list[str]:
     lines = ["", "#### Validators", "", "| validator | result | for note |", "| --- | --- | --- |"]
     for v in history.validations:
         lines.append(
-            f"| {md.code(' '.join(v.argv))} | {md.cell_text(report.result_text(v.result))} | "
-            f"{v.note_id} |"
+            f"| {md.code(' '.join(v.argv))} | {md.cell_text(result_text(v.result))} | {v.note_id} |"
         )
     return lines
 
@@ -269,70 +263,3 @@ def _recent_output(proj: Projection) -> str:
     # the fence (a cut inside an already escaped run once could).
     text = (last["stdout"] + last["stderr"]).strip()
     return "\n".join(text.split("\n")[-15:])[-1500:]
-
-
-def publish_progress(
-    env: ActionEnv,
-    forge: Forge,
-    session: Session,
-    issue: int,
-    generation: int,
-    outcome: str | None,
-    *,
-    note: str | None = None,
-    pull_request: str | None = None,
-    final: bool = False,
-) -> bool:
-    """Rewrite the progress comment from committed facts; whether it was written. A failed
-    write is logged, never fatal: the work and the Session matter more than the report."""
-    proj = session.refresh()
-    status = status_of(proj, outcome)
-    body = render(
-        proj,
-        status=status,
-        run_url=env.run_url,
-        generation=generation,
-        operation=f"{proj.session['id']}:{proj.last_seq}",
-        note=note,
-        pull_request=pull_request,
-        history=report.read_history(session, proj.last_seq),
-    )
-    written = True
-    try:
-        forge.upsert_comment(issue, MARKER, body)
-    except RioError as exc:
-        log(f"::warning::rio-ci: the progress comment was not written: {exc}")
-        written = False
-    if final and env.summary is not None:
-        with env.summary.open("a") as stream:
-            stream.write(body.replace(MARKER, "") + "\n")
-    return written
-
-
-class Pacer:
-    """Rewrites the progress comment between rounds, at most once every ``every`` seconds
-    (GitHub limits how fast content may be written, and a comment edited on every round of a
-    fast model would spend that for nothing); ``clock`` is injectable so tests need no sleep.
-    The final state is written by the finish step whatever the pace (``publish_progress``
-    with ``final=True``)."""
-
-    def __init__(
-        self,
-        publish: Callable[[], object],
-        *,
-        every: float = 15.0,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.publish = publish
-        self.every = every
-        self.clock = clock
-        self.last = clock()  # made right after the job's first write
-
-    def __call__(self) -> bool:
-        """Publish if the last write is at least ``every`` seconds old; whether it did."""
-        now = self.clock()
-        if now - self.last < self.every:
-            return False
-        self.last = now
-        self.publish()
-        return True

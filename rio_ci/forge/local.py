@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rio_ci.errors import ForgeError
-from rio_ci.github.forge.base import (
+from rio_ci.forge.base import (
     Artifact,
     Check,
     Comment,
@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 
 class LocalForge:
-    """A Forge (``rio_ci.github.forge.base``) kept in ``root/forge.json``."""
+    """A Forge (``rio_ci.forge.base``) kept in ``root/forge.json``."""
 
     def __init__(self, root: Path):
         self.root = root

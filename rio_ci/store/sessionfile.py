@@ -1,5 +1,5 @@
 """A Session file seen from outside the Journal: what a path names, what its rows hold, and
-read-only looks and copies. The only module besides ``rio_ci.journal`` that imports sqlite3,
+read-only looks and copies. The only module besides ``rio_ci.store.journal`` that imports sqlite3,
 and it never opens a file for writing (``copy_single_file`` writes only its new target).
 
 SQLite creates ``-wal`` and ``-shm`` files beside any database it opens in WAL mode, and

@@ -33,7 +33,7 @@ from rio_ci import jsonio
 from rio_ci.core.state import is_int
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import ArtifactError, StorageError
-from rio_ci.journal import copy_single_file, single_file_problem
+from rio_ci.store.sessionfile import copy_single_file, single_file_problem
 
 SCHEMA = "rio.artifact/1"
 SNAPSHOT = "session.sqlite3"

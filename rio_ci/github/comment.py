@@ -1,0 +1,79 @@
+"""The progress comment on GitHub: written from committed facts (``rio_ci.reports.publish``)
+with the job's run link, copied into the step summary at the end, and paced between rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rio_ci.errors import RioError
+from rio_ci.forge.base import Forge
+from rio_ci.github.env import ActionEnv, log
+from rio_ci.reports import progress
+from rio_ci.reports.publish import progress_body
+from rio_ci.session import Session
+
+
+def publish_progress(
+    env: ActionEnv,
+    forge: Forge,
+    session: Session,
+    issue: int,
+    generation: int,
+    outcome: str | None,
+    *,
+    note: str | None = None,
+    pull_request: str | None = None,
+    final: bool = False,
+) -> bool:
+    """Rewrite the progress comment from committed facts; whether it was written. A failed
+    write is logged, never fatal: the work and the Session matter more than the report.
+    ``final``: the step summary gets the same text, whether or not the comment was written."""
+    body = progress_body(
+        session,
+        generation=generation,
+        outcome=outcome,
+        run_url=env.run_url,
+        note=note,
+        pull_request=pull_request,
+    )
+    written = True
+    try:
+        forge.upsert_comment(issue, progress.MARKER, body)
+    except RioError as exc:
+        log(f"::warning::rio-ci: the progress comment was not written: {exc}")
+        written = False
+    if final and env.summary is not None:
+        with env.summary.open("a") as stream:
+            stream.write(body.replace(progress.MARKER, "") + "\n")
+    return written
+
+
+class Pacer:
+    """Rewrites the progress comment between rounds, at most once every ``every`` seconds
+    (GitHub limits how fast content may be written, and a comment edited on every round of a
+    fast model would spend that for nothing); ``clock`` is injectable so tests need no sleep.
+    The final state is written by the finish step whatever the pace (``publish_progress``
+    with ``final=True``)."""
+
+    def __init__(
+        self,
+        publish: Callable[[], object],
+        *,
+        every: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.publish = publish
+        self.every = every
+        self.clock = clock
+        self.last = clock()  # made right after the job's first write
+
+    def __call__(self) -> bool:
+        """Publish if the last write is at least ``every`` seconds old; whether it did."""
+        now = self.clock()
+        if now - self.last < self.every:
+            return False
+        self.last = now
+        self.publish()
+        return True

@@ -1,1 +1,0 @@
-"""The code host seen through one interface (``base.Forge``)."""
