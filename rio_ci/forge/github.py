@@ -393,7 +393,9 @@ class GitHubForge:
     def download_artifact(
         self, artifact_id: int, dest: Path, *, max_bytes: int = DOWNLOAD_LIMIT_BYTES
     ) -> Path:
-        """Fetch the artifact's zip into ``dest`` (see ``download.fetch_zip``)."""
+        """Fetch the artifact's zip into ``dest`` (``github_download.fetch_zip``). The token
+        goes only to the API endpoint; the redirect target (a pre-signed URL) is fetched
+        without it. More than ``max_bytes`` raises ``StorageError`` and leaves no file."""
         url = f"{self._api_url}/repos/{self._full_name}/actions/artifacts/{artifact_id}/zip"
         return fetch_zip(
             url,

@@ -1,6 +1,6 @@
 """Untrusted text in GitHub Markdown: quoted, fenced or set in code, so that nothing a user,
-the model or a Cell wrote can close the fold, table or block it sits in, mention anyone, or
-reach a terminal raw (the comment is copied into the step summary and logs)."""
+the model or a Cell wrote can close the collapsed section, table or block it sits in, mention
+anyone, or reach a terminal raw (the comment is copied into the step summary and logs)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rio_ci.core.text import clip, escape_control
 
 def quoted(text: str) -> str:
     """Untrusted text as a Markdown quote: clipped, control characters escaped, no mentions,
-    no HTML (a ``</details>`` in it cannot close the fold it sits in)."""
+    no HTML (a ``</details>`` in it cannot close the section it sits in)."""
     clipped = escape_control(clip(text.strip(), 1500)).replace("@", "@\u200b")
     clipped = clipped.replace("&", "&amp;").replace("<", "&lt;")
     return "\n".join(f"> {line}" for line in clipped.splitlines())

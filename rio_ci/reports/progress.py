@@ -82,8 +82,8 @@ def render(
     if pull_request:
         lines += [f"**Pull request:** {md.link(pull_request)}", ""]
     lines += _conclusion(proj, history)
-    # The goal quotes the issue (untrusted): folded, clipped, escaped, with no mentions.
-    lines += _fold("goal", md.quoted(proj.session["goal"]))
+    # The goal quotes the issue (untrusted): collapsed, clipped, escaped, with no mentions.
+    lines += _details("goal", md.quoted(proj.session["goal"]))
     lines += _cells(proj, history)
     lines += _uncertainty(history)
     lines += _validators(history)
@@ -91,16 +91,17 @@ def render(
         lines += ["", "#### Timeline", "", diagram.block(history, descriptions(history))]
     recent = _recent_output(proj)
     if recent:
-        lines += ["", *_fold("recent output", md.fence("text", recent))]
+        lines += ["", *_details("recent output", md.fence("text", recent))]
     if proj.rationale:
-        lines += ["", *_fold("the model's last rationale", md.quoted(proj.rationale))]
+        lines += ["", *_details("the model's last rationale", md.quoted(proj.rationale))]
     lines += ["", _usage(proj)]
     if run_url:
         lines.append(f"[This run]({run_url})")
     return "\n".join(lines) + "\n"
 
 
-def _fold(summary: str, body: str) -> list[str]:
+def _details(summary: str, body: str) -> list[str]:
+    """A collapsed section (``<details>``) that shows ``summary`` until opened."""
     return [f"<details><summary>{summary}</summary>", "", body, "", "</details>", ""]
 
 

@@ -266,9 +266,11 @@ class Journal:
 
     @contextmanager
     def write(self, crash_before: str | None = None, *, synced: bool = True) -> Iterator[Writer]:
-        """One ``BEGIN IMMEDIATE`` transaction, caught up first; an exception rolls back, an
-        error at COMMIT poisons the Journal until ``reopen()``. ``synced=False``: no fsync at
-        COMMIT; safe from any crash, and from a power cut once a later synced commit covers it."""
+        """One ``BEGIN IMMEDIATE`` transaction, caught up with the Journal first. An exception
+        inside rolls back and re-reads the projection. An error at COMMIT leaves the outcome
+        unknown: the Journal is poisoned until ``reopen()``. ``synced=False``: no fsync at
+        COMMIT (``synchronous=NORMAL``); it survives any process's crash, and a power cut once
+        a later synced commit covers it (the WAL is written in order, and checksummed)."""
         relaxed = not synced and self._synchronous != "NORMAL"
         if relaxed:  # the level can change only between transactions
             self._set_synchronous("NORMAL")

@@ -33,7 +33,7 @@ from rio_ci.commands.bench.cells import (
     measure_recovery,
     measure_silent,
 )
-from rio_ci.commands.bench.commits import measure_fold, measure_rounds, measure_steps
+from rio_ci.commands.bench.commits import measure_rounds, measure_steps, measure_wal_checkpoint
 from rio_ci.commands.bench.launches import measure_launch_record
 from rio_ci.commands.bench.start import measure_start
 from rio_ci.commands.bench.storage import measure_artifact, measure_open, measure_storage
@@ -70,7 +70,7 @@ Measure = Callable[[Path, bool], dict[str, Any]]
 MEASURES: tuple[Measure, ...] = (
     measure_steps,
     measure_rounds,
-    measure_fold,
+    measure_wal_checkpoint,
     measure_storage,
     measure_open,
     measure_artifact,

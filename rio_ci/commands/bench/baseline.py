@@ -47,8 +47,8 @@ class BareCommits:
             self._conn.execute("PRAGMA synchronous = FULL")
         return elapsed
 
-    def fold(self) -> None:
-        """What the Owner does before each launch: ``wal_checkpoint(FULL)``."""
+    def checkpoint_wal(self) -> None:
+        """What the Owner does before each launch: a WAL checkpoint, ``wal_checkpoint(FULL)``."""
         self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
 
     def close(self) -> None:
@@ -59,11 +59,11 @@ class BareLaunch:
     """The floor under a ``cmd`` Cell: the launch protocol of docs/sessions.md and the guarantees
     docs/performance.md names, done with plain ``sqlite3``, ``subprocess``, psutil and /proc
     reads, nothing of rio_ci's Session, Journal or Owner on top — ``started`` committed
-    (FULL), the fold (``wal_checkpoint(FULL)``), the gated ``/bin/sh`` spawned in its own
+    (FULL), the WAL checkpoint (``wal_checkpoint(FULL)``), the gated ``/bin/sh`` spawned in its own
     session, its start time read and committed unsynced, the gate released, the output read
     to EOF, the process table scanned for the Worker's token and group, the leader reaped,
     the result committed (FULL). Under a Cell user (``user``) as the Owner launches then: no
-    fold, the gate started as that user, and its processes found by user too."""
+    WAL checkpoint, the gate started as that user, and its processes found by user too."""
 
     def __init__(self, path: Path, cwd: Path, user: CellUser | None = None):
         self._commits = BareCommits(path)
@@ -79,7 +79,7 @@ class BareLaunch:
         started = time.perf_counter()
         self._commits.commit("started")
         if self._user is None:
-            self._commits.fold()
+            self._commits.checkpoint_wal()
         pipe = subprocess.PIPE
         proc = subprocess.Popen(
             ["/bin/sh", "-c", GATE, "rio-worker", *argv],
@@ -125,7 +125,7 @@ class BareSteps:
     ``SELECT``, one event row ``INSERT``ed, ``COMMIT`` (FULL), in a file of its own laid out
     as ``template`` (a Session file ``Session.create`` made: its tables, index and page
     size), which is only read. What a step costs beyond this is rio_ci's Python: admission,
-    encoding, the fold. No Session is written to here: events have one writer."""
+    encoding, the fold of the event. No Session is written to here: events have one writer."""
 
     def __init__(self, path: Path, template: Path):
         with contextlib.closing(sqlite3.connect(f"file:{template}?mode=ro", uri=True)) as src:
