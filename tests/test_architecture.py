@@ -108,6 +108,7 @@ LAYERS = {
     "crashpoints": 0,
     "treefile": 0,
     "jsonio": 1,
+    "gitenv": 1,
     "sdk_preload": 1,
     "store": 2,
     "forge": 2,
