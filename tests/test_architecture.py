@@ -107,6 +107,7 @@ LAYERS = {
     "errors": 0,
     "crashpoints": 0,
     "treefile": 0,
+    "redirects": 0,
     "jsonio": 1,
     "gitenv": 1,
     "sdk_preload": 1,
