@@ -16,6 +16,7 @@ import pytest
 
 from rio_ci import jsonio
 from rio_ci.core.admission import Rejection
+from rio_ci.core.state import message_problem, timer_problem
 from rio_ci.session import Session
 from rio_ci.store import sessionfile
 from tests.hostile.support import one_error, rio, strict
@@ -132,6 +133,23 @@ def test_one_decoder_reads_what_a_user_hands_in_and_what_rio_ci_stored() -> None
     assert sessionfile.DECODER.decode("1e400") == math.inf
     with pytest.raises(jsonio.NotJSON, match="too large for a JSON number"):
         jsonio.loads("1e400")
+
+
+def test_a_message_or_a_timer_that_cannot_be_stored_as_it_is_is_refused() -> None:
+    for problem in (
+        message_problem("m\ud800", "comment", {}),
+        message_problem("m", "comment", {"body": "\udfff"}),
+        timer_problem("t\ud800", 1, None),
+        timer_problem("t", 1, ["\ud800"]),
+    ):
+        assert problem == "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    for problem in (
+        message_problem("m", "comment", {"x": math.nan}),
+        timer_problem("t", 1, [-math.inf]),
+    ):
+        assert problem == "a number is NaN or Infinity, which is not JSON"
+    assert message_problem("m", "comment", {"x": 1.5}) is None
+    assert timer_problem("t", 1, {"x": 1.5}) is None
 
 
 def plant(db: Path, data: str) -> None:
