@@ -36,7 +36,15 @@ def _number(text: str) -> float:
     return value
 
 
-_DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_number)
+def strict_decoder(*, overflow: bool = False) -> json.JSONDecoder:
+    """A decoder that refuses ``NaN``, ``Infinity`` and ``-Infinity`` (``NotJSON``) and, unless
+    ``overflow``, a number too large for a float (with ``overflow`` it is read as infinity,
+    as Python's ``json`` does). It bounds no depth: ``loads`` does, a caller of ``decode`` may
+    not (the Journal's rows are written by rio-ci itself and may be deeper)."""
+    return json.JSONDecoder(parse_constant=_constant, parse_float=None if overflow else _number)
+
+
+_DECODER = strict_decoder()
 
 
 def loads(text: str | bytes, what: str = "input") -> Any:

@@ -44,11 +44,7 @@ def message_problem(message_id: Any, kind: Any, payload: Any) -> str | None:
         return "a message kind must be a lowercase word (a-z, 0-9, _ . -)"
     if kind in HARNESS_KINDS:
         return f"message kind {kind} is reserved for the harness"
-    if not is_text_safe([message_id, payload]):
-        return "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
-    if not is_finite_json(payload):
-        return NOT_FINITE
-    return None
+    return _carried_problem(message_id, payload)
 
 
 def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
@@ -65,8 +61,13 @@ def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
             "a Timer deadline must be a Unix time in seconds, from 0 to "
             f"{LAST_UNIX_TIME} (9999-12-31)"
         )
-    if not is_text_safe([timer_id, payload]):
-        return "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    return _carried_problem(timer_id, payload)
+
+
+def _carried_problem(identifier: str, payload: Any) -> str | None:
+    """Why a message's or a Timer's id and payload cannot be stored as they are, or None."""
+    if not is_text_safe([identifier, payload]):
+        return NOT_TEXT
     if not is_finite_json(payload):
         return NOT_FINITE
     return None
@@ -222,6 +223,7 @@ def is_text_safe(value: Any) -> bool:
     return True
 
 
+NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
 NOT_FINITE = "a number is NaN or Infinity, which is not JSON"
 
 

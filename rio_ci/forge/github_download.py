@@ -9,33 +9,16 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from email.message import Message
 from http.client import HTTPResponse
 from pathlib import Path
-from typing import IO
 
 from rio_ci.core.state import ascii_int
 from rio_ci.errors import ForgeError, StorageError
+from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
 
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_MAX_HOPS = 5
+_MAX_HOPS = 5  # requests, the API's included
 _CHUNK = 1024 * 1024
 _USER_AGENT = "rio-ci"
-
-
-class _KeepRedirects(urllib.request.HTTPRedirectHandler):
-    """Surface every redirect as an HTTPError so the caller decides which headers travel."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        return None
 
 
 def fetch_zip(
@@ -75,7 +58,7 @@ def _stream(response: HTTPResponse, partial: Path, max_bytes: int, artifact_id: 
 @contextmanager
 def _follow(url: str, token: str, what: str, timeout: int) -> Iterator[HTTPResponse]:
     """GET ``url`` with the token, then follow redirects by hand without it."""
-    opener = urllib.request.build_opener(_KeepRedirects)
+    opener = urllib.request.build_opener(SurfaceRedirects)
     request = urllib.request.Request(
         url,
         headers={
@@ -84,24 +67,19 @@ def _follow(url: str, token: str, what: str, timeout: int) -> Iterator[HTTPRespo
             "User-Agent": _USER_AGENT,
         },
     )
-    for _ in range(_MAX_HOPS):
-        try:
-            response: HTTPResponse = opener.open(request, timeout=timeout)
-        except urllib.error.HTTPError as exc:
-            location = exc.headers.get("Location") if exc.code in _REDIRECTS else None
-            exc.close()
-            if location is None:
-                raise ForgeError(
-                    f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}", status=exc.code
-                ) from exc
-            target = urllib.parse.urljoin(request.full_url, location)
-            if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
-                raise ForgeError(
-                    f"GitHub: {what} failed: redirect to a non-HTTP URL", status=exc.code
-                ) from exc
-            request = urllib.request.Request(target, headers={"User-Agent": _USER_AGENT})
-            continue
-        with response:
-            yield response
-        return
-    raise ForgeError(f"GitHub: {what} failed: more than {_MAX_HOPS} redirects")
+
+    def without_token(target: str, status: int) -> urllib.request.Request:
+        if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+            raise ForgeError(f"GitHub: {what} failed: redirect to a non-HTTP URL", status=status)
+        return urllib.request.Request(target, headers={"User-Agent": _USER_AGENT})
+
+    try:
+        response = follow(opener, request, without_token, redirects=_MAX_HOPS - 1, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        raise ForgeError(
+            f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}", status=exc.code
+        ) from exc
+    except TooManyRedirects:
+        raise ForgeError(f"GitHub: {what} failed: more than {_MAX_HOPS} redirects") from None
+    with response:
+        yield response

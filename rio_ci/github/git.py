@@ -11,14 +11,16 @@ command rio-ci runs on GitHub runs with
   checkout), so the checkout's ``.git`` — config, hooks, ``info/attributes``, index — is
   never read;
 - no system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` is the
-  null device), ``HOME`` and ``XDG_CONFIG_HOME`` a directory of the harness's (no
-  ``~/.gitconfig``, no ``~/.netrc``), no system attributes (``GIT_ATTR_NOSYSTEM``), and no
-  ``GIT_*`` variable inherited from the job (a step's ``$GITHUB_ENV`` could have set one);
-- the settings of ``SETTINGS`` given on git's command scope (``GIT_CONFIG_COUNT``): no hooks,
-  no fsmonitor, no credential helper, no signing, no redirects, certificates verified, and
-  only the origin's transport allowed. With no filter driver configured anywhere, a
-  ``filter=`` attribute in the working tree names nothing and runs nothing: the agent's
-  changes are committed as the bytes in the working tree (``core.autocrlf`` off);
+  null device; the environment every git of rio-ci's gets, ``rio_ci.gitenv``), ``HOME`` and
+  ``XDG_CONFIG_HOME`` a directory of the harness's (no ``~/.gitconfig``, no ``~/.netrc``), no
+  system attributes (``GIT_ATTR_NOSYSTEM``), and no ``GIT_*`` variable inherited from the job
+  (a step's ``$GITHUB_ENV`` could have set one);
+- the settings of ``rio_ci.gitenv.HARDENED`` and ``SETTINGS`` given on git's command scope
+  (``GIT_CONFIG_COUNT``): no hooks, no fsmonitor, no credential helper, no signing, no
+  redirects, certificates verified, and only the origin's transport allowed. With no filter
+  driver configured anywhere, a ``filter=`` attribute in the working tree names nothing and
+  runs nothing: the agent's changes are committed as the bytes in the working tree
+  (``core.autocrlf`` off);
 - the remote passed as a URL (the origin the checkout named before any Cell ran, kept in
   this git directory's own configuration), and the token, when there is one, as an
   ``http.<that URL>.extraHeader`` on git's command scope — in git's environment, never on
@@ -37,15 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.errors import ForgeError
+from rio_ci.gitenv import git_environment
 
 NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
-# Command-scope settings: they outrank every configuration file git could still read.
+# Command-scope settings, after rio_ci.gitenv.HARDENED: they outrank every configuration
+# file git could still read.
 SETTINGS: tuple[tuple[str, str], ...] = (
-    ("core.hooksPath", os.devnull),
-    ("core.fsmonitor", "false"),
-    ("core.untrackedCache", "false"),
     ("core.attributesFile", os.devnull),
     ("core.excludesFile", os.devnull),
     ("core.autocrlf", "false"),
@@ -129,32 +129,19 @@ class Git:
     def environment(
         self, remote: str | None, token: str | None, extra_env: dict[str, str] | None = None
     ) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("GIT_") and k not in _DROPPED and not SECRET_NAME.search(k)
+        places = {
+            "HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(self.home),
+            "GIT_DIR": str(self.git_dir),
         }
-        env.update(
-            HOME=str(self.home),
-            XDG_CONFIG_HOME=str(self.home),
-            GIT_DIR=str(self.git_dir),
-            GIT_CONFIG_NOSYSTEM="1",
-            GIT_CONFIG_GLOBAL=os.devnull,
-            GIT_ATTR_NOSYSTEM="1",
-            GIT_TERMINAL_PROMPT="0",
-            GIT_ASKPASS="",
-        )
         if self.work_tree is not None:
-            env["GIT_WORK_TREE"] = str(self.work_tree)
+            places["GIT_WORK_TREE"] = str(self.work_tree)
         settings = list(SETTINGS)
         if remote:
             settings.append((f"protocol.{scheme(remote)}.allow", "always"))
             if token:
                 basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
                 settings.append((f"http.{remote}.extraHeader", f"AUTHORIZATION: basic {basic}"))
-        env["GIT_CONFIG_COUNT"] = str(len(settings))
-        for index, (key, value) in enumerate(settings):
-            env[f"GIT_CONFIG_KEY_{index}"] = key
-            env[f"GIT_CONFIG_VALUE_{index}"] = value
+        env = git_environment(settings, dropped=_DROPPED, **places)
         env.update(extra_env or {})
         return env

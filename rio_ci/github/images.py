@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rio_ci.errors import Rejected
+from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 if TYPE_CHECKING:
     from rio_ci.session import Session
@@ -117,7 +118,9 @@ class ImageFetcher:
     def __init__(self, server_url: str, api_url: str, token: str | None) -> None:
         self.token = token
         self.token_origins = {_origin(server_url), _origin(api_url)} - {None}
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
+        self._opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), SurfaceRedirects()
+        )
 
     def allowed(self, url: str) -> bool:
         origin = _origin(url)
@@ -150,24 +153,33 @@ class ImageFetcher:
         return result
 
     def _get(self, url: str) -> bytes:
-        for _ in range(MAX_REDIRECTS + 1):
-            if not self.allowed(url):
-                raise _Refused("host not allowed")
-            request = urllib.request.Request(url, headers={"User-Agent": "rio-ci"})
-            if self.token and _origin(url) in self.token_origins:
-                request.add_header("Authorization", f"Bearer {self.token}")
-            try:
-                with self._opener.open(request, timeout=TIMEOUT) as response:
-                    return _bounded(response)
-            except urllib.error.HTTPError as error:
-                location = error.headers.get("Location") if 300 <= error.code < 400 else None
-                error.close()
-                if not location:
-                    raise _Refused(f"HTTP {error.code}") from None
-                url = urllib.parse.urljoin(url, location)
-            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
-                raise _Refused(f"fetch failed ({type(exc).__name__})") from None
-        raise _Refused(f"more than {MAX_REDIRECTS} redirects")
+        try:
+            response = follow(
+                self._opener,
+                self._request(url),
+                lambda target, _status: self._request(target),
+                redirects=MAX_REDIRECTS,
+                timeout=TIMEOUT,
+                codes=range(300, 400),
+            )
+            with response:
+                return _bounded(response)
+        except urllib.error.HTTPError as error:
+            raise _Refused(f"HTTP {error.code}") from None
+        except TooManyRedirects:
+            raise _Refused(f"more than {MAX_REDIRECTS} redirects") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+            raise _Refused(f"fetch failed ({type(exc).__name__})") from None
+
+    def _request(self, url: str) -> urllib.request.Request:
+        """The request for one hop: refused unless its host is allowed, with the token only
+        for the repository's own host and the API's."""
+        if not self.allowed(url):
+            raise _Refused("host not allowed")
+        request = urllib.request.Request(url, headers={"User-Agent": "rio-ci"})
+        if self.token and _origin(url) in self.token_origins:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        return request
 
 
 def kept(session: Session, fetched: Fetched) -> dict[str, Any]:
@@ -196,13 +208,6 @@ def notes_text(fetched: Fetched) -> str:
 
 class _Refused(Exception):
     pass
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """Redirects are followed by ``ImageFetcher._get``, which checks every hop."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 def _bounded(response: Any) -> bytes:

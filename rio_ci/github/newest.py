@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rio_ci import jsonio
 from rio_ci.core.state import is_int
 from rio_ci.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.forge.base import Artifact, Forge
@@ -22,7 +23,6 @@ from rio_ci.store.artifact import (
     SNAPSHOT,
     Manifest,
     remove_files,
-    strict_json,
     unpack,
 )
 
@@ -154,7 +154,7 @@ def _peek_generation(zip_path: Path) -> int | None:
             info = bundle.getinfo(MANIFEST)
             if info.file_size > MANIFEST_MAX_BYTES:
                 return None
-            data: Any = strict_json(bundle.read(info))
+            data: Any = jsonio.loads(bundle.read(info), "the manifest")
         generation = data.get("generation") if isinstance(data, dict) else None
         return generation if is_int(generation) else None
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError, zlib.error):

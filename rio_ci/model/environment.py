@@ -6,23 +6,22 @@ the OS, the Python version, the working directory and the head of the working tr
 breakpoint (rio_ci/model/layout.py).
 
 The tree is writable by the Cells, ``.git/config`` included, so git runs as if that were
-hostile: no system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL``),
-no fsmonitor, no untracked cache, no hooks, no optional locks, no submodules, a timeout, none
-of the process's secrets in its environment; and when the tree's configuration declares filter
-drivers (a program git would run to read a file), status is not run at all. Any failure
-becomes one line, "git status unavailable: why", never an error of the run.
+hostile (``rio_ci.gitenv``: no system or global configuration, no fsmonitor, no untracked
+cache, no hooks, none of the process's secrets), and here also with no optional locks, no
+submodules and a timeout; and when the tree's configuration declares filter drivers (a
+program git would run to read a file), status is not run at all. Any failure becomes one
+line, "git status unavailable: why", never an error of the run.
 """
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rio_ci.core.credentials import SECRET_NAME
+from rio_ci.gitenv import git_environment
 
 __all__ = ["ENVIRONMENT_HEADER", "STATUS_BYTES", "STATUS_LINES", "environment_block", "git_status"]
 
@@ -30,15 +29,6 @@ ENVIRONMENT_HEADER = "ENVIRONMENT (as of this request)"
 STATUS_LINES = 40
 STATUS_BYTES = 4096
 GIT_TIMEOUT = 5.0
-_SAFE = (
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.untrackedCache=false",
-    "-c",
-    f"core.hooksPath={os.devnull}",
-    "--no-optional-locks",
-)
 
 
 def environment_block(cwd: Path, now: float | None = None) -> str:
@@ -80,21 +70,11 @@ def git_status(cwd: Path) -> str:
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GIT_") and not SECRET_NAME.search(k)
-    }
-    env.update(
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_TERMINAL_PROMPT="0",
-        GIT_OPTIONAL_LOCKS="0",
-    )
+    # No optional locks: status, run for the model's eyes only, must never write the index.
     return subprocess.run(
-        ["git", *_SAFE, *args],
+        ["git", *args],
         cwd=cwd,
-        env=env,
+        env=git_environment(GIT_OPTIONAL_LOCKS="0"),
         capture_output=True,
         text=True,
         errors="replace",

@@ -76,14 +76,27 @@ class Channel:
         # Each request starts a bridge process as the Owner's user: a Cell that opens
         # connections in a loop gets them answered a few at a time, never without bound.
         self._answering = threading.BoundedSemaphore(_AT_ONCE)
+        # The bridges running now; under the lock, so that close() sees every one started
+        # before it and none starts after it.
+        self._bridges: set[subprocess.Popen[str]] = set()
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name="rio-api", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
+        """Stop answering, and stop every bridge still running: once it returns, no process
+        this channel started is left to write to the Session (the Cell that asked is being
+        stopped too, so nobody waits for the answer)."""
         closed = getattr(self, "_closed", None)
         if closed is not None:
-            closed.set()
+            with self._lock:
+                closed.set()
+                bridges = list(self._bridges)
             self._thread.join(timeout=2)
+            for bridge in bridges:
+                bridge.kill()
+            for bridge in bridges:
+                bridge.wait()
         self._sock.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -115,18 +128,35 @@ class Channel:
         data = _read(conn)  # whole, even when refused: unread bytes would reset the answer
         if uid is not None and uid != self.peer_uid:
             return {"code": 1, "stdout": "", "stderr": f"user {uid} may not use this channel"}
-        args = _request(data)
-        done = subprocess.run(
-            [sys.executable, "-P", "-m", "rio_ci.run.cell_bridge", str(self.db), *args],
-            env=self.env,
-            cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT,
-            check=False,
-        )
-        return {"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+        return self._bridge(_request(data))
+
+    def _bridge(self, args: list[str]) -> dict[str, object]:
+        """The bridge's answer to ``args``; none once the channel is closed. A bridge that
+        takes longer than ``_TIMEOUT`` is killed (``TimeoutExpired``)."""
+        with self._lock:
+            if self._closed.is_set():
+                return {"code": 1, "stdout": "", "stderr": "the channel is closed"}
+            process = subprocess.Popen(
+                [sys.executable, "-P", "-m", "rio_ci.run.cell_bridge", str(self.db), *args],
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            self._bridges.add(process)
+        with process:
+            try:
+                stdout, stderr = process.communicate(timeout=_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise
+            finally:
+                with self._lock:
+                    self._bridges.discard(process)
+        return {"code": process.returncode, "stdout": stdout, "stderr": stderr}
 
 
 def peer_uid(conn: socket.socket) -> int | None:

@@ -27,7 +27,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from rio_ci import jsonio
 from rio_ci.core.state import is_int
@@ -314,7 +314,9 @@ def unpack(zip_path: Path, dest_dir: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
     try:
         _extract_checked(zip_path, dest_dir, max_bytes)
         try:
-            manifest = Manifest.from_dict(strict_json((dest_dir / MANIFEST).read_bytes()))
+            manifest = Manifest.from_dict(
+                jsonio.loads((dest_dir / MANIFEST).read_bytes(), "the manifest")
+            )
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             raise ArtifactError(f"manifest refused: {_one_line(exc)}") from exc
         if _sha256(dest_dir / SNAPSHOT) != manifest.sha256:
@@ -337,12 +339,6 @@ def _extract_checked(zip_path: Path, dest_dir: Path, max_bytes: int) -> None:
                 _extract(bundle, info, dest_dir / info.filename)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError) as exc:
         raise ArtifactError(f"not a valid zip archive: {_one_line(exc)}") from exc
-
-
-def strict_json(data: bytes) -> Any:
-    """Strict JSON of any depth or size: a nesting too deep, ``NaN`` or bad UTF-8 is a
-    ValueError (a refused generation), never an internal error."""
-    return jsonio.loads(data, "the manifest")
 
 
 def _one_line(reason: object) -> str:

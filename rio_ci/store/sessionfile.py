@@ -17,7 +17,6 @@ identity it opened before every write.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sqlite3
 import stat
@@ -28,6 +27,7 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
 from rio_ci.core.state import ascii_int
 from rio_ci.errors import StorageError
+from rio_ci.jsonio import strict_decoder
 
 SCHEMA_VERSION = 1
 # Every object a Session file of this schema holds in sqlite_master: (type, name, table).
@@ -205,12 +205,9 @@ def fold(proj: Projection, seq: int, kind: str, data: str, path: Path) -> None:
         ) from None
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-# Events are written with allow_nan=False, so NaN/Infinity in the file means damage.
-DECODER = json.JSONDecoder(parse_constant=_no_constant)
+# Events are written with allow_nan=False, so NaN/Infinity in the file means damage. Not
+# jsonio.loads: a row rio-ci wrote may be nested deeper than a user's input may be.
+DECODER = strict_decoder(overflow=True)
 
 
 # --- what SQLite sees (read only) ---------------------------------------------------------

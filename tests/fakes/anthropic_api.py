@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache
 from rio_ci.commands.bench.loopback import LoopbackServer
+from rio_ci.commands.bench.sse import LAST_CHUNK, chunk, message_events
 from tests.fakes import anthropic_rules as rules_
 from tests.fakes.anthropic_rules import Refused
 
@@ -377,66 +378,13 @@ def _error_body(error_type: str, message: str) -> dict[str, Any]:
 
 
 def _events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The SSE events that stream the complete Message ``body``."""
-    usage = body["usage"]
-    start = {
-        **{k: v for k, v in body.items() if not k.startswith("_")},
-        "content": [],
-        "stop_reason": None,
-        "usage": {**usage, "output_tokens": 1},
-    }
-    start.pop("stop_details", None)
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("message_start", {"type": "message_start", "message": start}),
-        ("ping", {"type": "ping"}),
-    ]
+    """The SSE events that stream the complete Message ``body`` as the API does: deltas in
+    pieces, a ``ping`` after ``message_start``, or the scripted ``error`` event there."""
+    start, *rest = message_events(body, piece=7)
+    events = [start, ("ping", {"type": "ping"})]
     if "_error_event" in body:
         return [*events, ("error", body["_error_event"])]
-    for index, block in enumerate(body["content"]):
-        events += _block_events(index, block)
-    delta = {"stop_reason": body["stop_reason"], "stop_sequence": None}
-    if body.get("stop_details"):
-        delta["stop_details"] = body["stop_details"]
-    events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
-    events.append(("message_stop", {"type": "message_stop"}))
-    return events
-
-
-def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    kind = block["type"]
-    deltas: list[dict[str, Any]]
-    if kind == "thinking":
-        first = {"type": "thinking", "thinking": "", "signature": ""}
-        deltas = [
-            {"type": "thinking_delta", "thinking": piece} for piece in _pieces(block["thinking"])
-        ]
-        deltas.append({"type": "signature_delta", "signature": block["signature"]})
-    elif kind == "text":
-        first = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
-    elif kind == "tool_use":
-        first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        deltas = [
-            {"type": "input_json_delta", "partial_json": piece}
-            for piece in _pieces(json.dumps(block["input"]))
-        ]
-    else:
-        raise ValueError(f"the fake cannot stream a {kind!r} block")
-    return [
-        (
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": first},
-        ),
-        *[
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-            for delta in deltas
-        ],
-        ("content_block_stop", {"type": "content_block_stop", "index": index}),
-    ]
-
-
-def _pieces(text: str, size: int = 7) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+    return [*events, *rest]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -492,12 +440,11 @@ class _Handler(BaseHTTPRequestHandler):
         for number, (name, data) in enumerate(events):
             if limit is not None and number >= limit:
                 if body.get("_clean_end"):
-                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.write(LAST_CHUNK)
                 self.wfile.flush()
                 return  # unless clean, no terminating chunk: the client sees the line drop
-            chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        self.wfile.write(b"0\r\n\r\n")
+            self.wfile.write(chunk(name, data))
+        self.wfile.write(LAST_CHUNK)
 
     def _headers(self, headers: dict[str, str]) -> None:
         self.send_header("request-id", "req_fake")

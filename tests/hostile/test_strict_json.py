@@ -5,6 +5,7 @@ everything rio-ci prints is strict JSON; and receiving the same message twice is
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import subprocess
 import sys
@@ -13,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from rio_ci import jsonio
 from rio_ci.core.admission import Rejection
+from rio_ci.core.state import message_problem, timer_problem
 from rio_ci.session import Session
+from rio_ci.store import sessionfile
 from tests.hostile.support import one_error, rio, strict
 
 NOT_JSON = ["NaN", "Infinity", "-Infinity", "1e400", "-1e999", "9" * 5000]
@@ -111,6 +115,41 @@ def test_the_same_message_received_twice_is_one_message(db: Path) -> None:
     again = rio("receive", str(db), "m1", "comment", payload, cwd=db.parent)
     assert first.returncode == again.returncode == 0
     assert strict(first.stdout.decode()) == strict(again.stdout.decode())
+
+
+def test_one_decoder_reads_what_a_user_hands_in_and_what_rio_ci_stored() -> None:
+    """Both refuse NaN and Infinity; only a user's input is bounded in depth (a row rio-ci
+    wrote, a Timer payload from a Cell, may be deeper), and a stored number too large for a
+    float is still read as infinity (rio-ci never writes one)."""
+    for text in ("NaN", "[Infinity]", '{"x": -Infinity}'):
+        with pytest.raises(ValueError, match="is not a JSON number"):
+            sessionfile.DECODER.decode(text)
+        with pytest.raises(jsonio.NotJSON, match="is not a JSON number"):
+            jsonio.loads(text)
+    deep = "[" * 150 + "]" * 150
+    assert sessionfile.DECODER.decode(deep)
+    with pytest.raises(jsonio.NotJSON, match="nested more than 100 levels"):
+        jsonio.loads(deep)
+    assert sessionfile.DECODER.decode("1e400") == math.inf
+    with pytest.raises(jsonio.NotJSON, match="too large for a JSON number"):
+        jsonio.loads("1e400")
+
+
+def test_a_message_or_a_timer_that_cannot_be_stored_as_it_is_is_refused() -> None:
+    for problem in (
+        message_problem("m\ud800", "comment", {}),
+        message_problem("m", "comment", {"body": "\udfff"}),
+        timer_problem("t\ud800", 1, None),
+        timer_problem("t", 1, ["\ud800"]),
+    ):
+        assert problem == "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    for problem in (
+        message_problem("m", "comment", {"x": math.nan}),
+        timer_problem("t", 1, [-math.inf]),
+    ):
+        assert problem == "a number is NaN or Infinity, which is not JSON"
+    assert message_problem("m", "comment", {"x": 1.5}) is None
+    assert timer_problem("t", 1, {"x": 1.5}) is None
 
 
 def plant(db: Path, data: str) -> None:

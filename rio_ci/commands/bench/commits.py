@@ -12,7 +12,6 @@ from typing import Any
 from rio_ci.commands.bench.baseline import BareCommits, BareSteps
 from rio_ci.commands.bench.common import NOTE, accept, ms, patch_for, pct
 from rio_ci.commands.bench.drive import execute
-from rio_ci.core import events as ev
 from rio_ci.core.admission import Rejection
 from rio_ci.session import Session
 
@@ -63,7 +62,6 @@ def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
     session = Session.create(root / "rounds.sqlite3", "bench: bookkeeping", cwd=str(root))
     bare = BareCommits(root / "bare-rounds.sqlite3")
     execute(session, accept(session, [{"kind": "cmd", "argv": ["echo", "0"]}])[0], "0\n")
-    who = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9}
     pairs, commits = [], 0
     for n in range((100 if quick else 1000) + WARM_UP):
         before, started = session.commits, time.perf_counter()
@@ -75,10 +73,7 @@ def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
         if isinstance(receipt, Rejection):
             raise RuntimeError(f"bench: patch rejected: {receipt.reason}")
         head = receipt.cell_ids[0]
-        token = f"rio-bench-{head}"
-        session.authorize_launch(head, token)
-        session.register_worker(head, {**who, "token": token})
-        session.finish(head, ev.exited(head, 0), output=[ev.OutputPiece("stdout", f"{n}\n")])
+        execute(session, head, f"{n}\n", token=f"rio-bench-{head}")
         elapsed, commits = time.perf_counter() - started, session.commits - before
         pairs.append((elapsed, bare.commit(f"round {n}")))
     session.close()

@@ -63,9 +63,12 @@ def play_round(session: Session, n: int, head: int | None) -> tuple[int, int]:
     return cell_ids[0], compact(ops) + len(OUTPUT.encode()) + compact(payload)
 
 
-def execute(session: Session, cell_id: int, output: str) -> None:
-    """What the Owner commits for one Execution that printed ``output`` and exited 0."""
-    token = f"rio-{session.proj.session['id']}-{cell_id}-{uuid.uuid4().hex[:12]}"
+def execute(session: Session, cell_id: int, output: str, token: str | None = None) -> None:
+    """What the Owner commits for one Execution that printed ``output`` and exited 0: its
+    launch authorised with ``token`` (by default one like the Owner's), its Worker
+    registered, its result."""
+    if token is None:
+        token = f"rio-{session.proj.session['id']}-{cell_id}-{uuid.uuid4().hex[:12]}"
     identity = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9, "token": token}
     session.authorize_launch(cell_id, token)
     session.register_worker(cell_id, identity)

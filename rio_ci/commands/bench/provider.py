@@ -22,6 +22,7 @@ from typing import Any
 
 from rio_ci.commands.bench.caching import Billed, BreakpointError, PromptCache
 from rio_ci.commands.bench.loopback import LoopbackServer
+from rio_ci.commands.bench.sse import LAST_CHUNK, chunk, message_events
 
 __all__ = ["LoopbackProvider"]
 
@@ -92,27 +93,6 @@ def _error(message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
 
 
-def _events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The SSE events that stream ``message`` (a single ``tool_use`` block)."""
-    usage = message["usage"]
-    (call,) = message["content"]
-    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-    first = {k: v for k, v in call.items() if k != "input"}
-    delta = {"type": "input_json_delta", "partial_json": json.dumps(call["input"])}
-    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    return [
-        ("message_start", {"type": "message_start", "message": start}),
-        (
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": {**first, "input": {}}},
-        ),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-
-
 def _handler_for(provider: LoopbackProvider) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -134,10 +114,9 @@ def _handler_for(provider: LoopbackProvider) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
                 return
             self._start(200, "text/event-stream", None)
-            for name, event in _events(reply):
-                chunk = f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            self.wfile.write(b"0\r\n\r\n")
+            for name, event in message_events(reply):
+                self.wfile.write(chunk(name, event))
+            self.wfile.write(LAST_CHUNK)
 
         def _start(self, status: int, kind: str, length: int | None) -> None:
             self.send_response(status)

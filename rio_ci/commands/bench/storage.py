@@ -13,8 +13,7 @@ from typing import Any
 from rio_ci import jsonio
 from rio_ci.commands import show
 from rio_ci.commands.bench.common import NOTE, accept, ms
-from rio_ci.commands.bench.drive import new_session, on_disk, play_round
-from rio_ci.core import events as ev
+from rio_ci.commands.bench.drive import execute, new_session, on_disk, play_round
 from rio_ci.core.state import encoded_size
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
@@ -152,11 +151,7 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
             head = accept(
                 session, [{"kind": "cmd", "argv": ["echo", str(n)]}], replace=head is not None
             )[0]
-            token = f"rio-bench-{head}"
-            who = {"pid": 1, "pgid": 1, "create_time": 0.0, "boot_time": 0.0, "token": token}
-            session.authorize_launch(head, token)
-            session.register_worker(head, who)
-            session.finish(head, ev.exited(head, 0), output=[ev.OutputPiece("stdout", f"{n}\n")])
+            execute(session, head, f"{n}\n", token=f"rio-bench-{head}")
         session.checkpoint()  # everything in the main file: a plain copy is whole
         copies[name] = root / f"open-{name}.sqlite3"
         shutil.copyfile(path, copies[name])

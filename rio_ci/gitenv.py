@@ -1,0 +1,62 @@
+"""Git's environment when the tree it runs on may be hostile: one rule for every git rio-ci runs.
+
+A working tree the Cells ran in is theirs, ``.git/config`` included, and the process's own
+environment may hold a credential or a ``GIT_*`` variable a step set. So git gets none of the
+process's ``GIT_*`` variables and none of its credentials (``rio_ci.core.credentials``), no
+system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` the null device),
+no system attributes, no terminal prompt and no askpass program; and its settings go on git's
+command scope (``GIT_CONFIG_COUNT``), which outranks every configuration file git could still
+read, starting with ``HARDENED``: no hooks, no fsmonitor, no untracked cache.
+
+Each caller adds what its own git needs on top: the model's ``git status``
+(``rio_ci/model/environment.py``) also refuses a tree that declares filter drivers; the
+harness's own git (``rio_ci/github/git.py``) has a git directory and a home of its own and
+many more settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Sequence
+
+from rio_ci.core.credentials import SECRET_NAME
+
+__all__ = ["HARDENED", "git_environment"]
+
+# The settings no git rio-ci runs may take from a tree: each would run a program of the tree's.
+HARDENED: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("core.untrackedCache", "false"),
+)
+
+
+def git_environment(
+    settings: Sequence[tuple[str, str]] = (),
+    *,
+    dropped: Collection[str] = (),
+    **variables: str,
+) -> dict[str, str]:
+    """The environment for one git command: this process's, without any ``GIT_*`` variable, any
+    credential or any name in ``dropped``; with the rules above, then ``variables``, and
+    ``HARDENED`` followed by ``settings`` on git's command scope (always both, so no caller
+    can forget ``HARDENED``)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_") and k not in dropped and not SECRET_NAME.search(k)
+    }
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_ASKPASS="",
+    )
+    env.update(variables)
+    scoped = (*HARDENED, *settings)
+    env["GIT_CONFIG_COUNT"] = str(len(scoped))
+    for index, (key, value) in enumerate(scoped):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return env
