@@ -1,7 +1,7 @@
 """``rio-ci show``: a readable summary of a Session (committed facts only). Everything a
 Cell or a model wrote is printed with its terminal control characters escaped.
 
-It reads the projection alone (the snapshot and the events after it), so it takes the same
+It reads the projection alone (the saved projection and the events after it), so it takes the same
 time however long the Journal is: the Executions the State may show (in context, not
 finished, or unresolved) and the last ``DEPARTED_KEPT`` that the fold dropped once settled,
 with the number dropped before them (their events stay in the Journal: ``rio-ci events``)."""

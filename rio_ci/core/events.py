@@ -130,8 +130,8 @@ class MessageReceived(TypedDict):
 
 
 class TurnPrepared(TypedDict):
-    """The Turn's snapshot is not stored: the fold renders it from the projection at this
-    event and the delivered message ids, so replay rebuilds the very same snapshot."""
+    """The Turn's State is not stored: the fold renders it from the projection at this
+    event and the delivered message ids, so replay rebuilds the very same State."""
 
     turn_id: str
     revision: int

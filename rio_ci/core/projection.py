@@ -16,10 +16,10 @@ from typing import Any
 from rio_ci.core.limits import Limits
 from rio_ci.core.state import is_unresolved
 
-# The shape of a Projection. Raise it whenever the fold changes what it keeps: a snapshot
-# written in another format is ignored and the Journal replayed.
+# The shape of a Projection. Raise it whenever the fold changes what it keeps: a saved
+# projection written in another format is ignored and the Journal replayed.
 PROJECTION_FORMAT = 4
-DEPARTED_KEPT = 10  # more would cross a page of the snapshot in the bench's drive
+DEPARTED_KEPT = 10  # more would cross a page of the saved projection in the bench's drive
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The fold: ``apply(projection, seq, kind, data)``. It reads every event kind through the
 types of ``rio_ci.core.events``; events written by an older rio-ci (with fields that are now
-derived, such as a Turn's stored snapshot or a result's Inbox message) fold the same way.
+derived, such as a Turn's stored State or a result's Inbox message) fold the same way.
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ def _prune(proj: Projection) -> None:
 def departed(ex: dict[str, Any]) -> dict[str, Any]:
     """What is kept of a dropped (so finished) Execution: its Cell in short (its kind and
     the start of its argv or its source's first line: what ``show`` prints) and its result;
-    no output. Small: the snapshot carries ``DEPARTED_KEPT`` of them."""
+    no output. Small: the saved projection carries ``DEPARTED_KEPT`` of them."""
     return {
         "cell_id": ex["cell_id"],
         "cell": short_cell(ex["cell"]),

@@ -17,7 +17,7 @@ from rio_ci.forge.base import Forge
 from rio_ci.github import newest
 from rio_ci.github.env import ActionEnv, log, warn
 from rio_ci.github.provenance import Provenance
-from rio_ci.github.record import LaunchRecord, journal_events
+from rio_ci.github.record import LaunchRecord, tail_events
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from rio_ci.store.launch_record import Record
@@ -195,7 +195,7 @@ def _superseded(db: Path, record: Record, generation: int) -> Merge:
 
 
 def _same_history(session: Session, record: Record, last: int) -> bool:
-    mine = {e["seq"]: e for e in journal_events(session, record.after_seq) if e["seq"] <= last}
+    mine = {e["seq"]: e for e in tail_events(session, record.after_seq) if e["seq"] <= last}
     return all(
         e["kind"] == mine[e["seq"]]["kind"] and json_equal(e["data"], mine[e["seq"]]["data"])
         for e in record.events
@@ -238,7 +238,7 @@ def _adopt(db: Path, record: Record, generation: int) -> Merge:
             session_id=record.session_id,
         )
         try:
-            created = next(journal_events(session, 0))
+            created = next(tail_events(session, 0))
             if not json_equal(created["data"], data):
                 raise ValueError("its first event cannot be made again here")
             session.import_tail(1, record.events[1:])

@@ -63,7 +63,7 @@ def ref_for(issue: int) -> str:
     return f"refs/rio/sessions/{issue}"
 
 
-def journal_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
+def tail_events(session: Session, after: int) -> Iterator[dict[str, Any]]:
     """The Session's events after ``after`` in the tail's shape."""
     for event in session.events(after=after):
         yield json.loads(event_line(event))

@@ -92,7 +92,7 @@ class ModelRequest:
     """Everything a model sees for one attempt of one Turn."""
 
     turn_id: str
-    state: dict[str, Any]  # the Turn's fixed snapshot (rio.state/1)
+    state: dict[str, Any]  # the Turn's State, fixed when it was prepared (rio.state/1)
     round_index: int  # k: this is the Session's k-th Turn (1-based), counted from accepted patches
     # Why the previous attempt for this Turn was not admitted (a rejected patch or an invalid
     # reply), told to the model so it can correct itself; None on a first attempt.

@@ -24,9 +24,9 @@ OPEN_SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
 
 def measure_storage(root: Path, quick: bool) -> dict[str, Any]:
     """Bytes a round adds at steady state (after the first ``warm`` rounds, across several
-    snapshot rewrites) ÷ the round's new content. Each round ends with a checkpoint that
-    folds the WAL into the file and truncates it: the file's growth is what the round left,
-    and the WAL's size just before is what the round wrote."""
+    rewrites of the saved projection) ÷ the round's new content. Each round ends with a WAL
+    checkpoint that copies the WAL into the file and truncates it: the file's growth is what
+    the round left, and the WAL's size just before is what the round wrote."""
     path = root / "storage.sqlite3"
     session = new_session(path)
     warm, measured = (20, 60) if quick else (50, 300)
