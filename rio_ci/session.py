@@ -37,7 +37,8 @@ from rio_ci.core.view import next_turn, render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.model.base import ModelReply
-from rio_ci.store.journal import Journal, Writer
+from rio_ci.store.journal import Guard, Journal, Writer
+from rio_ci.store.sessionfile import Identity
 
 __all__ = ["Receipt", "Session"]
 _NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
@@ -127,8 +128,33 @@ class Session:
         return self.journal.size_bytes()
 
     def checkpoint(self) -> None:
-        """Fold the WAL into the file and truncate it."""
+        """Copy the WAL into the file and truncate it (a TRUNCATE WAL checkpoint)."""
         self.journal.checkpoint()
+
+    # --- the file under its Owner ---------------------------------------------------------
+
+    @property
+    def file_identity(self) -> Identity | None:
+        """(device, inode) of the file this Session opened, whatever its path names now."""
+        return self.journal.identity
+
+    def guard_file(self, guard: Guard | None) -> None:
+        """Ask ``guard`` (the Owner's checks for damage) before every commit and every
+        ``check_file``: once it finds a problem, this Session commits nothing more (None:
+        no such checks)."""
+        self.journal.guard = guard
+
+    def check_file(self) -> None:
+        """Raise StorageError, for good, once the path no longer names the file this Session
+        opened (renamed, removed, replaced: its WAL is first copied into the file, a WAL
+        checkpoint) or the guard found a problem; every commit checks it first."""
+        self.journal.check_file()
+
+    def checkpoint_full(self) -> None:
+        """Copy every committed WAL frame into the database file and sync it (a FULL WAL
+        checkpoint, which waits for readers): what is committed no longer lives only in
+        the WAL. StorageError when SQLite cannot."""
+        self.journal.checkpoint_full()
 
     # --- writing: every outcome is a method --------------------------------------------
 

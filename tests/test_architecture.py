@@ -4,7 +4,7 @@
 - only ``rio_ci/store/journal.py`` imports ``sqlite3``, with two documented exceptions: bench's
   bare baseline commit (it measures SQLite itself) and ``rio_ci/store/sessionfile.py`` (read-only
   looks at a file before the Journal opens it, and single-file copies);
-- nothing outside the Session (and the Owner's file guard) reaches ``session.journal``;
+- nothing outside the Session and the store reaches ``session.journal``;
 - a function's size and complexity are bounded (ruff C901, PLR0915), a module's are not;
 - events are built only by ``rio_ci.core.events`` constructors (no module but the Session
   appends, and the Session appends only what those constructors return).
@@ -187,9 +187,9 @@ def test_no_forge_module_serves_two_hosts() -> None:
         )
 
 
-# The Owner guards the very file the Journal has open (its identity, refusal, the fold
-# before a launch): that is the Journal's business on the Owner's behalf, and stays there.
-JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/store/journal.py", "rio_ci/run/owner.py"}
+# Only the Session and the store reach the Journal. The Owner too asks the Session for what
+# it needs of the file it guards: its identity, the guard, the check, the WAL checkpoint.
+JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/store/journal.py"}
 
 
 def reaches_the_journal(source: str) -> bool:
