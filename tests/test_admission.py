@@ -50,7 +50,7 @@ def reject(session: Session, build: Build, match: str) -> str:
     turn = session.prepare_turn()
     patch = Patch(turn["state"])
     ops = ops_of(build(patch), patch)
-    path = session.journal.path
+    path = session.path
     before_rows, before_state = journal_rows(path), session.state()
     result = session.step(turn["turn_id"], ops)
     assert isinstance(result, Rejection), f"accepted: {result}"
@@ -384,9 +384,7 @@ def test_replacing_with_identical_source_is_a_new_version_and_a_new_run(session:
         }
     }
     runs = [
-        e["data"]["executions"]
-        for e in journal_rows(session.journal.path)
-        if e["kind"] == "patch_accepted"
+        e["data"]["executions"] for e in journal_rows(session.path) if e["kind"] == "patch_accepted"
     ]
     assert runs == [[1], [2]]
 
@@ -451,7 +449,7 @@ def test_invalid_cells_are_rejected(session: Session, cell: dict[str, Any], matc
 
 def test_plain_text_controls_nothing(session: Session) -> None:
     accept(session, lambda p: p.add(note("done")))
-    accepted = [e for e in journal_rows(session.journal.path) if e["kind"] == "patch_accepted"]
+    accepted = [e for e in journal_rows(session.path) if e["kind"] == "patch_accepted"]
     assert accepted[-1]["data"]["controls"] == []
     assert session.proj.controls == []
 
@@ -605,9 +603,7 @@ def test_a_resolution_must_cite_committed_observations(
     uncertain: tuple[Session, int, int], which: str
 ) -> None:
     session, _, _ = uncertain
-    turn_seq = max(
-        e["seq"] for e in journal_rows(session.journal.path) if e["kind"] == "turn_prepared"
-    )
+    turn_seq = max(e["seq"] for e in journal_rows(session.path) if e["kind"] == "turn_prepared")
     seq = {
         "missing": session.proj.last_seq + 50,
         "absurd": 10**30,
@@ -639,13 +635,13 @@ def test_a_resolution_with_evidence_keeps_the_original_record(
     uncertain: tuple[Session, int, int],
 ) -> None:
     session, own, comment = uncertain
-    record = [e for e in journal_rows(session.journal.path) if e["seq"] == own]
+    record = [e for e in journal_rows(session.path) if e["seq"] == own]
     receipt = submit(session, lambda p: p.add(resolution(1, f"session:event:{comment}")))
     note_id = receipt.cell_ids[0]
     shown = session.state()["runtime"]["cells"]["1"]
     assert shown["resolved_by"] == note_id
     assert shown["result"]["type"] == "UnknownExecution"
-    assert [e for e in journal_rows(session.journal.path) if e["seq"] == own] == record
+    assert [e for e in journal_rows(session.path) if e["seq"] == own] == record
     reject(
         session,
         lambda p: p.add(resolution(1, f"session:event:{comment}")),

@@ -350,7 +350,7 @@ class Base:
 def freeze(session: Session) -> Base:
     """The open Turn of ``session`` with every fact admission may look up."""
     session.prepare_turn()
-    rows = journal_rows(session.journal.path)
+    rows = journal_rows(session.path)
     observations = {e["seq"]: e["kind"] for e in rows if e["kind"] in OBSERVATION_KINDS}
     recorded = frozenset(e["data"]["cell_id"] for e in rows if e["kind"] == "execution_finished")
     proj = Projection.from_dict(session.refresh().to_dict())
@@ -475,9 +475,9 @@ class StepMachine(RuleBasedStateMachine):
         session = self.session
         turn = session.prepare_turn()
         patch = data.draw(patches(Snapshot(turn["state"], session.proj.last_seq)))
-        rows, state = journal_rows(session.journal.path), session.state()
+        rows, state = journal_rows(session.path), session.state()
         result = session.step(turn["turn_id"], patch)
-        after_rows, after = journal_rows(session.journal.path), session.state()
+        after_rows, after = journal_rows(session.path), session.state()
         if isinstance(result, Rejection):
             StepMachine.outcomes["rejected"] += 1
             assert after_rows[:-1] == rows

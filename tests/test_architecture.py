@@ -211,6 +211,42 @@ def test_the_journal_check_catches_a_reader() -> None:
     assert not reaches_the_journal("for e in session.events(): pass")
 
 
+def reached_through_the_journal(source: str) -> set[str]:
+    """The names ``source`` reads of something's ``journal`` (``session.journal.path``: path)."""
+    return {
+        node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "journal"
+    }
+
+
+def test_tests_ask_the_session_for_what_it_offers() -> None:
+    """A test reaches through ``session.journal`` only for what is the Journal's own (a
+    replay, a reopen, dropped derived data, a write as another process makes one); the
+    Journal's tests excepted."""
+    from rio_ci.session import Session
+
+    tests = PACKAGE.parent / "tests"
+    found = {
+        f"{path.relative_to(tests)}: {name}"
+        for path in tests.rglob("*.py")
+        if path.name != "test_journal.py"
+        for name in reached_through_the_journal(path.read_text())
+        if hasattr(Session, name)
+    }
+    assert found == set()
+
+
+def test_the_session_offer_check_catches_a_reach_through() -> None:
+    assert reached_through_the_journal("session.journal.path\nowner.session.journal.replay()") == {
+        "path",
+        "replay",
+    }
+    assert reached_through_the_journal("session.path\njournal.replay()") == set()
+
+
 def test_function_size_and_complexity_are_bounded_by_ruff() -> None:
     """The rule is a bound on a function, not on a module (ruff enforces it in
     test_quality.py): C901 (complexity) and PLR0915 (statements), thresholds in pyproject."""
