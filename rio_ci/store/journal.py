@@ -423,7 +423,7 @@ def _build(partial: Path, session_id: str, first: Event, synchronous: str) -> No
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
-        conn.close()  # the last connection: SQLite folds the WAL into the file
+        conn.close()  # the last connection: SQLite copies the WAL into the file
 
 
 def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
