@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import rio_ci.sdk_preload  # noqa: F401  (first: starts the SDK import for `run`)
 from rio_ci import jsonio
 from rio_ci.commands.human import add_output_flags, render
-from rio_ci.core.admission import Rejection
+from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
@@ -159,11 +159,14 @@ def cmd_turn(args: argparse.Namespace) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     patch = _read_json(_read_input(args.patch), "PATCH")
+    result: Receipt | Rejection | Rejected
     try:
         result = Session.open(args.db).step(args.turn_id, patch)
-    except Rejected as exc:  # a conflict or an unknown Turn: rejected, like a bad patch
-        result = Rejection(str(exc))
-    if isinstance(result, Rejection):  # the failure line: JSON, like an error, even --human
+    except Rejected as exc:  # an unknown or closed Turn: refused like a bad patch, not recorded
+        result = exc
+    # One idea, two forms (a value, an exception): the failure line, JSON like an error,
+    # even --human.
+    if isinstance(result, Rejection | Rejected):
         _emit({"rejected": result.reason})
         return 3
     _out(args, result.to_dict())

@@ -1,9 +1,10 @@
 """Exceptions for broken infrastructure. Expected outcomes (a rejected patch, a failing
-script, a timeout) are values, never exceptions.
+script, a timeout) are values, never exceptions: a refused patch is a
+``rio_ci.core.admission.Rejection``; ``Rejected`` is the same idea where an API raises.
 
     RioError                  base; ``exit_code`` is the CLI status it maps to
     ├── UsageError            bad command-line input (exit 2)
-    ├── Rejected              an input the contract refuses: patch, message, Turn (exit 3)
+    ├── Rejected              an input the contract refuses: message, Timer, Turn (exit 3)
     ├── StorageError          the Session file or its lock cannot be trusted (exit 4)
     │   ├── OwnershipError    another Owner holds the Session
     │   ├── UncertainCommit   a COMMIT's outcome is unknown: reopen before doing anything
@@ -29,9 +30,17 @@ class UsageError(RioError):
 
 
 class Rejected(RioError):
-    """The input was refused and nothing was committed."""
+    """A rejection raised: the input was refused for ``reason`` and nothing was committed.
+    Admission returns its rejections as values (``rio_ci.core.admission.Rejection``: a
+    refused patch is a result, recorded by digest and size); a Session method that has no
+    such result to return raises this instead: ``receive`` for a full Inbox, ``step`` for an
+    unknown or closed Turn. The CLI prints either as ``{"rejected": reason}`` and exits 3."""
 
     exit_code = 3
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 class StorageError(RioError):

@@ -18,9 +18,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from rio_ci.core import admission
 from rio_ci.core import events as ev
-from rio_ci.core.admission import Encoded, Facts, Receipt, Rejection, decide, encode, unwrap
+from rio_ci.core.admission import Receipt, Rejection, decide, decide_again
 from rio_ci.core.limits import Limits
 from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection
@@ -37,7 +36,8 @@ from rio_ci.core.view import next_turn, render
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import Rejected, RunEnded
 from rio_ci.model.base import ModelReply
-from rio_ci.store.journal import Journal, Writer
+from rio_ci.store.journal import Guard, Journal, Writer
+from rio_ci.store.sessionfile import Identity
 
 __all__ = ["Receipt", "Session"]
 _NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
@@ -46,6 +46,7 @@ _NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not tex
 class Session:
     def __init__(self, journal: Journal):
         self.journal = journal
+        self._history = _History(journal)
 
     @classmethod
     def create(
@@ -127,8 +128,33 @@ class Session:
         return self.journal.size_bytes()
 
     def checkpoint(self) -> None:
-        """Fold the WAL into the file and truncate it."""
+        """Copy the WAL into the file and truncate it (a TRUNCATE WAL checkpoint)."""
         self.journal.checkpoint()
+
+    # --- the file under its Owner ---------------------------------------------------------
+
+    @property
+    def file_identity(self) -> Identity | None:
+        """(device, inode) of the file this Session opened, whatever its path names now."""
+        return self.journal.identity
+
+    def guard_file(self, guard: Guard | None) -> None:
+        """Ask ``guard`` (the Owner's checks for damage) before every commit and every
+        ``check_file``: once it finds a problem, this Session commits nothing more (None:
+        no such checks)."""
+        self.journal.guard = guard
+
+    def check_file(self) -> None:
+        """Raise StorageError, for good, once the path no longer names the file this Session
+        opened (renamed, removed, replaced: its WAL is first copied into the file, a WAL
+        checkpoint) or the guard found a problem; every commit checks it first."""
+        self.journal.check_file()
+
+    def checkpoint_full(self) -> None:
+        """Copy every committed WAL frame into the database file and sync it (a FULL WAL
+        checkpoint, which waits for readers): what is committed no longer lives only in
+        the WAL. StorageError when SQLite cannot."""
+        self.journal.checkpoint_full()
 
     # --- writing: every outcome is a method --------------------------------------------
 
@@ -232,51 +258,37 @@ class Session:
         }
 
     def step(self, turn_id: str, patch: Any) -> Receipt | Rejection:
-        """Admit one patch for a Turn. Identical re-submission returns the original Receipt."""
-        ops = unwrap(patch)
+        """Admit one patch for a Turn: its Receipt, or its Rejection, recorded (digest, size,
+        reason). Identical re-submission returns the original Receipt. ``Rejected``, recording
+        nothing, for a Turn never prepared or closed without a patch."""
         if not is_text_safe(turn_id):
             raise Rejected(f"unknown Turn: {_NOT_TEXT}")
-        encoded = encode(ops)  # the only encoding of the patch: fingerprint, size, storage
         with self.journal.write(crash_before="accept_before_commit") as w:
-            proj, turn = w.proj, w.proj.turn
+            turn = w.proj.turn
             if turn is None or turn["turn_id"] != turn_id:  # the open Turn accepted nothing
-                return self._closed_turn(w, turn_id, ops, encoded)
-            decision = decide(proj, turn, ops, self._facts(proj, ops), encoded)
-            if isinstance(decision, Rejection):
-                w.append(ev.patch_rejected(turn_id, decision.reason, encoded.digest, encoded.size))
-                return decision
-            data, text = decision.stored(turn_id, ops, encoded)
-            seq = w.append(ev.patch_accepted(data), text=text)
-            receipt = Receipt(turn_id, decision.revision, [c["id"] for c in decision.cells], seq)
+                return self._closed_turn(w, turn_id, patch)
+            # One call: admission unwraps, encodes once, checks and decides, asking history
+            # only what a rule needs; its text is stored as it is and its data folded uncopied.
+            outcome = decide(w.proj, turn, patch, self._history)
+            if isinstance(outcome, Rejection):
+                return _record(w, turn_id, outcome)
+            receipt = outcome.receipt(w.append(ev.patch_accepted(outcome.data), text=outcome.text))
         crash_point("accept_after_commit")
         return receipt
 
-    def _closed_turn(
-        self, w: Writer, turn_id: str, ops: Any, encoded: Encoded
-    ) -> Receipt | Rejection:
+    def _closed_turn(self, w: Writer, turn_id: str, patch: Any) -> Receipt | Rejection:
         """A step for a Turn not open: the same patch's Receipt (equal by value too), else
         why not; a conflict is recorded like any rejection (digest, size, reason:
         docs/patches.md)."""
         prepared = self.journal.find(turn_id, "turn_prepared")
         accepted = prepared and self.journal.find(turn_id, "patch_accepted", prepared["seq"])
         if accepted:
-            if accepted["digest"] == encoded.digest or json_equal(accepted["patch"], ops):
-                return Receipt.of(accepted)
-            why = f"conflict: Turn {turn_id} already accepted a different patch"
-            w.append(ev.patch_rejected(turn_id, why, encoded.digest, encoded.size))
-            return Rejection(why)
+            outcome = decide_again(accepted, patch)
+            return outcome if isinstance(outcome, Receipt) else _record(w, turn_id, outcome)
         _not_ended(w, "no new patches")
         raise Rejected(
             f"unknown Turn {turn_id}" if prepared is None else f"Turn {turn_id} is closed"
         )
-
-    def _facts(self, proj: Projection, ops: Any) -> Facts:
-        """Journal look-ups admission needs: cited observations, historical cancel targets."""
-        cited, targets = admission.cited_and_targets(ops, proj.last_seq)
-        kinds = self.journal.kinds_of(cited) if cited else {}
-        observations = {seq: kind for seq, kind in kinds.items() if kind in ev.OBSERVATION_KINDS}
-        recorded = frozenset(t for t in targets if self.journal.find(str(t), "execution_finished"))
-        return Facts(observations=observations, recorded_executions=recorded)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -518,6 +530,26 @@ class Session:
                     cleanup_error=cleanup_error,
                 )
             )
+
+
+class _History:
+    """What admission asks of committed history (``admission.Facts``), answered from the
+    Journal inside the step's transaction."""
+
+    def __init__(self, journal: Journal):
+        self._journal = journal
+
+    def kinds_of(self, seqs: set[int]) -> dict[int, str]:
+        return self._journal.kinds_of(seqs) if seqs else {}
+
+    def execution_recorded(self, cell_id: int) -> bool:
+        return self._journal.find(str(cell_id), "execution_finished") is not None
+
+
+def _record(w: Writer, turn_id: str, rejection: Rejection) -> Rejection:
+    """Commit a rejected patch as the Journal keeps one: its digest, size and reason."""
+    w.append(ev.patch_rejected(turn_id, rejection.reason, rejection.digest, rejection.size))
+    return rejection
 
 
 def _not_ended(w: Writer, what: str) -> Projection:

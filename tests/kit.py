@@ -125,6 +125,6 @@ def events(db: str | Path) -> list[dict[str, Any]]:
 
     session = Session.open(Path(db))
     try:
-        return list(session.journal.events())
+        return list(session.events())
     finally:
         session.close()

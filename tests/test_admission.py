@@ -30,7 +30,7 @@ from conftest import (
     succeed,
 )
 
-from rio_ci.core.admission import Rejection, digest
+from rio_ci.core.admission import Rejection, decide, digest
 from rio_ci.core.state import encoded_size
 from rio_ci.session import Receipt, Session
 from tests.kit import Patch, cli_env, until
@@ -50,7 +50,7 @@ def reject(session: Session, build: Build, match: str) -> str:
     turn = session.prepare_turn()
     patch = Patch(turn["state"])
     ops = ops_of(build(patch), patch)
-    path = session.journal.path
+    path = session.path
     before_rows, before_state = journal_rows(path), session.state()
     result = session.step(turn["turn_id"], ops)
     assert isinstance(result, Rejection), f"accepted: {result}"
@@ -69,6 +69,11 @@ def reject(session: Session, build: Build, match: str) -> str:
             )
         ),
     }
+    # The Rejection carries what was recorded of the patch.
+    assert (result.digest, result.size) == (
+        after_rows[-1]["data"]["digest"],
+        after_rows[-1]["data"]["size"],
+    )
     assert session.state() == before_state
     assert session.prepare_turn() == turn  # the Turn is not used up
     return result.reason
@@ -384,9 +389,7 @@ def test_replacing_with_identical_source_is_a_new_version_and_a_new_run(session:
         }
     }
     runs = [
-        e["data"]["executions"]
-        for e in journal_rows(session.journal.path)
-        if e["kind"] == "patch_accepted"
+        e["data"]["executions"] for e in journal_rows(session.path) if e["kind"] == "patch_accepted"
     ]
     assert runs == [[1], [2]]
 
@@ -451,7 +454,7 @@ def test_invalid_cells_are_rejected(session: Session, cell: dict[str, Any], matc
 
 def test_plain_text_controls_nothing(session: Session) -> None:
     accept(session, lambda p: p.add(note("done")))
-    accepted = [e for e in journal_rows(session.journal.path) if e["kind"] == "patch_accepted"]
+    accepted = [e for e in journal_rows(session.path) if e["kind"] == "patch_accepted"]
     assert accepted[-1]["data"]["controls"] == []
     assert session.proj.controls == []
 
@@ -605,9 +608,7 @@ def test_a_resolution_must_cite_committed_observations(
     uncertain: tuple[Session, int, int], which: str
 ) -> None:
     session, _, _ = uncertain
-    turn_seq = max(
-        e["seq"] for e in journal_rows(session.journal.path) if e["kind"] == "turn_prepared"
-    )
+    turn_seq = max(e["seq"] for e in journal_rows(session.path) if e["kind"] == "turn_prepared")
     seq = {
         "missing": session.proj.last_seq + 50,
         "absurd": 10**30,
@@ -639,18 +640,60 @@ def test_a_resolution_with_evidence_keeps_the_original_record(
     uncertain: tuple[Session, int, int],
 ) -> None:
     session, own, comment = uncertain
-    record = [e for e in journal_rows(session.journal.path) if e["seq"] == own]
+    record = [e for e in journal_rows(session.path) if e["seq"] == own]
     receipt = submit(session, lambda p: p.add(resolution(1, f"session:event:{comment}")))
     note_id = receipt.cell_ids[0]
     shown = session.state()["runtime"]["cells"]["1"]
     assert shown["resolved_by"] == note_id
     assert shown["result"]["type"] == "UnknownExecution"
-    assert [e for e in journal_rows(session.journal.path) if e["seq"] == own] == record
+    assert [e for e in journal_rows(session.path) if e["seq"] == own] == record
     reject(
         session,
         lambda p: p.add(resolution(1, f"session:event:{comment}")),
         "not an unresolved UnknownExecution",
     )
+
+
+class Asked:
+    """``admission.Facts`` answered from a Session's events, noting every question."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.questions: list[tuple[str, Any]] = []
+
+    def kinds_of(self, seqs: set[int]) -> dict[int, str]:
+        self.questions.append(("kinds_of", sorted(seqs)))
+        return {e["seq"]: e["kind"] for e in self.session.events() if e["seq"] in seqs}
+
+    def execution_recorded(self, cell_id: int) -> bool:
+        self.questions.append(("execution_recorded", cell_id))
+        return self.session.find(str(cell_id), "execution_finished") is not None
+
+
+def test_admission_asks_history_only_what_a_rule_needs(
+    uncertain: tuple[Session, int, int],
+) -> None:
+    """Nothing for a patch no rule about history concerns; the kinds of the seqs a
+    resolution cites (none past the last event); whether an Execution was recorded only for a
+    cancel target the projection does not hold."""
+    session, _, comment = uncertain
+    turn = session.prepare_turn()
+    proj = session.refresh()
+    assert proj.turn is not None
+
+    def asked(build: Build) -> list[tuple[str, Any]]:
+        facts, patch = Asked(session), Patch(turn["state"])
+        build(patch)
+        decide(proj, proj.turn, patch.build(), facts)
+        return facts.questions
+
+    assert asked(lambda p: p.add(note("plain")).add(cmd("true"))) == []
+    cited = (f"session:event:{comment}", f"session:event:{proj.last_seq + 50}")
+    assert asked(lambda p: p.add(resolution(1, *cited))) == [("kinds_of", [comment])]
+    assert asked(lambda p: p.add(note("stop", role="cancel", target_cell_id=1))) == []
+    assert asked(lambda p: p.add(note("stop", role="cancel", target_cell_id=99))) == [
+        ("execution_recorded", 99)
+    ]
 
 
 def test_resolving_a_real_unknown_execution_after_a_killed_owner(rio: Any, tmp_path: Path) -> None:
@@ -781,6 +824,36 @@ def test_a_different_patch_for_an_accepted_turn_is_a_conflict(rio: Any) -> None:
     assert added["kind"] == "patch_rejected" and added["reason"] == out["rejected"]
     assert added["turn_id"] == turn["turn_id"] and added["size"] > 0
     assert len(added["digest"]) == 64 and "patch" not in added
+
+
+def test_a_resubmission_matches_by_value_and_a_conflict_is_recorded_by_its_own_digest(
+    session: Session,
+) -> None:
+    """The accepted patch again with its keys in another order (another digest) is the same
+    patch: its Receipt, nothing recorded. A different one is recorded by its own digest and
+    size, which the returned Rejection carries too."""
+    turn = session.prepare_turn()
+    ops = Patch(turn["state"]).add(note("a")).build()
+    receipt = session.step(turn["turn_id"], ops)
+    assert isinstance(receipt, Receipt)
+    reordered = [dict(reversed(op.items())) for op in ops]
+    assert digest(reordered) != digest(ops)
+    last = session.proj.last_seq
+    assert session.step(turn["turn_id"], {"patch": reordered}) == receipt
+    assert session.proj.last_seq == last
+    other = Patch(turn["state"]).add(note("b")).build()
+    conflict = session.step(turn["turn_id"], other)
+    assert isinstance(conflict, Rejection)
+    size = len(json.dumps(other, separators=(",", ":")).encode())
+    assert (conflict.digest, conflict.size) == (digest(other), size)
+    (recorded,) = session.events(after=last)
+    assert recorded["kind"] == "patch_rejected"
+    assert {k: recorded[k] for k in ("turn_id", "reason", "digest", "size")} == {
+        "turn_id": turn["turn_id"],
+        "reason": f"conflict: Turn {turn['turn_id']} already accepted a different patch",
+        "digest": digest(other),
+        "size": size,
+    }
 
 
 def test_a_revision_test_compares_numbers_by_value(rio: Any) -> None:

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from rio_ci.core.admission import Accepted, Facts, Rejection, decide
+from rio_ci.core.admission import Accepted, Rejection, decide, digest
 from rio_ci.core.events import OBSERVATION_KINDS
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
@@ -283,53 +283,40 @@ def garbage(draw: st.DrawFn) -> Any:
 # --- what an acceptance must satisfy -------------------------------------------------------
 
 
-def check_accepted(proj: Projection, turn: dict[str, Any], d: Accepted) -> None:
+def check_accepted(proj: Projection, turn: dict[str, Any], accepted: Accepted) -> None:
+    d = accepted.data
+    # The stored text is the data (the new Cells aside: derived from the patch) and its
+    # digest is the patch's.
+    assert json.loads(accepted.text) == {k: v for k, v in d.items() if k != "cells"}
+    assert d["digest"] == digest(d["patch"])
     old_heads = [c["id"] for c in proj.cells]
-    new_ids = [c["id"] for c in d.cells]
-    assert d.revision == proj.revision + 1
+    new_ids = [c["id"] for c in d["cells"]]
+    assert d["revision"] == proj.revision + 1
     assert new_ids == list(range(proj.next_cell_id, proj.next_cell_id + len(new_ids)))
-    assert d.next_cell_id == proj.next_cell_id + len(new_ids)
-    assert len(set(d.heads)) == len(d.heads), "heads are unique"
-    assert set(d.heads) <= set(old_heads) | set(new_ids), "no id comes back"
-    replaced = [c["previous_id"] for c in d.cells if c["previous_id"] is not None]
+    assert d["next_cell_id"] == proj.next_cell_id + len(new_ids)
+    assert len(set(d["heads"])) == len(d["heads"]), "heads are unique"
+    assert set(d["heads"]) <= set(old_heads) | set(new_ids), "no id comes back"
+    replaced = [c["previous_id"] for c in d["cells"] if c["previous_id"] is not None]
     assert len(set(replaced)) == len(replaced), "one successor per Cell"
     assert set(replaced) <= set(old_heads)
-    assert set(d.removed) <= set(old_heads) and not set(d.removed) & set(d.heads)
-    assert set(old_heads) == (set(old_heads) & set(d.heads)) | set(d.removed) | set(replaced)
+    assert set(d["removed"]) <= set(old_heads) and not set(d["removed"]) & set(d["heads"])
+    assert set(old_heads) == (set(old_heads) & set(d["heads"])) | set(d["removed"]) | set(replaced)
     busy = {e["cell_id"] for e in proj.pending()}
     assert not busy & set(replaced), "a pending Cell was replaced"
-    for cell in d.cells:
+    for cell in d["cells"]:
         assert validate_cell(cell) is None
-    assert d.executions == [c["id"] for c in d.cells if c["kind"] in EXECUTABLE]
-    by_id = {c["id"]: c for c in [*proj.cells, *d.cells]}
-    assert encoded_size([by_id[i] for i in d.heads]) <= proj.limits.context_bytes // 2
-    outstanding = len(proj.pending()) + len(proj.unresolved()) + len(d.executions)
+    assert d["executions"] == [c["id"] for c in d["cells"] if c["kind"] in EXECUTABLE]
+    by_id = {c["id"]: c for c in [*proj.cells, *d["cells"]]}
+    assert encoded_size([by_id[i] for i in d["heads"]]) <= proj.limits.context_bytes // 2
+    outstanding = len(proj.pending()) + len(proj.unresolved()) + len(d["executions"])
     assert outstanding <= proj.limits.pending_cells
-    assert d.consumed == turn["delivered"]
-    # The fold agrees with the decision.
+    assert d["consumed"] == turn["delivered"]
+    # The fold, handed the event's data as the Session hands it, agrees with the decision.
+    assert d["turn_id"] == turn["turn_id"]
     folded = Projection.from_dict(json.loads(json.dumps(proj.__dict__)))
-    apply(
-        folded,
-        folded.last_seq + 1,
-        "patch_accepted",
-        {
-            "turn_id": turn["turn_id"],
-            "patch": [],
-            "digest": d.digest,
-            "revision": d.revision,
-            "next_cell_id": d.next_cell_id,
-            "cells": d.cells,
-            "heads": d.heads,
-            "removed": d.removed,
-            "executions": d.executions,
-            "controls": d.controls,
-            "consumed": d.consumed,
-            "pause_cleared": d.pause_cleared,
-            "receipt": {},
-        },
-    )
-    assert [c["id"] for c in folded.cells] == d.heads
-    for cell_id in d.executions:
+    apply(folded, folded.last_seq + 1, "patch_accepted", dict(d))
+    assert [c["id"] for c in folded.cells] == d["heads"]
+    for cell_id in d["executions"]:
         assert folded.executions[str(cell_id)]["phase"] == "queued"
 
 
@@ -337,10 +324,25 @@ def check_accepted(proj: Projection, turn: dict[str, Any], d: Accepted) -> None:
 
 
 @dataclass(frozen=True)
+class Known:
+    """The facts admission may ask of history (``admission.Facts``), read once from the
+    file: every event's kind, and the Cells whose Execution finished."""
+
+    kinds: dict[int, str]
+    finished: frozenset[int]
+
+    def kinds_of(self, seqs: set[int]) -> dict[int, str]:
+        return {seq: self.kinds[seq] for seq in seqs if seq in self.kinds}
+
+    def execution_recorded(self, cell_id: int) -> bool:
+        return cell_id in self.finished
+
+
+@dataclass(frozen=True)
 class Base:
     proj: Projection
     turn: dict[str, Any]
-    facts: Facts
+    facts: Known
 
     @property
     def snap(self) -> Snapshot:
@@ -350,12 +352,13 @@ class Base:
 def freeze(session: Session) -> Base:
     """The open Turn of ``session`` with every fact admission may look up."""
     session.prepare_turn()
-    rows = journal_rows(session.journal.path)
-    observations = {e["seq"]: e["kind"] for e in rows if e["kind"] in OBSERVATION_KINDS}
+    rows = journal_rows(session.path)
+    kinds = {e["seq"]: e["kind"] for e in rows}
+    assert set(kinds.values()) - OBSERVATION_KINDS, "admission must tell observations apart"
     recorded = frozenset(e["data"]["cell_id"] for e in rows if e["kind"] == "execution_finished")
     proj = Projection.from_dict(session.refresh().to_dict())
     assert proj.turn is not None
-    return Base(proj, proj.turn, Facts(observations, recorded))
+    return Base(proj, proj.turn, Known(kinds, recorded))
 
 
 @pytest.fixture(scope="module")
@@ -430,7 +433,7 @@ def check_one(base: Base, patch: Any, outcomes: Counter[str]) -> None:
         assert isinstance(result, Accepted)
         check_accepted(base.proj, base.turn, result)
         outcomes["accepted"] += 1
-        outcomes["with cells"] += bool(result.cells)
+        outcomes["with cells"] += bool(result.data["cells"])
 
 
 @pytest.mark.slow
@@ -475,9 +478,9 @@ class StepMachine(RuleBasedStateMachine):
         session = self.session
         turn = session.prepare_turn()
         patch = data.draw(patches(Snapshot(turn["state"], session.proj.last_seq)))
-        rows, state = journal_rows(session.journal.path), session.state()
+        rows, state = journal_rows(session.path), session.state()
         result = session.step(turn["turn_id"], patch)
-        after_rows, after = journal_rows(session.journal.path), session.state()
+        after_rows, after = journal_rows(session.path), session.state()
         if isinstance(result, Rejection):
             StepMachine.outcomes["rejected"] += 1
             assert after_rows[:-1] == rows

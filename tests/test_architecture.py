@@ -4,7 +4,7 @@
 - only ``rio_ci/store/journal.py`` imports ``sqlite3``, with two documented exceptions: bench's
   bare baseline commit (it measures SQLite itself) and ``rio_ci/store/sessionfile.py`` (read-only
   looks at a file before the Journal opens it, and single-file copies);
-- nothing outside the Session (and the Owner's file guard) reaches ``session.journal``;
+- nothing outside the Session and the store reaches ``session.journal``;
 - a function's size and complexity are bounded (ruff C901, PLR0915), a module's are not;
 - events are built only by ``rio_ci.core.events`` constructors (no module but the Session
   appends, and the Session appends only what those constructors return).
@@ -189,9 +189,9 @@ def test_no_forge_module_serves_two_hosts() -> None:
         )
 
 
-# The Owner guards the very file the Journal has open (its identity, refusal, the fold
-# before a launch): that is the Journal's business on the Owner's behalf, and stays there.
-JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/store/journal.py", "rio_ci/run/owner.py"}
+# Only the Session and the store reach the Journal. The Owner too asks the Session for what
+# it needs of the file it guards: its identity, the guard, the check, the WAL checkpoint.
+JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/store/journal.py"}
 
 
 def reaches_the_journal(source: str) -> bool:
@@ -211,6 +211,42 @@ def test_nothing_outside_the_session_reaches_the_journal(module: Path) -> None:
 def test_the_journal_check_catches_a_reader() -> None:
     assert reaches_the_journal("for e in session.journal.events(): pass")
     assert not reaches_the_journal("for e in session.events(): pass")
+
+
+def reached_through_the_journal(source: str) -> set[str]:
+    """The names ``source`` reads of something's ``journal`` (``session.journal.path``: path)."""
+    return {
+        node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "journal"
+    }
+
+
+def test_tests_ask_the_session_for_what_it_offers() -> None:
+    """A test reaches through ``session.journal`` only for what is the Journal's own (a
+    replay, a reopen, dropped derived data, a write as another process makes one); the
+    Journal's tests excepted."""
+    from rio_ci.session import Session
+
+    tests = PACKAGE.parent / "tests"
+    found = {
+        f"{path.relative_to(tests)}: {name}"
+        for path in tests.rglob("*.py")
+        if path.name != "test_journal.py"
+        for name in reached_through_the_journal(path.read_text())
+        if hasattr(Session, name)
+    }
+    assert found == set()
+
+
+def test_the_session_offer_check_catches_a_reach_through() -> None:
+    assert reached_through_the_journal("session.journal.path\nowner.session.journal.replay()") == {
+        "path",
+        "replay",
+    }
+    assert reached_through_the_journal("session.path\njournal.replay()") == set()
 
 
 def test_function_size_and_complexity_are_bounded_by_ruff() -> None:

@@ -234,19 +234,17 @@ def test_show_lists_executions_of_replaced_and_removed_cells(session: Session) -
     state = session.state()
     assert {"1", "2"}.isdisjoint(state["runtime"]["cells"])  # the State drops them: right
     finished = {
-        e["cell_id"]: e["result"]
-        for e in session.journal.events()
-        if e["kind"] == "execution_finished"
+        e["cell_id"]: e["result"] for e in session.events() if e["kind"] == "execution_finished"
     }
     assert set(finished) == {1, 2}
-    shown = run_cli("show", session.journal.path, "--json").out
+    shown = run_cli("show", session.path, "--json").out
     assert {k: v["result"] for k, v in shown["executions"].items() if v["phase"] == "finished"} == {
         str(k): r for k, r in finished.items()
     }
     assert shown["executions"]["2"]["resolved_by"] == resolved
     assert shown["executions"]["1"]["resolved_by"] is None
     assert list(shown["executions"]) == sorted(shown["executions"], key=int)
-    text = run_cli("show", session.journal.path).stdout
+    text = run_cli("show", session.path).stdout
     history = text.split("no longer in context", 1)[1]
     assert "[1] cmd echo one" in history and "[2] cmd deploy" in history
     assert (
@@ -260,7 +258,7 @@ def test_show_leaves_out_what_was_committed_after_its_projection(session: Sessio
     succeed(session, 1)
     accept(session, lambda p: p.remove(0))
     proj = session.refresh()
-    other = Session.open(session.journal.path)
+    other = Session.open(session.path)
     try:
         accept(other, lambda p: p.add(cmd("true")))
         succeed(other, 2)
@@ -281,21 +279,21 @@ def test_show_reads_the_last_departed_executions_from_the_projection(session: Se
     for n in range(2, rounds + 1):
         accept(session, lambda p, n=n: p.replace(0, cmd("echo", str(n))))
         succeed(session, n, output=f"{n}\n")
-    shown = run_cli("show", session.journal.path, "--json").out
+    shown = run_cli("show", session.path, "--json").out
     # the head (Cell `rounds`) and the last DEPARTED_KEPT replaced versions before it
     assert list(shown["executions"]) == [str(n) for n in range(5, rounds + 1)]
     assert shown["executions_not_listed"] == 4
-    text = run_cli("show", session.journal.path).stdout
+    text = run_cli("show", session.path).stdout
     assert "(4 earlier ones not listed;" in text and "[5] cmd echo 5" in text
     assert "[4] cmd echo 4" not in text
     session.journal.drop_derived()
-    replayed = Session.open(session.journal.path)
+    replayed = Session.open(session.path)
     try:
         assert summary(replayed) == summary(session)
         assert replayed.proj.departed == session.refresh().departed
     finally:
         replayed.close()
-    assert run_cli("show", session.journal.path, "--json").out == shown
+    assert run_cli("show", session.path, "--json").out == shown
 
 
 def test_a_departed_cell_keeps_what_its_summary_line_shows() -> None:

@@ -168,7 +168,7 @@ def test_pictures_are_stored_once_by_digest_within_storage_bytes(
         text = f"![a]({asset(gh, 'shot')}) and again <img src='{asset(gh, 'shot')}?x=1'>"
         carried = kept(session, fetcher(gh).fetch(text))
         (digest,) = {i["digest"] for i in carried["images"]}
-        stored = list(session.journal.events(kinds=("image_stored",)))
+        stored = list(session.events(kinds=("image_stored",)))
         assert len(stored) == 1 and stored[0]["digest"] == digest
         assert session.image(digest) == ("image/png", base64.b64encode(png()).decode())
         # a picture that would take the Session past storage_bytes is a note, not an error
@@ -177,7 +177,7 @@ def test_pictures_are_stored_once_by_digest_within_storage_bytes(
             tmp_path / "small.db",
             goal="g",
             cwd=str(tmp_path),
-            limits=Limits.from_dict({"storage_bytes": session.journal.size_bytes()}),
+            limits=Limits.from_dict({"storage_bytes": session.size_bytes()}),
         )
         try:
             refused = kept(small, fetcher(gh).fetch(f"![big]({asset(gh, 'big')})"))

@@ -56,14 +56,14 @@ def test_the_stored_patch_is_its_one_encoding(played: Session) -> None:
     receipt = played.step(turn["turn_id"], ops)
     assert isinstance(receipt, Receipt)
     row = (
-        sqlite3.connect(played.journal.path)
+        sqlite3.connect(played.path)
         .execute("SELECT data FROM events WHERE seq = ?", (receipt.event,))
         .fetchone()[0]
     )
     stored = json.loads(row)
     assert stored["patch"] == ops and "cells" not in stored
     assert row == compact(stored)  # spliced text = what encoding the data gives
-    (event,) = [e for e in played.journal.events(receipt.event - 1) if e["seq"] == receipt.event]
+    (event,) = [e for e in played.events(receipt.event - 1) if e["seq"] == receipt.event]
     assert event["cells"] == [op["value"] for op in ops[1:]]  # derived for readers
     assert played.journal.replay().to_dict() == played.proj.to_dict()
 
@@ -75,7 +75,7 @@ def test_a_resubmission_with_keys_in_another_order_is_the_same_patch(played: Ses
     reordered = [dict(reversed(list(op.items()))) for op in ops]
     assert compact(reordered) != compact(ops)
     assert played.step(turn["turn_id"], reordered) == first
-    assert sum(e["kind"] == "patch_accepted" for e in played.journal.events()) == 13
+    assert sum(e["kind"] == "patch_accepted" for e in played.events()) == 13
 
 
 def test_an_owner_checks_integrity_only_when_in_doubt(tmp_path: Path) -> None:

@@ -234,6 +234,62 @@ def test_a_hard_linked_session_is_refused(session: Session, db: Path) -> None:
     assert sha256(db) == digest
 
 
+# --- the file under its Owner (what the Owner asks of the Session) -------------------------
+
+
+def wal_size(db: Path) -> int:
+    return Path(f"{db}-wal").stat().st_size
+
+
+def test_a_guard_that_finds_damage_stops_every_commit_for_good(
+    make_session: Any, tmp_path: Path
+) -> None:
+    """The Session asks its guard before every commit. A problem stops it for good; the WAL
+    is copied into the file first only when the guard says it may be (it was removed or
+    replaced, not garbled)."""
+    garbled, replaced = make_session("garbled.db"), make_session("replaced.db")
+    findings: dict[Session, tuple[str, bool] | None] = {garbled: None, replaced: None}
+    for session in findings:
+        session.guard_file(lambda s=session: findings[s])
+        session.set_watermark("before", 1)  # the guard found nothing
+    findings[garbled] = ("its WAL is garbled", False)
+    findings[replaced] = ("its WAL was replaced", True)
+    with pytest.raises(StorageError, match=r"^its WAL is garbled$"):
+        garbled.set_watermark("after", 2)
+    with pytest.raises(
+        StorageError,
+        match=r"^its WAL was replaced; its commits were copied into the file \(a WAL checkpoint\)$",
+    ):
+        replaced.set_watermark("after", 2)
+    assert wal_size(tmp_path / "garbled.db") > 0  # left alone
+    assert wal_size(tmp_path / "replaced.db") == 0  # copied into the file, then truncated
+    for session in findings:
+        findings[session] = None  # for good: what the guard says now changes nothing
+        with pytest.raises(StorageError, match="its WAL"):
+            session.check_file()
+        reopened = Session.open(session.path)
+        assert "after" not in reopened.refresh().watermarks
+        reopened.close()
+
+
+def test_a_full_checkpoint_puts_what_is_committed_into_the_file_itself(
+    session: Session, db: Path, tmp_path: Path
+) -> None:
+    """The Owner's checkpoint before a launch: the database file alone, without its WAL,
+    holds the last commit."""
+    session.set_watermark("launch", "recorded")
+    assert wal_size(db) > 0
+    session.checkpoint_full()
+    alone = tmp_path / "alone.db"
+    alone.write_bytes(db.read_bytes())  # the file without its WAL
+    conn = sqlite3.connect(f"file:{alone}?immutable=1", uri=True)
+    try:
+        (last,) = conn.execute("SELECT kind FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    assert last == "watermark"
+
+
 # --- concurrent writers --------------------------------------------------------------------
 
 

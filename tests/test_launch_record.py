@@ -34,8 +34,8 @@ def launches(tmp_path: Path, remote: Path, name: str = "job") -> LaunchRecord:
 
 def copy(session: Session, to: Path) -> Path:
     """A snapshot as an artifact carries it (the Session at this moment)."""
-    session.journal.checkpoint()
-    shutil.copyfile(session.journal.path, to)
+    session.checkpoint()
+    shutil.copyfile(session.path, to)
     return to
 
 
@@ -122,9 +122,7 @@ def test_a_record_is_pushed_with_a_lease_and_read_back_whole(
         0,
     )
     assert [e["seq"] for e in found.events] == list(range(1, session.proj.last_seq + 1))
-    assert [e["kind"] for e in found.events] == [
-        r["kind"] for r in journal_rows(session.journal.path)
-    ]
+    assert [e["kind"] for e in found.events] == [r["kind"] for r in journal_rows(session.path)]
     parent = subprocess.run(
         ["git", "-C", str(remote), "rev-parse", f"{second}^"],
         capture_output=True,
@@ -174,7 +172,7 @@ def record_of(session: Session, after: int, generation: int = 1) -> Record:
             "at": e["at"],
             "data": {k: v for k, v in e.items() if k not in ("seq", "kind", "at")},
         }
-        for e in session.journal.events(after=after)
+        for e in session.events(after=after)
     ]
     return Record(session.proj.session["id"], generation, after, tail)
 
@@ -206,7 +204,7 @@ def test_restore_folds_the_tail_and_the_next_owner_records_an_unknown_execution(
     finally:
         owner.close()
     assert [r["ref"] for r in journal_rows(artifact)][: live.proj.last_seq] == [
-        r["ref"] for r in journal_rows(live.journal.path)
+        r["ref"] for r in journal_rows(live.path)
     ]
 
 
@@ -253,7 +251,7 @@ def test_a_session_newer_than_every_artifact_is_rebuilt_from_its_record(
 
     assert merged.adopted and merged.imported == live.proj.last_seq
     assert [(r["kind"], r["data"]) for r in journal_rows(target)] == [
-        (r["kind"], r["data"]) for r in journal_rows(live.journal.path)
+        (r["kind"], r["data"]) for r in journal_rows(live.path)
     ]
     # Not for a record based on another generation than the one restored.
     target.unlink()

@@ -24,7 +24,7 @@ def test_clipped_output_is_marked_with_the_bytes_left_out_and_the_command(
     lines = text.strip().split("\n")
     assert lines[-SHOWN_LINES] in shown and lines[-SHOWN_LINES - 1] not in shown
     left = len(text.strip().encode()) - len("\n".join(lines[-SHOWN_LINES:]).encode())
-    db = str(session.journal.path)
+    db = str(session.path)
     command = f"rio-ci output {db} 1 --human"
     assert f"[… {left} bytes not shown: {command}]" in shown
     # The command it names prints all of it.

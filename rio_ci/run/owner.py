@@ -57,18 +57,18 @@ class Owner:
             self.cells = Cells(cell_user, notice or _to_stderr)
             doubt = in_doubt(real, self._ownership.fd)
             self.session = Session.open(real, verify=doubt, synchronous=synchronous)
-            if self.session.journal.identity != self._ownership.identity:
+            if self.session.file_identity != self._ownership.identity:
                 self.session.close()
                 raise StorageError(f"{path} was replaced while its Owner was starting")
             self.guard = FileGuard(self._ownership)
             # Under a Cell user no Cell can reach the file: the checks against damage by
             # Cells would guard against nobody (docs/design.md, "The Cell user").
-            self.session.journal.guard = None if self.cells.separate else self._guard
+            self.session.guard_file(None if self.cells.separate else self._damage)
         except BaseException:
             self._ownership.release()
             raise
         self._before_spawn = before_spawn
-        self.launch = Launch(self.session, self._fold_then_spawn, self.cells)
+        self.launch = Launch(self.session, self._checkpoint_then_spawn, self.cells)
         self.running: Capture | None = None  # the Execution whose Worker runs now
         self.ran: list[int] = []
         self.interrupted = threading.Event()
@@ -93,17 +93,19 @@ class Owner:
     def check_file(self) -> None:
         """Raise StorageError (and commit nothing more) when the Session file was renamed,
         replaced or damaged under this Owner; checked before every commit and every tick. A
-        renamed or removed file's WAL is folded into it first, so nothing acknowledged is
-        lost under its new name; a garbled one is not."""
-        self.session.journal.check_file()
+        renamed or removed file's WAL is copied into it first (a WAL checkpoint), so nothing
+        acknowledged is lost under its new name; a garbled one is not."""
+        self.session.check_file()
 
-    def _guard(self) -> None:
+    def _damage(self) -> tuple[str, bool] | None:
+        """None while the guard finds nothing wrong; else this Owner's reason to stop, and
+        whether the WAL may still be copied into the file first (the Session then commits
+        nothing more)."""
         found = self.guard.problem()
-        if found is not None:
-            problem, fold = found
-            self.session.journal.refuse(
-                f"{problem}; this Owner stops and commits nothing more", fold=fold
-            )
+        if found is None:
+            return None
+        problem, checkpoint = found
+        return f"{problem}; this Owner stops and commits nothing more", checkpoint
 
     def hand_back(self) -> None:
         """Stop every process of the Cell user and give the working tree back to its owner
@@ -111,14 +113,14 @@ class Owner:
         harness's user."""
         self.cells.hand_back(self.session)
 
-    def _fold_then_spawn(self, cell_id: int, token: str) -> None:
+    def _checkpoint_then_spawn(self, cell_id: int, token: str) -> None:
         """Between ``started`` and the spawn: put the launch record into the database file
-        itself, so a script that deletes, truncates or garbles the WAL cannot make its own
-        launch disappear (and be run again by the next Owner). Under a Cell user no script
-        can reach the WAL, and the fold is left out."""
+        itself (a FULL WAL checkpoint), so a script that deletes, truncates or garbles the
+        WAL cannot make its own launch disappear (and be run again by the next Owner). Under
+        a Cell user no script can reach the WAL, and the checkpoint is left out."""
         if not self.cells.separate:
             self.check_file()
-            self.session.journal.fold()
+            self.session.checkpoint_full()
         if self._before_spawn is not None:
             self._before_spawn(cell_id, token)
 
@@ -133,7 +135,7 @@ class Owner:
         # environment or its dumpability: all go first, then the Workers' own checks.
         self.cells.stop_processes(self.session)
         # Channel folders of killed Owners; this Owner's own, if it has one, stays.
-        sweep_stale(self.session.journal.path, keep=self.cells.channel_dir())
+        sweep_stale(self.session.path, keep=self.cells.channel_dir())
         for ex in started:
             if ex["identity"]:
                 stop_survivors(WorkerIdentity.from_dict(ex["identity"]))

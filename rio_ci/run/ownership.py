@@ -116,9 +116,10 @@ class FileGuard:
     valid; what this catches is damage — garbage written over the file, a truncation, a
     rewritten or removed WAL — before the Owner commits anything after it.
 
-    ``problem`` returns ``(why, fold)`` or None; ``fold`` says whether our WAL can still be
-    folded into the file (it was removed or replaced, so only our open descriptor reaches
-    its intact frames) or must be left alone (the WAL or the file itself is garbled).
+    ``problem`` returns ``(why, checkpoint)`` or None; ``checkpoint`` says whether our WAL can
+    still be copied into the file by a WAL checkpoint (it was removed or replaced, so only
+    our open descriptor reaches its intact frames) or must be left alone (the WAL or the
+    file itself is garbled).
 
     The WAL is read through a descriptor kept while its path names the same file (``stat``
     of the path, then ``pread`` of 32 bytes): opening it for every check cost more than the

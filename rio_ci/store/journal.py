@@ -25,6 +25,10 @@ from rio_ci.errors import StorageError, UncertainCommit
 from rio_ci.store import sessionfile
 from rio_ci.store.sessionfile import SCHEMA_VERSION, resolve
 
+# The Owner's check for damage, asked before every write: None, or why the file cannot be
+# trusted and whether our WAL may still be copied into it (a WAL checkpoint) before the
+# Journal refuses every further write.
+Guard = Callable[[], tuple[str, bool] | None]
 SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten ...
 SNAPSHOT_OPEN_TURN = 4 * SNAPSHOT_EVERY  # ... or, while a Turn is open, before it must be
 PAGE_SIZE = 8192  # rows of 1-3 KB left a third of each 4 KiB page empty (docs/performance.md)
@@ -65,7 +69,7 @@ class Journal:
         self.poisoned: str | None = None
         self.commits = 0  # write transactions committed through this handle
         self.refused: str | None = None  # why this Journal commits nothing more
-        self.guard: Callable[[], None] | None = None  # may call refuse() before a write
+        self.guard: Guard | None = None  # asked before every write (``check_file``)
         self.identity = identity or sessionfile.identity_of(path)
 
     # --- opening -------------------------------------------------------------------------
@@ -156,30 +160,33 @@ class Journal:
     def check_file(self) -> None:
         """Raise StorageError, for good, once the path no longer names the file this Journal
         opened (renamed, removed, replaced; SQLite keeps the WAL per *name*, so ours is first
-        folded into the file) or ``guard`` (the Owner's checks for damage) refused it."""
+        copied into the file: a WAL checkpoint) or ``guard`` (the Owner's checks for damage)
+        found a problem."""
         if self.refused is None:
             now = sessionfile.identity_of(self.path)
             if now != self.identity:
-                self.refuse(sessionfile.moved_message(self.path, now), fold=True)
-            elif self.guard is not None:
-                self.guard()
+                self.refuse(sessionfile.moved_message(self.path, now), checkpoint=True)
+            elif self.guard is not None and (found := self.guard()) is not None:
+                problem, checkpoint = found
+                self.refuse(problem, checkpoint=checkpoint)
         if self.refused is not None:
             raise StorageError(self.refused)
 
-    def refuse(self, reason: str, *, fold: bool) -> None:
-        """Commit nothing more through this Journal. ``fold`` (unless the WAL is what was
-        damaged): first copy our WAL into the file through the open connection."""
-        if fold and self.refused is None:
+    def refuse(self, reason: str, *, checkpoint: bool) -> None:
+        """Commit nothing more through this Journal. ``checkpoint`` (unless the WAL is what was
+        damaged): first copy our WAL into the file through the open connection (a TRUNCATE
+        WAL checkpoint)."""
+        if checkpoint and self.refused is None:
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-                reason += "; its commits were folded into the file"
+                reason += "; its commits were copied into the file (a WAL checkpoint)"
             except sqlite3.Error as exc:
-                reason += f"; its WAL could not be folded into the file ({exc})"
+                reason += f"; its WAL could not be copied into the file ({exc})"
         self.refused = reason
 
-    def fold(self) -> None:
-        """Copy every committed WAL frame into the database file and sync it (a FULL checkpoint,
-        which waits for readers of older snapshots)."""
+    def checkpoint_full(self) -> None:
+        """Copy every committed WAL frame into the database file and sync it (a FULL WAL
+        checkpoint, which waits for readers of older snapshots)."""
         try:
             self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
         except sqlite3.Error as exc:
@@ -344,6 +351,7 @@ class Journal:
         self.catch_up()
 
     def checkpoint(self) -> None:
+        """Copy the WAL into the file and truncate it (a TRUNCATE WAL checkpoint)."""
         crash_point("checkpoint")
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -417,7 +425,7 @@ def _build(partial: Path, session_id: str, first: Event, synchronous: str) -> No
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
-        conn.close()  # the last connection: SQLite folds the WAL into the file
+        conn.close()  # the last connection: SQLite copies the WAL into the file
 
 
 def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:

@@ -60,7 +60,7 @@ def effects(directory: Path) -> collections.Counter[int]:
 def events_of(directory: Path) -> list[dict[str, Any]]:
     session = Session.open(directory / DB)
     try:
-        return list(session.journal.events())
+        return list(session.events())
     finally:
         session.close()
 
@@ -109,7 +109,7 @@ def violations(directory: Path, *, final: bool) -> list[str]:
     try:
         if session.journal.replay().to_dict() != session.proj.to_dict():
             found.append("the derived projection differs from a full replay")
-        events = list(session.journal.events())
+        events = list(session.events())
         proj = session.proj
     finally:
         session.close()
@@ -262,7 +262,7 @@ def landing(directory: Path) -> str:
     session = Session.open(directory / DB)
     try:
         proj = session.proj
-        last = next(session.journal.events(after=proj.last_seq - 1), {"kind": "none"})
+        last = next(session.events(after=proj.last_seq - 1), {"kind": "none"})
         started = [e for e in proj.pending() if e["phase"] == "started"]
     finally:
         session.close()

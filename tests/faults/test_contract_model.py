@@ -287,7 +287,7 @@ class ContractMachine(RuleBasedStateMachine):
                 for m in open_turn["state"]["runtime"]["inbox"]
                 if m["id"] != f"execution:{target}"
             ]
-            own = self.session.journal.find(str(target), "execution_finished")
+            own = self.session.find(str(target), "execution_finished")
             assert own is not None
             value = {
                 **self.cell(cell, "resolved"),

@@ -66,7 +66,7 @@ def assert_consistent(db: Path) -> list[dict[str, Any]]:
     fresh = Session.open(db, verify=True)
     try:
         assert fresh.journal.replay().to_dict() == fresh.proj.to_dict()
-        return list(fresh.journal.events())
+        return list(fresh.events())
     finally:
         fresh.close()
 

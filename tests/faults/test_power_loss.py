@@ -75,14 +75,14 @@ def record_workload(directory: Path, synchronous: str) -> Recording:
                 pass
             ack(f"execution {r}")
             if r == 5:
-                session.journal.checkpoint()
+                session.checkpoint()
                 ack("checkpoint")
     finally:
         session.close()
         vfs.unregister()
     final = Session.open(db)
     try:
-        events = list(final.journal.events())
+        events = list(final.events())
     finally:
         final.close()
     return Recording(vfs.ops, base, acks, events)
@@ -106,7 +106,7 @@ def inspect(db: Path, final: list[dict[str, Any]]) -> tuple[int, str | None]:
     try:
         if session.journal.replay().to_dict() != session.proj.to_dict():
             return 0, "derived projection differs from a full replay"
-        events = list(session.journal.events())
+        events = list(session.events())
     finally:
         session.close()
     if events != final[: len(events)]:

@@ -336,7 +336,7 @@ def run(directory: Path) -> int:
                 break
         stop.set()
         client.join(10)
-        owner.session.journal.checkpoint()
+        owner.session.checkpoint()
     finally:
         owner.close()
     print(json.dumps({"status": status, "ran": owner.ran}), flush=True)

@@ -64,7 +64,7 @@ def test_a_patch_with_nan_from_a_model_is_rejected_and_stored_as_a_digest(db: Pa
     turn = session.prepare_turn()["turn_id"]
     result = session.step(turn, [{"op": "test", "path": "/revision", "value": float("nan")}])
     assert isinstance(result, Rejection) and "NaN or Infinity" in result.reason
-    (rejected,) = [e for e in session.journal.events() if e["kind"] == "patch_rejected"]
+    (rejected,) = [e for e in session.events() if e["kind"] == "patch_rejected"]
     assert set(rejected) >= {"digest", "size", "reason"} and "patch" not in rejected
     session.close()
 
