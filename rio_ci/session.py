@@ -238,7 +238,7 @@ class Session:
     # --- Turns ---------------------------------------------------------------------------
 
     def prepare_turn(self) -> dict[str, Any]:
-        """Open a Turn with a fixed snapshot, or return the one already open."""
+        """Open a Turn with its State fixed, or return the one already open."""
         with self.journal.write() as w:
             proj = _not_ended(w, "no new Turns")
             if proj.turn is None:
@@ -271,7 +271,7 @@ class Session:
             # only what a rule needs; its text is stored as it is and its data folded uncopied.
             outcome = decide(w.proj, turn, patch, self._history)
             if isinstance(outcome, Rejection):
-                return _record(w, turn_id, outcome)
+                return _record_rejection(w, turn_id, outcome)
             receipt = outcome.receipt(w.append(ev.patch_accepted(outcome.data), text=outcome.text))
         crash_point("accept_after_commit")
         return receipt
@@ -284,7 +284,9 @@ class Session:
         accepted = prepared and self.journal.find(turn_id, "patch_accepted", prepared["seq"])
         if accepted:
             outcome = decide_again(accepted, patch)
-            return outcome if isinstance(outcome, Receipt) else _record(w, turn_id, outcome)
+            return (
+                outcome if isinstance(outcome, Receipt) else _record_rejection(w, turn_id, outcome)
+            )
         _not_ended(w, "no new patches")
         raise Rejected(
             f"unknown Turn {turn_id}" if prepared is None else f"Turn {turn_id} is closed"
@@ -448,7 +450,7 @@ class Session:
             with self.journal.write() as w:
                 _append_output(w, cell_id, pieces)
 
-    def finish(
+    def record_result(
         self,
         cell_id: int,
         result: ev.Result,
@@ -460,7 +462,7 @@ class Session:
         the cancel Control that stopped it, if any); returns the result's seq."""
         with self.journal.write() as w:
             _append_output(w, cell_id, output)
-            seq = _finish(w, cell_id, result)
+            seq = _record_result(w, cell_id, result)
             if cancel_note is not None:
                 w.append(ev.control_applied(cancel_note, "cancel", target_cell_id=cell_id))
         return seq
@@ -472,7 +474,7 @@ class Session:
         with self.journal.write() as w:
             for cell_id, reason in lost:
                 if w.proj.executions[str(cell_id)]["phase"] == "started":
-                    _finish(w, cell_id, ev.unknown(cell_id, reason, worker_stopped=True))
+                    _record_result(w, cell_id, ev.unknown(cell_id, reason, worker_stopped=True))
 
     def cancel_queued(self, note_id: int, target: int) -> None:
         """Apply a cancel Control whose target is not running: a queued target is cancelled
@@ -480,7 +482,7 @@ class Session:
         with self.journal.write() as w:
             ex = w.proj.executions.get(str(target))
             if ex is not None and ex["phase"] == "queued":
-                _finish(w, target, ev.cancelled(target, "cancelled_before_launch"))
+                _record_result(w, target, ev.cancelled(target, "cancelled_before_launch"))
             w.append(ev.control_applied(note_id, "cancel", target_cell_id=target))
         crash_point("control_after_commit")
 
@@ -510,7 +512,9 @@ class Session:
             if w.proj.ended:
                 return
             for ex in w.proj.queued():
-                _finish(w, ex["cell_id"], ev.cancelled(ex["cell_id"], "cancelled_by_failure"))
+                _record_result(
+                    w, ex["cell_id"], ev.cancelled(ex["cell_id"], "cancelled_by_failure")
+                )
             if note_id is not None:
                 w.append(ev.control_applied(note_id, "conclusion", result="failure"))
             unresolved = [
@@ -546,7 +550,7 @@ class _History:
         return self._journal.find(str(cell_id), "execution_finished") is not None
 
 
-def _record(w: Writer, turn_id: str, rejection: Rejection) -> Rejection:
+def _record_rejection(w: Writer, turn_id: str, rejection: Rejection) -> Rejection:
     """Commit a rejected patch as the Journal keeps one: its digest, size and reason."""
     w.append(ev.patch_rejected(turn_id, rejection.reason, rejection.digest, rejection.size))
     return rejection
@@ -565,7 +569,7 @@ def _append_output(w: Writer, cell_id: int, pieces: Sequence[ev.OutputPiece]) ->
         )
 
 
-def _finish(w: Writer, cell_id: int, result: ev.Result) -> int:
+def _record_result(w: Writer, cell_id: int, result: ev.Result) -> int:
     """A result and its Inbox notice as one event (an UnknownExecution's evidence: it)."""
     seq = w.proj.last_seq + 1
     if result["type"] == "UnknownExecution":

@@ -253,18 +253,20 @@ def start_execution(session: Session, cell_id: int) -> None:
     assert session.authorize_launch(cell_id, f"test-token-{cell_id}")
 
 
-def finish_execution(
+def end_execution(
     session: Session, cell_id: int, result: dict[str, Any], output: str | None = None
 ) -> int:
     """Commit a result with its Inbox notice, as one event (an UnknownExecution's
     evidence_refs name that event)."""
     pieces = [OutputPiece("stdout", text=output)] if output else []
-    return session.finish(cell_id, cast(Result, {"cell_id": cell_id, **result}), output=pieces)
+    return session.record_result(
+        cell_id, cast(Result, {"cell_id": cell_id, **result}), output=pieces
+    )
 
 
 def succeed(session: Session, cell_id: int, output: str | None = None) -> int:
     start_execution(session, cell_id)
-    return finish_execution(session, cell_id, {"type": "success", "exit_code": 0}, output)
+    return end_execution(session, cell_id, {"type": "success", "exit_code": 0}, output)
 
 
 def record_unknown(

@@ -59,7 +59,7 @@ def test_a_label_by_a_writer_starts_a_session_with_the_issue_quoted_as_untrusted
     )
     assert job.outputs["status"] == "waiting"
     assert job.outputs["session"] == created["session_id"]
-    (progress,) = repo.progress_comments(issue)  # the goal is in it, quoted, folded
+    (progress,) = repo.progress_comments(issue)  # the goal is in it, quoted, collapsed
     assert re.search(
         r"<details><summary>goal</summary>\n\n> Resolve GitHub issue #1\..*\n"
         r">\s*\n> &lt;untrusted-issue number=\"1\">\n> # Route 500s\n>\s*\n"

@@ -1,4 +1,4 @@
-"""The model in a GitHub job: each round folds into the job's log as a ``::group::`` (with the
+"""The model in a GitHub job: each round is a collapsed ``::group::`` of the job's log (with the
 model's rationale and the Cells' output), and the job refuses a model whose cost it cannot
 count unless the ``price`` input gives one (issue 11: the same rules as ``rio-ci run``)."""
 

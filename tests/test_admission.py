@@ -22,7 +22,7 @@ from conftest import (
     accept,
     cmd,
     code,
-    finish_execution,
+    end_execution,
     journal_rows,
     note,
     record_unknown,
@@ -147,7 +147,7 @@ def test_a_patch_that_only_tests_the_revision_is_accepted(session: Session) -> N
     assert session.state()["revision"] == 1
 
 
-def test_test_operations_are_evaluated_against_the_turn_snapshot(session: Session) -> None:
+def test_test_operations_are_evaluated_against_the_turns_state(session: Session) -> None:
     accept(session, lambda p: p.add(cmd("true")))
     turn = session.prepare_turn()
     assert turn["state"]["runtime"]["cells"]["1"]["phase"] == "queued"
@@ -755,7 +755,7 @@ def test_an_unrelated_turn_in_flight_cannot_clear_a_newer_pause(session: Session
     accept(session, lambda p: p.add(cmd("false")).add(cmd("true")))
     in_flight = session.prepare_turn()  # prepared before the error exists
     start_execution(session, 1)
-    finish_execution(session, 1, {"type": "error", "exit_code": 1})
+    end_execution(session, 1, {"type": "error", "exit_code": 1})
     assert session.state()["runtime"]["pause"] == "execution:1"
     ops = Patch(in_flight["state"]).add(note("unrelated")).build()
     assert isinstance(session.step(in_flight["turn_id"], ops), Receipt)

@@ -23,7 +23,7 @@ from conftest import (
     accept,
     cmd,
     code,
-    finish_execution,
+    end_execution,
     journal_rows,
     note,
     record_unknown,
@@ -524,7 +524,7 @@ class StepMachine(RuleBasedStateMachine):
             succeed(self.session, cell_id)
         else:
             start_execution(self.session, cell_id)
-            finish_execution(self.session, cell_id, {"type": "error", "exit_code": 2})
+            end_execution(self.session, cell_id, {"type": "error", "exit_code": 2})
 
     @rule(message_id=st.sampled_from(["a", "b", "c", "d"]), body=st.integers(0, 2))
     def a_message_arrives(self, message_id: str, body: int) -> None:

@@ -70,7 +70,7 @@ def test_the_write_check_catches_writers() -> None:
     assert writes_events("w.append(ev.output(1, 'stdout', text='x'))\n")
     assert writes_events("journal.write()\n")
     assert not writes_events(
-        "self.session.finish(1, result)\nparts.append(piece)\n"
+        "self.session.record_result(1, result)\nparts.append(piece)\n"
         "pieces.append(ev.OutputPiece('stdout', text='x'))\n"
     )
 

@@ -482,12 +482,12 @@ def test_an_owner_with_passwordless_sudo_becomes_root_for_its_cell_user(
 
 
 @pytest.mark.parametrize("separate", [True, False], ids=["cell-user", "shared"])
-def test_the_launch_is_folded_into_the_file_only_where_cells_could_reach_the_wal(
+def test_the_launch_is_checkpointed_into_the_file_only_where_cells_could_reach_the_wal(
     place: Path, cell_user: str, separate: bool
 ) -> None:
     """Sharing the harness's user, a Cell could destroy the WAL, so its launch record is
-    folded into the database file before it starts; under a Cell user it cannot, and the
-    fold (a FULL checkpoint per launch) is left out."""
+    copied into the database file before it starts; under a Cell user it cannot, and that
+    WAL checkpoint (a FULL one per launch) is left out."""
     sess = session_in(place / "s")
     sess.propose(cmd("sh", "-c", "touch started; sleep 60"))
     args = ["--cell-user", cell_user] if separate else []

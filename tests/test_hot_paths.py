@@ -164,9 +164,9 @@ def test_the_owner_sees_its_wal_replaced_or_garbled_through_the_descriptor_it_ke
 ) -> None:
     """The guard reads the WAL through a kept descriptor and re-sums a header only when it
     changed. Still damage: a WAL replaced by an identical copy (another file: SQLite's frames
-    are only reachable through its own descriptor, so they can be folded), one replaced by
-    garbage (its header is read from the new file, not the kept one) and a header garbled
-    in place after it was found valid (neither can be folded)."""
+    are only reachable through its own descriptor, so they can be checkpointed into the
+    file), one replaced by garbage (its header is read from the new file, not the kept one)
+    and a header garbled in place after it was found valid (neither can be checkpointed)."""
     db = tmp_path / "s.db"
     wal = Path(f"{db}-wal")
     Session.create(db, "g").close()

@@ -20,7 +20,7 @@ from conftest import (
     accept,
     cmd,
     code,
-    finish_execution,
+    end_execution,
     journal_rows,
     note,
     record_unknown,
@@ -32,7 +32,7 @@ from conftest import (
 
 from rio_ci.errors import OwnershipError, StorageError
 from rio_ci.session import Receipt, Session
-from rio_ci.store.journal import SNAPSHOT_EVERY
+from rio_ci.store.journal import SAVE_EVERY
 from tests.kit import Patch, cli_env
 
 
@@ -52,7 +52,7 @@ def build_history(session: Session, rounds: int = 20) -> None:
     accept(session, lambda p: p.add(note("plan")).add(cmd("deploy")).add(code()))
     record_unknown(session, 2)
     start_execution(session, 3)
-    finish_execution(session, 3, {"type": "error", "exit_code": 1}, output="hi\n")
+    end_execution(session, 3, {"type": "error", "exit_code": 1}, output="hi\n")
     comment = session.receive("c0", "comment", {"body": "nothing deployed"})["seq"]
     session.set_timer("t0", time.time() - 1, {"wake": 0})
     session.fire_timer("t0")
@@ -88,7 +88,7 @@ def build_history(session: Session, rounds: int = 20) -> None:
 @pytest.fixture
 def history(session: Session) -> Session:
     build_history(session)
-    assert session.proj.last_seq > 2 * SNAPSHOT_EVERY
+    assert session.proj.last_seq > 2 * SAVE_EVERY
     return session
 
 
@@ -191,7 +191,7 @@ def test_a_long_session_opens_by_folding_only_the_tail(db: Path) -> None:
     ((snapshot_seq, size),) = sql(db, "SELECT seq, length(data) FROM snapshot")
     last_seq = sql(db, "SELECT max(seq) FROM events")[0][0]
     assert last_seq == 6001
-    assert last_seq - snapshot_seq <= SNAPSHOT_EVERY
+    assert last_seq - snapshot_seq <= SAVE_EVERY
     assert size < 20_000  # the projection stays bounded however long the Journal grows
     # Proof that opening does not fold the head: make an early event unreadable.
     sql(db, "UPDATE events SET data = 'not json' WHERE seq = 2")
@@ -442,13 +442,15 @@ def test_an_uncertain_commit_stops_everything_until_a_reopen(session: Session, d
     assert after[-1]["kind"] == "message_received" and report["retry"]["seq"] == after[-1]["seq"]
 
 
-def test_a_snapshot_in_another_format_is_ignored_and_the_journal_replayed(tmp_path: Path) -> None:
+def test_a_saved_projection_in_another_format_is_ignored_and_the_journal_replayed(
+    tmp_path: Path,
+) -> None:
     from rio_ci.session import Session
-    from rio_ci.store.journal import SNAPSHOT_EVERY
+    from rio_ci.store.journal import SAVE_EVERY
 
     path = tmp_path / "s.db"
     session = Session.create(path, "formats")
-    for n in range(SNAPSHOT_EVERY + 5):
+    for n in range(SAVE_EVERY + 5):
         session.receive(f"m{n}", "note", {"n": n})
     expected = session.state()
     session.close()

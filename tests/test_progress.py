@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import accept, cmd, finish_execution, record_unknown, start_execution, succeed
+from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
 
 from rio_ci.github.comment import Pacer
 from rio_ci.harness import Harness
@@ -98,7 +98,7 @@ def test_recent_output_cut_anywhere_cannot_close_its_fence(session: Session, off
     words = "\n@admin </details> escaped\n"
     after = words + "y" * (1500 - offset - len(words))  # the cut: offset before its end
     output = "x" * 100 + "\n" + "`````" + after
-    finish_execution(session, 1, {"type": "success", "exit_code": 0}, output=output)
+    end_execution(session, 1, {"type": "success", "exit_code": 0}, output=output)
     body = progress.render(
         session.refresh(),
         status="running",

@@ -22,7 +22,7 @@ def test_a_secret_cut_anywhere_by_reads_is_still_redacted() -> None:
         retention.take(text[:cut])
         first = committed(retention)
         retention.take(text[cut:])
-        retention.finish()
+        retention.close()
         whole = first + committed(retention)
         assert whole == f"key={REDACTED} and again {REDACTED}\n", cut
 

@@ -47,7 +47,7 @@ def accept_turn(rio: Any, turn: dict[str, Any]) -> dict[str, Any]:
 # --- Turns ---------------------------------------------------------------------------------
 
 
-def test_a_turn_keeps_its_snapshot_and_later_messages_wait(rio: Any, new: Any) -> None:
+def test_a_turn_keeps_its_state_and_later_messages_wait(rio: Any, new: Any) -> None:
     new()
     first = rio("turn", "s.db")
     assert first.code == 0

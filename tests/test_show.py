@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from conftest import accept, cmd, finish_execution, record_unknown, start_execution, succeed
+from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
 
 from rio_ci.commands.show import SHOWN_LINES, render_text, summary
 from rio_ci.session import Session
@@ -49,7 +49,7 @@ def test_a_paused_queue_and_an_unresolved_execution_say_what_comes_next(
 ) -> None:
     accept(session, lambda p: p.add(cmd("false"), cmd("true")))
     start_execution(session, 1)
-    finish_execution(session, 1, {"type": "error", "exit_code": 1})
+    end_execution(session, 1, {"type": "error", "exit_code": 1})
     shown = render_text(session)
     assert re.search(
         r"^next: the queue waits for the model's next patch .*rio-ci run ", shown, re.M

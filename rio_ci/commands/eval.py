@@ -238,7 +238,7 @@ def drive(db: Path, spec: str, settings: Settings, log: IO[str]) -> tuple[str, b
             argv, stdout=subprocess.PIPE, stderr=log, env=settings.env, text=True
         )
         killed = settings.crash and not crashed and crash_owner(db, proc)
-        stdout = finish(proc, remaining + STOP_GRACE)
+        stdout = wait_or_stop(proc, remaining + STOP_GRACE)
         log.write(stdout)
         if killed:
             crashed = True
@@ -257,7 +257,7 @@ def drive(db: Path, spec: str, settings: Settings, log: IO[str]) -> tuple[str, b
         return status, crashed
 
 
-def finish(proc: subprocess.Popen[str], timeout: float) -> str:
+def wait_or_stop(proc: subprocess.Popen[str], timeout: float) -> str:
     """Wait for ``proc``; past ``timeout`` ask it to stop (SIGTERM: it stops its Worker and
     commits what is known), and only then kill it."""
     try:

@@ -218,9 +218,9 @@ def _revision_problem(first: dict[str, Any], shown: int, current: int) -> str | 
         return "the first operation must be {op: test, path: /revision, value: N}"
     value = first["value"]  # RFC 6902 compares numbers by value: 3.0 is 3, true is not 1
     if isinstance(value, bool) or not isinstance(value, int | float) or value != shown:
-        return f"revision test failed: the Turn's snapshot is at revision {shown}"
+        return f"revision test failed: the Turn's State is at revision {shown}"
     if shown != current:
-        return "stale Turn: the State has moved on since this snapshot"
+        return "stale Turn: the State has moved on since this Turn was prepared"
     return None
 
 
@@ -230,7 +230,7 @@ class _Work:
 
     def __init__(self, proj: Projection, turn: dict[str, Any], facts: Facts) -> None:
         self.proj, self.turn, self.facts = proj, turn, facts
-        self.snapshot = turn["state"]
+        self.shown = turn["state"]  # the Turn's State, as the model saw it
         self.cells: list[dict[str, Any]] = [dict(c) for c in proj.cells]
         self.original = {c["id"] for c in self.cells}
         self.busy = {e["cell_id"] for e in proj.pending()}
@@ -246,7 +246,7 @@ class _Work:
         the candidate is then complete."""
         # A reason is never empty: ``or`` goes on to the next rule only when one passed.
         problem = _form_problem(ops, encoded) or _revision_problem(
-            ops[0], self.snapshot["revision"], self.proj.revision
+            ops[0], self.shown["revision"], self.proj.revision
         )
         if problem is not None:
             return problem
@@ -313,7 +313,7 @@ class _Work:
 
     def test(self, op: dict[str, Any], where: str) -> str | None:
         try:
-            actual = JsonPointer(op["path"]).resolve(self.snapshot)
+            actual = JsonPointer(op["path"]).resolve(self.shown)
             if isinstance(actual, EndOfList):  # "-" names no element, only a position
                 raise JsonPointerException(op["path"])
         except JsonPointerException:

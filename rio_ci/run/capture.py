@@ -81,7 +81,7 @@ class Retention:
                     break
         return longest
 
-    def finish(self) -> None:
+    def close(self) -> None:
         """The stream ended: release what was held back for redaction."""
         self.take(b"", final=True)
 
@@ -146,7 +146,7 @@ class Watch:
     def close(self) -> None:
         self.worker.close()
         for retention in self.streams.values():
-            retention.finish()
+            retention.close()
 
     def pieces(self, *, with_tail: bool) -> list[ev.OutputPiece]:
         return [p for name, r in self.streams.items() for p in r.pieces(name, with_tail=with_tail)]
@@ -173,7 +173,9 @@ class Capture:
         if code is not None:
             crash_point("result_before_commit")
             result = ev.exited(self.cell_id, code)
-            self.session.finish(self.cell_id, result, output=self.watch.pieces(with_tail=True))
+            self.session.record_result(
+                self.cell_id, result, output=self.watch.pieces(with_tail=True)
+            )
             crash_point("result_after_commit")
             return result
         now = time.monotonic()
@@ -199,7 +201,7 @@ class Capture:
         result = ev.unknown(self.cell_id, reason, worker_stopped=stopped)
         if code is not None:  # the outcome is known: never turn it into an UnknownExecution
             result = ev.exited(self.cell_id, code)
-        self.session.finish(
+        self.session.record_result(
             self.cell_id, result, output=self.watch.pieces(with_tail=True), cancel_note=cancel_note
         )
         if not stopped:

@@ -80,7 +80,7 @@ class Launch:
             except OSError as exc:
                 problem = f"could not start the Worker: {exc}"
         if worker is None:
-            session.finish(cell_id, ev.launch_failed(cell_id, problem or "unknown"))
+            session.record_result(cell_id, ev.launch_failed(cell_id, problem or "unknown"))
             return None
         crash_point("worker_spawned")
         session.register_worker(cell_id, worker.identity.to_dict())

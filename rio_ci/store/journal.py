@@ -1,5 +1,5 @@
 """The Journal: the only module that runs SQL. A Session is one SQLite file: ``meta``
-(schema version, Session id), ``events`` (the append-only Journal) and ``snapshot`` (a derived
+(schema version, Session id), ``events`` (the append-only Journal) and ``snapshot`` (the saved
 projection at some seq, so opening folds only the tail). Every connection sets and verifies
 WAL and ``synchronous=FULL``; every write is one ``BEGIN IMMEDIATE`` transaction that first
 catches up with what other processes committed."""
@@ -29,8 +29,8 @@ from rio_ci.store.sessionfile import SCHEMA_VERSION, resolve
 # trusted and whether our WAL may still be copied into it (a WAL checkpoint) before the
 # Journal refuses every further write.
 Guard = Callable[[], tuple[str, bool] | None]
-SNAPSHOT_EVERY = 64  # events folded on top of the snapshot before it is rewritten ...
-SNAPSHOT_OPEN_TURN = 4 * SNAPSHOT_EVERY  # ... or, while a Turn is open, before it must be
+SAVE_EVERY = 64  # events folded on top of the saved projection before it is saved again ...
+SAVE_OPEN_TURN = 4 * SAVE_EVERY  # ... or, while a Turn is open, before it must be
 PAGE_SIZE = 8192  # rows of 1-3 KB left a third of each 4 KiB page empty (docs/performance.md)
 # Kinds looked up by ref, the only ones indexed (patch_accepted: after its turn_prepared)
 LOOKED_UP = (
@@ -60,12 +60,12 @@ class Journal:
         path: Path,
         conn: sqlite3.Connection,
         proj: Projection,
-        snapshot_seq: int,
+        saved_seq: int,
         identity: sessionfile.Identity | None = None,
         synchronous: str = "FULL",
     ):
         self.path, self._synchronous = path, synchronous
-        self._conn, self.proj, self._snapshot_seq = conn, proj, snapshot_seq
+        self._conn, self.proj, self._saved_seq = conn, proj, saved_seq
         self.poisoned: str | None = None
         self.commits = 0  # write transactions committed through this handle
         self.refused: str | None = None  # why this Journal commits nothing more
@@ -131,7 +131,7 @@ class Journal:
                     problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
                     if problems != ["ok"]:
                         raise StorageError(f"{path} failed quick_check: {problems[0]}")
-                proj, snapshot_seq = _load(conn)
+                proj, saved_seq = _load(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -140,7 +140,7 @@ class Journal:
         if sessionfile.identity_of(real) != identity:
             conn.close()
             raise StorageError(f"{path} was replaced while it was being opened; try again")
-        journal = cls(real, conn, proj, snapshot_seq, identity, synchronous)
+        journal = cls(real, conn, proj, saved_seq, identity, synchronous)
         journal.catch_up()
         return journal
 
@@ -154,7 +154,7 @@ class Journal:
         if fresh.identity != self.identity:
             fresh.close()
             raise StorageError(f"{self.path} now names another file; not reopening it")
-        self._conn, self.proj, self._snapshot_seq = fresh._conn, fresh.proj, fresh._snapshot_seq
+        self._conn, self.proj, self._saved_seq = fresh._conn, fresh.proj, fresh._saved_seq
         self.poisoned = None
 
     def check_file(self) -> None:
@@ -266,7 +266,7 @@ class Journal:
         return proj
 
     def drop_derived(self) -> None:
-        """Delete the snapshot (tests and ``rio-ci`` maintenance); the next open replays."""
+        """Delete the saved projection (tests and ``rio-ci`` maintenance); the next open replays."""
         self._conn.executescript("BEGIN IMMEDIATE; DELETE FROM snapshot; COMMIT;")
 
     # --- writing -------------------------------------------------------------------------
@@ -298,11 +298,10 @@ class Journal:
         try:
             self.catch_up()
             yield writer
-            behind = self.proj.last_seq - self._snapshot_seq
-            # An open Turn's whole State would go into the snapshot: wait, within bounds.
+            behind = self.proj.last_seq - self._saved_seq
+            # An open Turn's whole State would go into the saved projection: wait, within bounds.
             if writer.appended and (
-                behind >= SNAPSHOT_OPEN_TURN
-                or (behind >= SNAPSHOT_EVERY and self.proj.turn is None)
+                behind >= SAVE_OPEN_TURN or (behind >= SAVE_EVERY and self.proj.turn is None)
             ):
                 # compact reads without keeping references: no deep copy (to_dict) needed
                 self._conn.execute(
@@ -312,7 +311,7 @@ class Journal:
                         compact({"format": PROJECTION_FORMAT, "projection": vars(self.proj)}),
                     ),
                 )
-                self._snapshot_seq = self.proj.last_seq
+                self._saved_seq = self.proj.last_seq
             if crash_before:
                 crash_point(crash_before)
             crash_point("journal_before_commit")
@@ -343,7 +342,7 @@ class Journal:
         with suppress(sqlite3.Error):
             self._conn.execute("ROLLBACK")
         try:
-            proj, self._snapshot_seq = _load(self._conn)
+            proj, self._saved_seq = _load(self._conn)
         except (sqlite3.Error, StorageError) as exc:
             self.poisoned = f"cannot re-read {self.path} after a rollback: {exc}"
             return

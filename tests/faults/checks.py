@@ -88,9 +88,9 @@ def message_of(event: dict[str, Any]) -> dict[str, Any] | None:
     return ev.message_of(event["kind"], event)
 
 
-def turn_snapshots(events: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Each Turn's committed snapshot, as a fold of the Journal up to its event renders it
-    (the event stores what identifies the snapshot, not a copy)."""
+def turn_states(events: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each Turn's committed State, as a fold of the Journal up to its event renders it
+    (the event stores what identifies the State, not a copy)."""
     proj, found = Projection(), []
     for event in events:
         data = {k: v for k, v in event.items() if k not in ("seq", "kind", "at")}
@@ -126,7 +126,7 @@ def violations(directory: Path, *, final: bool) -> list[str]:
 def _lost_acknowledgements(directory: Path, events: list[dict[str, Any]]) -> list[str]:
     found: list[str] = []
     by_seq = {e["seq"]: e for e in events}
-    turns = {turn_id: state_digest(state) for turn_id, state in turn_snapshots(events)}
+    turns = {turn_id: state_digest(state) for turn_id, state in turn_states(events)}
     timers_set = collections.Counter(e["id"] for e in events if e["kind"] == "timer_set")
     for ack in acks(directory):
         if ack["kind"] == "receive":

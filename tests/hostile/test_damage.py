@@ -75,8 +75,8 @@ def test_a_cell_that_destroys_the_wal_and_kills_its_owner_is_not_run_again(
     new: New, damage: str
 ) -> None:
     """No Owner is left to notice: the next one finds a WAL SQLite throws away. The launch
-    was folded into the file itself before the Cell started, so it is an UnknownExecution,
-    not queued work to run again."""
+    was copied into the file itself (a WAL checkpoint) before the Cell started, so it is an
+    UnknownExecution, not queued work to run again."""
     sess = new()
     destroy = (
         DAMAGE["garbage over the WAL"]

@@ -72,7 +72,7 @@ def execute(session: Session, cell_id: int, output: str, token: str | None = Non
     identity = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9, "token": token}
     session.authorize_launch(cell_id, token)
     session.register_worker(cell_id, identity)
-    session.finish(cell_id, ev.exited(cell_id, 0), output=[ev.OutputPiece("stdout", output)])
+    session.record_result(cell_id, ev.exited(cell_id, 0), output=[ev.OutputPiece("stdout", output)])
 
 
 def accept(session: Session, cells: list[dict[str, Any]], *, replace: bool = False) -> list[int]:
@@ -128,7 +128,7 @@ def growth(path: Path, rounds: int, every: int) -> list[tuple[int, int, int]]:
 
 
 def _settled(session: Session, path: Path) -> int:
-    session.checkpoint()  # the WAL folded into the file and truncated
+    session.checkpoint()  # a WAL checkpoint: the WAL copied into the file and truncated
     return on_disk(path)
 
 

@@ -1,0 +1,86 @@
+"""One word per idea (docs/concepts.md): the names a word used to share are gone for good.
+
+"fold" is only the reducer's (a WAL checkpoint copies the WAL into the file; a ``<details>``
+section is collapsed), "snapshot" only a single-file copy of a Session (the Turn shows its
+State, the projection is saved), "finish" only the job's finish step (an Execution's result is
+recorded), and a rejection is a ``Rejection`` or, raised, ``Rejected``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from rio_ci.session import Session
+from rio_ci.store.journal import Journal
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted((ROOT / "rio_ci").rglob("*.py"))
+PROSE = [*SOURCES, *sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+PROSE += [ROOT / "rio_ci" / "model" / "prompt.md"]
+
+# Names retired when their word was given to one idea only, and what replaced them.
+RETIRED = {
+    "_Reject": "a check returns the rule it breaks; the outcome is a Rejection",
+    "Refused": "Rejection",
+    "journal_events": "tail_events (a launch record's events are its tail)",
+    "SNAPSHOT_EVERY": "SAVE_EVERY (the projection is saved)",
+    "SNAPSHOT_OPEN_TURN": "SAVE_OPEN_TURN",
+    "checkpoint_then_fold": "a WAL checkpoint is not a fold",
+}
+# Prose that gives a retired meaning to a word.
+MISUSED = re.compile(
+    r"\bfold(?:s|ed|ing)?\b[^.;:]{0,30}\bWAL\b|\bWAL\b[^.;:]{0,30}\bfold(?:s|ed|ing)?\b|"
+    r"\bfold(?:s|ed|ing)?\b (?:it |them )?into the (?:database )?file|"
+    r"\bTurn's snapshot\b|\bsnapshot of the projection\b",
+    re.IGNORECASE,
+)
+
+
+def retired_names(source: str) -> list[str]:
+    """Identifiers in ``source`` (defined, assigned, called or read) that RETIRED names."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        name = (
+            getattr(node, "name", None) or getattr(node, "id", None) or getattr(node, "attr", None)
+        )
+        if isinstance(name, str) and name in RETIRED:
+            found.append(f"line {node.lineno}: {name} ({RETIRED[name]})")  # type: ignore[attr-defined]
+    return found
+
+
+@pytest.mark.parametrize("module", SOURCES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_retired_name_is_used(module: Path) -> None:
+    assert retired_names(module.read_text()) == []
+
+
+@pytest.mark.parametrize("page", PROSE, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_word_is_given_a_retired_meaning(page: Path) -> None:
+    lines = [
+        f"{number}: {line.strip()}"
+        for number, line in enumerate(page.read_text().splitlines(), start=1)
+        if MISUSED.search(line)
+    ]
+    assert lines == []
+
+
+def test_the_session_records_a_result_and_the_journal_checkpoints() -> None:
+    """The methods the words left: an Execution's result is recorded, never "finished" by a
+    Session method; copying the WAL into the file is a checkpoint, never a Journal "fold"."""
+    assert hasattr(Session, "record_result") and not hasattr(Session, "finish")
+    assert hasattr(Journal, "checkpoint_full") and not hasattr(Journal, "fold")
+
+
+def test_the_checks_catch_a_retired_name_and_a_retired_meaning() -> None:
+    assert retired_names("class _Reject(Exception):\n    pass\n")
+    assert retired_names("x = journal_events(s, 0)\n")
+    assert retired_names("from rio_ci.store.journal import SNAPSHOT_EVERY\n")
+    assert not retired_names("x = tail_events(s, 0)\n")
+    assert MISUSED.search("the Owner folds the WAL into the file")
+    assert MISUSED.search("its launch was folded into the file itself")
+    assert MISUSED.search("evaluated against the Turn's snapshot")
+    assert not MISUSED.search("the fold rebuilds the projection from the Journal")
+    assert not MISUSED.search("a WAL checkpoint copies the WAL into the file")
