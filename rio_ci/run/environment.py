@@ -10,22 +10,28 @@ anonymous file (a memfd: no size limit, never on disk, gone once read); and the 
 itself not dumpable, which makes its ``/proc`` entries (environ, mem, fd …) unreadable to
 other processes of the same user unless they are root or hold ``CAP_SYS_PTRACE``. Values
 set after exec live on the heap, where ``/proc/<pid>/environ`` does not look.
+
+An Owner command imports this module before it re-executes, in the process that throws its
+imports away: only the standard library's lightest modules load here at import; the Session,
+pathlib, ctypes and tempfile load where they are used.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.errors import RioError, StorageError
-from rio_ci.session import Session
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see above)
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rio_ci.session import Session
 
 # Harness plumbing that must not reach a Worker either.
 PRIVATE_VARS = frozenset({"RIO_CRASH_AT", "RIO_SECRETS_FD", "RIO_SCRUBBED"})
@@ -106,6 +112,8 @@ def _anonymous_file(payload: bytes) -> int:
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("rio-ci-secrets", 0)
     else:
+        import tempfile
+
         with tempfile.TemporaryFile() as spare:
             fd = os.dup(spare.fileno())
     view = memoryview(payload)
@@ -137,6 +145,8 @@ def protect_own_memory() -> bool:
     entries then belong to root, so a script of the same user cannot read its environment,
     memory or descriptors, nor ptrace it. Processes it starts get the flag back at exec.
     False where there is no such call (not Linux)."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
@@ -147,6 +157,8 @@ def protect_own_memory() -> bool:
 def session_secret_names(db: str) -> list[str]:
     """The ``--secret`` names a Session holds, read before an Owner command re-executes
     itself (an unreadable Session names none here; the Owner then fails on its own)."""
+    from rio_ci.session import Session
+
     try:
         session = Session.open(db)
     except RioError:
@@ -199,6 +211,8 @@ def scratch_dir(session: Session) -> Path:
 def api_shim(session: Session) -> Path:
     """A folder holding only the in-Cell modules of rio_ci (``api.py`` and ``tools/``, both
     standard library only), so a Cell can import them and nothing else of the harness."""
+    from pathlib import Path
+
     shim = scratch_dir(session) / "pylib"
     package = shim / "rio_ci"
     (package / "tools").mkdir(parents=True, exist_ok=True)
