@@ -65,21 +65,22 @@ def worker_environment(
 
 
 def scrub_own_environment(argv: list[str], extra: Iterable[str] = ()) -> None:
-    """Re-execute this command once without secrets in its initial environment, then mark
-    the process not dumpable.
+    """Re-execute this command without secrets in its initial environment, then mark the
+    process not dumpable.
 
     Called by Owner commands before anything else. The re-executed process reads the
     secrets back into ``os.environ`` from an anonymous file, so the harness can still use
-    them. Never skipped: a secret that cannot be moved out of the initial environment stops
-    the command with a RioError."""
+    them. It checks its own initial environment too: what re-executed it may have judged
+    from less than this command line, so a secret it missed is moved out by one more
+    re-execution, carrying both. Never skipped: a secret that cannot be moved out of the
+    initial environment stops the command with a RioError."""
     fd = os.environ.pop("RIO_SECRETS_FD", None)
     os.environ.pop("RIO_SCRUBBED", None)
-    if fd is not None:
-        os.environ.update(_read_secrets(fd))
-    else:
-        names = secret_names(os.environ, extra=extra)
-        if names:
-            _reexec_without(names, argv)  # does not return
+    left = secret_names(os.environ, extra=extra)  # what this process's initial environment holds
+    carried = _read_secrets(fd) if fd is not None else {}
+    os.environ.update(carried)
+    if left:
+        _reexec_without(left | carried.keys(), argv)  # does not return
     protect_own_memory()
 
 
@@ -100,6 +101,7 @@ def _reexec_without(names: set[str], argv: list[str]) -> None:
     try:
         os.execve(sys.executable, [sys.executable, "-m", "rio_ci.cli", *argv], env)
     except OSError as exc:
+        os.close(fd)  # a caller that tries again must not leave a copy of the secrets open
         raise RioError(
             f"cannot re-execute {sys.executable} without the credentials "
             f"({exc.strerror}); refusing to start"
