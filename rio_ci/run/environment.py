@@ -11,13 +11,14 @@ itself not dumpable, which makes its ``/proc`` entries (environ, mem, fd …) un
 other processes of the same user unless they are root or hold ``CAP_SYS_PTRACE``. Values
 set after exec live on the heap, where ``/proc/<pid>/environ`` does not look.
 
-An Owner command imports this module before it re-executes, in the process that throws its
-imports away: only the standard library's lightest modules load here at import; the Session,
-pathlib, ctypes and tempfile load where they are used.
+``rio_ci.entry`` imports this module before the command line, in the process that will throw
+its imports away when it re-executes: only the standard library's lightest modules load here
+at import; the Session, pathlib, ctypes and tempfile load where they are used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -71,9 +72,9 @@ def scrub_own_environment(argv: list[str], extra: Iterable[str] = ()) -> None:
     Called by Owner commands before anything else. The re-executed process reads the
     secrets back into ``os.environ`` from an anonymous file, so the harness can still use
     them. It checks its own initial environment too: what re-executed it may have judged
-    from less than this command line, so a secret it missed is moved out by one more
-    re-execution, carrying both. Never skipped: a secret that cannot be moved out of the
-    initial environment stops the command with a RioError."""
+    from less than this command line (``scrub_before_imports``), so a secret it missed is
+    moved out by one more re-execution, carrying both. Never skipped: a secret that cannot
+    be moved out of the initial environment stops the command with a RioError."""
     fd = os.environ.pop("RIO_SECRETS_FD", None)
     os.environ.pop("RIO_SCRUBBED", None)
     left = secret_names(os.environ, extra=extra)  # what this process's initial environment holds
@@ -82,6 +83,18 @@ def scrub_own_environment(argv: list[str], extra: Iterable[str] = ()) -> None:
     if left:
         _reexec_without(left | carried.keys(), argv)  # does not return
     protect_own_memory()
+
+
+def scrub_before_imports(argv: list[str], extra: Iterable[str]) -> None:
+    """``scrub_own_environment``'s re-execution, done before the command line is imported
+    (rio_ci.entry) so that the process which is thrown away imports next to nothing:
+    ``extra`` are the ``--secret`` names of the Session the command in ``argv`` names, read
+    at rest. When this process holds a secret, it re-executes without it now; when that
+    fails it returns, and the command line meets the same failure and reports it."""
+    names = secret_names(os.environ, extra=extra)
+    if names:
+        with contextlib.suppress(RioError):
+            _reexec_without(names, argv)  # does not return
 
 
 def _reexec_without(names: set[str], argv: list[str]) -> None:
