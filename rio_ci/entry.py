@@ -173,7 +173,8 @@ def session_secret_names_at_rest(db: str) -> list[str] | None:
             created = json.loads(first[1])
         finally:
             conn.close()
-    except (sqlite3.Error, ValueError):  # not SQLite, not a Session, not JSON, not UTF-8
+    # Not SQLite, not a Session, not JSON (or nested past Python's limit), not UTF-8.
+    except (sqlite3.Error, ValueError, RecursionError):
         return None
     names = created.get("secrets", []) if isinstance(created, dict) else None
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):

@@ -140,6 +140,11 @@ def _not_sessions(tmp_path: Path) -> dict[str, Path]:
     with sqlite3.connect(newer) as conn:
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
+    nested = tmp_path / "nested.db"
+    shutil.copy(session, nested)
+    with sqlite3.connect(nested) as conn:
+        conn.execute("UPDATE events SET data = ? WHERE seq = 1", ("[" * 10**5 + "]" * 10**5,))
+    conn.close()
     with_wal = tmp_path / "with-wal.db"
     shutil.copy(session, with_wal)
     Path(f"{with_wal}-wal").write_bytes(b"")
@@ -150,6 +155,7 @@ def _not_sessions(tmp_path: Path) -> dict[str, Path]:
         "an empty file": tmp_path / "empty.db",
         "an SQLite file that is no Session": tmp_path / "other.db",
         "another schema version": newer,
+        "a first event nested past Python's limit": nested,
         "a Session with a WAL beside it": with_wal,
     }
 
