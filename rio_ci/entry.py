@@ -4,7 +4,7 @@ process does before it imports the command line.
 An Owner command (``work``, ``run``, ``action``) holding a credential in its environment
 re-executes itself without it (rio_ci.run.environment). Whatever the first process imported
 is thrown away with it, and the command line's imports (argparse, the Session, the Journal …)
-are a tenth of a second on a quiet machine, paid again by the process that does the work. So
+are about 50 ms of CPU, paid again by the process that does the work (docs/performance.md). So
 this module tells from ``sys.argv`` and the environment alone whether such a command can
 re-execute at once, reads its Session's ``--secret`` names at rest, and has it re-execute
 before any of those imports. What it cannot tell that cheaply (an option it does not know, a
@@ -29,7 +29,13 @@ from collections.abc import Mapping
 from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.run.environment import scrub_before_imports
 
-__all__ = ["OWNER_OPTIONS", "main", "owner_sessions", "session_secret_names_at_rest"]
+__all__ = [
+    "OWNER_OPTIONS",
+    "early_secret_names",
+    "main",
+    "owner_sessions",
+    "session_secret_names_at_rest",
+]
 
 # The options of the Owner commands that take a value, as rio_ci.cli's parser declares them
 # (tests/test_entry.py keeps the two equal); ``--human`` is their one flag.
