@@ -7,6 +7,11 @@ bounded, text arguments must be UTF-8, and stdout is always valid UTF-8 strict J
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m rio_ci.cli`: the entry point first, before any import
+    from rio_ci.entry import main as _entry
+
+    raise SystemExit(_entry())
+
 import argparse
 import math
 import os
@@ -562,7 +567,3 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

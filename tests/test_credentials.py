@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from rio_ci.run.environment import worker_environment
+from rio_ci.session import Session
 from tests.kit import Patch, cli_env
 
 RIO = [sys.executable, "-m", "rio_ci.cli"]
@@ -60,3 +62,47 @@ def test_worker_environment_drops_credentials_and_values_that_embed_them() -> No
     }
     env = worker_environment(environ, keep=["NPM_TOKEN"])
     assert env == {"PATH": "/bin", "NPM_TOKEN": "npm-secret-1", "HOME": "/root"}
+
+
+def test_a_credential_left_in_a_re_executed_owners_environment_is_moved_out_too(
+    tmp_path: Path,
+) -> None:
+    """An Owner started with the mark of a re-executed one and the credentials' descriptor,
+    but still holding credentials in its environment (a credential-named variable and the
+    Session's ``--secret``), re-executes once more without them: a Cell reading the Owner's
+    initial environment finds the mark and none of them."""
+    db = tmp_path / "s.db"
+    session = Session.create(db, "goal", cwd=str(tmp_path), secrets=["DEPLOY_HOOK"])
+    turn = session.prepare_turn()
+    listing = "tr '\\0' '\\n' < /proc/$PPID/environ | cut -d= -f1"
+    session.step(
+        turn["turn_id"],
+        Patch(turn["state"]).add({"kind": "cmd", "argv": ["sh", "-c", listing]}).build(),
+    )
+    session.close()
+    fd = os.memfd_create("test-secrets", 0)
+    os.write(fd, json.dumps({"ANTHROPIC_API_KEY": CANARIES["ANTHROPIC_API_KEY"]}).encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    env = cli_env(
+        RIO_SECRETS_FD=str(fd),
+        RIO_SCRUBBED="1",
+        GITHUB_TOKEN=CANARIES["GITHUB_TOKEN"],
+        DEPLOY_HOOK="https://hooks.example.test/T0/B1/abcdef123456",
+    )
+    try:
+        done = subprocess.run(
+            [*RIO, "work", str(db)],
+            capture_output=True,
+            text=True,
+            env=env,
+            pass_fds=(fd,),
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["ran"] == [1]
+    names = set(json.loads(rio("state", str(db)))["runtime"]["cells"]["1"]["stdout"].split())
+    assert "RIO_SCRUBBED" in names  # the re-executed Owner's initial environment, read
+    assert not {"GITHUB_TOKEN", "DEPLOY_HOOK", "ANTHROPIC_API_KEY", "RIO_WORKER_TOKEN"} & names

@@ -22,7 +22,7 @@ from rio_ci.run.channel import SOCKET_VAR, Channel, sweep_stale
 from rio_ci.run.environment import scratch_dir, uv_binary, worker_environment
 from rio_ci.run.survivors import stop_user
 from rio_ci.session import Session
-from rio_ci.store import sessionfile
+from rio_ci.store.at_rest import SIDECARS
 
 SHARED_NOTICE = "Cells share the harness's user"
 
@@ -180,4 +180,4 @@ def _writable_by(info: os.stat_result, user: cu.CellUser) -> bool:
 
 def _session_files(db: Path) -> list[Path]:
     """The Session file and the sidecars SQLite opens beside it."""
-    return [db, *(db.with_name(db.name + suffix) for suffix in sessionfile.SIDECARS)]
+    return [db, *(db.with_name(db.name + suffix) for suffix in SIDECARS)]

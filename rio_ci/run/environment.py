@@ -10,22 +10,29 @@ anonymous file (a memfd: no size limit, never on disk, gone once read); and the 
 itself not dumpable, which makes its ``/proc`` entries (environ, mem, fd …) unreadable to
 other processes of the same user unless they are root or hold ``CAP_SYS_PTRACE``. Values
 set after exec live on the heap, where ``/proc/<pid>/environ`` does not look.
+
+``rio_ci.entry`` imports this module before the command line, in the process that will throw
+its imports away when it re-executes: only the standard library's lightest modules load here
+at import; the Session, pathlib, ctypes and tempfile load where they are used.
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import functools
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.errors import RioError, StorageError
-from rio_ci.session import Session
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see above)
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rio_ci.session import Session
 
 # Harness plumbing that must not reach a Worker either.
 PRIVATE_VARS = frozenset({"RIO_CRASH_AT", "RIO_SECRETS_FD", "RIO_SCRUBBED"})
@@ -59,22 +66,35 @@ def worker_environment(
 
 
 def scrub_own_environment(argv: list[str], extra: Iterable[str] = ()) -> None:
-    """Re-execute this command once without secrets in its initial environment, then mark
-    the process not dumpable.
+    """Re-execute this command without secrets in its initial environment, then mark the
+    process not dumpable.
 
     Called by Owner commands before anything else. The re-executed process reads the
     secrets back into ``os.environ`` from an anonymous file, so the harness can still use
-    them. Never skipped: a secret that cannot be moved out of the initial environment stops
-    the command with a RioError."""
+    them. It checks its own initial environment too: what re-executed it may have judged
+    from less than this command line (``scrub_before_imports``), so a secret it missed is
+    moved out by one more re-execution, carrying both. Never skipped: a secret that cannot
+    be moved out of the initial environment stops the command with a RioError."""
     fd = os.environ.pop("RIO_SECRETS_FD", None)
     os.environ.pop("RIO_SCRUBBED", None)
-    if fd is not None:
-        os.environ.update(_read_secrets(fd))
-    else:
-        names = secret_names(os.environ, extra=extra)
-        if names:
-            _reexec_without(names, argv)  # does not return
+    left = secret_names(os.environ, extra=extra)  # what this process's initial environment holds
+    carried = _read_secrets(fd) if fd is not None else {}
+    os.environ.update(carried)
+    if left:
+        _reexec_without(left | carried.keys(), argv)  # does not return
     protect_own_memory()
+
+
+def scrub_before_imports(argv: list[str], extra: Iterable[str]) -> None:
+    """``scrub_own_environment``'s re-execution, done before the command line is imported
+    (rio_ci.entry) so that the process which is thrown away imports next to nothing:
+    ``extra`` are the ``--secret`` names of the Session the command in ``argv`` names, read
+    at rest. When this process holds a secret, it re-executes without it now; when that
+    fails it returns, and the command line meets the same failure and reports it."""
+    names = secret_names(os.environ, extra=extra)
+    if names:
+        with contextlib.suppress(RioError):
+            _reexec_without(names, argv)  # does not return
 
 
 def _reexec_without(names: set[str], argv: list[str]) -> None:
@@ -94,6 +114,7 @@ def _reexec_without(names: set[str], argv: list[str]) -> None:
     try:
         os.execve(sys.executable, [sys.executable, "-m", "rio_ci.cli", *argv], env)
     except OSError as exc:
+        os.close(fd)  # a caller that tries again must not leave a copy of the secrets open
         raise RioError(
             f"cannot re-execute {sys.executable} without the credentials "
             f"({exc.strerror}); refusing to start"
@@ -106,6 +127,8 @@ def _anonymous_file(payload: bytes) -> int:
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("rio-ci-secrets", 0)
     else:
+        import tempfile
+
         with tempfile.TemporaryFile() as spare:
             fd = os.dup(spare.fileno())
     view = memoryview(payload)
@@ -137,6 +160,8 @@ def protect_own_memory() -> bool:
     entries then belong to root, so a script of the same user cannot read its environment,
     memory or descriptors, nor ptrace it. Processes it starts get the flag back at exec.
     False where there is no such call (not Linux)."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
@@ -147,6 +172,8 @@ def protect_own_memory() -> bool:
 def session_secret_names(db: str) -> list[str]:
     """The ``--secret`` names a Session holds, read before an Owner command re-executes
     itself (an unreadable Session names none here; the Owner then fails on its own)."""
+    from rio_ci.session import Session
+
     try:
         session = Session.open(db)
     except RioError:
@@ -199,6 +226,8 @@ def scratch_dir(session: Session) -> Path:
 def api_shim(session: Session) -> Path:
     """A folder holding only the in-Cell modules of rio_ci (``api.py`` and ``tools/``, both
     standard library only), so a Cell can import them and nothing else of the harness."""
+    from pathlib import Path
+
     shim = scratch_dir(session) / "pylib"
     package = shim / "rio_ci"
     (package / "tools").mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,8 @@ from rio_ci.core.state import compact
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
 from rio_ci.store import sessionfile
-from rio_ci.store.sessionfile import SCHEMA_VERSION, resolve
+from rio_ci.store.at_rest import SCHEMA_VERSION
+from rio_ci.store.sessionfile import resolve
 
 # The Owner's check for damage, asked before every write: None, or why the file cannot be
 # trusted and whether our WAL may still be copied into it (a WAL checkpoint) before the

@@ -28,8 +28,8 @@ from rio_ci.core.reducer import apply
 from rio_ci.core.state import ascii_int
 from rio_ci.errors import StorageError
 from rio_ci.jsonio import strict_decoder
+from rio_ci.store.at_rest import SCHEMA_VERSION, SIDECARS
 
-SCHEMA_VERSION = 1
 # Every object a Session file of this schema holds in sqlite_master: (type, name, table).
 # A copy from elsewhere (an artifact) holding anything more — a trigger that fires on the
 # next commit, a view, a table of its own — is refused (tests/test_artifact.py keeps this
@@ -43,7 +43,6 @@ SCHEMA_OBJECTS = frozenset(
         ("table", "snapshot", "snapshot"),
     }
 )
-SIDECARS = ("-wal", "-shm", "-journal")  # the names SQLite opens beside a database
 
 Identity = tuple[int, int]  # (st_dev, st_ino)
 

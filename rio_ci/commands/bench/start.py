@@ -1,7 +1,8 @@
 """The start of every job: ``rio-ci run`` from its start to its first request arriving at the
-loopback provider, against a bare ``python -c "import anthropic"`` (start to exit) on the same
-interpreter, timed to the end of the import — the SDK import is the floor under any run
-that talks to Claude.
+loopback provider, against a bare ``python -c "import anthropic"`` on the same interpreter,
+timed from its start to the end of the import — the SDK import is the floor under any run
+that talks to Claude. The run holds a credential, so it re-executes itself first, as every
+job does (rio_ci.entry).
 
 Pairs are interleaved (run, import, run, import …); the figure is the median of each side
 and their ratio. The scripted model concludes in its first patch, so each run ends at once.

@@ -1,0 +1,56 @@
+"""A Session file read at rest, by a process that has imported almost nothing yet: the
+``--secret`` names its first event holds, for ``rio_ci.entry``, which must know them before it
+re-executes an Owner without its credentials (and before the command line's imports, which
+that process would throw away). The standard library's lightest modules and ``sqlite3`` only;
+``sessionfile`` takes the format's constants from here, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+
+__all__ = ["SCHEMA_VERSION", "SIDECARS", "session_secret_names_at_rest"]
+
+SCHEMA_VERSION = 1  # the Session file's format (meta.schema_version)
+SIDECARS = ("-wal", "-shm", "-journal")  # the names SQLite opens beside a database
+
+
+def session_secret_names_at_rest(db: str) -> list[str] | None:
+    """The ``--secret`` names of the Session file ``db`` as its first event
+    (``session_created``, never rewritten) holds them, or None where that cannot be told
+    this way: not a regular file, a sidecar SQLite writes (``-wal``, ``-shm``, ``-journal``)
+    beside it (the file alone may then be mid-checkpoint), not a Session of this schema
+    version, or unreadable.
+
+    Read through an ``immutable`` connection, as ``sessionfile`` first judges a file:
+    nothing is created beside ``db``, locked or written. Only ``sqlite3`` is imported, not
+    the Journal."""
+    try:
+        real = os.path.realpath(db)
+        info = os.stat(real)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+    if not stat.S_ISREG(info.st_mode) or any(os.path.lexists(real + s) for s in SIDECARS):
+        return None
+    # SQLite reads %HH escapes in a URI's path and ends the path at ? or #.
+    path = real.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    try:
+        conn = sqlite3.connect(f"file://{path}?immutable=1", uri=True)
+        try:
+            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            first = conn.execute("SELECT kind, data FROM events WHERE seq = 1").fetchone()
+            if version != (str(SCHEMA_VERSION),) or first is None or first[0] != "session_created":
+                return None
+            created = json.loads(first[1])
+        finally:
+            conn.close()
+    # Not SQLite, not a Session, not JSON (or nested past Python's limit), not UTF-8.
+    except (sqlite3.Error, ValueError, RecursionError):
+        return None
+    names = created.get("secrets", []) if isinstance(created, dict) else None
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        return None
+    return names

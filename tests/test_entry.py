@@ -1,0 +1,255 @@
+"""``rio_ci.entry``: an Owner command holding a credential re-executes without it before the
+command line's imports; what it cannot decide there (an unknown option, a Cell user that may
+need sudo, a file that is not a Session at rest) it leaves to the command line, whose errors
+stay one JSON line. (What the re-executed Owner still finds in its environment it moves out
+itself: tests/test_credentials.py.)"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rio_ci import entry
+from rio_ci.cli import OWNER_COMMANDS, build_parser
+from rio_ci.run import cell_user
+from rio_ci.run.environment import session_secret_names
+from rio_ci.session import Session
+from rio_ci.store.at_rest import session_secret_names_at_rest
+from tests.kit import ROOT, cli_env
+
+KEY = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e"}
+ROOTED = os.geteuid() == 0  # become_root has nothing to do: a Cell user changes nothing
+
+
+def rio(*args: str, env: dict[str, str], **options: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rio_ci.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        **options,
+    )
+
+
+def imported(importtime: str) -> set[str]:
+    """The modules ``python -X importtime`` listed (its lines on stderr)."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in importtime.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+# --- what can be decided before the command line ------------------------------------------
+
+
+def test_the_owner_options_are_those_of_the_command_lines_parser() -> None:
+    """Every option an Owner command's parser knows is either in OWNER_OPTIONS (it takes a
+    value) or a flag the entry knows (``--human``) or leaves to the parser (``-h``)."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(entry.OWNER_OPTIONS) == OWNER_COMMANDS
+    for command in OWNER_COMMANDS:
+        actions = sub.choices[command]._actions
+        valued = {o for a in actions if a.nargs != 0 for o in a.option_strings}
+        flags = {o for a in actions if a.nargs == 0 for o in a.option_strings}
+        assert valued == entry.OWNER_OPTIONS[command], command
+        assert flags == {"-h", "--help", "--human"}, command
+    assert entry._SUDO_MARK == cell_user.SUDO_MARK
+    assert cell_user.NONE in entry._NO_CELL_USER
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["run", "s.db"], KEY, ["s.db"]),
+        (["work", "s.db"], {"GITHUB_TOKEN": "x"}, ["s.db"]),
+        (["run", "--model", "bedrock:m", "s.db", "--human", "--deadline=5"], KEY, ["s.db"]),
+        (["work", "--timeout", "-1", "-"], KEY, ["-"]),
+        (["run", "s.db", "--cell-user", "none"], KEY, ["s.db"]),
+        (["run", "s.db", "--cell-user=rio-cell"], KEY, ["s.db"] if ROOTED else None),
+        (["run", "s.db", "--cell-user", "rio-cell"], {**KEY, "RIO_AS_ROOT": "1"}, ["s.db"]),
+        (["action"], KEY, []),
+        (["action", "finish", "--human"], KEY, []),
+        (["action"], {**KEY, "RIO_CELL_USER": "rio-cell"}, [] if ROOTED else None),
+        (["action"], {**KEY, "RIO_CELL_USER": " none "}, []),
+        # nothing to move, or already moved
+        (["run", "s.db"], {"PATH": "/bin"}, None),
+        (["run", "s.db"], {**KEY, "RIO_SCRUBBED": "1", "RIO_SECRETS_FD": "3"}, None),
+        (["show", "s.db"], KEY, None),
+        ([], KEY, None),
+        # the parser's business
+        (["--version"], KEY, None),
+        (["run", "-h"], KEY, None),
+        (["run", "--mod", "bedrock:m", "s.db"], KEY, None),
+        (["run", "--", "s.db"], KEY, None),
+        (["run", "s.db", "--model"], KEY, None),
+        (["run", "--human=1", "s.db"], KEY, None),
+        (["run"], KEY, None),
+        (["run", "a.db", "b.db"], KEY, None),
+        (["action", "run", "extra"], KEY, None),
+    ],
+)
+def test_an_owner_command_re_executes_early_only_when_its_arguments_are_plain(
+    argv: list[str], environ: dict[str, str], expected: list[str] | None
+) -> None:
+    assert entry.owner_sessions(argv, environ) == expected
+
+
+def test_a_sessions_secret_names_read_at_rest_are_the_ones_the_owner_reads(
+    tmp_path: Path,
+) -> None:
+    names = ["DEPLOY_HOOK", "SLACK_URL"]
+    plain, odd = tmp_path / "s.db", tmp_path / "a %41?b#c.db"  # what a URI would misread
+    Session.create(plain, "goal", cwd=str(tmp_path), secrets=names).close()
+    session = Session.create(odd, "goal", cwd=str(tmp_path))
+    for n in range(3):  # more events than the first
+        session.receive(f"m{n}", "comment", {"n": n})
+    session.close()
+    (tmp_path / "link.db").symlink_to(plain)
+    before = sorted(os.listdir(tmp_path))
+    for path, expected in ((plain, names), (odd, []), (tmp_path / "link.db", names)):
+        assert session_secret_names_at_rest(str(path)) == expected, path
+        assert session_secret_names(str(path)) == expected, path
+    assert entry.early_secret_names(["run", str(plain)], KEY) == names
+    assert entry.early_secret_names(["run", str(tmp_path / "absent.db")], KEY) is None
+    assert sorted(os.listdir(tmp_path)) == before  # nothing created, not even for a moment
+
+
+def _not_sessions(tmp_path: Path) -> dict[str, Path]:
+    """Files the at-rest read must leave to the command line, by what they are."""
+    session = tmp_path / "s.db"
+    Session.create(session, "goal", cwd=str(tmp_path), secrets=["DEPLOY_HOOK"]).close()
+    (tmp_path / "text.db").write_text("not a database\n")
+    (tmp_path / "empty.db").write_bytes(b"")
+    other = sqlite3.connect(tmp_path / "other.db")
+    other.execute("CREATE TABLE t (x)")
+    other.close()
+    newer = tmp_path / "newer.db"
+    shutil.copy(session, newer)
+    with sqlite3.connect(newer) as conn:
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    conn.close()
+    nested = tmp_path / "nested.db"
+    shutil.copy(session, nested)
+    with sqlite3.connect(nested) as conn:
+        conn.execute("UPDATE events SET data = ? WHERE seq = 1", ("[" * 10**5 + "]" * 10**5,))
+    conn.close()
+    with_wal = tmp_path / "with-wal.db"
+    shutil.copy(session, with_wal)
+    Path(f"{with_wal}-wal").write_bytes(b"")
+    return {
+        "missing": tmp_path / "absent.db",
+        "a directory": tmp_path,
+        "a text file": tmp_path / "text.db",
+        "an empty file": tmp_path / "empty.db",
+        "an SQLite file that is no Session": tmp_path / "other.db",
+        "another schema version": newer,
+        "a first event nested past Python's limit": nested,
+        "a Session with a WAL beside it": with_wal,
+    }
+
+
+def test_what_is_no_session_at_rest_is_left_to_the_command_line(tmp_path: Path) -> None:
+    files = _not_sessions(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    for what, path in files.items():
+        assert session_secret_names_at_rest(str(path)) is None, what
+    assert session_secret_names_at_rest("a\0b") is None
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+# --- the processes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("launch", ["python -m rio_ci.cli", "the console script"])
+def test_an_owner_holding_a_credential_re_executes_before_importing_the_command_line(
+    tmp_path: Path, launch: str
+) -> None:
+    """``-X importtime`` lists the first process's imports only: the re-executed process is
+    started without it."""
+    db = tmp_path / "s.db"
+    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    script = "import sys; from rio_ci.entry import main; raise SystemExit(main())"
+    how = ["-m", "rio_ci.cli"] if launch.startswith("python") else ["-c", script]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *how, "work", str(db)],
+        capture_output=True,
+        text=True,
+        env=cli_env(**KEY),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert json.loads(done.stdout)["ran"] == []
+    first = imported(done.stderr)
+    assert "rio_ci.entry" in first
+    assert not {"argparse", "rio_ci.session", "rio_ci.journal", "rio_ci.cli"} & first
+
+
+def test_without_a_credential_the_sdk_import_starts_before_the_command_lines_imports(
+    tmp_path: Path,
+) -> None:
+    """The process that does the work (no credential left in its environment) starts the
+    SDK import thread before importing argparse and the rest of the command line."""
+    order = (
+        "import sys\n"
+        "class Order:\n"
+        "    seen = []\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        Order.seen.append(name)\n"
+        "sys.meta_path.insert(0, Order())\n"
+        "sys.argv = ['rio-ci', 'run', sys.argv[1]]\n"
+        "from rio_ci.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    seen = Order.seen\n"
+        "    print(seen.index('rio_ci.sdk_preload') < seen.index('argparse'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", order, str(tmp_path / "absent.db")],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout.splitlines()[-1] == "True", done.stdout + done.stderr[-2000:]
+
+
+def test_the_console_script_is_the_entry_point() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"rio-ci": "rio_ci.entry:main"}
+
+
+@pytest.mark.parametrize("what", ["missing", "a text file", "a link as its WAL", "hard-linked"])
+def test_an_owner_holding_a_credential_on_no_usable_session_fails_in_one_line(
+    tmp_path: Path, what: str
+) -> None:
+    """Left to the command line (not a Session at rest) or re-executed early and refused
+    there (a hard-linked Session reads at rest), the error is the command line's own."""
+    files = _not_sessions(tmp_path)
+    os.link(tmp_path / "s.db", tmp_path / "twin.db")
+    files["hard-linked"] = tmp_path / "twin.db"
+    shutil.copy(tmp_path / "s.db", tmp_path / "linked.db")
+    Path(f"{tmp_path / 'linked.db'}-wal").symlink_to(tmp_path / "elsewhere")
+    files["a link as its WAL"] = tmp_path / "linked.db"
+    before = sorted(os.listdir(tmp_path))
+    done = rio("work", str(files[what]), env=cli_env(**KEY))
+    assert done.returncode == 4, done.stdout + done.stderr
+    [line] = done.stdout.splitlines()
+    assert set(json.loads(line)) == {"error"}
+    assert "Traceback" not in done.stderr
+    assert sorted(os.listdir(tmp_path)) == before
