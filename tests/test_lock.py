@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -52,17 +53,62 @@ def test_the_lock_file_matches_the_declared_dependencies() -> None:
 
 
 @needs_uv
-def test_a_changed_dependency_makes_the_lock_check_fail(tmp_path: Path) -> None:
-    """What the test above relies on: a bound edited in pyproject.toml without `uv lock`."""
-    for name in ("pyproject.toml", "uv.lock", "README.md"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    pyproject = tmp_path / "pyproject.toml"
-    text = pyproject.read_text()
-    assert '"psutil>=' in text
-    pyproject.write_text(re.sub(r'"psutil>=[^"]*"', '"psutil>=5.9.7"', text))
-    done = check_lock(tmp_path)
+def test_a_changed_dependency_makes_the_lock_check_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the test above relies on: a bound edited in pyproject.toml without `uv lock`
+    makes the same check fail, though the locked version still satisfies the new bound.
+
+    `uv lock --check` re-resolves whenever the declared requirements differ from the lock's,
+    and offline a resolution reads registry metadata only from uv's cache, which is empty on a
+    fresh machine. So the project here is a small one whose registry is a local directory
+    holding one wheel, locked by uv in the test with an empty cache of its own: no network,
+    nothing from the machine's cache."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _write_wheel(wheels, "helper", "1.2")
+    project = tmp_path / "project"
+    project.mkdir()
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(
+        '[project]\nname = "app"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["helper>=1.0"]\n\n'
+        f'[[tool.uv.index]]\nname = "local"\nurl = "{wheels.as_uri()}"\nformat = "flat"\n'
+        'explicit = true\n\n[tool.uv.sources]\nhelper = { index = "local" }\n'
+    )
+    locked = subprocess.run(
+        [UV or "uv", "lock", "--offline", "--project", str(project)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "UV_NO_CONFIG": "1"},
+    )
+    assert locked.returncode == 0, locked.stderr
+    assert 'version = "1.2"' in (project / "uv.lock").read_text()
+    fresh = check_lock(project)
+    assert fresh.returncode == 0, fresh.stderr  # the check passes on a lock that is current
+
+    pyproject.write_text(pyproject.read_text().replace('"helper>=1.0"', '"helper>=1.1"'))
+    done = check_lock(project)
     assert done.returncode != 0
-    assert "needs to be updated" in done.stderr
+    assert "needs to be updated" in done.stderr, done.stderr
+
+
+def _write_wheel(directory: Path, name: str, version: str) -> None:
+    """A minimal pure-Python wheel: what a flat index needs to offer ``name==version``."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(directory / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+        wheel.writestr(f"{info}/RECORD", "".join(f"{path},,\n" for path in files))
 
 
 def test_the_bootstrap_uv_is_the_locked_uv_and_every_file_is_hashed() -> None:
