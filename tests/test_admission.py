@@ -729,20 +729,20 @@ def test_resolving_a_real_unknown_execution_after_a_killed_owner(rio: Any, tmp_p
     code_, status, _ = rio("work", db, "--timeout", "20")
     assert code_ == 0, status
     assert status["paused_by"] == "execution:1" and status["ran"] == []
-    state = rio("state", db).out
-    result = state["runtime"]["cells"]["1"]["result"]
+    code_, comment, _ = rio("receive", db, "ops-1", "comment", '{"body": "nothing was deployed"}')
+    assert code_ == 0, comment
+    turn = rio("turn", db).out
+    result = turn["state"]["runtime"]["cells"]["1"]["result"]
     assert result["type"] == "UnknownExecution"
     own = result["evidence_refs"]
-    assert rio("receive", db, "ops-1", "comment", '{"body": "nothing was deployed"}').code == 0
-    comment_seq = rio("state", db).out["runtime"]["inbox"][-1]["seq"]
-    turn = rio("turn", db).out
+    assert turn["state"]["runtime"]["inbox"][-1]["seq"] == comment["seq"]
     bare = Patch(turn["state"]).add(resolution(1, *own)).build()
-    before = rio("events", db).lines
+    before = journal_rows(db)
     code_, out, _ = rio("step", db, turn["turn_id"], "-", input=bare)
     assert code_ == 3 and "own record" in out["rejected"]
-    after = rio("events", db).lines
+    after = journal_rows(db)
     assert after[:-1] == before and after[-1]["kind"] == "patch_rejected"
-    good = Patch(turn["state"]).add(resolution(1, f"session:event:{comment_seq}")).build()
+    good = Patch(turn["state"]).add(resolution(1, f"session:event:{comment['seq']}")).build()
     code_, receipt, _ = rio("step", db, turn["turn_id"], "-", input=good)
     assert code_ == 0, receipt
     assert rio("state", db).out["runtime"]["cells"]["1"]["resolved_by"] == receipt["cell_ids"][0]
