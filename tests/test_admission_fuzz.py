@@ -557,6 +557,7 @@ def fuzz_steps(where: Path, examples: int, *, derandomize: bool) -> Counter[str]
     return steps
 
 
+@pytest.mark.slow
 def test_session_step_on_about_300_random_patches(tmp_path: Path) -> None:
     fuzz_steps(tmp_path, 30, derandomize=True)
 
