@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import end_run, note, sha256
+from conftest import end_run, journal_rows, note, sha256
 
 from rio_ci.session import Session
 from tests.kit import Patch
@@ -32,8 +32,9 @@ def new(rio: Any, tmp_path: Path) -> Any:
     return create
 
 
-def events(rio: Any) -> str:
-    return str(rio("events", "s.db").stdout)
+def events(db: Path) -> list[dict[str, Any]]:
+    """Every committed event, read from outside without starting a rio-ci process."""
+    return journal_rows(db)
 
 
 def accept_turn(rio: Any, turn: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def accept_turn(rio: Any, turn: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_turn_keeps_its_state_and_later_messages_wait(rio: Any, new: Any) -> None:
-    new()
+    db = new()
     first = rio("turn", "s.db")
     assert first.code == 0
     assert set(first.out) == {"turn_id", "state", "delivered"}
@@ -59,9 +60,9 @@ def test_a_turn_keeps_its_state_and_later_messages_wait(rio: Any, new: Any) -> N
     assert again == first.out
     assert again["state"]["runtime"]["inbox"] == [] and again["delivered"] == []
     # `state` shows what a new Turn would see, without preparing one
-    before = events(rio)
+    before = events(db)
     assert [m["id"] for m in rio("state", "s.db").out["runtime"]["inbox"]] == ["m1"]
-    assert events(rio) == before
+    assert events(db) == before
     accept_turn(rio, first.out)
     second = rio("turn", "s.db").out
     assert second["turn_id"] != first.out["turn_id"]
@@ -78,13 +79,13 @@ def test_a_turn_keeps_its_state_and_later_messages_wait(rio: Any, new: Any) -> N
 
 
 def test_the_same_message_twice_is_one_message(rio: Any, new: Any) -> None:
-    new()
+    db = new()
     first = rio("receive", "s.db", "m1", "comment", '{"body": "hi", "n": 1}')
     assert first.code == 0
-    before = events(rio)
+    before = events(db)
     again = rio("receive", "s.db", "m1", "comment", '{"n": 1, "body": "hi"}')
     assert (again.code, again.out) == (0, first.out)
-    assert events(rio) == before
+    assert events(db) == before
 
 
 @pytest.mark.parametrize(
@@ -98,31 +99,31 @@ def test_the_same_message_twice_is_one_message(rio: Any, new: Any) -> None:
 def test_the_same_id_with_other_content_is_rejected(
     rio: Any, new: Any, kind: str, payload: str
 ) -> None:
-    new()
+    db = new()
     first = '{"body": "hi"}' if payload != "true" else "1"
     assert rio("receive", "s.db", "m1", "comment", first).code == 0
-    before = events(rio)
+    before = events(db)
     code, out, _ = rio("receive", "s.db", "m1", kind, payload)
     assert code == 3 and "different content" in out["error"]
-    assert events(rio) == before
+    assert events(db) == before
 
 
 @pytest.mark.parametrize("message_id", ["execution:1", "control:4", "timer:t", "idle:2"])
 def test_reserved_ids_are_rejected(rio: Any, new: Any, message_id: str) -> None:
-    new()
-    before = events(rio)
+    db = new()
+    before = events(db)
     code, out, _ = rio("receive", "s.db", message_id, "comment", "{}")
     assert code == 3 and "reserved" in out["error"]
-    assert events(rio) == before
+    assert events(db) == before
 
 
 @pytest.mark.parametrize("kind", ["execution", "timer", "control_rejected", "invalid_idle"])
 def test_harness_kinds_cannot_be_spoofed_from_outside(rio: Any, new: Any, kind: str) -> None:
-    new()
-    before = events(rio)
+    db = new()
+    before = events(db)
     code, out, _ = rio("receive", "s.db", "m1", kind, '{"type": "success"}')
     assert code == 3 and "reserved" in out["error"]
-    assert events(rio) == before
+    assert events(db) == before
 
 
 @pytest.mark.parametrize(
@@ -138,31 +139,31 @@ def test_harness_kinds_cannot_be_spoofed_from_outside(rio: Any, new: Any, kind: 
 def test_bad_message_ids_kinds_and_text_are_rejected(
     rio: Any, new: Any, args: tuple[str, ...]
 ) -> None:
-    new()
-    before = events(rio)
+    db = new()
+    before = events(db)
     code, out, _ = rio("receive", "s.db", *args)
     # an argument that is not UTF-8 is a usage error, before anything is opened
     assert code == (2 if "\udcff" in args[0] else 3) and out["error"]
-    assert events(rio) == before
+    assert events(db) == before
 
 
 def test_a_payload_over_output_bytes_is_rejected(rio: Any, new: Any) -> None:
-    new("output_bytes=100")
-    before = events(rio)
+    db = new("output_bytes=100")
+    before = events(db)
     code, out, _ = rio("receive", "s.db", "big", "comment", json.dumps("a" * 99))  # 101 bytes
     assert code == 3 and "output_bytes=100" in out["error"]
-    assert events(rio) == before
+    assert events(db) == before
     assert rio("receive", "s.db", "fits", "comment", json.dumps("a" * 98)).code == 0
 
 
 def test_a_full_inbox_pushes_back_and_loses_nothing(rio: Any, new: Any) -> None:
-    new("inbox_messages=2")
+    db = new("inbox_messages=2")
     acks = [rio("receive", "s.db", f"m{i}", "comment", f'{{"n": {i}}}') for i in (1, 2)]
     assert [a.code for a in acks] == [0, 0]
-    before = events(rio)
+    before = events(db)
     code, out, _ = rio("receive", "s.db", "m3", "comment", '{"n": 3}')
     assert code == 3 and "retry later" in out["error"]
-    assert events(rio) == before
+    assert events(db) == before
     assert rio("receive", "s.db", "m1", "comment", '{"n": 1}').out == acks[0].out
     turn = rio("turn", "s.db").out
     assert turn["delivered"] == ["m1", "m2"]
@@ -184,7 +185,7 @@ def test_an_ended_run_accepts_no_messages_turns_or_patches(rio: Any, new: Any) -
     session = Session.open(db)
     end_run(session, "test ended it")
     session.close()
-    before = events(rio)
+    before = events(db)
     code, out, _ = rio("receive", "s.db", "m1", "comment", "{}")
     assert code == 1 and "ended" in out["error"]
     code, out, _ = rio("turn", "s.db")
@@ -193,7 +194,7 @@ def test_an_ended_run_accepts_no_messages_turns_or_patches(rio: Any, new: Any) -
         "step", "s.db", open_turn["turn_id"], "-", input=Patch(open_turn["state"]).build()
     )
     assert code == 1 and "ended" in out["error"]
-    assert events(rio) == before
+    assert events(db) == before
 
 
 # --- new and limits ------------------------------------------------------------------------
@@ -249,38 +250,38 @@ def test_bad_limits_are_usage_errors_and_create_nothing(
     ids=["broken", "empty", "truncated", "5000 deep", "990 deep", "101 deep"],
 )
 def test_malformed_json_is_a_usage_error(rio: Any, new: Any, text: str) -> None:
-    new()
+    db = new()
     turn = rio("turn", "s.db").out
-    before = events(rio)
+    before = events(db)
     code, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=text)
     assert code == 2 and "PATCH" in out["error"]
     code, out, _ = rio("receive", "s.db", "m1", "comment", text)
     assert code == 2 and "PAYLOAD_JSON" in out["error"]
     code, out, _ = rio("step", "s.db", turn["turn_id"], "missing-file.json")
     assert code == 2 and out["error"]
-    assert events(rio) == before
+    assert events(db) == before
 
 
 @pytest.mark.parametrize("patch", [{"a": 1}, 5, "x", None, {"patch": 5}, []])
 def test_a_patch_that_is_not_a_list_is_rejected(rio: Any, new: Any, patch: Any) -> None:
-    new()
+    db = new()
     turn = rio("turn", "s.db").out
-    before = rio("events", "s.db").lines
+    before = events(db)
     code, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=json.dumps(patch))
     assert code == 3 and out["rejected"]
-    after = rio("events", "s.db").lines
+    after = events(db)
     assert after[:-1] == before and after[-1]["kind"] == "patch_rejected"
     assert rio("turn", "s.db").out == turn
 
 
 def test_a_patch_with_a_lone_surrogate_is_rejected_and_recorded(rio: Any, new: Any) -> None:
-    new()
+    db = new()
     turn = rio("turn", "s.db").out
-    before = rio("events", "s.db").lines
+    before = events(db)
     text = json.dumps(Patch(turn["state"]).add(note("\ud800")).build())
     code, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=text)
     assert code == 3 and "surrogate" in out["rejected"]
-    after = rio("events", "s.db").lines
+    after = events(db)
     assert after[:-1] == before and after[-1]["kind"] == "patch_rejected"
     assert rio("turn", "s.db").out == turn
 
