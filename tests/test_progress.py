@@ -28,6 +28,14 @@ HOSTILE = (
 )
 
 
+@pytest.fixture(scope="module")
+def mermaid_parser() -> Path:
+    """The real Mermaid parser, installed on first use (npm: about 10 s once per machine, so
+    it is setup, not part of the test's own time)."""
+    return mermaid.parser_dir()
+
+
+@pytest.mark.usefixtures("mermaid_parser")
 def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
     session: Session,
 ) -> None:
