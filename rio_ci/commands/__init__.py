@@ -1,2 +1,8 @@
-"""The rio-ci commands that do more than call the Session: run, work, show, output, demo,
-bench and eval. ``rio_ci.cli`` parses arguments and hands over to these."""
+"""The rio-ci commands that do more than call the Session: ``run`` and ``work`` (``run``),
+``show``, ``demo``, ``eval`` (with its cases, report and chart) and ``bench/`` (all the
+benchmark code), with ``human`` for the readable output every command offers.
+
+The rule of this folder: only ``rio_ci.cli`` (and the ``rio-ci`` entry above it) imports it;
+nothing of the Session, the Owner, the harness or the GitHub layer depends on a command.
+``tests/test_architecture.py`` checks it.
+"""
