@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rio_ci.run.environment import worker_environment
 from rio_ci.session import Session
 from tests.kit import Patch, cli_env
@@ -64,6 +66,10 @@ def test_worker_environment_drops_credentials_and_values_that_embed_them() -> No
     assert env == {"PATH": "/bin", "NPM_TOKEN": "npm-secret-1", "HOME": "/root"}
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="a Cell reads the non-dumpable Owner's /proc/<pid>/environ only as root",
+)
 def test_a_credential_left_in_a_re_executed_owners_environment_is_moved_out_too(
     tmp_path: Path,
 ) -> None:
@@ -106,3 +112,39 @@ def test_a_credential_left_in_a_re_executed_owners_environment_is_moved_out_too(
     names = set(json.loads(rio("state", str(db)))["runtime"]["cells"]["1"]["stdout"].split())
     assert "RIO_SCRUBBED" in names  # the re-executed Owner's initial environment, read
     assert not {"GITHUB_TOKEN", "DEPLOY_HOOK", "ANTHROPIC_API_KEY", "RIO_WORKER_TOKEN"} & names
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_a_rio_ci_planted_in_the_working_directory_never_gets_the_credentials(
+    tmp_path: Path, how: str
+) -> None:
+    """A Cell can write a ``rio_ci/`` package into the checkout the finish step runs in. The
+    Owner that re-executes itself to carry its credentials in a memfd imports rio-ci's own,
+    never that one (``python -P``), whether it was started as the ``rio-ci`` script or with
+    ``python -P -m rio_ci.cli``."""
+    checkout, marker = tmp_path / "checkout", tmp_path / "the-planted-code-ran"
+    (checkout / "rio_ci").mkdir(parents=True)
+    plant = f"open({str(marker)!r}, 'a').write(repr(__import__('os').environ) + '\\n')\n"
+    for name in ("__init__.py", "cli.py", "entry.py"):
+        (checkout / "rio_ci" / name).write_text(plant)
+    db = tmp_path / "s.db"
+    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    start = (
+        [str(Path(sys.executable).with_name("rio-ci"))]
+        if how == "script"
+        else [sys.executable, "-P", "-m", "rio_ci.cli"]
+    )
+    env = cli_env(GITHUB_TOKEN=CANARIES["GITHUB_TOKEN"])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # this checkout's rio_ci
+    done = subprocess.run(
+        [*start, "work", str(db)],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["ended"] is None
+    assert not marker.exists(), marker.read_text()

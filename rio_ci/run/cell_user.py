@@ -122,6 +122,7 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
             *kept,
             f"{SUDO_MARK}=1",
             sys.executable,
+            "-P",  # not the working directory's rio_ci/ (a Cell's), rio-ci's own
             "-m",
             "rio_ci.cli",
             *argv,

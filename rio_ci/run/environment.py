@@ -112,7 +112,9 @@ def _reexec_without(names: set[str], argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execve(sys.executable, [sys.executable, "-m", "rio_ci.cli", *argv], env)
+        # -P: the working directory (a checkout a Cell may have written a rio_ci/ into) is
+        # not put on sys.path, so the process that gets the credentials imports rio-ci's own.
+        os.execve(sys.executable, [sys.executable, "-P", "-m", "rio_ci.cli", *argv], env)
     except OSError as exc:
         os.close(fd)  # a caller that tries again must not leave a copy of the secrets open
         raise RioError(
