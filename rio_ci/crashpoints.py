@@ -26,7 +26,7 @@ POINTS = (
     "inbox_before_commit",  # receive(): inside the transaction, before COMMIT
     "inbox_after_commit",  # receive(): committed, not yet acknowledged
     "recovery_midway",  # recovery stopped Workers, UnknownExecutions not yet committed
-    "checkpoint",  # during a WAL checkpoint
+    "wal_checkpoint",  # during a WAL checkpoint
     "journal_before_commit",  # any write transaction, before COMMIT (:N picks the N-th)
     "journal_after_commit",  # any write transaction, COMMIT returned (:N picks the N-th)
     "turn_after_commit",  # a Turn prepared and committed, the model not yet asked

@@ -25,6 +25,7 @@ from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import creation_problem
 from rio_ci.core.state import (
+    NOT_TEXT,
     compact,
     encoded_size,
     is_text_safe,
@@ -40,7 +41,6 @@ from rio_ci.store.journal import Guard, Journal, Writer
 from rio_ci.store.sessionfile import Identity
 
 __all__ = ["Receipt", "Session"]
-_NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
 
 
 class Session:
@@ -127,9 +127,9 @@ class Session:
         """The Session file's size as SQLite counts it (page count times page size)."""
         return self.journal.size_bytes()
 
-    def checkpoint(self) -> None:
+    def wal_checkpoint(self) -> None:
         """Copy the WAL into the file and truncate it (a TRUNCATE WAL checkpoint)."""
-        self.journal.checkpoint()
+        self.journal.wal_checkpoint()
 
     # --- the file under its Owner ---------------------------------------------------------
 
@@ -150,11 +150,11 @@ class Session:
         checkpoint) or the guard found a problem; every commit checks it first."""
         self.journal.check_file()
 
-    def checkpoint_full(self) -> None:
+    def wal_checkpoint_full(self) -> None:
         """Copy every committed WAL frame into the database file and sync it (a FULL WAL
         checkpoint, which waits for readers): what is committed no longer lives only in
         the WAL. StorageError when SQLite cannot."""
-        self.journal.checkpoint_full()
+        self.journal.wal_checkpoint_full()
 
     # --- writing: every outcome is a method --------------------------------------------
 
@@ -262,7 +262,7 @@ class Session:
         reason). Identical re-submission returns the original Receipt. ``Rejected``, recording
         nothing, for a Turn never prepared or closed without a patch."""
         if not is_text_safe(turn_id):
-            raise Rejected(f"unknown Turn: {_NOT_TEXT}")
+            raise Rejected(f"unknown Turn: {NOT_TEXT}")
         with self.journal.write(crash_before="accept_before_commit") as w:
             turn = w.proj.turn
             if turn is None or turn["turn_id"] != turn_id:  # the open Turn accepted nothing

@@ -86,13 +86,19 @@ def _run_as_a_program(node: ast.AST) -> bool:
     )
 
 
-def imports_of(source: str) -> set[str]:
-    """Every module ``source`` imports (``from rio_ci import x`` counts as ``rio_ci.x``),
-    except under ``if __name__ == "__main__":``, which runs only when the module is the
-    program (``python -m rio_ci.cli`` hands over to ``rio_ci.entry`` there)."""
+def imports_of(source: str, package: str | None = None) -> set[str]:
+    """Every module ``source`` imports (``from rio_ci import x`` counts as ``rio_ci.x``; a
+    relative import is resolved against ``package``, the one the module lives in, or kept as
+    ``<relative>`` when none is given), except in the body of ``if __name__ ==
+    "__main__":``, which runs only when the module is the program (``python -m rio_ci.cli``
+    hands over to ``rio_ci.entry`` there)."""
     tree = ast.parse(source)
     skipped = {
-        id(inner) for node in ast.walk(tree) if _run_as_a_program(node) for inner in ast.walk(node)
+        id(inner)
+        for node in ast.walk(tree)
+        if _run_as_a_program(node)
+        for statement in node.body  # type: ignore[attr-defined]
+        for inner in ast.walk(statement)
     }
     imported = set()
     for node in ast.walk(tree):
@@ -100,12 +106,24 @@ def imports_of(source: str) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module == "rio_ci":
-                imported |= {f"rio_ci.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            if base in ("rio_ci", package) or node.module is None:
+                imported |= {f"{base}.{alias.name}" for alias in node.names}
             else:
-                imported.add(node.module)
+                imported.add(base)
     return imported
+
+
+def _absolute(node: ast.ImportFrom, package: str | None) -> str:
+    """The module a ``from ... import`` names, a relative one resolved against ``package``."""
+    if not node.level:
+        return node.module or ""
+    if package is None:
+        return "<relative>"
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - node.level + 1])
+    return f"{base}.{node.module}" if node.module else base
 
 
 @pytest.mark.parametrize("module", MODULES, ids=relative)
@@ -152,11 +170,14 @@ def part_of(dotted: str) -> str:
     return parts[1] if len(parts) > 1 else "rio_ci"
 
 
-def imports_up(source: str, part: str) -> list[str]:
+def imports_up(source: str, part: str, package: str | None = None) -> list[str]:
     """The rio_ci imports of a module of ``part`` that do not run down the layers."""
     level = LAYERS[part]
     wrong = []
-    for name in sorted(imports_of(source)):
+    for name in sorted(imports_of(source, package)):
+        if name == "<relative>":  # no package to resolve it against: say so
+            wrong.append(name)
+            continue
         if not name.startswith("rio_ci.") or part_of(name) == part:
             continue
         target = LAYERS.get(part_of(name))
@@ -173,7 +194,9 @@ def test_every_import_runs_down_the_layers(module: Path) -> None:
         assert not any(n.startswith("rio_ci.") for n in imports_of(module.read_text()))
         return
     assert part in LAYERS, f"{relative(module)}: a new part of rio_ci needs its place in LAYERS"
-    assert imports_up(module.read_text(), part) == [], relative(module)
+    package = dotted.removesuffix(".__init__") if module.name == "__init__.py" else dotted
+    package = package if module.name == "__init__.py" else package.rpartition(".")[0]
+    assert imports_up(module.read_text(), part, package) == [], relative(module)
 
 
 def test_the_layer_check_catches_an_import_up_or_across() -> None:
@@ -186,6 +209,14 @@ def test_the_layer_check_catches_an_import_up_or_across() -> None:
     program = 'if __name__ == "__main__":\n    from rio_ci.entry import main\n'
     assert imports_up(program, "cli") == []
     assert imports_up(program.replace("__main__", "rio_ci.cli"), "cli") == ["rio_ci.entry"]
+    otherwise = program.replace("    from", "    pass\nelse:\n    from")
+    assert imports_up(otherwise, "cli") == ["rio_ci.entry"]  # only the program's body is skipped
+    assert imports_up("from ..session import Session\n", "store", "rio_ci.store") == [
+        "rio_ci.session"
+    ]
+    assert imports_up("from .. import harness\n", "reports", "rio_ci.reports") == ["rio_ci.harness"]
+    assert imports_up("from . import journal\n", "store", "rio_ci.store") == []
+    assert imports_up("from .journal import Journal\n", "store") == ["<relative>"]
 
 
 FORGES = PACKAGE / "forge"

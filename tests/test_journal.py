@@ -279,7 +279,7 @@ def test_a_full_checkpoint_puts_what_is_committed_into_the_file_itself(
     holds the last commit."""
     session.set_watermark("launch", "recorded")
     assert wal_size(db) > 0
-    session.checkpoint_full()
+    session.wal_checkpoint_full()
     alone = tmp_path / "alone.db"
     alone.write_bytes(db.read_bytes())  # the file without its WAL
     conn = sqlite3.connect(f"file:{alone}?immutable=1", uri=True)
@@ -397,7 +397,7 @@ UNCERTAIN = textwrap.dedent("""
     from rio_ci.session import Session
 
     session = Session.open(sys.argv[1])
-    session.journal.checkpoint()  # an empty WAL: the next COMMIT must grow it
+    session.journal.wal_checkpoint()  # an empty WAL: the next COMMIT must grow it
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit fails (EFBIG)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))

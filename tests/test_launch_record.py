@@ -34,7 +34,7 @@ def launches(tmp_path: Path, remote: Path, name: str = "job") -> LaunchRecord:
 
 def copy(session: Session, to: Path) -> Path:
     """A snapshot as an artifact carries it (the Session at this moment)."""
-    session.checkpoint()
+    session.wal_checkpoint()
     shutil.copyfile(session.path, to)
     return to
 

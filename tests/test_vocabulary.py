@@ -29,13 +29,17 @@ RETIRED = {
     "journal_events": "tail_events (a launch record's events are its tail)",
     "SNAPSHOT_EVERY": "SAVE_EVERY (the projection is saved)",
     "SNAPSHOT_OPEN_TURN": "SAVE_OPEN_TURN",
-    "checkpoint_then_fold": "a WAL checkpoint is not a fold",
+    "checkpoint_full": "wal_checkpoint_full (a bare checkpoint is the working tree's)",
+    "checkpoint_wal": "wal_checkpoint",
+    "_checkpoint_then_spawn": "_wal_checkpoint_then_spawn",
 }
 # Prose that gives a retired meaning to a word.
 MISUSED = re.compile(
     r"\bfold(?:s|ed|ing)?\b[^.;:]{0,30}\bWAL\b|\bWAL\b[^.;:]{0,30}\bfold(?:s|ed|ing)?\b|"
     r"\bfold(?:s|ed|ing)?\b (?:it |them )?into the (?:database )?file|"
-    r"\bTurn's snapshot\b|\bsnapshot of the projection\b",
+    r"\bTurn's snapshot\b|\bsnapshot of the projection\b|"
+    r"\b(?:fold|folds|folded)\b[^.;]{0,40}(?:<details>|::group::|\bfold, table\b)|"
+    r"\blogs? (?:is |are )?folded\b|\(folded[;)]",
     re.IGNORECASE,
 )
 
@@ -69,9 +73,11 @@ def test_no_word_is_given_a_retired_meaning(page: Path) -> None:
 
 def test_the_session_records_a_result_and_the_journal_checkpoints() -> None:
     """The methods the words left: an Execution's result is recorded, never "finished" by a
-    Session method; copying the WAL into the file is a checkpoint, never a Journal "fold"."""
+    Session method; copying the WAL into the file is a WAL checkpoint, never a "fold" (and
+    a bare "checkpoint" is the working tree's, pushed to the Session's branch)."""
     assert hasattr(Session, "record_result") and not hasattr(Session, "finish")
-    assert hasattr(Journal, "checkpoint_full") and not hasattr(Journal, "fold")
+    assert hasattr(Journal, "wal_checkpoint_full") and not hasattr(Journal, "fold")
+    assert not hasattr(Session, "checkpoint") and not hasattr(Journal, "checkpoint")
 
 
 def test_the_checks_catch_a_retired_name_and_a_retired_meaning() -> None:
@@ -82,5 +88,7 @@ def test_the_checks_catch_a_retired_name_and_a_retired_meaning() -> None:
     assert MISUSED.search("the Owner folds the WAL into the file")
     assert MISUSED.search("its launch was folded into the file itself")
     assert MISUSED.search("evaluated against the Turn's snapshot")
+    assert MISUSED.search("Long logs are folded with `::group::`")
+    assert MISUSED.search("the model's last rationale (folded), and usage")
     assert not MISUSED.search("the fold rebuilds the projection from the Journal")
     assert not MISUSED.search("a WAL checkpoint copies the WAL into the file")

@@ -26,7 +26,12 @@ from rio_ci.errors import RioError, UsageError
 from rio_ci.forge.issues import goal_for
 from rio_ci.forge.local import LocalForge
 from rio_ci.reports import progress
-from rio_ci.reports.publish import check_success, open_pull_request, progress_body
+from rio_ci.reports.publish import (
+    check_success,
+    open_pull_request,
+    progress_body,
+    remember_pull_request,
+)
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 
@@ -118,7 +123,16 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
         f"1. A project with a failing test{where}, and issue #{issue.number} about it in the "
         f"local forge" + (f" {forge.path}; Session file {db}." if keep else ".")
     )
-    command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model", f"scripted:{script}"]
+    command = [
+        sys.executable,
+        "-P",
+        "-m",
+        "rio_ci.cli",
+        "run",
+        str(db),
+        "--model",
+        f"scripted:{script}",
+    ]
     first = _first_run(command, marker)
     tell("2. The model ran the tests (they fail), then started a slow script that fixes calc.py.")
     tell(f"3. SIGKILL: the Owner (pid {first}) died while that script was running.")
@@ -181,6 +195,7 @@ def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | N
     forge has no branches to show); then the comment again with its link."""
     owner = Owner(str(db))
     try:
+        owner.recover()  # as every Owner starts (nothing is left to recover here)
         session = owner.session
 
         def comment(pull: str | None, note: str | None = None) -> None:
@@ -211,6 +226,7 @@ def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | N
             diffstat=_diffstat("calc.py", diff),
             diff=diff,
         )
+        remember_pull_request(session, pull)
         comment(pull)
         return pull
     finally:

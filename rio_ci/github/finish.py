@@ -32,7 +32,7 @@ from rio_ci.github.generations import newer_generations, rejections_note, take_o
 from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
 from rio_ci.reports import progress
-from rio_ci.reports.publish import check_success, open_pull_request
+from rio_ci.reports.publish import check_success, open_pull_request, remember_pull_request
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from rio_ci.store import artifact
@@ -234,11 +234,13 @@ def _pull_request(
     try:
         base = env.ref_name or forge.default_branch()
         diffstat = _diffstat(workspace.harness_git(env.state_dir, env.workspace), base)
-        return open_pull_request(forge, session, issue, base, diffstat=diffstat)
+        url = open_pull_request(forge, session, issue, base, diffstat=diffstat)
     except RioError as exc:
         notes.append(f"the pull request was not opened: {exc}")
         log(f"::error::rio-ci: the pull request was not opened: {exc}")
         return None
+    remember_pull_request(session, url)
+    return url
 
 
 def _diffstat(repo: Git, base: str) -> str | None:

@@ -381,7 +381,7 @@ def _rounds(
     )
     if given is not None:
         session.set_price(model.name, asdict(given))
-    live = LiveLog(session, sys.stderr, groups=True)  # each round folds in the job's log
+    live = LiveLog(session, sys.stderr, groups=True)  # each round collapsed in the job's log
     pacer = Pacer(lambda: publish_progress(env, forge, session, issue, job["generation"], None))
 
     def between_rounds() -> None:  # new comments and reviews in; the progress comment out

@@ -3,7 +3,7 @@
 It is a tail of the Journal, so nothing is shown before it is committed: each round (its
 number, the model's rationale, the Cells it added or removed, usage and cost so far), each
 Execution's output as it is committed, and its result. In GitHub Actions each round is a
-``::group::`` so the job log folds. Output is told in whole lines, each line once: the tail
+``::group::``, collapsed in the job's log. Output is told in whole lines, each line once: the tail
 window of a long output is committed again and again as it slides, and only the bytes not told
 before are printed (with a marker where bytes were elided). Every terminal control character
 in the log (a Cell's output, the model's text, ids chosen outside) is escaped.

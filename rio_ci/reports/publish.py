@@ -91,9 +91,10 @@ def open_pull_request(
     diff: str | None = None,
 ) -> str:
     """Open the Session's pull request from its branch into ``base`` (or update the one it
-    has), described from its history; returns its URL. Its number is committed (watermark
-    ``pull_request``) so comments on it steer the Session and its follow-ups. A Forge that
-    refuses raises ``RioError``. Call it only after ``check_success``."""
+    has), described from its history; returns its URL, which the caller then commits with
+    ``remember_pull_request`` (outside whatever handles the Forge's refusal: a pull request
+    that was opened is never reported as not opened). A Forge that refuses raises
+    ``RioError``. Call it only after ``check_success``."""
     found = forge.find_comment(issue, progress.MARKER)
     body = pull_request_body(
         issue,
@@ -104,8 +105,12 @@ def open_pull_request(
         diff=diff,
     )
     title = f"Fixes #{issue}: {forge.issue(issue).title}"[:250]
-    url = forge.open_pull_request(branch_for(issue), base, title, body)
+    return forge.open_pull_request(branch_for(issue), base, title, body)
+
+
+def remember_pull_request(session: Session, url: str) -> None:
+    """Commit the pull request's number (watermark ``pull_request``), so comments on it steer
+    the Session and its follow-ups."""
     number = _PULL_NUMBER.search(url)
     if number:
         session.set_watermark("pull_request", int(number.group(1)))
-    return url

@@ -68,7 +68,7 @@ class Owner:
             self._ownership.release()
             raise
         self._before_spawn = before_spawn
-        self.launch = Launch(self.session, self._checkpoint_then_spawn, self.cells)
+        self.launch = Launch(self.session, self._wal_checkpoint_then_spawn, self.cells)
         self.running: Capture | None = None  # the Execution whose Worker runs now
         self.ran: list[int] = []
         self.interrupted = threading.Event()
@@ -104,8 +104,8 @@ class Owner:
         found = self.guard.problem()
         if found is None:
             return None
-        problem, checkpoint = found
-        return f"{problem}; this Owner stops and commits nothing more", checkpoint
+        problem, wal_checkpoint = found
+        return f"{problem}; this Owner stops and commits nothing more", wal_checkpoint
 
     def hand_back(self) -> None:
         """Stop every process of the Cell user and give the working tree back to its owner
@@ -113,14 +113,14 @@ class Owner:
         harness's user."""
         self.cells.hand_back(self.session)
 
-    def _checkpoint_then_spawn(self, cell_id: int, token: str) -> None:
+    def _wal_checkpoint_then_spawn(self, cell_id: int, token: str) -> None:
         """Between ``started`` and the spawn: put the launch record into the database file
         itself (a FULL WAL checkpoint), so a script that deletes, truncates or garbles the
         WAL cannot make its own launch disappear (and be run again by the next Owner). Under
         a Cell user no script can reach the WAL, and the checkpoint is left out."""
         if not self.cells.separate:
             self.check_file()
-            self.session.checkpoint_full()
+            self.session.wal_checkpoint_full()
         if self._before_spawn is not None:
             self._before_spawn(cell_id, token)
 

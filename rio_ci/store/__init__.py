@@ -4,6 +4,8 @@
   transaction per write, with its saved projection (docs/sessions.md);
 - ``sessionfile``: a Session file seen from outside the Journal (what a path names, what a
   row holds, read-only looks, single-file copies);
+- ``at_rest``: the one row an Owner must read before it imports anything else (its
+  ``--secret`` names), and the format's constants;
 - ``artifact``: the zip that carries a Session file between jobs, with its manifest;
 - ``launch_record``: the launch record's two files (a Journal tail pushed before a launch).
 

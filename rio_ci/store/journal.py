@@ -1,4 +1,4 @@
-"""The Journal: the only module that runs SQL. A Session is one SQLite file: ``meta``
+"""The Journal: the only module that writes a Session file. A Session is one SQLite file: ``meta``
 (schema version, Session id), ``events`` (the append-only Journal) and ``snapshot`` (the saved
 projection at some seq, so opening folds only the tail). Every connection sets and verifies
 WAL and ``synchronous=FULL``; every write is one ``BEGIN IMMEDIATE`` transaction that first
@@ -166,18 +166,18 @@ class Journal:
         if self.refused is None:
             now = sessionfile.identity_of(self.path)
             if now != self.identity:
-                self.refuse(sessionfile.moved_message(self.path, now), checkpoint=True)
+                self.refuse(sessionfile.moved_message(self.path, now), wal_checkpoint=True)
             elif self.guard is not None and (found := self.guard()) is not None:
-                problem, checkpoint = found
-                self.refuse(problem, checkpoint=checkpoint)
+                problem, wal_checkpoint = found
+                self.refuse(problem, wal_checkpoint=wal_checkpoint)
         if self.refused is not None:
             raise StorageError(self.refused)
 
-    def refuse(self, reason: str, *, checkpoint: bool) -> None:
-        """Commit nothing more through this Journal. ``checkpoint`` (unless the WAL is what was
-        damaged): first copy our WAL into the file through the open connection (a TRUNCATE
-        WAL checkpoint)."""
-        if checkpoint and self.refused is None:
+    def refuse(self, reason: str, *, wal_checkpoint: bool) -> None:
+        """Commit nothing more through this Journal. ``wal_checkpoint`` (unless the WAL is
+        what was damaged): first copy our WAL into the file through the open connection (a
+        TRUNCATE WAL checkpoint)."""
+        if wal_checkpoint and self.refused is None:
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 reason += "; its commits were copied into the file (a WAL checkpoint)"
@@ -185,9 +185,9 @@ class Journal:
                 reason += f"; its WAL could not be copied into the file ({exc})"
         self.refused = reason
 
-    def checkpoint_full(self) -> None:
+    def wal_checkpoint_full(self) -> None:
         """Copy every committed WAL frame into the database file and sync it (a FULL WAL
-        checkpoint, which waits for readers of older snapshots)."""
+        checkpoint, which waits for readers of older data)."""
         try:
             self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
         except sqlite3.Error as exc:
@@ -350,9 +350,9 @@ class Journal:
         self.proj = proj
         self.catch_up()
 
-    def checkpoint(self) -> None:
+    def wal_checkpoint(self) -> None:
         """Copy the WAL into the file and truncate it (a TRUNCATE WAL checkpoint)."""
-        crash_point("checkpoint")
+        crash_point("wal_checkpoint")
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _check(self) -> None:

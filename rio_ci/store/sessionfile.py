@@ -1,6 +1,6 @@
 """A Session file seen from outside the Journal: what a path names, what its rows hold, and
-read-only looks and copies. The only module besides ``rio_ci.store.journal`` that imports sqlite3,
-and it never opens a file for writing (``copy_single_file`` writes only its new target).
+read-only looks and copies. Like every module of ``rio_ci.store`` it may run SQL; it never
+opens a Session for writing (``copy_single_file`` writes only its new target).
 
 SQLite creates ``-wal`` and ``-shm`` files beside any database it opens in WAL mode, and
 follows a symbolic link at those names. So a path is checked first, without creating

@@ -75,7 +75,7 @@ def record_workload(directory: Path, synchronous: str) -> Recording:
                 pass
             ack(f"execution {r}")
             if r == 5:
-                session.checkpoint()
+                session.wal_checkpoint()
                 ack("checkpoint")
     finally:
         session.close()

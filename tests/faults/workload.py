@@ -336,7 +336,7 @@ def run(directory: Path) -> int:
                 break
         stop.set()
         client.join(10)
-        owner.session.checkpoint()
+        owner.session.wal_checkpoint()
     finally:
         owner.close()
     print(json.dumps({"status": status, "ran": owner.ran}), flush=True)

@@ -65,8 +65,8 @@ GOALS = (
     ("ratio_start_vs_import_anthropic", "<=", 1.3),
 )
 Measure = Callable[[Path, bool], dict[str, Any]]
-# In this order; the GitHub layer measures the cost of its write-ahead launch record per
-# launch (``launch_record_ms``, docs/github.md) with its own function.
+# In this order; ``launches`` measures what the GitHub layer's write-ahead launch record
+# adds to every launch (``launch_record_ms``, docs/github.md).
 MEASURES: tuple[Measure, ...] = (
     measure_steps,
     measure_rounds,

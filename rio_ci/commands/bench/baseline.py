@@ -47,7 +47,7 @@ class BareCommits:
             self._conn.execute("PRAGMA synchronous = FULL")
         return elapsed
 
-    def checkpoint_wal(self) -> None:
+    def wal_checkpoint(self) -> None:
         """What the Owner does before each launch: a WAL checkpoint, ``wal_checkpoint(FULL)``."""
         self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
 
@@ -79,7 +79,7 @@ class BareLaunch:
         started = time.perf_counter()
         self._commits.commit("started")
         if self._user is None:
-            self._commits.checkpoint_wal()
+            self._commits.wal_checkpoint()
         pipe = subprocess.PIPE
         proc = subprocess.Popen(
             ["/bin/sh", "-c", GATE, "rio-worker", *argv],

@@ -97,7 +97,7 @@ def measure_wal_checkpoint(root: Path, quick: bool) -> dict[str, Any]:
     after_checkpoint, plain = [], []
     for i in range((100 if quick else 400) + WARM_UP):
         bare.commit(f"started {i}")
-        bare.checkpoint_wal()
+        bare.wal_checkpoint()
         after_checkpoint.append(bare.commit(f"registered {i}", synchronous="NORMAL"))
         plain.append(bare.commit(f"output {i}", synchronous="NORMAL"))
     bare.close()

@@ -128,7 +128,7 @@ def growth(path: Path, rounds: int, every: int) -> list[tuple[int, int, int]]:
 
 
 def _settled(session: Session, path: Path) -> int:
-    session.checkpoint()  # a WAL checkpoint: the WAL copied into the file and truncated
+    session.wal_checkpoint()  # a WAL checkpoint: the WAL copied into the file and truncated
     return on_disk(path)
 
 

@@ -33,13 +33,13 @@ def measure_storage(root: Path, quick: bool) -> dict[str, Any]:
     head, content, written = None, 0, 0
     for n in range(1, warm + 1):
         head, _ = play_round(session, n, head)
-    session.checkpoint()
+    session.wal_checkpoint()
     start = on_disk(path)
     for n in range(warm + 1, warm + measured + 1):
         head, new = play_round(session, n, head)
         content += new
         written += Path(f"{path}-wal").stat().st_size
-        session.checkpoint()
+        session.wal_checkpoint()
     grown = on_disk(path) - start
     session.close()
     return {
@@ -152,7 +152,7 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
                 session, [{"kind": "cmd", "argv": ["echo", str(n)]}], replace=head is not None
             )[0]
             execute(session, head, f"{n}\n", token=f"rio-bench-{head}")
-        session.checkpoint()  # everything in the main file: a plain copy is whole
+        session.wal_checkpoint()  # everything in the main file: a plain copy is whole
         copies[name] = root / f"open-{name}.sqlite3"
         shutil.copyfile(path, copies[name])
     session.close()
