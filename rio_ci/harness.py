@@ -152,14 +152,17 @@ class Harness:
 
     def ask(self, turn: dict[str, Any], state: dict[str, Any]) -> ModelReply | Outcome | None:
         """One attempt: committed first, then the request, then its outcome."""
+        settings = self.session.proj.session
         request = ModelRequest(
             turn_id=turn["turn_id"],
             state=turn["state"],
             round_index=self.session.proj.accepted_turns + 1,
             feedback=state["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
-            guidance=read_guidance(Path(self.session.proj.session["cwd"]), self.warn_once),
-            environment=environment_block(Path(self.session.proj.session["cwd"])),
+            guidance=read_guidance(Path(settings["cwd"]), self.warn_once),
+            environment=environment_block(
+                Path(settings["cwd"]), secrets=settings.get("secrets", [])
+            ),
             images=self.pictures(turn["state"]),
         )
         model = self.fallback if self.fallback is not None and state["refused"] else self.model

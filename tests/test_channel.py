@@ -85,3 +85,29 @@ def test_close_stops_a_bridge_still_running(tmp_path: Path, short_dir: Path) -> 
         listener.close()
     client.join(timeout=60)
     assert not client.is_alive()
+
+
+def test_the_bridge_gets_no_credential_and_no_secret_the_session_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bridge runs as the Cells' user and can be read by a Cell while it answers
+    (``/proc/<pid>/environ``): it starts without credential-named variables and without the
+    Session's ``--secret`` ones, or any value holding theirs."""
+    from rio_ci.run.owner import Owner
+
+    hook = "https://hooks.example.test/T0/B1/abcdef123456"
+    monkeypatch.setenv("DEPLOY_HOOK", hook)
+    monkeypatch.setenv("HOOK_MIRROR", f"copy of {hook}")
+    monkeypatch.setenv("GITHUB_TOKEN", "canary-github-9c2d")
+    db = tmp_path / "s.db"
+    Session.create(db, "goal", cwd=str(tmp_path), secrets=["DEPLOY_HOOK"]).close()
+    owner = Owner(str(db))
+    try:
+        owner.cells.prepare(owner.session)
+        channel = owner.cells.channel
+        assert channel is not None
+        env = channel.env
+    finally:
+        owner.close()
+    assert not {"DEPLOY_HOOK", "HOOK_MIRROR", "GITHUB_TOKEN"} & set(env)
+    assert env["PATH"] == os.environ["PATH"]  # the rest of the environment is kept

@@ -146,6 +146,17 @@ def _not_sessions(tmp_path: Path) -> dict[str, Path]:
     with sqlite3.connect(nested) as conn:
         conn.execute("UPDATE events SET data = ? WHERE seq = 1", ("[" * 10**5 + "]" * 10**5,))
     conn.close()
+    viewed = tmp_path / "view.db"  # a view answers for meta: never queried, never trusted
+    shutil.copy(session, viewed)
+    with sqlite3.connect(viewed) as conn:
+        conn.execute("DROP TABLE meta")
+        conn.execute("CREATE VIEW meta AS SELECT 'schema_version' AS key, '1' AS value")
+    conn.close()
+    not_text = tmp_path / "null-data.db"
+    shutil.copy(session, not_text)
+    with sqlite3.connect(not_text) as conn:
+        conn.execute("UPDATE events SET data = X'7b7d' WHERE seq = 1")  # {} as a blob
+    conn.close()
     with_wal = tmp_path / "with-wal.db"
     shutil.copy(session, with_wal)
     Path(f"{with_wal}-wal").write_bytes(b"")
@@ -157,6 +168,8 @@ def _not_sessions(tmp_path: Path) -> dict[str, Path]:
         "an SQLite file that is no Session": tmp_path / "other.db",
         "another schema version": newer,
         "a first event nested past Python's limit": nested,
+        "a view where its meta table belongs": viewed,
+        "a first event whose data is not text": not_text,
         "a Session with a WAL beside it": with_wal,
     }
 
@@ -234,7 +247,18 @@ def test_the_console_script_is_the_entry_point() -> None:
     assert scripts == {"rio-ci": "rio_ci.entry:main"}
 
 
-@pytest.mark.parametrize("what", ["missing", "a text file", "a link as its WAL", "hard-linked"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        "missing",
+        "a text file",
+        "a link as its WAL",
+        "hard-linked",
+        "a view where its meta table belongs",
+        "a first event whose data is not text",
+        "a first event nested past Python's limit",
+    ],
+)
 def test_an_owner_holding_a_credential_on_no_usable_session_fails_in_one_line(
     tmp_path: Path, what: str
 ) -> None:

@@ -5,6 +5,7 @@ by effort, and the corrected model table."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from dataclasses import replace
@@ -276,3 +277,33 @@ def test_git_status_honours_none_of_the_trees_configuration(tmp_path: Path) -> N
     said = git_status(tmp_path)
     assert said.startswith("git status unavailable: the tree's git configuration declares filter")
     assert not ran.exists()  # neither the fsmonitor nor the filter program ever ran
+
+
+def test_git_for_the_block_gets_no_secret_and_the_hardening_on_its_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The git the block runs is given neither a credential nor the Session's ``--secret``
+    variables (a Cell sharing the harness's user could read its environment while it runs),
+    and it gets the hardening on its command line too, which a git older than 2.31 (no
+    ``GIT_CONFIG_COUNT``) still honours. A stand-in ``git`` first on PATH records both."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "git-saw.json"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "git"
+    stand_in.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\n"
+        f"with open({str(record)!r}, 'a') as out:\n"
+        "    out.write(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}) + '\\n')\n"
+    )
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("DEPLOY_HOOK", "https://hooks.example.test/T0/B1/abcdef123456")
+    monkeypatch.setenv("GITHUB_TOKEN", "canary-github-9c2d")
+    block = environment_block(tmp_path, secrets=["DEPLOY_HOOK"])
+    assert "git status --short:" in block
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert calls  # the filter look-up and the status
+    for call in calls:
+        assert not {"DEPLOY_HOOK", "GITHUB_TOKEN"} & set(call["env"])
+        assert call["argv"][:2] == ["-c", "core.hooksPath=/dev/null"]
+        assert "core.fsmonitor=false" in call["argv"]

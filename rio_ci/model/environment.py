@@ -18,10 +18,11 @@ from __future__ import annotations
 import platform
 import subprocess
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rio_ci.gitenv import git_environment
+from rio_ci.gitenv import HARDENED, git_environment
 
 __all__ = ["ENVIRONMENT_HEADER", "STATUS_BYTES", "STATUS_LINES", "environment_block", "git_status"]
 
@@ -31,8 +32,9 @@ STATUS_BYTES = 4096
 GIT_TIMEOUT = 5.0
 
 
-def environment_block(cwd: Path, now: float | None = None) -> str:
-    """The block's text for a request made at ``now`` (default: the current time)."""
+def environment_block(cwd: Path, now: float | None = None, *, secrets: Collection[str] = ()) -> str:
+    """The block's text for a request made at ``now`` (default: the current time).
+    ``secrets``: the Session's ``--secret`` names, which git is not given either."""
     when = time.time() if now is None else now
     stamp = datetime.fromtimestamp(when, UTC)
     lines = [
@@ -43,22 +45,22 @@ def environment_block(cwd: Path, now: float | None = None) -> str:
         f"python: {platform.python_version()} ({platform.python_implementation()})",
         f"working directory: {cwd}",
         "git status --short:",
-        git_status(cwd),
+        git_status(cwd, secrets=secrets),
     ]
     return "\n".join(lines)
 
 
-def git_status(cwd: Path) -> str:
+def git_status(cwd: Path, *, secrets: Collection[str] = ()) -> str:
     """The head of ``git status --short`` in ``cwd`` (clipped at ``STATUS_LINES`` lines and
     ``STATUS_BYTES`` bytes, with a marker), "(clean)" when empty, else why it is unavailable."""
     try:
-        filters = _git(cwd, "config", "--includes", "--get-regexp", r"^filter\.")
+        filters = _git(cwd, secrets, "config", "--includes", "--get-regexp", r"^filter\.")
         if filters.stdout.strip():
             return (
                 "git status unavailable: the tree's git configuration declares filter drivers, "
                 "which the harness does not run"
             )
-        done = _git(cwd, "status", "--short", "--ignore-submodules=all")
+        done = _git(cwd, secrets, "status", "--short", "--ignore-submodules=all")
     except subprocess.TimeoutExpired:
         return f"git status unavailable: timed out after {GIT_TIMEOUT:g} s"
     except OSError as exc:
@@ -69,12 +71,15 @@ def git_status(cwd: Path) -> str:
     return _clipped(done.stdout)
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _git(cwd: Path, secrets: Collection[str], *args: str) -> subprocess.CompletedProcess[str]:
     # No optional locks: status, run for the model's eyes only, must never write the index.
+    # HARDENED goes on the command line too, which every git honours (GIT_CONFIG_COUNT
+    # needs git 2.31).
+    hardened = [arg for key, value in HARDENED for arg in ("-c", f"{key}={value}")]
     return subprocess.run(
-        ["git", *args],
+        ["git", *hardened, *args],
         cwd=cwd,
-        env=git_environment(GIT_OPTIONAL_LOCKS="0"),
+        env=git_environment(dropped=secrets, GIT_OPTIONAL_LOCKS="0"),
         capture_output=True,
         text=True,
         errors="replace",

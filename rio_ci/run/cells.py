@@ -78,7 +78,9 @@ class Cells:
         if self.channel is None:
             db = session.path
             uid, gid = (self.user.uid, self.user.gid) if self.user else (os.geteuid(), -1)
-            env = worker_environment(os.environ)
+            # No credential and none of the Session's --secret values: a Cell of the same
+            # user may read a bridge's /proc/<pid>/environ while it answers.
+            env = worker_environment(os.environ, extra=session.proj.session.get("secrets", []))
             sweep_stale(db)  # also when no recovery ran first
             self.channel = Channel(db, uid, gid, env, scratch)
         if self.requested is not None and self._recorded != (mode := self._mode()):

@@ -133,11 +133,15 @@ def _anonymous_file(payload: bytes) -> int:
 
         with tempfile.TemporaryFile() as spare:
             fd = os.dup(spare.fileno())
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(fd, view) :]
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.set_inheritable(fd, True)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+    except OSError:
+        os.close(fd)  # part of the secrets must not stay open, to be inherited later
+        raise
     return fd
 
 

@@ -40,11 +40,7 @@ def session_secret_names_at_rest(db: str) -> list[str] | None:
     try:
         conn = sqlite3.connect(f"file://{path}?immutable=1", uri=True)
         try:
-            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            first = conn.execute("SELECT kind, data FROM events WHERE seq = 1").fetchone()
-            if version != (str(SCHEMA_VERSION),) or first is None or first[0] != "session_created":
-                return None
-            created = json.loads(first[1])
+            created = _first_event(conn)
         finally:
             conn.close()
     # Not SQLite, not a Session, not JSON (or nested past Python's limit), not UTF-8.
@@ -54,3 +50,22 @@ def session_secret_names_at_rest(db: str) -> list[str] | None:
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         return None
     return names
+
+
+def _first_event(conn: sqlite3.Connection) -> object:
+    """The data of a Session's first event (``session_created``) as JSON, or None. ``meta``
+    and ``events`` must be plain tables first: a view (over an endless recursive query, say)
+    or a virtual table is not a Session, and is never queried."""
+    kinds = dict(
+        conn.execute(
+            "SELECT name, substr(sql, 1, 13) FROM sqlite_master "
+            "WHERE name IN ('meta', 'events') AND type = 'table'"
+        ).fetchall()
+    )
+    if kinds != {"meta": "CREATE TABLE ", "events": "CREATE TABLE "}:
+        return None
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    first = conn.execute("SELECT kind, data FROM events WHERE seq = 1").fetchone()
+    if version != (str(SCHEMA_VERSION),) or first is None or first[0] != "session_created":
+        return None
+    return json.loads(first[1]) if isinstance(first[1], str) else None

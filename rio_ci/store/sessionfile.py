@@ -180,9 +180,16 @@ def os_problem(path: str | os.PathLike[str], exc: OSError) -> str:
 
 
 def decode(data: str, seq: int, path: Path) -> dict[str, Any]:
+    """One stored event's data; anything but a strict JSON object (not text, not JSON,
+    nested past what Python's parser takes) is damage: a StorageError."""
     try:
         value = DECODER.decode(data)
-    except ValueError as exc:
+    except RecursionError:
+        raise StorageError(
+            f"{path}: event {seq} is nested too deeply to read; the file was damaged or "
+            "written by something other than rio-ci"
+        ) from None
+    except (ValueError, TypeError) as exc:  # TypeError: a row whose data is not text
         raise StorageError(
             f"{path}: event {seq} is not strict JSON ({exc}); the file was "
             "damaged or written by something other than rio-ci"
