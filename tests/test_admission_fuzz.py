@@ -88,7 +88,7 @@ BAD_PATHS = [
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class Shown:
     """What a patch author can read off a Turn's State."""
 
     state: dict[str, Any]
@@ -165,7 +165,7 @@ EXTRA_KEY = st.sampled_from(
 
 
 @st.composite
-def cells(draw: st.DrawFn, snap: Snapshot, new_id: int, previous: int | None) -> Any:
+def cells(draw: st.DrawFn, snap: Shown, new_id: int, previous: int | None) -> Any:
     """A Cell value, usually valid, with the given id and previous_id (usually)."""
     shape = draw(SHAPE)
     if shape == "garbage":
@@ -188,7 +188,7 @@ def cells(draw: st.DrawFn, snap: Snapshot, new_id: int, previous: int | None) ->
 
 
 @st.composite
-def bodies(draw: st.DrawFn, snap: Snapshot, shape: str, new_id: int) -> dict[str, Any]:
+def bodies(draw: st.DrawFn, snap: Shown, shape: str, new_id: int) -> dict[str, Any]:
     """A Cell's fields but ``id`` and ``previous_id``, of the given shape."""
     targets = snap.executions + snap.heads + [new_id - 1, 999]
     if shape == "note":
@@ -218,7 +218,7 @@ class _Drafting:
 
 
 @st.composite
-def patches(draw: st.DrawFn, snap: Snapshot) -> Any:
+def patches(draw: st.DrawFn, snap: Shown) -> Any:
     """A patch for the snapshot: mostly well-formed, sometimes subtly or grossly wrong."""
     defect = draw(PATCH_DEFECT)
     if defect == "json":
@@ -239,7 +239,7 @@ def patches(draw: st.DrawFn, snap: Snapshot) -> Any:
 
 
 @st.composite
-def operations(draw: st.DrawFn, snap: Snapshot, drafting: _Drafting, kind: str) -> list[Any]:
+def operations(draw: st.DrawFn, snap: Shown, drafting: _Drafting, kind: str) -> list[Any]:
     """One operation of ``kind`` as a list (empty when the array has no Cell it could name)."""
     ids = drafting.ids
     if kind == "add":
@@ -345,8 +345,8 @@ class Base:
     facts: Known
 
     @property
-    def snap(self) -> Snapshot:
-        return Snapshot(self.turn["state"], self.proj.last_seq)
+    def snap(self) -> Shown:
+        return Shown(self.turn["state"], self.proj.last_seq)
 
 
 def freeze(session: Session) -> Base:
@@ -477,7 +477,7 @@ class StepMachine(RuleBasedStateMachine):
     def step(self, data: st.DataObject) -> None:
         session = self.session
         turn = session.prepare_turn()
-        patch = data.draw(patches(Snapshot(turn["state"], session.proj.last_seq)))
+        patch = data.draw(patches(Shown(turn["state"], session.proj.last_seq)))
         rows, state = journal_rows(session.path), session.state()
         result = session.step(turn["turn_id"], patch)
         after_rows, after = journal_rows(session.path), session.state()

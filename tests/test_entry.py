@@ -208,7 +208,7 @@ def test_an_owner_holding_a_credential_re_executes_before_importing_the_command_
     assert json.loads(done.stdout)["ran"] == []
     first = imported(done.stderr)
     assert "rio_ci.entry" in first
-    assert not {"argparse", "rio_ci.session", "rio_ci.journal", "rio_ci.cli"} & first
+    assert not {"argparse", "rio_ci.session", "rio_ci.store.journal", "rio_ci.cli"} & first
 
 
 def test_without_a_credential_the_sdk_import_starts_before_the_command_lines_imports(

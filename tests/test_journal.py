@@ -188,10 +188,10 @@ def test_a_long_session_opens_by_folding_only_the_tail(db: Path) -> None:
         assert isinstance(session.step(turn["turn_id"], Patch(turn["state"]).build()), Receipt)
     state = session.state()
     session.close()
-    ((snapshot_seq, size),) = sql(db, "SELECT seq, length(data) FROM snapshot")
+    ((saved_seq, size),) = sql(db, "SELECT seq, length(data) FROM snapshot")
     last_seq = sql(db, "SELECT max(seq) FROM events")[0][0]
     assert last_seq == 6001
-    assert last_seq - snapshot_seq <= SAVE_EVERY
+    assert last_seq - saved_seq <= SAVE_EVERY
     assert size < 20_000  # the projection stays bounded however long the Journal grows
     # Proof that opening does not fold the head: make an early event unreadable.
     sql(db, "UPDATE events SET data = 'not json' WHERE seq = 2")

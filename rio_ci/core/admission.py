@@ -242,8 +242,9 @@ class _Work:
         self.controls: list[dict[str, Any]] = []
 
     def problem(self, ops: Any, encoded: Encoded) -> str | None:
-        """The first rule the patch breaks, in the order docs/patches.md gives them, or None:
-        the candidate is then complete."""
+        """The first rule the patch breaks, or None: the candidate is then complete. The
+        order: its form, the revision test, each operation in turn, the Controls, then the
+        budgets (pending work before the context's size)."""
         # A reason is never empty: ``or`` goes on to the next rule only when one passed.
         problem = _form_problem(ops, encoded) or _revision_problem(
             ops[0], self.shown["revision"], self.proj.revision

@@ -2,7 +2,8 @@
 intake of events, comments and reviews (``events``, ``intake``, ``listen``, ``starts``), the
 Session artifact's generations (``generations``, ``newest``, ``provenance``), the launch record's
 pushes (``record``), the working tree on a branch (``workspace``, ``git``), pictures from
-issues (``images``), the progress comment's pace (``comment``), Timers and the sweep.
+issues (``images``), the progress comment with the run's link, the step summary and its
+pace between rounds (``comment``), Timers and the sweep.
 
 The rule of this folder: it is the only code that reads the Actions environment (``GITHUB_*``
 and ``RUNNER_*`` variables); everything below it (the Session, the Owner, the harness, the

@@ -22,7 +22,7 @@ from rio_ci.reports.live import describe
 
 MARKER = "<!-- rio-ci:progress -->"
 # The watermark an ended Session gets once its last progress comment (and, on success, its
-# pull request, or the reason there is none) reached GitHub; until then every job that
+# pull request, or the reason there is none) reached the code host; until then every job that
 # restores it publishes it again (an outage during finish must not leave it unpublished).
 PUBLISHED = "published"
 CELL_ROWS = 50  # Executions listed: GitHub refuses a comment body over its size limit
