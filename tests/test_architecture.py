@@ -324,3 +324,13 @@ def test_only_the_github_layer_reads_the_actions_environment(module: Path) -> No
 def test_the_actions_environment_check_catches_a_reader() -> None:
     assert ACTIONS_ENVIRONMENT.search('os.environ["GITHUB_TOKEN"]')
     assert not ACTIONS_ENVIRONMENT.search('os.environ["RIO_MODEL"]')
+
+
+def test_the_layer_table_in_the_design_doc_is_this_list() -> None:
+    """docs/design.md draws the layers for readers: the same parts on the same levels."""
+    text = (PACKAGE.parent / "docs" / "design.md").read_text()
+    drawn: dict[str, int | None] = {}
+    for level, parts in re.findall(r"^\| (\d+|—) \| ([^|]+) \|", text, re.MULTILINE):
+        for name in re.findall(r"`([a-z_]+)(?:/|\.py)?`", parts):
+            drawn[name] = None if level == "—" else int(level)
+    assert drawn == LAYERS
