@@ -45,6 +45,33 @@ def test_issue_is_read_with_its_labels(gh: FakeGitHub, forge: GitHubForge) -> No
     assert forge.issue(number).labels == ("rio", "bug")
 
 
+def test_the_timeline_says_who_labelled_who_assigned_and_what_was_commented(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
+    """One request; only label, assignment and comment entries; an assignment's actor is
+    who made it, never the assignee; a comment's is its author."""
+    issue = gh.add_issue("Fix", user="carol", labels=("bug",))
+    gh.add_label(issue, "rio", by="alice", at="2024-02-01T00:00:00Z")
+    gh.assign(issue, "rio-bot", by="bob")
+    gh.remove_label(issue, "bug", by="dave")
+    gh.add_comment(issue, "hello", user="erin")
+    gh.issue_events[issue].append({**gh.issue_events[issue][0], "id": 1, "event": "closed"})
+    before = len(gh.requests)
+
+    entries = forge.issue_timeline(issue)
+
+    assert sorted((e.kind, e.actor, e.subject) for e in entries) == [
+        ("assigned", "bob", "rio-bot"),
+        ("commented", "erin", "hello"),
+        ("labeled", "alice", "rio"),
+        ("labeled", "carol", "bug"),
+        ("unlabeled", "dave", "bug"),
+    ]
+    assert entries[-1].created_at == "2024-02-01T00:00:00Z"  # oldest first
+    (request,) = gh.requests[before:]
+    assert request.path == f"/repos/{gh.repo}/issues/{issue}/timeline"
+
+
 def test_comments_after_the_watermark_come_oldest_first(gh: FakeGitHub, forge: GitHubForge) -> None:
     number = gh.add_issue("goal")
     first = gh.add_comment(number, "one", user="alice", association="OWNER")

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from rio_ci.core.projection import Projection
-from rio_ci.forge.base import Check
+from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import branch_for, goal_for, issue_of_branch, quote_untrusted
-from rio_ci.github.events import classify, steer_command
+from rio_ci.github.events import Standing, classify, standing_trigger, steer_command
 from rio_ci.reports.progress import status_of
 
 REPO = "octo/demo"
@@ -249,3 +249,53 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
     assert payload["comments_not_shown"] == len(comments) - len(shown)
     assert all(c["diff_hunk"].endswith("+the line") for c in shown)  # the commented line kept
     assert "more bytes not shown" in payload["body"]
+
+
+def held(kind: str, actor: str, subject: str, at: str, number: int = 1) -> IssueEvent:
+    return IssueEvent(number, kind, actor, subject, f"2024-01-0{at}T00:00:00Z")
+
+
+def test_the_standing_trigger_is_who_put_it_there_last_and_undoing_it_removes_it() -> None:
+    history = [
+        held("labeled", "rita", "rio", "1"),
+        held("unlabeled", "rita", "rio", "2"),
+        held("labeled", "alice", "rio", "3"),
+        held("labeled", "bob", "bug", "4"),
+    ]
+    assert standing_trigger(history, "rio") == Standing("label", "alice", "2024-01-03T00:00:00Z")
+    # the history's order is by time, then id, whatever order it arrives in
+    assert standing_trigger(history[::-1], "rio") == standing_trigger(history, "rio")
+    assert standing_trigger([*history, held("unlabeled", "bob", "rio", "5")], "rio") is None
+    assert standing_trigger(history, "other") is None
+
+
+def test_an_assignment_stands_only_with_the_input_set_and_the_label_comes_first() -> None:
+    assigned = [held("assigned", "alice", "rio-bot", "1")]
+    assert standing_trigger(assigned, "rio") is None  # the input is off
+    assert standing_trigger(assigned, "rio", "rio-bot") == Standing(
+        "assignment", "alice", "2024-01-01T00:00:00Z"
+    )
+    undone = [*assigned, held("unassigned", "alice", "rio-bot", "2")]
+    assert standing_trigger(undone, "rio", "rio-bot") is None
+    both = [*assigned, held("labeled", "bob", "rio", "2")]
+    assert standing_trigger(both, "rio", "rio-bot") == Standing(
+        "label", "bob", "2024-01-02T00:00:00Z"
+    )
+    # a login that reads like the label is an assignee, not the label
+    assert standing_trigger([held("assigned", "rita", "rio", "1")], "rio") is None
+
+
+def test_a_comment_shows_its_issues_labels_and_assignees_but_a_pull_requests_not() -> None:
+    payload = {
+        "action": "created",
+        "comment": {"id": 1, "user": {"login": "a"}, "body": "x"},
+        "issue": {
+            "number": 7,
+            "labels": [{"name": "rio"}, {"name": "bug"}, "odd"],
+            "assignees": [{"login": "rio-bot"}],
+        },
+    }
+    data = classify("issue_comment", payload, "rio").data
+    assert (data["labels"], data["assignees"]) == (["rio", "bug"], ["rio-bot"])
+    payload["issue"]["pull_request"] = {"url": "x"}  # the pull request's labels, not the issue's
+    assert "labels" not in classify("issue_comment", payload, "rio").data

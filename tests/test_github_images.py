@@ -6,6 +6,7 @@ that stands for every other host: it must never be contacted."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import struct
 import threading
 import zlib
@@ -19,7 +20,15 @@ from action_job import Repository, cmd_cell, commented, labeled, note_cell
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.limits import Limits
-from rio_ci.github.images import MAX_BYTES, MAX_IMAGES, ImageFetcher, image_refs, kept
+from rio_ci.github.images import (
+    MAX_BYTES,
+    MAX_IMAGES,
+    Fetched,
+    Image,
+    ImageFetcher,
+    image_refs,
+    kept,
+)
 from rio_ci.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import Patch
@@ -145,6 +154,34 @@ def test_a_message_s_pictures_are_fetched_checked_and_refused_with_notes(
     assert elsewhere.hits == []  # never contacted, not even through the redirect
     sent = [r for r in gh.requests if r.path.startswith("/user-attachments/")]
     assert all(r.headers.get("authorization") == f"Bearer {gh.token}" for r in sent)
+
+
+def test_a_picture_over_the_providers_limit_once_encoded_is_left_out_when_fetched_and_stored(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    """4 MiB is under the 5 MB download bound but 5.3 MB in base64, which no request may
+    carry: a note, not a picture (and not a stored picture, should one come from elsewhere)."""
+    large = b"\x89PNG\r\n\x1a\n" + b"\0" * (4 * 2**20 - 8)
+    gh.attachments["large"] = (large, "image/png")
+    gh.attachments["shot"] = (png(), "image/png")
+    got = fetcher(gh).fetch(f"![a]({asset(gh, 'large')}) ![b]({asset(gh, 'shot')})")
+    assert [i.alt for i in got.images] == ["b"]
+    assert got.notes == [
+        "image 1 left out: 5.3 MB once encoded, over the provider's 5 MB limit for one picture"
+    ]
+    session = Session.create(tmp_path / "s.db", goal="g", cwd=str(tmp_path))
+    try:
+        digest = hashlib.sha256(large).hexdigest()
+        carried = kept(session, Fetched([Image(digest, "image/png", large, "big")]))
+        assert carried == {
+            "image_notes": [
+                "image big left out: 5.3 MB once encoded, over the provider's 5 MB limit "
+                "for one picture"
+            ]
+        }
+        assert session.image(digest) is None
+    finally:
+        session.close()
 
 
 def test_at_most_eight_pictures_per_message(gh: FakeGitHub) -> None:

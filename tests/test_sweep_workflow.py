@@ -88,6 +88,18 @@ def sweeping(gh: FakeGitHub) -> FakeGitHub:
     return gh
 
 
+def test_the_sweep_groups_keep_one_pending_run_and_the_rio_job_queues() -> None:
+    """A newer sweep (or wake-up) does all an older pending one would, so those groups keep
+    GitHub's default of one pending run; the rio job's group queues (``queue: max``): a
+    dispatch the sweep sends waits behind a running job instead of cancelling a pending
+    label's job, or being cancelled by a comment's."""
+    rio = yaml.safe_load((WORKFLOWS / "rio.yml").read_text())["jobs"]
+    sweep = yaml.safe_load((WORKFLOWS / "rio-sweep.yml").read_text())["jobs"]["sweep"]
+    assert "queue" not in sweep["concurrency"] and "queue" not in rio["sweep-wake"]["concurrency"]
+    assert rio["rio"]["concurrency"]["queue"] == "max"
+    assert "inputs.issue" in rio["rio"]["concurrency"]["group"]  # the dispatch's own group
+
+
 def test_due_timers_are_dispatched_and_nothing_else_is_read(
     sweeping: FakeGitHub, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ workflows, the README's workflow filters as the full example's, zizmor clean."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -39,6 +40,12 @@ PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 ZIZMOR = shutil.which(
     "zizmor", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 )
+ACTIONLINT = shutil.which(
+    "actionlint", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+)
+# The one message an actionlint whose schema predates `queue` (rhysd/actionlint 1.7.12 and
+# older) gives for it; docs/design.md "queue: max and actionlint".
+OLD_SCHEMA = re.compile(r'unexpected key "queue" for "concurrency" section')
 
 
 def expression(text: str) -> str:
@@ -158,6 +165,11 @@ def test_one_job_per_issue_waits_in_its_concurrency_group(rio: dict[str, Any]) -
     for source in ("github.event.issue.number", "inputs.issue", "needs.route.outputs.issue"):
         assert source in group
     assert job["concurrency"]["cancel-in-progress"] is False
+    # docs/github.md "Concurrency": up to 100 jobs wait in order; without it a newer job
+    # cancels the one pending (a label's job among them). GitHub refuses it with
+    # cancel-in-progress: true, so the two are asserted together.
+    assert job["concurrency"]["queue"] == "max"
+    assert load(WORKFLOWS / "rio-app.yml")["jobs"]["rio"]["concurrency"] == job["concurrency"]
     assert (
         job["timeout-minutes"] * 60
         > float(job["steps"][-1]["with"]["time-budget-minutes"]) * 60 + 5 * 60
@@ -339,6 +351,32 @@ def test_zizmor_finds_nothing_offline() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "No findings to report" in done.stdout + done.stderr
+
+
+@pytest.mark.skipif(ACTIONLINT is None, reason="actionlint is not installed (not in the extra)")
+def test_actionlint_finds_nothing_but_an_old_schemas_queue() -> None:
+    """Every finding fails the test, except an older actionlint's refusal of ``queue`` on a
+    ``queue: max`` line (docs/design.md "queue: max and actionlint")."""
+    done = subprocess.run(
+        [ACTIONLINT or "actionlint", "-format", "{{json .}}", "-shellcheck=", "-pyflakes="]
+        + [str(p.relative_to(ROOT)) for p in sorted(WORKFLOWS.glob("*.yml"))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    findings = json.loads(done.stdout or "[]")
+    lines = {p: (ROOT / p).read_text().splitlines() for p in {f["filepath"] for f in findings}}
+    unexplained = [
+        f
+        for f in findings
+        if not (
+            OLD_SCHEMA.search(f["message"])
+            and lines[f["filepath"]][f["line"] - 1].strip() == "queue: max"
+        )
+    ]
+    assert unexplained == [], done.stdout + done.stderr
 
 
 def test_docs_describe_every_input_output_and_permission(

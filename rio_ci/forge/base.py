@@ -69,6 +69,19 @@ class Check:
 
 
 @dataclass(frozen=True)
+class IssueEvent:
+    """One entry of an issue's timeline: a label or an assignee put on or taken off (who did
+    it and when), or a comment (who wrote it, its body, when it last changed)."""
+
+    id: int
+    kind: str  # "labeled" | "unlabeled" | "assigned" | "unassigned" | "commented"
+    actor: str  # who did it (an assignment: who assigned, not the assignee; a comment: its author)
+    subject: str  # the label's name, the assignee's login, or the comment's body
+    created_at: str  # ISO 8601, UTC
+    updated_at: str = ""  # a comment: when it was last edited (else as created_at)
+
+
+@dataclass(frozen=True)
 class Artifact:
     id: int
     name: str
@@ -101,6 +114,11 @@ class Forge(Protocol):
 
     def permission(self, user: str) -> str:
         """'admin' | 'maintain' | 'write' | 'triage' | 'read' | 'none'."""
+        ...
+
+    def issue_timeline(self, number: int) -> list[IssueEvent]:
+        """Issue ``number``'s timeline, oldest first: who put labels and assignees on it and
+        took them off, and its comments (the other kinds of entries are left out)."""
         ...
 
     def comments(self, number: int, after_id: int = 0) -> list[Comment]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from github import Auth, Consts, Github
 from github.GithubException import (
@@ -21,11 +22,22 @@ from github.GithubException import (
     UnknownObjectException,
 )
 from github.IssueComment import IssueComment
+from github.PaginatedList import PaginatedList
 from github.Repository import Repository
+from github.TimelineEvent import TimelineEvent
 from urllib3.util.retry import Retry
 
 from rio_ci.errors import ForgeError
-from rio_ci.forge.base import Artifact, Check, Comment, Forge, Issue, Review, WorkflowRun
+from rio_ci.forge.base import (
+    Artifact,
+    Check,
+    Comment,
+    Forge,
+    Issue,
+    IssueEvent,
+    Review,
+    WorkflowRun,
+)
 from rio_ci.forge.github_download import fetch_zip
 from rio_ci.forge.github_reviews import News, submitted_reviews
 from rio_ci.forge.github_runs import artifact_origin, int_or_none, run_of
@@ -36,6 +48,7 @@ PERMISSIONS = frozenset({"admin", "maintain", "write", "triage", "read", "none"}
 
 WRITERS = frozenset({"admin", "maintain", "write"})
 OPTIONAL = frozenset({403, 404})  # an optional read answered so: a warning, not a failure
+TIMELINE = frozenset({"labeled", "unlabeled", "assigned", "unassigned", "commented"})
 
 
 @contextmanager
@@ -56,6 +69,26 @@ def _failing(what: str) -> Iterator[None]:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _entry(raw: dict[str, Any]) -> IssueEvent:
+    """One timeline entry, read from its JSON (a timeline entry is never fetched again)."""
+    kind = str(raw["event"])
+    if kind == "commented":
+        who, subject = raw.get("user"), raw.get("body")
+    elif kind in ("assigned", "unassigned"):
+        who, subject = raw.get("actor"), (raw.get("assignee") or {}).get("login")
+    else:
+        who, subject = raw.get("actor"), (raw.get("label") or {}).get("name")
+    created = str(raw.get("created_at") or "")
+    return IssueEvent(
+        id=int_or_none(raw.get("id")) or 0,
+        kind=kind,
+        actor=str((who or {}).get("login") or ""),
+        subject=str(subject or ""),
+        created_at=created,
+        updated_at=str(raw.get("updated_at") or created),
+    )
 
 
 class GitHubForge:
@@ -139,6 +172,19 @@ class GitHubForge:
                     level = "none"
             self._permissions[user] = level if level in PERMISSIONS else "none"
         return self._permissions[user]
+
+    def issue_timeline(self, number: int) -> list[IssueEvent]:
+        """The issue's label, assignment and comment entries (``GET .../issues/{n}/timeline``,
+        one request per 100 entries; the issue itself is not read). Each entry's ``actor`` is
+        who made it (docs/github.md "A start that was lost"); a comment's is its ``user``."""
+        url = f"{self._api_url}/repos/{self._full_name}/issues/{number}/timeline"
+        listed = PaginatedList(TimelineEvent, self._github.requester, url, None)
+        with _failing(f"reading the timeline of #{number}"):
+            return [
+                _entry(event.raw_data)
+                for event in listed
+                if event.raw_data.get("event") in TIMELINE
+            ]
 
     def comments(self, number: int, after_id: int = 0) -> list[Comment]:
         with _failing(f"listing comments of #{number}"):

@@ -24,6 +24,7 @@ from rio_ci.forge.base import (
     Comment,
     Forge,
     Issue,
+    IssueEvent,
     Review,
     WorkflowRun,
 )
@@ -100,6 +101,13 @@ class LocalForge:
 
     def permission(self, user: str) -> str:
         return str(self._read()["people"].get(user, "none"))
+
+    def issue_timeline(self, number: int) -> list[IssueEvent]:
+        """Only the comments: no history of labels is kept (so no one is known to have
+        labelled an issue)."""
+        return [
+            IssueEvent(c.id, "commented", c.author, c.body, "", "") for c in self.comments(number)
+        ]
 
     def comments(self, number: int, after_id: int = 0) -> list[Comment]:
         return [

@@ -8,11 +8,12 @@ Who may steer is decided later, with the permission API; here only the shape is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rio_ci.core.state import ascii_int
-from rio_ci.forge.base import Check
+from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import issue_of_branch
 
 # author_association values that can only belong to someone without write access, so a
@@ -64,6 +65,10 @@ def _comment_event(payload: dict[str, Any]) -> Trigger:
     if payload.get("action") != "created":
         return Trigger("ignore", reason=f"issue_comment/{payload.get('action')}")
     comment, issue = payload.get("comment") or {}, payload.get("issue") or {}
+    carries = {  # what the issue carries as the event saw it (job.py: a start that was lost)
+        "labels": _names(issue.get("labels"), "name"),
+        "assignees": _names(issue.get("assignees"), "login"),
+    }
     return Trigger(
         "comment",
         issue=_number(issue),
@@ -74,8 +79,16 @@ def _comment_event(payload: dict[str, Any]) -> Trigger:
             "body": str(comment.get("body") or ""),
             "url": str(comment.get("html_url") or ""),
             "is_pull_request": bool(issue.get("pull_request")),
+            **({} if issue.get("pull_request") else carries),
         },
     )
+
+
+def _names(items: Any, key: str) -> list[str]:
+    """The ``key`` of each object in a payload's list (labels' names, users' logins)."""
+    if not isinstance(items, list):
+        return []
+    return [str(item[key]) for item in items if isinstance(item, dict) and item.get(key)]
 
 
 def _finished_event(
@@ -195,3 +208,36 @@ def request_of(body: str) -> str | None:
     if rest[:1] not in (" ", "\n", "\t") or not rest.strip():
         return None
     return rest.strip()
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A trigger an issue carries now: ``how`` (``label`` or ``assignment``), who put it
+    there (``actor``) and when (``at``, ISO 8601)."""
+
+    how: str
+    actor: str
+    at: str
+
+
+def standing_trigger(
+    history: Sequence[IssueEvent], trigger_label: str, assignee_trigger: str = ""
+) -> Standing | None:
+    """The trigger label on an issue now, or (with ``assignee_trigger``) its assignment to
+    that login, and who put it there last, from the issue's history (``Forge.issue_events``);
+    the label first. A label taken off (or an assignee removed) after it was put on stands
+    no more."""
+    held: dict[str, Standing | None] = {"label": None, "assignment": None}
+    for event in sorted(history, key=lambda e: (e.created_at, e.id)):
+        if event.kind in ("labeled", "unlabeled") and event.subject == trigger_label:
+            how, on = "label", event.kind == "labeled"
+        elif (
+            event.kind in ("assigned", "unassigned")
+            and assignee_trigger
+            and event.subject == assignee_trigger
+        ):
+            how, on = "assignment", event.kind == "assigned"
+        else:
+            continue
+        held[how] = Standing(how, event.actor, event.created_at) if on else None
+    return held["label"] or held["assignment"]

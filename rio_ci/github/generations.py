@@ -27,10 +27,12 @@ def restore(
     env: ActionEnv, forge: Forge, issue: int, db: Path, launches: LaunchRecord
 ) -> dict[str, Any]:
     """Put the newest valid generation at ``db``, merged with the launch record. Returns
-    ``{"generation", "artifact_id", "seen", "rejected", "record_after", "notes"}``
-    (``generation`` None: no Session) or ``{"problem"}`` when nothing may run: every saved
-    generation was refused (starting over would publish over the lost history), the launch
-    record cannot be read, or it shows a launch the restored Session would run again."""
+    ``{"generation", "artifact_id", "seen", "saved_at", "rejected", "record_after", "notes"}``
+    (``generation`` None: no Session; ``saved_at``: when the newest artifact of the issue's
+    name, valid or not, was made, or None when none is listed) or ``{"problem"}`` when
+    nothing may run: every saved generation was refused (starting over would publish over
+    the lost history), the launch record cannot be read, or it shows a launch the restored
+    Session would run again."""
     name = f"rio-session-{issue}"
     provenance = Provenance(forge, env.repository, env.workflow_ref)
     listed = forge.artifacts(name)
@@ -76,6 +78,7 @@ def restore(
         "generation": generation if db.exists() else None,
         "artifact_id": artifact_id,
         "seen": seen,
+        "saved_at": max((a.created_at for a in listed), default=None),
         "rejected": rejected,
         "record_after": after,
         "notes": notes,

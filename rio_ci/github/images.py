@@ -1,7 +1,9 @@
 """Pictures in issues and comments: found, fetched, checked by content, bounded (docs/github.md).
 
 What is fetched: Markdown images ``![alt](url)`` and ``<img src="url">`` in the issue body and
-in comments that reach the Inbox, at most ``MAX_IMAGES`` per message, ``MAX_BYTES`` each.
+in comments that reach the Inbox, at most ``MAX_IMAGES`` per message, ``MAX_BYTES`` each; one
+whose base64 form is over the provider's limit for a picture (rio_ci/model/pictures.py) is
+left out with a note, when fetched and again when stored, since no request could carry it.
 
 From where (everything else is refused without a request):
 
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rio_ci.errors import Rejected
+from rio_ci.model import pictures, table
 from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 if TYPE_CHECKING:
@@ -148,6 +151,10 @@ class ImageFetcher:
                     f"image {number} not fetched: not a PNG, JPEG, GIF or WebP picture"
                 )
                 continue
+            too_large = _too_large(data)
+            if too_large is not None:
+                result.notes.append(f"image {number} left out: {too_large}")
+                continue
             digest = hashlib.sha256(data).hexdigest()
             result.images.append(Image(digest, kind, data, alt[:300]))
         return result
@@ -189,10 +196,15 @@ def kept(session: Session, fetched: Fetched) -> dict[str, Any]:
     images: list[dict[str, Any]] = []
     notes = list(fetched.notes)
     for image in fetched.images:
+        name = image.alt or image.digest[:12]
+        too_large = _too_large(image.data)
+        if too_large is not None:
+            notes.append(f"image {name} left out: {too_large}")
+            continue
         try:
             session.store_image(image.digest, image.media_type, image.data)
         except Rejected as refused:
-            notes.append(f"image {image.alt or image.digest[:12]} not stored: {refused}")
+            notes.append(f"image {name} not stored: {refused}")
             continue
         images.append({"digest": image.digest, "media_type": image.media_type, "alt": image.alt})
     return {
@@ -208,6 +220,12 @@ def notes_text(fetched: Fetched) -> str:
 
 class _Refused(Exception):
     pass
+
+
+def _too_large(data: bytes) -> str | None:
+    """Why no request may carry ``data`` (its base64 form is over the provider's limit for
+    one picture), or None."""
+    return pictures.too_large(pictures.encoded_size(len(data)), table.request_limits())
 
 
 def _bounded(response: Any) -> bytes:

@@ -77,7 +77,7 @@ def run(
     restored = restore(env, forge, issue, db, launches)
     if "problem" in restored:
         return _restore_failed(env, forge, issue, restored)
-    start = _start(env, forge, trigger, writer, issue, db, config, restored["generation"])
+    start = _start(env, forge, trigger, writer, issue, db, config, restored)
     if isinstance(start, dict):
         return start
     created = start == "created"
@@ -208,16 +208,18 @@ def _start(
     issue: int,
     db: Path,
     config: Config,
-    generation: int | None,
+    restored: dict[str, Any],
 ) -> Start | dict[str, Any]:
-    """``created``: this job created the Session (label, /rio request, follow-up);
+    """``created``: this job created the Session (label, /rio request, a label whose own job
+    was lost, follow-up);
     ``restored``: it goes on with the restored one; ``republish``: the restored run ended but
     its end never reached GitHub (an outage during its finish), so this job's finish
     publishes it; a dict: there is nothing to do (the step's result)."""
     body = str(trigger.data.get("body") or "")
     request = request_of(body) if writer and trigger.kind == "comment" else None
+    generation = restored["generation"]
     if generation is None:
-        return _start_new(env, forge, trigger, issue, db, config, request)
+        return _start_new(env, forge, trigger, issue, db, config, request, restored["saved_at"])
     session = Session.open(db)
     proj = session.refresh()
     comment = None
@@ -252,14 +254,23 @@ def _start_new(
     db: Path,
     config: Config,
     request: str | None,
+    saved_at: str | None,
 ) -> Start | dict[str, Any]:
     """No Session on the issue: a label, an assignment or a writer's ``/rio`` request starts
-    one; anything else starts nothing."""
+    one, and so does any other job while a writer's label or assignment that no Session
+    took stands on the issue (its own job was cancelled while pending, or lost); anything
+    else starts nothing."""
     if trigger.kind == "start":
         # An assignment labels the issue too: the sweep looks only at labelled issues.
         label = trigger.data.get("by") == "assignment"
         starts.from_issue(env, forge, db, config, issue, label=label)
         return "created"
+    if request is None:
+        standing = starts.lost_start(env, forge, trigger, issue, saved_at)
+        if standing is not None:
+            label = standing.how == "assignment"
+            starts.from_issue(env, forge, db, config, issue, label=label)
+            return "created"
     if request is not None and not trigger.data.get("is_pull_request"):
         starts.from_issue(
             env,

@@ -5,6 +5,11 @@
   request, and the issue gets the trigger label (the sweep only looks at labelled issues);
 - the trigger label again, by a user with write access, on an issue whose Session ended: a
   new Session on the issue as it reads now, with what the follow-up keeps (below);
+- any other job for an issue without a Session whose trigger label (or assignment to the
+  trigger login) stands, put there by a user with write access after the last sign of a
+  Session on the issue (an artifact, a progress comment): the Session that label's own job
+  would have started (that job can be cancelled while pending, or lost), started now
+  (``lost_start``);
 - a maintainer's comment on the issue or its pull request after the run ended (success or
   failure): a follow-up Session on the same branch, whose goal is the previous goal + the
   comment as a follow-up request, and whose first Turn is told how the previous Session
@@ -20,14 +25,15 @@ from typing import Any
 
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
-from rio_ci.forge.base import Comment, Forge, Review
+from rio_ci.errors import RioError
+from rio_ci.forge.base import Comment, Forge, IssueEvent, Review
 from rio_ci.forge.issues import goal_for, requested_goal
 from rio_ci.github import images
-from rio_ci.github.env import ActionEnv, Config, log
-from rio_ci.github.events import steer_command
+from rio_ci.github.env import ActionEnv, Config, log, warn
+from rio_ci.github.events import Standing, Trigger, standing_trigger, steer_command
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import is_ours, may_steer, review_text, watched
-from rio_ci.reports.progress import PUBLISHED
+from rio_ci.reports.progress import MARKER, PUBLISHED
 from rio_ci.session import Session
 
 CONCLUSION_CHARS = 2000
@@ -77,6 +83,57 @@ def from_issue(
         forge.add_label(issue, env.trigger_label)
         why = "/rio" if request is not None else "the assignment"
         log(f"rio-ci: #{issue} labelled {env.trigger_label!r} for the Session {why} started")
+
+
+def lost_start(
+    env: ActionEnv, forge: Forge, trigger: Trigger, issue: int, saved_at: str | None
+) -> Standing | None:
+    """The trigger label (or the assignment to the trigger login) on ``issue``, which has no
+    Session, when a user with write access put it there after the last sign of a Session on
+    the issue — ``saved_at`` (its newest artifact, if any is listed) or the last change of a
+    progress comment: the start its own job should have made. One request (the issue's
+    timeline), none when this job's event shows the issue without either. None: nothing to
+    start (logged when a trigger stands but may not start)."""
+    if _shown_bare(env, trigger):
+        return None
+    try:
+        timeline = forge.issue_timeline(issue)
+    except RioError as exc:
+        warn(env, f"the timeline of #{issue} was not read ({exc}); no lost start is looked for")
+        return None
+    standing = standing_trigger(timeline, env.trigger_label, env.assignee_trigger)
+    served = max([saved_at or "", *(e.updated_at for e in _progress(timeline))])
+    if standing is None or standing.at <= served:
+        return None  # nothing stands, or a Session took it (its artifacts are gone since)
+    what = f"the label {env.trigger_label!r}"
+    if standing.how == "assignment":
+        what = f"the assignment to @{env.assignee_trigger}"
+    if not may_steer(forge, standing.actor, None):
+        log(
+            f"rio-ci: #{issue} carries {what}, put there by @{standing.actor} without write "
+            "access; no Session is started"
+        )
+        return None
+    log(
+        f"rio-ci: #{issue} carries {what} (by @{standing.actor}, {standing.at}) but has no "
+        "Session: its own job never started one (cancelled while pending?); starting it now"
+    )
+    return standing
+
+
+def _progress(timeline: list[IssueEvent]) -> list[IssueEvent]:
+    """The comments carrying the progress comment's marker: a Session published there."""
+    return [e for e in timeline if e.kind == "commented" and MARKER in e.subject]
+
+
+def _shown_bare(env: ActionEnv, trigger: Trigger) -> bool:
+    """Whether this job's event shows the issue without the trigger label and without the
+    assignment (a comment's payload carries the issue's labels and assignees)."""
+    labels, assignees = trigger.data.get("labels"), trigger.data.get("assignees")
+    if labels is None:
+        return False  # the event does not show the issue: its history says
+    assigned = bool(env.assignee_trigger) and env.assignee_trigger in (assignees or [])
+    return env.trigger_label not in labels and not assigned
 
 
 def follow_up_request(forge: Forge, proj: Projection, issue: int) -> Comment | Review | None:

@@ -23,7 +23,9 @@ and rationale: never keys, headers or the request.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -33,7 +35,7 @@ import httpx2
 from anthropic.types import Message, ThinkingConfigParam
 
 from rio_ci.errors import ModelError, UsageError
-from rio_ci.model import table
+from rio_ci.model import pictures, table
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 from rio_ci.model.failures import status_error
 from rio_ci.model.layout import system_blocks, user_content
@@ -51,6 +53,9 @@ __all__ = [
 
 PROVIDERS = ("anthropic", "bedrock", "vertex")
 RATIONALE_CHARS = 16_000
+# Room kept free in a request with pictures, beyond the body measured without them: the
+# notes of pictures left out, ``stream``, and the SDK's own JSON spacing.
+REQUEST_MARGIN = 64 * 1024
 
 _EXTRAS = {"bedrock": ("boto3", "botocore"), "vertex": ("google.auth",)}
 
@@ -136,7 +141,17 @@ class AnthropicModel:
         return None if self._price is None else self.info.cost(usage, self._price)
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
-        """The Messages API parameters for ``request`` (everything but ``stream``)."""
+        """The Messages API parameters for ``request`` (everything but ``stream``), with the
+        pictures that fit the provider's limits and a note for each one left out
+        (rio_ci/model/pictures.py): measured without them, they get the room left."""
+        if not request.images:
+            return self._params(request)
+        limits = table.request_limits()
+        bare = len(json.dumps(self._params(replace(request, images=()))))
+        room = limits.request_bytes - bare - REQUEST_MARGIN
+        return self._params(replace(request, images=pictures.fit(request.images, room, limits)))
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,

@@ -79,12 +79,15 @@ class Usage:
 @dataclass(frozen=True)
 class Picture:
     """One picture for the model: whose it is (``goal`` or an Inbox message id), a label
-    saying so, and the bytes (base64) of a PNG, JPEG, GIF or WebP."""
+    saying so, and the bytes (base64) of a PNG, JPEG, GIF or WebP. ``left_out``, when not
+    empty, says why the request carries the label and this note instead of the picture
+    (rio_ci/model/pictures.py: it does not fit the provider's limits)."""
 
     owner: str
     label: str
     media_type: str
     data: str
+    left_out: str = ""
 
 
 @dataclass(frozen=True)

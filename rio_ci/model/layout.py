@@ -95,10 +95,15 @@ def user_content(request: ModelRequest) -> list[Any]:
 
 def _pictures(request: ModelRequest, *, goal: bool) -> list[Any]:
     """A label block, then an image block (base64 source), for each picture of the goal
-    (``goal``) or of the Inbox messages."""
+    (``goal``) or of the Inbox messages; a picture left out (rio_ci/model/pictures.py) is
+    its label and the note why, and no image."""
     blocks: list[Any] = []
     for picture in request.images:
-        if (picture.owner == "goal") == goal:
+        if (picture.owner == "goal") != goal:
+            continue
+        if picture.left_out:
+            blocks.append(_text(f"{picture.label} [picture left out: {picture.left_out}]"))
+        else:
             blocks.append(_text(picture.label))
             blocks.append(
                 {

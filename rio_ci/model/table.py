@@ -22,11 +22,13 @@ __all__ = [
     "EFFORTS",
     "Features",
     "ModelInfo",
+    "RequestLimits",
     "Retired",
     "checked",
     "default_model",
     "lookup",
     "max_tokens",
+    "request_limits",
     "retired",
     "table",
 ]
@@ -97,6 +99,18 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class RequestLimits:
+    """What one request may carry (``request_limits`` in the file): one picture's base64
+    size, pictures per request (the documented most, and how many keep the full-size
+    dimension limit), and the whole body's size, in bytes."""
+
+    picture_base64_bytes: int
+    pictures_per_request: int
+    pictures_at_full_size: int
+    request_bytes: int
+
+
+@dataclass(frozen=True)
 class Retired:
     id: str
     retired: str
@@ -110,6 +124,17 @@ def table() -> dict[str, Any]:
     text = resources.files("rio_ci.model").joinpath("models.json").read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
+
+
+@cache
+def request_limits() -> RequestLimits:
+    spec = table()["request_limits"]
+    return RequestLimits(
+        picture_base64_bytes=int(spec["picture_base64_bytes"]),
+        pictures_per_request=int(spec["pictures_per_request"]),
+        pictures_at_full_size=int(spec["pictures_at_full_size"]),
+        request_bytes=int(spec["request_bytes"]),
+    )
 
 
 def default_model() -> str:

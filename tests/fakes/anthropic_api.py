@@ -407,6 +407,12 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw.decode("utf-8", "replace")
         headers = {name.lower(): value for name, value in self.headers.items()}
         received = ReceivedRequest(self.command, self.path.split("?")[0], headers, body)
+        if len(raw) > rules_.REQUEST_BYTES:  # Cloudflare's answer, before the API looks
+            with self.fake._lock:
+                self.fake._requests.append(received)
+            message = "Request exceeds the maximum allowed number of bytes."
+            self._send_json(413, _error_body("request_too_large", message), {})
+            return
         status, extra, reply, delay = self.fake._take(received)
         if delay and self.fake._closing.wait(delay):
             return

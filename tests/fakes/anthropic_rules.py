@@ -16,7 +16,12 @@ would, instead of agreeing with itself. The rules (checked 2026-12-04, see docs/
   Opus 4.5 still take one;
 - ``strict: true`` on a tool (strict tool use, every model here) needs every object of its
   schema closed with ``additionalProperties: false``, else a 400;
-- an unknown or retired model id is a 404 ``not_found_error``.
+- an unknown or retired model id is a 404 ``not_found_error``;
+- pictures (the vision page, the API overview's request size limits): an image whose base64
+  data is over 5 MB (5,242,880 bytes, as the API's own message counts it) is a 400; more
+  than 100 images in a request is a 400 ("Too much media"); a request body over 32 MB is a
+  413 ``request_too_large`` (Cloudflare's, before any other check), read here as 32,000,000
+  bytes, the lower reading.
 
 Ids starting ``rio-test-`` behave like the current family, so tests can name a model the
 product's table does not list.
@@ -29,6 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 ALL_EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})
+IMAGE_BASE64_BYTES = 5 * 1024 * 1024
+IMAGES_PER_REQUEST = 100
+REQUEST_BYTES = 32_000_000
 NO_XHIGH = frozenset({"low", "medium", "high", "max"})
 
 
@@ -239,6 +247,15 @@ def _check_messages(body: dict[str, Any], rules: Rules) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages: at least one message is required")
+    images = sum(
+        1
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "image"
+    )
+    if images > IMAGES_PER_REQUEST:
+        raise _bad(f"Too much media: 0 document pages + {images} images > {IMAGES_PER_REQUEST}")
     for number, message in enumerate(messages):
         expected = "user" if number % 2 == 0 else "assistant"
         if not isinstance(message, dict) or message.get("role") != expected:
@@ -280,6 +297,12 @@ def _check_image(block: dict[str, Any], where: str) -> None:
         raise _bad(
             f"{where}.source.media_type: Input should be 'image/jpeg', 'image/png', "
             "'image/gif' or 'image/webp'"
+        )
+    size = len(str(source.get("data") or ""))
+    if size > IMAGE_BASE64_BYTES:
+        raise _bad(
+            f"{where}.image.source.base64: image exceeds 5 MB maximum: "
+            f"{size} bytes > {IMAGE_BASE64_BYTES} bytes"
         )
     try:
         data = base64.b64decode(str(source.get("data") or ""), validate=True)

@@ -43,6 +43,11 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
   ``If-None-Match`` names the current one is answered 304 (recorded in ``not_modified``);
   issues and pull requests carry their comment counts, so a new comment changes the ETag;
 - ``set_retention(days)``: the repository's artifact retention setting;
+- each issue's timeline, ``GET .../issues/{n}/timeline`` in GitHub's shape
+  (``labeled``/``unlabeled`` with ``label``, ``assigned``/``unassigned`` with ``assignee``,
+  ``actor`` who did it; and ``commented``, one per comment): ``add_issue(labels=)`` records
+  its author, ``add_label(n, name, by=)`` (default: the bot, as a ``POST .../labels`` does),
+  ``remove_label``, ``assign(n, login, by=)``;
 - ``POST .../issues/{n}/labels``; ``merge_pull(n)``; ``observers``: callables that see
   every request before it is answered (what was on disk at a client's first call).
 """

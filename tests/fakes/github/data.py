@@ -41,6 +41,9 @@ class GitHubData:
         self.tokens: dict[str, Token] = {token: Token()}
         self.issues: dict[int, dict[str, Json]] = {}
         self.comments: dict[int, dict[str, Json]] = {}
+        # each issue's labels and assignees put on and taken off, oldest first, in the shape
+        # of GET .../issues/{n}/timeline (which adds the issue's comments)
+        self.issue_events: dict[int, list[dict[str, Json]]] = {}
         self.pulls: dict[int, dict[str, Json]] = {}
         self.reviews: dict[int, dict[str, Json]] = {}
         self.review_comments: dict[int, dict[str, Json]] = {}
@@ -142,13 +145,68 @@ class GitHubData:
             "url": f"{self._base}/issues/{number}",
             "html_url": f"https://github.test/{self.repo}/issues/{number}",
             "comments_url": f"{self._base}/issues/{number}/comments",
+            "assignees": [],
         }
+        for name in labels:  # GitHub records labels given at creation as its author's
+            self._record(number, "labeled", user, label=name)
         return number
 
-    def add_label(self, number: int, name: str) -> None:
+    def add_label(
+        self, number: int, name: str, by: str | None = None, at: str = "2024-01-01T00:00:00Z"
+    ) -> None:
+        """``by`` (default: the bot, as when rio-ci labels through the API) puts the label on
+        issue ``number``; a ``labeled`` event in its history says who and when."""
         labels = self.issues[number]["labels"]
         if all(label["name"] != name for label in labels):
             labels.append({"name": name, "url": f"{self._base}/labels/{name}"})
+            self._record(number, "labeled", by or self.bot, at, label=name)
+
+    def remove_label(self, number: int, name: str, by: str = "alice") -> None:
+        labels = self.issues[number]["labels"]
+        if any(label["name"] == name for label in labels):
+            labels[:] = [label for label in labels if label["name"] != name]
+            self._record(number, "unlabeled", by, label=name)
+
+    def assign(self, number: int, login: str, by: str, *, undo: bool = False) -> None:
+        """``by`` assigns issue ``number`` to ``login`` (``undo``: unassigns); the timeline
+        entry names ``by`` as its ``actor`` and ``login`` as its ``assignee``."""
+        assignees = self.issues[number].setdefault("assignees", [])
+        if undo:
+            assignees[:] = [a for a in assignees if a["login"] != login]
+        elif all(a["login"] != login for a in assignees):
+            assignees.append(self._user(login))
+        self._record(number, "unassigned" if undo else "assigned", by, assignee=login)
+
+    def _record(
+        self,
+        number: int,
+        kind: str,
+        actor: str,
+        at: str = "2024-01-01T00:00:00Z",
+        *,
+        label: str | None = None,
+        assignee: str | None = None,
+    ) -> None:
+        """One entry of the issue's timeline in the shape GitHub gives (docs.github.com
+        "Issue event types"): ``label`` {name, color} for label events, ``assignee`` for
+        assignment events (the timeline carries no ``assigner``: ``actor`` made it)."""
+        event_id = next(self._ids)
+        event: dict[str, Json] = {
+            "id": event_id,
+            "node_id": f"IE_{event_id}",
+            "url": f"{self._base}/issues/events/{event_id}",
+            "actor": self._user(actor),
+            "event": kind,
+            "commit_id": None,
+            "commit_url": None,
+            "created_at": at,
+            "performed_via_github_app": None,
+        }
+        if label is not None:
+            event["label"] = {"name": label, "color": "ededed"}
+        if assignee is not None:
+            event["assignee"] = self._user(assignee)
+        self.issue_events.setdefault(number, []).append(event)
 
     def add_comment(
         self, number: int, body: str, user: str = "alice", association: str | None = None

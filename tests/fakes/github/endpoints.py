@@ -41,6 +41,19 @@ class Endpoints(GitHubData):
             return not_found()
         return self._paged(req, sorted(self.comments_on(int(m[1])), key=lambda c: c["id"]))
 
+    def _timeline(self, req: Recorded, m: re.Match[str]) -> Reply:
+        """The issue's label and assignment entries and its comments (``commented``, with
+        ``user``, ``body`` and ``updated_at``), oldest first."""
+        number = int(m[1])
+        if number not in self.issues:
+            return not_found()
+        comments = [
+            {**c, "event": "commented", "actor": c["user"], "node_id": f"IC_{c['id']}"}
+            for c in self.comments_on(number)
+        ]
+        entries = [*self.issue_events.get(number, []), *comments]
+        return self._paged(req, sorted(entries, key=lambda e: (e["created_at"], e["id"])))
+
     def _paged(self, req: Recorded, items: list[Json], key: str | None = None) -> Reply:
         """One page of ``items`` when the request names ``per_page`` or ``page`` (with the
         Link header GitHub sends), else all of them; ``key`` wraps them as
@@ -320,6 +333,7 @@ class Endpoints(GitHubData):
             ("GET", rf"{r}/issues/(\d+)/comments", self._list_comments),
             ("POST", rf"{r}/issues/(\d+)/comments", self._create_comment),
             ("POST", rf"{r}/issues/(\d+)/labels", self._add_labels),
+            ("GET", rf"{r}/issues/(\d+)/timeline", self._timeline),
             ("PATCH", rf"{r}/issues/comments/(\d+)", self._edit_comment),
             ("GET", rf"{r}/collaborators/([^/]+)/permission", self._permission),
             ("GET", rf"{r}/actions/runs", self._list_runs),
