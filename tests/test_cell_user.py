@@ -34,6 +34,7 @@ import rio_ci
 from rio_ci.commands.bench.cells import measure_cells
 from rio_ci.run.cell_folder import prefix_of as prefix_of_folder
 from rio_ci.run.channel import Channel, prefix_of
+from rio_ci.run.environment import uv_binary
 from rio_ci.session import Session
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
 from tests.kit import cli_env, until
@@ -272,6 +273,7 @@ for name, reach in (
     except PermissionError:
         print(name, "refused")
 print("api", len(records()) > 0)
+print("uv", os.readlink(f"/proc/{{os.getppid()}}/exe") == os.path.join(folder, "uv"))
 """
     sess.propose({"kind": "code", "runtime": "python", "source": HEADER + body})
 
@@ -285,9 +287,46 @@ print("api", len(records()) > 0)
         "planted refused",
         "module refused",
         "api True",
+        "uv True",  # the Cell folder's
     ]
     assert stat.S_IMODE(records.stat().st_mode) == 0o700
     assert list(Path("/tmp").glob(prefix_of_folder(sess.db) + "*")) == []
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="unshare makes the mount namespace")
+def test_where_no_temporary_folder_may_hold_programs_cells_run_rio_cis_own_uv(
+    cell_user: str,
+) -> None:
+    """A hardened machine mounts /tmp and /var/tmp ``noexec``: the Cell folder's copy of uv
+    could not run there, so Cells run rio-ci's own (its folders let through, as before)."""
+    place = Path(tempfile.mkdtemp(prefix="rio-cell-test-", dir="/dev/shm"))
+    place.chmod(0o755)
+    try:
+        sess = session_in(place / "s")
+        sess.propose(
+            {
+                "kind": "code",
+                "runtime": "python",
+                "source": HEADER + 'import os\nprint(os.readlink(f"/proc/{os.getppid()}/exe"))\n',
+            }
+        )
+        noexec = "mount -t tmpfs -o noexec tmpfs /tmp && mount -t tmpfs -o noexec tmpfs /var/tmp"
+        shell = f'{noexec} && exec "$0" -m rio_ci.cli "$@"'
+        argv = [sys.executable, "work", str(sess.db), "--cell-user", cell_user]
+        done = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", shell, *argv],
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+        assert done.returncode == 0, done
+        assert sess.result(1)["type"] == "success", output(sess, 1, "stderr")
+        assert output(sess, 1).strip() == os.path.realpath(uv_binary())
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
 
 
 # --- a fresh Cell home for every Owner --------------------------------------------------------

@@ -29,8 +29,22 @@ from rio_ci.session import Session
 _PACKAGE = Path(__file__).parents[1]  # rio_ci/
 
 
-def _base() -> Path:
-    return Path("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())
+# Where a Cell folder may go: the first of these that exists and may hold programs.
+_BASES = ("/tmp", "/var/tmp")
+
+
+def _bases() -> list[Path]:
+    return [Path(p) for p in dict.fromkeys((*_BASES, tempfile.gettempdir())) if os.path.isdir(p)]
+
+
+def _base() -> tuple[Path, bool]:
+    """The folder a Cell folder goes in, and whether uv can be run from there (not where
+    every candidate is mounted ``noexec``, as hardened machines mount /tmp)."""
+    bases = _bases()
+    for base in bases:
+        if not os.statvfs(base).f_flag & os.ST_NOEXEC:
+            return base, True
+    return bases[0], False
 
 
 def prefix_of(db: Path) -> str:
@@ -65,19 +79,15 @@ class CellFolder:
     def for_cell_user(cls, db: Path, gid: int) -> CellFolder:
         """A fresh folder under /tmp that group ``gid`` (the Cell user's) may read and only
         this process may write, with a copy of uv (a hard link where the file system
-        allows). Earlier Owners' folders of ``db`` go first."""
+        allows; where no candidate folder may hold programs, rio-ci's own uv, whose folders
+        the Cell user is then let through). Earlier Owners' folders of ``db`` go first."""
         sweep_stale(db)
-        path = Path(tempfile.mkdtemp(prefix=prefix_of(db), dir=_base()))
+        base, runnable = _base()
+        path = Path(tempfile.mkdtemp(prefix=prefix_of(db), dir=base))
         try:
             os.chown(path, -1, gid)
             path.chmod(0o750)
-            uv = path / "uv"
-            try:
-                os.link(uv_binary(), uv)
-            except OSError:  # another file system, or a link the kernel refuses
-                shutil.copyfile(uv_binary(), uv)
-                uv.chmod(0o755)
-            folder = cls(path, str(uv), own=True)
+            folder = cls(path, _uv_in(path) if runnable else uv_binary(), own=True)
             folder.write_modules()
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
@@ -108,6 +118,16 @@ class CellFolder:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
+def _uv_in(folder: Path) -> str:
+    uv = folder / "uv"
+    try:
+        os.link(uv_binary(), uv)
+    except OSError:  # another file system, or a link the kernel refuses
+        shutil.copyfile(uv_binary(), uv)
+        uv.chmod(0o755)
+    return str(uv)
+
+
 def _write(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(0o644)
@@ -116,7 +136,8 @@ def _write(path: Path, text: str) -> None:
 def sweep_stale(db: Path, keep: Path | None = None) -> None:
     """Remove the Cell folders that earlier Owners of ``db`` left (killed before they could
     close); the caller holds the Session's lock, so none is in use but ``keep``."""
-    for path in _base().glob(prefix_of(db) + "*"):
-        if path != keep and path.is_dir() and not path.is_symlink():
-            with contextlib.suppress(OSError):
-                shutil.rmtree(path)
+    for base in _bases():
+        for path in base.glob(prefix_of(db) + "*"):
+            if path != keep and path.is_dir() and not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(path)

@@ -127,7 +127,7 @@ class Cells:
         self.stop_processes(session)
         recorded = session.proj.cell_user or {}
         self.tree = cu.give_tree(tree, user, [*files, scratch], recorded.get("tree"))
-        opened = cu.open_paths(user, [tree, folder.path])
+        opened = cu.open_paths(user, [tree, folder.path, Path(folder.uv).parent])
         known = {str(p) for p, _ in self.opened}
         self.opened += [e for e in [*recorded.get("opened", []), *opened] if e[0] not in known]
 
