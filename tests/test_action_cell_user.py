@@ -207,7 +207,7 @@ def test_a_cell_can_neither_list_nor_read_the_jobs_records(
     the launch-record repository), the artifact directory, the harness's HOME — is closed to
     a Cell, in the run step and in finish (a validator runs there, as the Cell user, after the
     artifact directory is written); ``rio_ci.api`` still works."""
-    harness_home = os.environ["HOME"]
+    harness_home = pwd.getpwuid(0).pw_dir  # what the Owner has once it became root
     validator = ["/usr/bin/python3", "-c", REACH, harness_home]
     repo = Repository(
         place, gh, files={".github/rio.yml": f"validators: [{json.dumps(validator)}]\n"}
@@ -218,7 +218,7 @@ def test_a_cell_can_neither_list_nor_read_the_jobs_records(
     repo.set_script(script([add(code_cell(body))], [conclude()]))
     issue = gh.add_issue("Fix", labels=("rio",))
     job = repo.prepare("issues", labeled(issue))
-    job.env["RIO_CELL_USER"] = cell_user
+    job.env.update(RIO_CELL_USER=cell_user, HOME=harness_home)
 
     run = repo.collect(job, repo.start(job))
     finish = repo.step(job, "finish")
