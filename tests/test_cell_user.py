@@ -381,6 +381,23 @@ def test_a_user_rio_ci_did_not_create_is_refused_and_its_home_left_as_it_is(
     assert sess.events("execution_started") == [] and not (sess.cwd / "ran").exists()
 
 
+def test_a_working_directory_that_holds_the_cell_folder_is_refused(cell_user: str) -> None:
+    """A tree that holds /tmp would be given to the Cell user, the Cell folder with it."""
+    place = Path(tempfile.mkdtemp(prefix="rio-cell-test-", dir="/dev/shm"))
+    place.chmod(0o755)
+    try:
+        sess = CliSession(place)
+        sess.session_id = sess.json("new", str(sess.db), "--goal", "g", "--cwd", "/tmp")["session"]
+        sess.propose(cmd("touch", "ran"))
+
+        done = sess.run("work", str(sess.db), "--cell-user", cell_user, code=1)
+
+        assert "where Cells read rio-ci from" in done.stdout
+        assert sess.events("execution_started") == [] and Path("/tmp").stat().st_uid == 0
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
 # --- stopping every process of the Cell user --------------------------------------------------
 
 

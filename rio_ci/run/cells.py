@@ -110,13 +110,17 @@ class Cells:
         db = session.path
         tree = Path(os.path.realpath(session.proj.session["cwd"]))
         files = _session_files(db)
-        for path in [db, scratch, folder.path]:
+        for path in [db, scratch]:
             if cu.inside(path, tree):
                 raise RioError(
                     f"{path} is inside the working directory {tree}, which the Cell user "
-                    f"{user.name} is given: keep the Session (and {folder.path.parent}) "
-                    "outside it"
+                    f"{user.name} is given: keep the Session outside it"
                 )
+        if cu.inside(folder.path, tree):
+            raise RioError(
+                f"the working directory {tree} holds {folder.path.parent}, where Cells read "
+                "rio-ci from: choose a working directory that does not"
+            )
         parent = os.stat(db.parent)
         if _writable_by(parent, user) and not parent.st_mode & stat.S_ISVTX:
             raise RioError(
