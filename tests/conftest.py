@@ -6,8 +6,12 @@ a patch builder, and Owner-free ways to move an Execution through its phases.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import pwd
+import secrets
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 import pytest
 import sqlite_utils
 from action_job import Repository
@@ -23,6 +28,7 @@ from fakes.github_api import FakeGitHub
 
 from rio_ci.core.events import OutputPiece, Result
 from rio_ci.forge.github import GitHubForge
+from rio_ci.run.cell_home import SHARED_PLACES
 from rio_ci.session import Receipt, Session
 from tests.kit import Patch, cli_env
 
@@ -106,6 +112,39 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section(f"tests of {SLOW_SECONDS:g} s or more not marked slow")
         for duration, nodeid in sorted(_unmarked_slow, reverse=True):
             terminalreporter.write_line(f"{duration:6.2f} s  {nodeid}")
+
+
+# --- a Cell user of a test's own ------------------------------------------------------------
+
+
+@pytest.fixture
+def cell_user() -> Iterator[str]:
+    """A Cell user name of this test's own (the Owner creates the user), removed afterwards
+    with whatever it left: stopping a Cell stops every process of its user, so tests that
+    run side by side (or another engineer's) never share one."""
+    name = f"rio-ct-{secrets.token_hex(4)}"
+    yield name
+    with contextlib.suppress(KeyError):
+        uid = pwd.getpwnam(name).pw_uid
+        for proc in psutil.process_iter(["uids"]):  # only this test's Cells run as it
+            with contextlib.suppress(psutil.Error):
+                if uid in proc.info["uids"]:
+                    proc.kill()
+        subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
+
+
+@pytest.fixture
+def mark(cell_user: str) -> Iterator[str]:
+    """A name for what a test's Cells plant in the machine's world-writable folders; what
+    is left of it is removed afterwards."""
+    name = f"rio-planted-{cell_user}"
+    yield name
+    for folder in SHARED_PLACES:
+        for path in Path(folder).glob(f"{name}*"):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 # --- the CLI -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -16,10 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from action_job import WAIT, Repository, add, cmd_cell, labeled, script
+from action_job import WAIT, Job, Repository, add, cmd_cell, code_cell, conclude, labeled, script
 from fakes.github_api import FakeGitHub
 
 import rio_ci
+from rio_ci.run.cell_home import SHARED_PLACES
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_command, unprivileged_env
 from tests.kit import cli_env
 
@@ -145,3 +147,195 @@ def test_where_no_cell_user_is_possible_the_job_goes_on_and_says_so(gh: FakeGitH
         assert [m["mode"] for m in modes] == ["shared"]
         outputs = [json.loads(line) for line in events.splitlines() if '"kind": "output"' in line]
         assert any(o.get("text", "").strip() == str(NOBODY) for o in outputs)
+
+
+# --- the job's records are the harness's alone -----------------------------------------------
+
+# Run by a Cell (and a validator) as the Cell user: how far it gets with each of the job's
+# records, rio-ci's and the runner's. ``sys.argv[1]``: the harness's HOME.
+REACH = """
+import json, os, sys
+temp = os.environ["RUNNER_TEMP"]
+state = os.path.join(temp, "rio")
+targets = {
+    "runner-temp": temp,
+    "state": state,
+    "job": f"{state}/job.json",
+    "session": f"{state}/session.sqlite3",
+    "scratch": f"{state}/session.sqlite3.d",
+    "git": f"{state}/git",
+    "git-head": f"{state}/git/HEAD",
+    "git-home": f"{state}/git-home",
+    "record": f"{state}/record.git",
+    "record-head": f"{state}/record.git/HEAD",
+    "artifact": f"{temp}/rio-artifact",
+    "harness-home": sys.argv[1],
+}
+
+
+def reach(path):
+    try:
+        os.listdir(path)
+        return "listed"
+    except NotADirectoryError:
+        pass
+    except OSError as exc:
+        return type(exc).__name__
+    try:
+        with open(path, "rb") as stream:
+            stream.read(1)
+        return "read"
+    except OSError as exc:
+        return type(exc).__name__
+
+
+print("reach=" + json.dumps({name: reach(path) for name, path in targets.items()}))
+"""
+
+
+def reached(text: str) -> dict[str, str]:
+    (line,) = [line for line in text.splitlines() if line.startswith("reach=")]
+    found: dict[str, str] = json.loads(line.removeprefix("reach="))
+    return found
+
+
+def test_a_cell_can_neither_list_nor_read_the_jobs_records(
+    place: Path, gh: FakeGitHub, cell_user: str
+) -> None:
+    """Every record of the job — ``$RUNNER_TEMP`` itself, the state directory and all it holds
+    (``job.json``, the Session, the scratch folder, the harness's git directory and its home,
+    the launch-record repository), the artifact directory, the harness's HOME — is closed to
+    a Cell, in the run step and in finish (a validator runs there, as the Cell user, after the
+    artifact directory is written); ``rio_ci.api`` still works."""
+    harness_home = pwd.getpwuid(0).pw_dir  # what the Owner has once it became root
+    validator = ["/usr/bin/python3", "-c", REACH, harness_home]
+    repo = Repository(
+        place, gh, files={".github/rio.yml": f"validators: [{json.dumps(validator)}]\n"}
+    )
+    body = REACH.replace("sys.argv[1]", repr(harness_home)) + (
+        "from rio_ci.api import records\nprint('api', len(records()) > 0)\n"
+    )
+    repo.set_script(script([add(code_cell(body))], [conclude()]))
+    issue = gh.add_issue("Fix", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    job.env.update(RIO_CELL_USER=cell_user, HOME=harness_home)
+
+    run = repo.collect(job, repo.start(job))
+    finish = repo.step(job, "finish")
+
+    assert run.code == 0 and finish.code == 0, (run.stderr, finish.stderr)
+    events = repo.events(job)
+    text = "".join(
+        e["text"]
+        for e in events
+        if e["kind"] == "output" and e["cell_id"] == 1 and e["stream"] == "stdout" and "text" in e
+    )
+    assert "api True" in text, text  # rio_ci.api works from the Cell
+    in_the_cell = reached(text)
+    validators = [e for e in events if e["kind"] == "validator_result"]
+    assert [v["result"]["type"] for v in validators] == ["success", "success"]
+    in_finish = reached(validators[-1]["stdout"])  # the pull-request gate's run
+    assert set(in_the_cell.values()) == {"PermissionError"}, in_the_cell
+    assert set(in_finish.values()) == {"PermissionError"}, in_finish
+    # each of them was there to be refused
+    state = job.runner_temp / "rio"
+    for path in (
+        state / "job.json",
+        state / "session.sqlite3",
+        state / "session.sqlite3.d",
+        state / "git" / "HEAD",
+        state / "git-home",
+        state / "record.git" / "HEAD",
+        job.artifact_dir / "session.sqlite3",
+        Path(harness_home),
+    ):
+        assert path.exists(), path
+    assert gh.pulls, "the gate passed: the validator ran as the Cell user in finish"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+
+
+# --- a fresh Cell home in every job ----------------------------------------------------------
+
+SHARED = SHARED_PLACES
+
+
+def planting(mark: str) -> str:
+    """A Cell that leaves, as the Cell user, what would run in the next Session's Cells."""
+    return f"""
+        set -e
+        py=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+        site="$HOME/.local/lib/python$py/site-packages"
+        mkdir -p "$HOME/.config/pip" "$site" "$UV_CACHE_DIR"
+        printf '[core]\\n\\tfsmonitor = /tmp/{mark}-fsmonitor\\n' > "$HOME/.gitconfig"
+        printf '[commit]\\n\\tgpgSign = true\\n[gpg]\\n\\tprogram = /tmp/{mark}-gpg\\n' \
+            >> "$HOME/.gitconfig"
+        echo 'echo {mark}' > "$HOME/.bashrc"
+        printf '[global]\\nindex-url = http://127.0.0.1:9/{mark}\\n' \
+            > "$HOME/.config/pip/pip.conf"
+        echo 'print("{mark}")' > "$site/sitecustomize.py"
+        echo {mark} > "$UV_CACHE_DIR/{mark}"
+        for place in {" ".join(SHARED)}; do echo {mark} > "$place/{mark}"; done
+        mkdir /tmp/{mark}-dir && echo {mark} > /tmp/{mark}-dir/inside
+        git config --global --get core.fsmonitor
+        echo planted
+    """
+
+
+def looking(mark: str) -> str:
+    """A Cell that reports what it finds of an earlier Cell's leftovers."""
+    return f"""
+        echo "home=$(find "$HOME" -mindepth 1 | wc -l)"
+        git config --global --get core.fsmonitor || echo no-fsmonitor
+        for place in {" ".join(SHARED)}; do
+            test -e "$place/{mark}" && echo "left=$place" || true
+        done
+        test -e /tmp/{mark}-dir && echo left=/tmp/{mark}-dir || true
+        echo looked
+    """
+
+
+def cell_text(repo: Repository, job: Job) -> str:
+    return "".join(
+        e.get("text", "")
+        for e in repo.events(job)
+        if e["kind"] == "output" and e["cell_id"] == 1 and e["stream"] == "stdout"
+    )
+
+
+def test_every_job_starts_its_cells_with_an_empty_home_and_finish_removes_it(
+    place: Path, gh: FakeGitHub, cell_user: str, mark: str
+) -> None:
+    """One Session's Cells plant a ``~/.gitconfig`` (an fsmonitor, commit signing), a
+    ``~/.bashrc``, a ``pip.conf``, a user-site ``sitecustomize.py``, a file in uv's cache and
+    files in the machine's world-writable folders: finish removes all of it. Another
+    Session's job plants them again and is lost after its run step (no finish); the next
+    job, a third Session's with the same Cell user, still starts with an empty HOME."""
+    repo = Repository(place, gh)
+
+    def job_for(cell: str, *, finish: bool = True) -> Job:
+        repo.set_script(script([add(cmd_cell("sh", "-c", cell))], WAIT))
+        issue = gh.add_issue("Fix", labels=("rio",))
+        job = repo.prepare("issues", labeled(issue))
+        job.env["RIO_CELL_USER"] = cell_user
+        assert repo.collect(job, repo.start(job)).code == 0, job.logs
+        if finish:  # else the runner is lost after the run step
+            assert repo.step(job, "finish").code == 0, job.logs
+        return job
+
+    first = job_for(planting(mark))
+
+    home = Path(pwd.getpwnam(cell_user).pw_dir)
+    assert "planted" in cell_text(repo, first)
+    assert f"/tmp/{mark}-fsmonitor" in cell_text(repo, first)  # git honoured it, as a Cell
+    assert not home.exists()
+    assert [p for p in SHARED if Path(p, mark).exists()] == []
+    assert not Path(f"/tmp/{mark}-dir").exists()
+
+    job_for(planting(mark), finish=False)
+    assert (home / ".gitconfig").exists() and Path("/tmp", mark).exists()  # lost: left
+
+    third = job_for(looking(mark))
+
+    lines = cell_text(repo, third).split()
+    assert "looked" in lines and "home=0" in lines, lines
+    assert "no-fsmonitor" in lines and not [w for w in lines if w.startswith("left=")]

@@ -3,13 +3,14 @@ parsing with clear errors."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
 
 from rio_ci.core.limits import Limits
 from rio_ci.errors import UsageError
-from rio_ci.github.env import ActionEnv, Config
+from rio_ci.github.env import ActionEnv, Config, seal_state_dir
 
 REQUIRED = {
     "GITHUB_EVENT_NAME": "issues",
@@ -121,3 +122,52 @@ def test_a_retention_of_zero_days_says_nothing_and_counts_as_unset() -> None:
     zero = ActionEnv.from_environ({**REQUIRED, "GITHUB_RETENTION_DAYS": "0"})
     unset = ActionEnv.from_environ(REQUIRED)
     assert zero.runner_retention_days is None and zero == unset
+
+
+# --- the job's state directory (seal_state_dir) -----------------------------------------------
+
+
+def sealing(tmp_path: Path, mode: int, cell_user: str) -> ActionEnv:
+    temp = tmp_path / "runner-temp"
+    (temp / "rio").mkdir(parents=True)  # left open by someone: sealing closes it again
+    (temp / "rio").chmod(0o755)
+    temp.chmod(mode)
+    return ActionEnv.from_environ(
+        {
+            **REQUIRED,
+            "RUNNER_TEMP": str(temp),
+            "RIO_CELL_USER": cell_user,
+            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        }
+    )
+
+
+def test_the_state_directory_is_the_harness_alone_and_runner_temp_closed_to_others(
+    tmp_path: Path,
+) -> None:
+    env = sealing(tmp_path, 0o755, "rio-cell")
+
+    seal_state_dir(env)
+
+    assert stat.S_IMODE(env.state_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(env.runner_temp.stat().st_mode) == 0o750
+    assert not (tmp_path / "summary.md").exists()  # nothing to warn about
+
+
+@pytest.mark.parametrize("cell_user", ["rio-cell", "none"])
+def test_a_runner_temp_everyone_may_write_is_left_as_it_is_and_said(
+    tmp_path: Path, cell_user: str
+) -> None:
+    """A shared temporary folder (``/tmp``) is not the job's to close; where Cells are to
+    run as a user of their own, the log and the step summary say what stays open."""
+    env = sealing(tmp_path, 0o1777, cell_user)
+
+    seal_state_dir(env)
+
+    assert stat.S_IMODE(env.state_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(env.runner_temp.stat().st_mode) == 0o1777
+    summary = tmp_path / "summary.md"
+    if cell_user == "none":
+        assert not summary.exists()
+    else:
+        assert "every user may write" in summary.read_text()

@@ -32,7 +32,9 @@ import pytest
 
 import rio_ci
 from rio_ci.commands.bench.cells import measure_cells
+from rio_ci.run.cell_folder import prefix_of as prefix_of_folder
 from rio_ci.run.channel import Channel, prefix_of
+from rio_ci.run.environment import uv_binary
 from rio_ci.session import Session
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
 from tests.kit import cli_env, until
@@ -74,20 +76,6 @@ print("escaped", flush=True)
 while then == "stay":
     time.sleep(1)
 """
-
-
-@pytest.fixture
-def cell_user() -> Iterator[str]:
-    """A Cell user of this test's own (created by the Owner), removed afterwards."""
-    name = f"rio-ct-{secrets.token_hex(4)}"
-    yield name
-    with contextlib.suppress(KeyError):
-        uid = pwd.getpwnam(name).pw_uid
-        for proc in psutil.process_iter(["uids"]):  # only this test's Cells run as it
-            with contextlib.suppress(psutil.Error):
-                if uid in proc.info["uids"]:
-                    proc.kill()
-        subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
 
 
 @pytest.fixture
@@ -253,6 +241,161 @@ def test_a_session_inside_the_working_tree_is_refused_before_anything_runs(
     assert "inside the working directory" in done.stdout
     assert sess.events("execution_started") == [] and not (tree / "ran").exists()
     assert sess.db.stat().st_uid == 0
+
+
+def test_cells_read_rio_ci_from_a_folder_of_their_own_and_the_sessions_folder_stays_closed(
+    place: Path, cell_user: str
+) -> None:
+    """The in-Cell modules, the code Cell's script and uv come from a Cell folder that only
+    the Owner writes: the Session's folder (a job's records) gets no door for the Cell
+    user, and the Cell folder is gone when the Owner closes."""
+    records = place / "records"
+    records.mkdir()
+    records.chmod(0o700)
+    tree = place / "tree"
+    tree.mkdir()
+    sess = CliSession(records)
+    sess.cwd = tree
+    sess.session_id = sess.json("new", str(sess.db), "--goal", "g", "--cwd", str(tree))["session"]
+    body = f"""\
+import json, os
+from rio_ci.api import records
+folder = os.path.dirname(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+print("folder", json.dumps(sorted(os.listdir(folder))))
+for name, reach in (
+    ("scratch", lambda: os.stat({str(records / "s.db.d")!r})),
+    ("planted", lambda: open(os.path.join(folder, "planted"), "x")),
+    ("module", lambda: open(os.path.join(folder, "pylib", "rio_ci", "api.py"), "a")),
+):
+    try:
+        reach()
+        print(name, "reached")
+    except PermissionError:
+        print(name, "refused")
+print("api", len(records()) > 0)
+print("uv", os.readlink(f"/proc/{{os.getppid()}}/exe") == os.path.join(folder, "uv"))
+"""
+    sess.propose({"kind": "code", "runtime": "python", "source": HEADER + body})
+
+    out = work(sess, cell_user)
+
+    assert out["ran"] == [1], output(sess, 1, "stderr")
+    lines = output(sess, 1).splitlines()
+    assert lines == [
+        'folder ["cells", "pylib", "uv"]',
+        "scratch refused",
+        "planted refused",
+        "module refused",
+        "api True",
+        "uv True",  # the Cell folder's
+    ]
+    assert stat.S_IMODE(records.stat().st_mode) == 0o700
+    assert list(Path("/tmp").glob(prefix_of_folder(sess.db) + "*")) == []
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="unshare makes the mount namespace")
+def test_where_no_temporary_folder_may_hold_programs_cells_run_rio_cis_own_uv(
+    cell_user: str,
+) -> None:
+    """A hardened machine mounts /tmp and /var/tmp ``noexec``: the Cell folder's copy of uv
+    could not run there, so Cells run rio-ci's own (its folders let through, as before)."""
+    place = Path(tempfile.mkdtemp(prefix="rio-cell-test-", dir="/dev/shm"))
+    place.chmod(0o755)
+    try:
+        sess = session_in(place / "s")
+        sess.propose(
+            {
+                "kind": "code",
+                "runtime": "python",
+                "source": HEADER + 'import os\nprint(os.readlink(f"/proc/{os.getppid()}/exe"))\n',
+            }
+        )
+        noexec = "mount -t tmpfs -o noexec tmpfs /tmp && mount -t tmpfs -o noexec tmpfs /var/tmp"
+        shell = f'{noexec} && exec "$0" -m rio_ci.cli "$@"'
+        argv = [sys.executable, "work", str(sess.db), "--cell-user", cell_user]
+        done = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", shell, *argv],
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+        assert done.returncode == 0, done
+        assert sess.result(1)["type"] == "success", output(sess, 1, "stderr")
+        assert output(sess, 1).strip() == os.path.realpath(uv_binary())
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
+# --- a fresh Cell home for every Owner --------------------------------------------------------
+
+
+def test_the_next_owner_starts_its_cells_with_an_empty_home(
+    place: Path, cell_user: str, mark: str
+) -> None:
+    """Locally an Owner's start is a job's: the HOME one Session's Cells filled (and what they
+    left in /tmp) is there until the next Owner with that Cell user starts — any Session's
+    — which empties it before its first Cell."""
+    first = session_in(place / "first")
+    first.propose(
+        cmd(
+            "sh",
+            "-c",
+            'printf "[core]\\n\\tfsmonitor = /bin/false\\n" > "$HOME/.gitconfig" && '
+            f'mkdir -p "$UV_CACHE_DIR" && touch "$UV_CACHE_DIR/{mark}" /tmp/{mark}',
+        )
+    )
+    work(first, cell_user)
+    home = Path(pwd.getpwnam(cell_user).pw_dir)
+    assert first.result(1)["type"] == "success", output(first, 1, "stderr")
+    assert (home / ".gitconfig").exists() and Path("/tmp", mark).exists()
+    second = session_in(place / "second")
+    second.propose(
+        cmd("sh", "-c", f'find "$HOME" -mindepth 1 | wc -l; test -e /tmp/{mark} || echo gone')
+    )
+
+    work(second, cell_user)
+
+    assert output(second, 1).split() == ["0", "gone"]
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert home.stat().st_uid == pwd.getpwnam(cell_user).pw_uid
+
+
+def test_a_user_rio_ci_did_not_create_is_refused_and_its_home_left_as_it_is(
+    place: Path, cell_user: str
+) -> None:
+    """rio-ci empties a Cell user's HOME, so it runs Cells only as a user it created (its
+    comment says so): never as someone whose HOME holds anything else."""
+    subprocess.run(["useradd", "--system", "--create-home", cell_user], check=True)
+    home = Path(pwd.getpwnam(cell_user).pw_dir)
+    (home / "theirs.txt").write_text("theirs")
+    sess = session_in(place / "s")
+    sess.propose(cmd("touch", "ran"))
+
+    done = sess.run("work", str(sess.db), "--cell-user", cell_user, code=1)
+
+    assert "was not created by rio-ci" in json.loads(done.stdout.splitlines()[-1])["error"]
+    assert (home / "theirs.txt").read_text() == "theirs"
+    assert sess.events("execution_started") == [] and not (sess.cwd / "ran").exists()
+
+
+def test_a_working_directory_that_holds_the_cell_folder_is_refused(cell_user: str) -> None:
+    """A tree that holds /tmp would be given to the Cell user, the Cell folder with it."""
+    place = Path(tempfile.mkdtemp(prefix="rio-cell-test-", dir="/dev/shm"))
+    place.chmod(0o755)
+    try:
+        sess = CliSession(place)
+        sess.session_id = sess.json("new", str(sess.db), "--goal", "g", "--cwd", "/tmp")["session"]
+        sess.propose(cmd("touch", "ran"))
+
+        done = sess.run("work", str(sess.db), "--cell-user", cell_user, code=1)
+
+        assert "where Cells read rio-ci from" in done.stdout
+        assert sess.events("execution_started") == [] and Path("/tmp").stat().st_uid == 0
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
 
 
 # --- stopping every process of the Cell user --------------------------------------------------

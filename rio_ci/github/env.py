@@ -7,8 +7,10 @@ ever printed whole: the token and the API key stay inside this object.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -288,6 +290,32 @@ def warn(env: ActionEnv, message: str) -> None:
     if env.summary is not None:
         with env.summary.open("a") as stream:
             stream.write(f"> **Warning** (rio-ci): {line}\n\n")
+
+
+def seal_state_dir(env: ActionEnv) -> None:
+    """Make the job's state directory (``$RUNNER_TEMP/rio``: ``job.json``, the Session and
+    its sidecars, the harness's git directory and its home, the launch-record repository)
+    the harness's alone: mode 0700, so the Cell user can neither list nor enter it. Then
+    take the others' bits off ``$RUNNER_TEMP`` itself, which also holds the artifact
+    directory, rio-ci's install and other actions' files: a Cell needs nothing there (it
+    reads the Cell folder, rio_ci/run/cell_folder.py). A ``$RUNNER_TEMP`` every user may
+    write is a shared folder such as ``/tmp`` and is left as it is, with a warning when
+    Cells are to run as a user of their own (docs/security.md)."""
+    env.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env.state_dir.chmod(0o700)
+    mode = stat.S_IMODE(os.stat(env.runner_temp).st_mode)
+    if mode & stat.S_IWOTH:
+        if env.cell_user is not None:
+            warn(
+                env,
+                f"RUNNER_TEMP ({env.runner_temp}) is a folder every user may write, so it is "
+                "left open: Cells may list it and read the artifact directory in it",
+            )
+    elif mode & stat.S_IRWXO:
+        try:
+            os.chmod(env.runner_temp, mode & ~stat.S_IRWXO)
+        except OSError as exc:
+            warn(env, f"RUNNER_TEMP ({env.runner_temp}) stays open to others: {exc.strerror}")
 
 
 def write_outputs(env: ActionEnv, result: dict[str, Any], only: tuple[str, ...] = ()) -> None:

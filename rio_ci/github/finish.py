@@ -33,6 +33,7 @@ from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
 from rio_ci.reports import progress
 from rio_ci.reports.publish import check_success, open_pull_request, remember_pull_request
+from rio_ci.run import cell_home
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from rio_ci.store import artifact
@@ -80,7 +81,25 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
             if _last_seq(job["db"]) != packed:  # a push_refused message, validator results
                 _persist(env, job["db"], result, generation, job)
             write_outputs(env, result)
+    _remove_cell_home(env)
     return result
+
+
+def _remove_cell_home(env: ActionEnv) -> None:
+    """The job's steps end here: the Cell user's HOME and what it left in the machine's
+    world-writable folders go, so nothing this Session's Cells left reaches the next job's
+    Cells (docs/security.md, "A fresh Cell home"). Every Owner of the job has closed, and
+    its Cells with it; any process of that user still alive is stopped first. A finish cut
+    off before this leaves it to the next job's run step, which empties it first thing."""
+    if env.cell_user is None:
+        return
+    try:
+        removed = cell_home.remove_named(env.cell_user)
+    except RioError as exc:
+        warn(env, f"the Cell home was not removed: {exc}")
+        return
+    if removed:
+        log(f"rio-ci: removed the Cell home of {env.cell_user} ({len(removed)} path(s))")
 
 
 def _publish(

@@ -270,12 +270,13 @@ def rejections_note(job: dict[str, Any]) -> str | None:
 
 
 def take_over(db: Path, patience: float = 10.0, cell_user: str | None = None) -> Owner:
-    """Become the Owner (Cells as ``cell_user``, see ``Owner``). The run step's process may
-    take a moment to die after a cancel; its lock goes with it."""
+    """Become the Owner (Cells as ``cell_user``, see ``Owner``) after the run step of the
+    same job, whose Cell home it goes on with. The run step's process may take a moment to
+    die after a cancel; its lock goes with it."""
     deadline = time.monotonic() + patience
     while True:
         try:
-            return Owner(str(db), cell_user=cell_user)
+            return Owner(str(db), cell_user=cell_user, fresh_cell_home=False)
         except OwnershipError:
             if time.monotonic() > deadline:
                 raise

@@ -31,7 +31,7 @@ from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace
 from rio_ci.github.comment import Pacer, publish_progress
-from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, warn
+from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, seal_state_dir, warn
 from rio_ci.github.events import Trigger, classify, request_of, steer_command
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
@@ -69,7 +69,7 @@ def run(
     config = Config.load(env.workspace, env.config)
     if config.skipped is not None:
         warn(env, f"{config.skipped}; the configuration's defaults apply")
-    env.state_dir.mkdir(parents=True, exist_ok=True)
+    seal_state_dir(env)  # before anything is written there, and before any Cell runs
     db = env.state_dir / "session.sqlite3"
     repo = workspace.adopt(env.state_dir, env.workspace)  # before any Cell can change it
     remote = workspace.origin_url(repo)

@@ -30,6 +30,8 @@ from typing import Any
 from rio_ci.errors import RioError, UsageError
 
 NONE = "none"
+# The comment of every user rio-ci creates: the mark of a user whose HOME rio-ci may empty.
+COMMENT = "rio-ci Cells"
 SUDO_MARK = "RIO_AS_ROOT"  # set on the command rio-ci re-executes through sudo (once)
 _NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
 _PR_SET_NO_NEW_PRIVS = 38  # <linux/prctl.h>
@@ -154,6 +156,7 @@ class CellUser:
     uid: int
     gid: int
     home: str
+    comment: str = COMMENT
 
     @classmethod
     def ensure(cls, name: str) -> CellUser:
@@ -164,12 +167,16 @@ class CellUser:
         except KeyError:
             _create(name)
             entry = pwd.getpwnam(name)
-        user = cls(name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+        user = cls.of(entry)
         problem = user.problem()
         if problem is not None:
             raise RioError(f"the Cell user {name} {problem}; choose another --cell-user")
         user.make_home()
         return user
+
+    @classmethod
+    def of(cls, entry: pwd.struct_passwd) -> CellUser:
+        return cls(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir, entry.pw_gecos)
 
     def problem(self) -> str | None:
         if self.uid == 0 or self.gid == 0:
@@ -179,6 +186,13 @@ class CellUser:
         others = sorted(set(os.getgrouplist(self.name, self.gid)) - {self.gid})
         if others:
             return f"belongs to other groups ({others}); a Cell user has none"
+        if self.comment != COMMENT:
+            # Its HOME is emptied at every Owner's start (cell_home.py): never a user whose
+            # HOME holds anything but what Cells left.
+            return (
+                f"was not created by rio-ci (its comment is not {COMMENT!r}), and rio-ci "
+                "empties a Cell user's HOME"
+            )
         return None
 
     def make_home(self) -> None:
@@ -234,7 +248,7 @@ def _create(name: str) -> None:
             "--shell",
             "/usr/sbin/nologin",
             "--comment",
-            "rio-ci Cells",
+            COMMENT,
             name,
         ],
         capture_output=True,

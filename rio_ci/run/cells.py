@@ -1,10 +1,12 @@
 """How one Owner runs its Cells: as the Cell user (``separate``) or as itself (``shared``),
-and the channel ``rio_ci.api`` reaches it through (docs/design.md, "The Cell user").
+the Cell folder they read, and the channel ``rio_ci.api`` reaches it through (docs/design.md,
+"The Cell user").
 
 The Cell user and the mode are settled when the Owner starts (so recovery can stop that
-user's processes); the tree is lent, the Session file closed to the Cell user and the mode
-committed before the first launch; :meth:`Cells.hand_back` (the run's end, ``finish``
-before its git work) stops every process of the Cell user and gives the tree back.
+user's processes), and the Cell user's HOME is emptied then (``cell_home.py``); the tree is
+lent, the Session file closed to the Cell user and the mode committed before the first
+launch; :meth:`Cells.hand_back` (the run's end, ``finish`` before its git work) stops every
+process of the Cell user and gives the tree back.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any
 
 from rio_ci.core import events as ev
 from rio_ci.errors import RioError
+from rio_ci.run import cell_folder, cell_home, channel
 from rio_ci.run import cell_user as cu
-from rio_ci.run.channel import SOCKET_VAR, Channel, sweep_stale
-from rio_ci.run.environment import scratch_dir, uv_binary, worker_environment
+from rio_ci.run.cell_folder import CellFolder
+from rio_ci.run.channel import SOCKET_VAR, Channel
+from rio_ci.run.environment import scratch_dir, worker_environment
 from rio_ci.run.survivors import stop_user
 from rio_ci.session import Session
 from rio_ci.store.at_rest import SIDECARS
@@ -28,7 +32,11 @@ SHARED_NOTICE = "Cells share the harness's user"
 
 
 class Cells:
-    def __init__(self, requested: str | None, notice: Callable[[str], None]):
+    def __init__(
+        self, requested: str | None, notice: Callable[[str], None], *, fresh_home: bool = True
+    ):
+        """``fresh_home``: empty the Cell user's HOME now (every Owner but the action's
+        finish step, which goes on with its run step's)."""
         self.requested = requested
         self.user: cu.CellUser | None = None
         self.reason: str | None = None
@@ -36,12 +44,15 @@ class Cells:
             self.reason = cu.separation_problem()
             if self.reason is None:
                 self.user = cu.CellUser.ensure(requested)
+                if fresh_home:
+                    cell_home.fresh(self.user)
             else:
                 notice(
                     f"{SHARED_NOTICE} ({self.reason}): they can reach everything the "
                     "harness can, its Session file and its memory included"
                 )
         self.channel: Channel | None = None
+        self.folder: CellFolder | None = None
         self.tree: dict[str, Any] | None = None  # while the tree is lent: its owner
         self.opened: list[list[Any]] = []
         self._recorded: ev.CellUserMode | None = None
@@ -62,32 +73,40 @@ class Cells:
 
     # --- before the first launch ---------------------------------------------------------
 
-    def channel_dir(self) -> Path | None:
-        """The folder of the channel this Owner serves now, if any."""
-        return self.channel.dir if self.channel is not None else None
+    def sweep_stale(self, session: Session) -> None:
+        """Remove the channel folders and Cell folders that Owners of this Session killed
+        before they could close left behind; this Owner's own stay."""
+        channel.sweep_stale(session.path, keep=self.channel.dir if self.channel else None)
+        cell_folder.sweep_stale(session.path, keep=self.folder.path if self.folder else None)
 
     def prepare(self, session: Session) -> None:
         """Idempotent; before every launch. Under a Cell user: the Session's files the
         Owner's alone, nothing of the user running, the tree lent, the user let through to
-        the tree, the scratch folder and uv. Then the channel, and the mode committed."""
+        the tree and the Cell folder. Then the channel, and the mode committed."""
         if self.channel is not None and (self.user is None or self.tree is not None):
             return
         scratch = scratch_dir(session)
+        if self.folder is None:
+            self.folder = (
+                CellFolder.beside(session)
+                if self.user is None
+                else CellFolder.for_cell_user(session.path, self.user.gid)
+            )
         if self.user is not None and self.tree is None:
-            self._lend(session, self.user, scratch)
+            self._lend(session, self.user, scratch, self.folder)
         if self.channel is None:
             db = session.path
             uid, gid = (self.user.uid, self.user.gid) if self.user else (os.geteuid(), -1)
             # No credential and none of the Session's --secret values: a Cell of the same
             # user may read a bridge's /proc/<pid>/environ while it answers.
             env = worker_environment(os.environ, extra=session.proj.session.get("secrets", []))
-            sweep_stale(db)  # also when no recovery ran first
+            channel.sweep_stale(db)  # also when no recovery ran first
             self.channel = Channel(db, uid, gid, env, scratch)
         if self.requested is not None and self._recorded != (mode := self._mode()):
             session.record_cell_user(mode)
             self._recorded = mode
 
-    def _lend(self, session: Session, user: cu.CellUser, scratch: Path) -> None:
+    def _lend(self, session: Session, user: cu.CellUser, scratch: Path, folder: CellFolder) -> None:
         db = session.path
         tree = Path(os.path.realpath(session.proj.session["cwd"]))
         files = _session_files(db)
@@ -97,8 +116,13 @@ class Cells:
                     f"{path} is inside the working directory {tree}, which the Cell user "
                     f"{user.name} is given: keep the Session outside it"
                 )
-        folder = os.stat(db.parent)
-        if _writable_by(folder, user) and not folder.st_mode & stat.S_ISVTX:
+        if cu.inside(folder.path, tree):
+            raise RioError(
+                f"the working directory {tree} holds {folder.path.parent}, where Cells read "
+                "rio-ci from: choose a working directory that does not"
+            )
+        parent = os.stat(db.parent)
+        if _writable_by(parent, user) and not parent.st_mode & stat.S_ISVTX:
             raise RioError(
                 f"the Cell user {user.name} may write {db.parent}, so it could remove or "
                 "replace the Session file: keep the Session in a folder it cannot write"
@@ -107,7 +131,7 @@ class Cells:
         self.stop_processes(session)
         recorded = session.proj.cell_user or {}
         self.tree = cu.give_tree(tree, user, [*files, scratch], recorded.get("tree"))
-        opened = cu.open_paths(user, [tree, scratch, Path(uv_binary()).parent])
+        opened = cu.open_paths(user, [tree, folder.path, Path(folder.uv).parent])
         known = {str(p) for p, _ in self.opened}
         self.opened += [e for e in [*recorded.get("opened", []), *opened] if e[0] not in known]
 
@@ -170,6 +194,9 @@ class Cells:
             if self.channel is not None:
                 self.channel.close()
                 self.channel = None
+            if self.folder is not None:
+                self.folder.remove()
+                self.folder = None
 
 
 def _writable_by(info: os.stat_result, user: cu.CellUser) -> bool:

@@ -1,6 +1,7 @@
-"""What a Worker starts with: its environment, its scratch folder, the in-Cell modules, uv —
-and what it must never get: the harness's secrets (model API key, forge token, and every
-variable a Session names with ``--secret``).
+"""What a Worker starts with: its environment, the scratch folder beside its Session, uv
+(what it reads of rio-ci is in the Cell folder, ``cell_folder.py``) — and what it must never
+get: the harness's secrets (model API key, forge token, and every variable a Session names
+with ``--secret``).
 
 Three ways a Cell could read them: its own environment, the Owner's initial environment
 (Linux shows it to processes of the same user in ``/proc/<pid>/environ``), and the Owner's
@@ -206,11 +207,12 @@ def redacted_values(session: Session) -> list[str]:
     return secret_values(os.environ, session.proj.session.get("secrets", []))
 
 
-def worker_env(session: Session, cell_id: int | None) -> dict[str, str]:
+def worker_env(session: Session, cell_id: int | None, pylib: Path) -> dict[str, str]:
+    """A Worker's environment: ``worker_environment`` with the Session's pass-through, and
+    ``pylib`` (the Cell folder's in-Cell modules) first on ``PYTHONPATH``."""
     settings = session.proj.session
     env = worker_environment(os.environ, settings.get("pass_env", []), settings.get("secrets", []))
-    shim = str(api_shim(session))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pylib), env.get("PYTHONPATH")]))
     env["RIO_SESSION_DB"] = str(session.path)  # dropped under a Cell user
     if cell_id is not None:
         env["RIO_CELL_ID"] = str(cell_id)
@@ -227,23 +229,6 @@ def scratch_dir(session: Session) -> Path:
     if path.is_symlink() or not path.is_dir():
         raise StorageError(f"{path} is not a directory rio-ci made (a link or a file); remove it")
     return path
-
-
-def api_shim(session: Session) -> Path:
-    """A folder holding only the in-Cell modules of rio_ci (``api.py`` and ``tools/``, both
-    standard library only), so a Cell can import them and nothing else of the harness."""
-    from pathlib import Path
-
-    shim = scratch_dir(session) / "pylib"
-    package = shim / "rio_ci"
-    (package / "tools").mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text("")
-    root = Path(__file__).parents[1]
-    for path in [root / "api.py", *sorted((root / "tools").glob("*.py"))]:
-        source, copy = path.read_text(), package / path.relative_to(root)
-        if not copy.exists() or copy.read_text() != source:
-            copy.write_text(source)
-    return shim
 
 
 @functools.cache  # finding it searches several install locations (~0.3 ms a launch)

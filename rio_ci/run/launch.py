@@ -19,7 +19,7 @@ from rio_ci.core import events as ev
 from rio_ci.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
 from rio_ci.run.cells import Cells
-from rio_ci.run.environment import redacted_values, scratch_dir, uv_binary, worker_env
+from rio_ci.run.environment import redacted_values, worker_env
 from rio_ci.run.worker import Worker
 from rio_ci.session import Session
 
@@ -45,14 +45,17 @@ class Launch:
         self._found: dict[tuple[str, str | None], str] = {}  # (program, PATH) -> its path
 
     def env(self, cell_id: int | None) -> dict[str, str]:
-        """A Worker's environment (``worker_env``). Built once per Launch, with the in-Cell
-        modules copied then: filtering the environment and comparing the shim's files took
-        more than the rest of a launch together. The Owner's environment does not change
-        while it runs; a Cell that damages the shim breaks only its own imports (under a
-        Cell user it cannot)."""
+        """A Worker's environment (``worker_env``). Built once per Launch, after the Cell
+        folder's in-Cell modules were copied (``Cells.prepare``): filtering the environment
+        and comparing those files took more than the rest of a launch together. The
+        Owner's environment does not change while it runs; a Cell that damages the modules
+        breaks only its own imports (under a Cell user it cannot)."""
         self.cells.prepare(self.session)
         if self._env is None:
-            self._env = self.cells.environment(worker_env(self.session, None))
+            assert self.cells.folder is not None  # made by prepare()
+            self._env = self.cells.environment(
+                worker_env(self.session, None, self.cells.folder.pylib)
+            )
         return (
             {**self._env, "RIO_CELL_ID": str(cell_id)} if cell_id is not None else dict(self._env)
         )
@@ -96,12 +99,13 @@ class Launch:
         if not Path(cwd).is_dir():
             return [], f"working directory {cwd} does not exist"
         if cell["kind"] == "code":
-            # One path for every code Cell of this Session: uv keys its cached script
-            # environment by path, so a new path per Cell would build a new one each time.
-            script = scratch_dir(self.session) / "cells" / "cell.py"
-            script.parent.mkdir(exist_ok=True)
-            script.write_text(cell["source"])
-            return [uv_binary(), "run", "--quiet", "--script", str(script)], None
+            # One path for every code Cell of this Owner (the Cell folder's): uv keys its
+            # cached script environment by path, so a new path per Cell would build a new
+            # one each time.
+            folder = self.cells.folder
+            assert folder is not None  # made by prepare(), in env()
+            script = folder.write_script(cell["source"])
+            return [folder.uv, "run", "--quiet", "--script", str(script)], None
         argv = list(cell["argv"])
         if not self._found_program(argv[0], env.get("PATH")) and not (
             "/" in argv[0] and os.access(Path(cwd, argv[0]), os.X_OK)

@@ -22,7 +22,6 @@ from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RecoveryError, RioError, StorageError
 from rio_ci.run.capture import Capture
 from rio_ci.run.cells import Cells
-from rio_ci.run.channel import sweep_stale
 from rio_ci.run.launch import BeforeSpawn, Launch
 from rio_ci.run.ownership import FileGuard, FileOwnership
 from rio_ci.run.survivors import WorkerIdentity, stop_session_leftovers, stop_survivors
@@ -39,10 +38,12 @@ class Owner:
         before_spawn: BeforeSpawn | None = None,
         cell_user: str | None = None,
         notice: Callable[[str], None] | None = None,
+        fresh_cell_home: bool = True,
     ):
-        """``cell_user``: run every Cell as that user (created when missing) where this
-        process is root; elsewhere Cells share its user and ``notice`` says so (default: a
-        line on stderr). None: Cells share its user, as asked."""
+        """``cell_user``: run every Cell as that user (created when missing, its HOME emptied
+        unless ``fresh_cell_home`` is false) where this process is root; elsewhere Cells
+        share its user and ``notice`` says so (default: a line on stderr). None: Cells share
+        its user, as asked."""
         real = sessionfile.resolve(path)
         # Nothing is locked or created until the path is known to name a Session.
         sessionfile.check(real, path)
@@ -54,7 +55,7 @@ class Owner:
         try:
             # The Cell user first: it needs nothing of the Session, and a refusal (useradd
             # failed, a user with groups) then leaves no connection open.
-            self.cells = Cells(cell_user, notice or _to_stderr)
+            self.cells = Cells(cell_user, notice or _to_stderr, fresh_home=fresh_cell_home)
             doubt = in_doubt(real, self._ownership.fd)
             self.session = Session.open(real, verify=doubt, synchronous=synchronous)
             if self.session.file_identity != self._ownership.identity:
@@ -134,8 +135,8 @@ class Owner:
         # Every process of a Cell user is a Cell's, whatever it did to its group, its
         # environment or its dumpability: all go first, then the Workers' own checks.
         self.cells.stop_processes(self.session)
-        # Channel folders of killed Owners; this Owner's own, if it has one, stays.
-        sweep_stale(self.session.path, keep=self.cells.channel_dir())
+        # Channel and Cell folders of killed Owners; this Owner's own, if it has any, stay.
+        self.cells.sweep_stale(self.session)
         for ex in started:
             if ex["identity"]:
                 stop_survivors(WorkerIdentity.from_dict(ex["identity"]))
