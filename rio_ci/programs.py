@@ -32,12 +32,16 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 __all__ = [
     "PROGRAMS",
     "SYSTEM_FOLDERS",
+    "Lookup",
+    "Rules",
     "find",
+    "harness_users",
     "missing",
     "search_path",
     "settle",
@@ -51,19 +55,107 @@ PROGRAMS = ("git", "sudo", "useradd")
 # Where a Linux system keeps its programs, in the order of Debian's and Ubuntu's default PATH.
 SYSTEM_FOLDERS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
+
+@dataclass(frozen=True)
+class Lookup:
+    """One program looked up: its real path, or None; and the candidates skipped on the way
+    (``"<candidate>: <why>"``)."""
+
+    path: str | None
+    skipped: tuple[str, ...] = ()
+
+    def missing(self, name: str) -> str:
+        """Why nothing was found, in one line."""
+        return f"no {name} found where only root or rio-ci's own user can change it" + (
+            f" (skipped: {'; '.join(self.skipped)})" if self.skipped else " (none on PATH)"
+        )
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the harness never runs: a file inside one of ``trees`` (real paths), or one that
+    a user not in ``owners`` could replace (see above)."""
+
+    trees: tuple[str, ...] = ()
+    owners: frozenset[int] = frozenset({0})
+
+    def look_up(self, name: str, path: str) -> Lookup:
+        """``name`` on the entries of ``path`` (a ``PATH`` value), then ``SYSTEM_FOLDERS``."""
+        skipped: list[str] = []
+        for entry in dict.fromkeys([*path.split(os.pathsep), *SYSTEM_FOLDERS]):
+            candidate = os.path.join(entry, name)
+            if not os.path.isfile(candidate) or not os.access(candidate, os.X_OK):
+                continue
+            problem = self.problem(candidate) if os.path.isabs(entry) else "a relative PATH entry"
+            if problem is None:
+                return Lookup(os.path.realpath(candidate), tuple(skipped))
+            skipped.append(f"{candidate}: {problem}")
+        return Lookup(None, tuple(skipped))
+
+    def problem(self, path: str | os.PathLike[str]) -> str | None:
+        """Why the file at ``path`` may not be run, or None when it may."""
+        real = os.path.realpath(path)
+        for tree in self.trees:
+            if real == tree or real.startswith(tree.rstrip(os.sep) + os.sep):
+                return f"inside the working tree {tree}"
+        return self._replaceable(real)
+
+    def closed_folders(self, folders: Iterable[str]) -> list[str]:
+        """The real paths of ``folders`` that exist, pass the rules, and that nobody but
+        their owner may write, sticky bit or not; each once."""
+        kept: list[str] = []
+        for folder in folders:
+            real = os.path.realpath(folder)
+            if real in kept or not os.path.isdir(real) or self.problem(real) is not None:
+                continue
+            if not os.stat(real).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                kept.append(real)
+        return kept
+
+    def _replaceable(self, real: str) -> str | None:
+        """Why someone else could replace ``real`` (a path without links) or a folder above."""
+        path = real
+        while True:
+            try:
+                info = os.stat(path)
+            except OSError as exc:
+                return f"{path}: {exc.strerror}"
+            if info.st_uid not in self.owners:
+                return f"{path} belongs to user {info.st_uid}"
+            sticky = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+            if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+                return f"{path} is writable by its group or others"
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+
+def harness_users(environ: Mapping[str, str]) -> frozenset[int]:
+    """Root, this process's users, and the user who ran it through sudo when it is root
+    (``SUDO_UID`` in ``environ``)."""
+    users = {0, os.getuid(), os.geteuid()}
+    by_sudo = environ.get("SUDO_UID", "")
+    if os.geteuid() == 0 and by_sudo.isascii() and by_sudo.isdigit():
+        users.add(int(by_sudo))
+    return frozenset(users)
+
+
+# --- this process's programs -----------------------------------------------------------------
+
 _lock = threading.Lock()
 _trees: list[str] = []  # the real paths of the working trees named by ``settle``
-# (name, PATH) -> (real path, skipped): the harness never changes its PATH, so this is one
-# look-up per program; a test that changes PATH gets a look-up of its own.
-_found: dict[tuple[str, str], tuple[str | None, tuple[str, ...]]] = {}
-_search_path: list[str] = []  # computed once, like the programs
+# (name, PATH) -> what was found: the harness never changes its PATH, so this is one look-up
+# per program; a test that changes PATH gets a look-up of its own.
+_found: dict[tuple[str, str], Lookup] = {}
+_search_path: list[str] = []  # found once, like the programs
 
 
 def settle(*trees: str | os.PathLike[str]) -> None:
     """At an Owner command's start, before any Cell runs: never run a program from inside
     ``trees`` (the working tree the Cells write), and find every program of ``PROGRAMS`` now,
-    so that nothing a Cell writes later changes what the harness runs. A lookup made before
-    is made again (it did not know these trees)."""
+    so that nothing a Cell writes later changes what the harness runs. What was found before
+    is looked up again (that did not know these trees)."""
     with _lock:
         for tree in trees:
             real = os.path.realpath(tree)
@@ -78,37 +170,28 @@ def settle(*trees: str | os.PathLike[str]) -> None:
 
 def find(name: str) -> str | None:
     """The real path of the program ``name`` as found once (see above), or None."""
-    return _lookup(name)[0]
+    return _lookup(name).path
 
 
 def missing(name: str) -> str:
     """Why ``find(name)`` is None, in one line: the candidates it skipped, and why."""
-    skipped = _lookup(name)[1]
-    return f"no {name} found where only root or rio-ci's own user can change it" + (
-        f" (skipped: {'; '.join(skipped)})" if skipped else " (none on PATH)"
-    )
+    return _lookup(name).missing(name)
 
 
 def trusted_file(path: str | os.PathLike[str]) -> str | None:
-    """Why the program at ``path`` (found otherwise than by name: uv, installed with
+    """Why the program at ``path`` (found otherwise than by name: the uv installed with
     rio-ci) may not be run, or None when it may: the same rules as for a PATH entry."""
-    real = os.path.realpath(path)
-    return _tree_problem(real) or _owner_problem(real, _owners())
+    return _rules().problem(path)
 
 
 def search_path() -> str:
-    """The ``PATH`` of the harness's own subprocesses: ``SYSTEM_FOLDERS`` that exist, pass the
-    rules, and that only their owner may write (no sticky-bit exception: git looks its
-    helpers up by name whenever it runs); each real folder once."""
+    """The ``PATH`` of the harness's own subprocesses: ``SYSTEM_FOLDERS`` that pass the rules
+    and that only their owner may write (no sticky-bit exception: git looks its helpers up by
+    name whenever it runs)."""
     with _lock:
         if not _search_path:
-            owners = _owners()
-            kept: list[str] = []
-            for folder in SYSTEM_FOLDERS:
-                real = os.path.realpath(folder)
-                if real not in kept and os.path.isdir(real) and _closed_folder(real, owners):
-                    kept.append(real)
-            _search_path[:] = kept or [os.devnull]  # never empty: "" would mean the cwd
+            # Never empty: an empty PATH would mean the working directory.
+            _search_path[:] = _rules().closed_folders(SYSTEM_FOLDERS) or [os.devnull]
         return os.pathsep.join(_search_path)
 
 
@@ -117,74 +200,13 @@ def with_search_path(environ: Mapping[str, str]) -> dict[str, str]:
     return {**environ, "PATH": search_path()}
 
 
-# --- the rules -------------------------------------------------------------------------------
+def _rules() -> Rules:
+    return Rules(tuple(_trees), harness_users(os.environ))
 
 
-def _lookup(name: str) -> tuple[str | None, tuple[str, ...]]:
+def _lookup(name: str) -> Lookup:
     key = (name, os.environ.get("PATH", os.defpath))
     with _lock:
         if key not in _found:
-            _found[key] = _look_up(*key)
+            _found[key] = _rules().look_up(*key)
         return _found[key]
-
-
-def _look_up(name: str, path: str) -> tuple[str | None, tuple[str, ...]]:
-    owners = _owners()
-    entries = path.split(os.pathsep)
-    skipped: list[str] = []
-    for entry in dict.fromkeys([*entries, *SYSTEM_FOLDERS]):
-        candidate = os.path.join(entry, name)
-        if not os.path.isfile(candidate) or not os.access(candidate, os.X_OK):
-            continue
-        if not os.path.isabs(entry):
-            skipped.append(f"{candidate}: a relative PATH entry")
-            continue
-        real = os.path.realpath(candidate)
-        problem = _tree_problem(real) or _owner_problem(real, owners)
-        if problem is None:
-            return real, tuple(skipped)
-        skipped.append(f"{candidate}: {problem}")
-    return None, tuple(skipped)
-
-
-def _owners() -> frozenset[int]:
-    """Root, this process's users, and the user who ran it through sudo when it is root."""
-    owners = {0, os.getuid(), os.geteuid()}
-    by_sudo = os.environ.get("SUDO_UID", "")
-    if os.geteuid() == 0 and by_sudo.isascii() and by_sudo.isdigit():
-        owners.add(int(by_sudo))
-    return frozenset(owners)
-
-
-def _tree_problem(real: str) -> str | None:
-    for tree in _trees:
-        if real == tree or real.startswith(tree.rstrip(os.sep) + os.sep):
-            return f"inside the working tree {tree}"
-    return None
-
-
-def _owner_problem(real: str, owners: frozenset[int]) -> str | None:
-    """Why someone else could replace ``real`` (a path without links) or a folder above it."""
-    path = real
-    while True:
-        try:
-            info = os.stat(path)
-        except OSError as exc:
-            return f"{path}: {exc.strerror}"
-        if info.st_uid not in owners:
-            return f"{path} belongs to user {info.st_uid}"
-        sticky = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-            return f"{path} is writable by its group or others"
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent
-
-
-def _closed_folder(real: str, owners: frozenset[int]) -> bool:
-    """A folder for ``search_path``: nobody but its owner may write it, whatever its mode's
-    sticky bit, and nothing above it may be replaced."""
-    if _tree_problem(real) is not None or _owner_problem(real, owners) is not None:
-        return False
-    return not os.stat(real).st_mode & (stat.S_IWGRP | stat.S_IWOTH)

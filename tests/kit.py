@@ -41,12 +41,15 @@ def cli_env(*, checkout: bool = True, **extra: str) -> dict[str, str]:
     return env
 
 
-def python_with(directory: Path, *, base: str | None = None, start: str = "") -> Path:
+def python_with(
+    directory: Path, *, base: str | None = None, start: str = "", checkout: bool = True
+) -> Path:
     """The interpreter of a virtual environment (no pip) made in ``directory`` from ``base``
-    (this interpreter's by default), which imports this checkout's rio_ci and this venv's
-    packages also when started isolated (``-I``, as rio-ci starts every Python of its own):
-    a ``.pth`` file in its site-packages adds them. ``start`` is code it runs at every start
-    before anything else (what a ``sitecustomize`` would be without ``-I``)."""
+    (this interpreter's by default), which imports this checkout's rio_ci (unless not
+    ``checkout``: a test installs rio-ci into it) and this venv's packages also when started
+    isolated (``-I``, as rio-ci starts every Python of its own): a ``.pth`` file in its
+    site-packages adds them. ``start`` is code it runs at every start before anything else
+    (what a ``sitecustomize`` would be without ``-I``)."""
     command = [base or sys.executable, "-m", "venv", "--without-pip", str(directory)]
     subprocess.run(command, check=True, capture_output=True, timeout=60)
     python = directory / "bin" / "python"
@@ -58,7 +61,8 @@ def python_with(directory: Path, *, base: str | None = None, start: str = "") ->
         timeout=60,
     )
     site = Path(found.stdout.strip())
-    lines = [str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))]
+    packages = [p for p in sys.path if p.endswith("site-packages")]
+    lines = [str(ROOT), *packages] if checkout else packages
     if start:
         (site / "rio_test_start.py").write_text(start)
         lines.append("import rio_test_start")

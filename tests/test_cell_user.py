@@ -34,7 +34,13 @@ import rio_ci
 from rio_ci.commands.bench.cells import measure_cells
 from rio_ci.run.channel import Channel, prefix_of
 from rio_ci.session import Session
-from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
+from tests.hostile.support import (
+    NOBODY,
+    shared_folder,
+    unprivileged_env,
+    unprivileged_python,
+    unprivileged_rio,
+)
 from tests.kit import cli_env, until
 from tests.session_cli import HEADER, CliSession, cmd, gone, note
 
@@ -453,7 +459,7 @@ def test_an_owner_with_passwordless_sudo_becomes_root_for_its_cell_user(
         f"--reuid={sudoer.pw_uid}",
         f"--regid={sudoer.pw_gid}",
         "--init-groups",
-        SYSTEM_PYTHON,
+        unprivileged_python(),  # a venv: the re-execution through sudo is `python -I`
         "-m",
         "rio_ci.cli",
     ]
