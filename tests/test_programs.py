@@ -26,6 +26,7 @@ from rio_ci import programs
 from rio_ci.gitenv import git_environment
 from rio_ci.github.git import Git
 from rio_ci.programs import Lookup, Rules, harness_users
+from rio_ci.run.cell_user import CellUser
 from rio_ci.session import Session
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
 from tests.kit import cli_env
@@ -118,6 +119,17 @@ def test_the_user_who_ran_rio_ci_through_sudo_is_one_of_the_harness(tmp_path: Pa
     users = harness_users({"SUDO_UID": str(NOBODY)})
     assert NOBODY in users and NOBODY not in harness_users({})
     assert Rules((), users).look_up("tool", search(theirs)).path == str(theirs / "tool")
+
+
+@needs_root
+def test_the_user_who_ran_rio_ci_through_sudo_is_never_its_cell_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUDO_UID", str(NOBODY))
+    user = CellUser("runner", NOBODY, NOBODY, "/nonexistent")
+    assert user.problem() == "is the harness's own user"
+    monkeypatch.delenv("SUDO_UID")
+    assert user.problem() != "is the harness's own user"
 
 
 def test_a_relative_entry_is_skipped(
