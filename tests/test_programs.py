@@ -29,7 +29,7 @@ from rio_ci.programs import Lookup, Rules, harness_users
 from rio_ci.run.cell_user import CellUser
 from rio_ci.session import Session
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
-from tests.kit import cli_env
+from tests.kit import cli_env, python_with
 
 ROOTED = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOTED, reason="giving a folder to another user needs root")
@@ -279,6 +279,7 @@ def planted_in(tree: Path, name: str, marker: Path) -> Path:
     return program.parent
 
 
+@pytest.mark.slow
 def test_becoming_root_never_runs_a_sudo_of_the_working_tree() -> None:
     """As a user who is not root, asked for a Cell user, rio-ci looks for sudo to become root
     (rio_ci.run.cell_user.become_root). A ``sudo`` in the Session's working tree, first on
@@ -332,3 +333,26 @@ def test_the_cell_user_is_created_with_the_systems_useradd_not_the_working_trees
     finally:
         subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
         shutil.rmtree(place, ignore_errors=True)
+
+
+def test_the_uv_installed_with_rio_ci_is_refused_where_anyone_else_could_replace_it(
+    tmp_path: Path,
+) -> None:
+    """Code Cells start with the uv of rio-ci's own install (found beside its interpreter):
+    an install whose ``bin/`` others may write is refused with one line, not used."""
+    python = python_with(tmp_path / "venv")
+    uv = plant(python.parent, "uv")
+    script = "from rio_ci.run.environment import uv_binary\nprint(uv_binary())\n"
+    fit = subprocess.run(
+        [str(python), "-I", "-c", script], capture_output=True, text=True, check=False
+    )
+    assert fit.stdout.strip() == str(uv)
+    python.parent.chmod(0o777)
+    done = subprocess.run(
+        [str(python), "-I", "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"rio_ci.errors.RioError: rio-ci will not run {uv}: {python.parent} is writable by "
+        "its group or others; install rio-ci elsewhere"
+    )

@@ -111,8 +111,9 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
     )
     if probe.returncode != 0:
         return
-    # sudo drops these even with -E; they name where rio-ci itself is, nothing secret, and
-    # whoever may sudo without a password may run anything as root anyway.
+    # sudo drops these even with -E; they are the Cells' (rio-ci's own interpreter runs -I
+    # and ignores PYTHONPATH), nothing secret, and whoever may sudo without a password may
+    # run anything as root anyway.
     kept = [f"{k}={os.environ[k]}" for k in ("PATH", "PYTHONPATH") if k in os.environ]
     sys.stdout.flush()
     sys.stderr.flush()
