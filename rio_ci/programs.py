@@ -20,7 +20,7 @@ What is kept is the file's real path (no link left for anyone to redirect), for 
 process. The harness's own subprocesses (git and the helpers git starts, ``sudo``,
 ``useradd``) get ``search_path()`` as their ``PATH``: those of ``SYSTEM_FOLDERS`` that pass the
 same rules and that only their owner may write, never the inherited ``PATH``. Cells keep the
-inherited one: it is theirs, and nothing of the harness looks anything up on it.
+inherited one: it is theirs, and the harness runs nothing found on it.
 
 Nothing of rio_ci is imported here, and nothing fails at import or at ``settle``: a program
 that cannot be found is a value (None), and ``missing`` says why in one line for the caller
