@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import rio_ci.sdk_preload  # noqa: F401  (first: starts the SDK import for `run`)
-from rio_ci import jsonio
+from rio_ci import jsonio, programs
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.run import cell_user
-from rio_ci.run.environment import scrub_own_environment, session_secret_names
+from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
 from rio_ci.session import Session
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
@@ -534,11 +534,24 @@ def _eval_options(p: argparse.ArgumentParser) -> None:
 OWNER_COMMANDS = frozenset({"work", "run", "action"})
 
 
+def _working_trees(args: argparse.Namespace) -> list[str]:
+    """The working tree an Owner command's Cells write: no program in it ever runs as the
+    harness's (rio_ci.programs), whatever ``PATH`` says."""
+    if args.command == "action":
+        from rio_ci.github.env import checkout_of
+
+        tree = checkout_of(os.environ)
+    else:
+        tree = session_tree(args.db)
+    return [tree] if tree else []
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         _check_text(args)
         if args.command in OWNER_COMMANDS:
+            programs.settle(*_working_trees(args))  # before the first program it runs: sudo
             asked = (
                 cell_user.requested(os.environ.get("RIO_CELL_USER"))
                 if args.command == "action"

@@ -1,5 +1,5 @@
-"""``rio-ci``'s entry point, for the console script and for ``python -m rio_ci.cli``: what a
-process does before it imports the command line.
+"""``rio-ci``'s entry, for the ``rio-ci`` command (which runs ``python -I -m rio_ci``) and for
+``python -m rio_ci.cli``: what a process does before it imports the command line.
 
 An Owner command (``work``, ``run``, ``action``) holding a credential in its environment
 re-executes itself without it (rio_ci.run.environment). Whatever the first process imported

@@ -1,17 +1,19 @@
 """Git's environment when the tree it runs on may be hostile: one rule for every git rio-ci runs.
 
 A working tree the Cells ran in is theirs, ``.git/config`` included, and the process's own
-environment may hold a credential or a ``GIT_*`` variable a step set. So git gets none of the
-process's ``GIT_*`` variables and none of its credentials (``rio_ci.core.credentials``), no
-system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` the null device),
-no system attributes, no terminal prompt and no askpass program; and its settings go on git's
-command scope (``GIT_CONFIG_COUNT``), which outranks every configuration file git could still
+environment may hold a credential, a ``GIT_*`` variable a step set, or a ``PATH`` that names the
+checkout. So git gets none of the process's ``GIT_*`` variables and none of its credentials
+(``rio_ci.core.credentials``); the harness's own ``PATH`` (``rio_ci.programs.search_path``: the
+helpers git starts by name are found there, never in the checkout); no system or global
+configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` the null device), no system
+attributes, no terminal prompt and no askpass program; and its settings go on git's command
+scope (``GIT_CONFIG_COUNT``), which outranks every configuration file git could still
 read, starting with ``HARDENED``: no hooks, no fsmonitor, no untracked cache.
 
-Each caller adds what its own git needs on top: the model's ``git status``
-(``rio_ci/model/environment.py``) also refuses a tree that declares filter drivers; the
-harness's own git (``rio_ci/github/git.py``) has a git directory and a home of its own and
-many more settings.
+git itself is the one ``rio_ci.programs`` found. Each caller adds what its own git needs on
+top: the model's ``git status`` (``rio_ci/model/environment.py``) also refuses a tree that
+declares filter drivers; the harness's own git (``rio_ci/github/git.py``) has a git directory
+and a home of its own and many more settings.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 
+from rio_ci import programs
 from rio_ci.core.credentials import SECRET_NAME
 
 __all__ = ["HARDENED", "git_environment"]
@@ -38,7 +41,8 @@ def git_environment(
     **variables: str,
 ) -> dict[str, str]:
     """The environment for one git command: this process's, without any ``GIT_*`` variable, any
-    credential or any name in ``dropped``; with the rules above, then ``variables``, and
+    credential or any name in ``dropped``, and with the harness's ``PATH``; with the rules
+    above, then ``variables``, and
     ``HARDENED`` followed by ``settings`` on git's command scope (always both, so no caller
     can forget ``HARDENED``)."""
     env = {
@@ -47,6 +51,7 @@ def git_environment(
         if not k.startswith("GIT_") and k not in dropped and not SECRET_NAME.search(k)
     }
     env.update(
+        PATH=programs.search_path(),
         GIT_CONFIG_NOSYSTEM="1",
         GIT_CONFIG_GLOBAL=os.devnull,
         GIT_ATTR_NOSYSTEM="1",

@@ -221,6 +221,9 @@ class Repository:
         git(seed, "commit", "--quiet", "-m", "initial")
         git(seed, "push", "--quiet", str(self.origin), "main")
         self.url = str(self.origin)
+        # How a step starts rio-ci: this checkout's, as a module; a test of the installed
+        # command (the action's `rio-ci`) puts that here.
+        self.command = [sys.executable, "-m", "rio_ci.cli"]
         if http:
             self.url = gh.serve_git(self.origin)
             if max_file_bytes is not None:
@@ -293,7 +296,7 @@ class Repository:
 
     def start(self, job: Job, phase: str = "run") -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "rio_ci.cli", "action", phase],
+            [*self.command, "action", phase],
             cwd=job.workspace,
             env=job.env,
             stdout=subprocess.PIPE,

@@ -8,6 +8,7 @@ Imported as ``tests.kit`` (also from the fault driver and scripts run with this 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -38,6 +39,35 @@ def cli_env(*, checkout: bool = True, **extra: str) -> dict[str, str]:
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     env.update(extra)
     return env
+
+
+def python_with(
+    directory: Path, *, base: str | None = None, start: str = "", checkout: bool = True
+) -> Path:
+    """The interpreter of a virtual environment (no pip) made in ``directory`` from ``base``
+    (this interpreter's by default), which imports this checkout's rio_ci (unless not
+    ``checkout``: a test installs rio-ci into it) and this venv's packages also when started
+    isolated (``-I``, as rio-ci starts every Python of its own): a ``.pth`` file in its
+    site-packages adds them. ``start`` is code it runs at every start before anything else
+    (what a ``sitecustomize`` would be without ``-I``)."""
+    command = [base or sys.executable, "-m", "venv", "--without-pip", str(directory)]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+    python = directory / "bin" / "python"
+    found = subprocess.run(
+        [str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    site = Path(found.stdout.strip())
+    packages = [p for p in sys.path if p.endswith("site-packages")]
+    lines = [str(ROOT), *packages] if checkout else packages
+    if start:
+        (site / "rio_test_start.py").write_text(start)
+        lines.append("import rio_test_start")
+    (site / "rio-test.pth").write_text("".join(f"{line}\n" for line in dict.fromkeys(lines)))
+    return python
 
 
 T = TypeVar("T")

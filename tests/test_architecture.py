@@ -145,6 +145,7 @@ LAYERS = {
     "crashpoints": 0,
     "treefile": 0,
     "redirects": 0,
+    "programs": 0,
     "jsonio": 1,
     "gitenv": 1,
     "sdk_preload": 1,
@@ -159,6 +160,7 @@ LAYERS = {
     "commands": 8,
     "cli": 9,
     "entry": 10,
+    "__main__": 11,
     "api": None,
     "tools": None,
 }

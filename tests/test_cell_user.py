@@ -36,7 +36,13 @@ from rio_ci.run.cell_folder import prefix_of as prefix_of_folder
 from rio_ci.run.channel import Channel, prefix_of
 from rio_ci.run.environment import uv_binary
 from rio_ci.session import Session
-from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
+from tests.hostile.support import (
+    NOBODY,
+    shared_folder,
+    unprivileged_env,
+    unprivileged_python,
+    unprivileged_rio,
+)
 from tests.kit import cli_env, until
 from tests.session_cli import HEADER, CliSession, cmd, gone, note
 
@@ -596,7 +602,7 @@ def test_an_owner_with_passwordless_sudo_becomes_root_for_its_cell_user(
         f"--reuid={sudoer.pw_uid}",
         f"--regid={sudoer.pw_gid}",
         "--init-groups",
-        SYSTEM_PYTHON,
+        unprivileged_python(),  # a venv: the re-execution through sudo is `python -I`
         "-m",
         "rio_ci.cli",
     ]

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
+from action_install import action_copy, install_as_the_action_does, install_step
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = shutil.which("uv", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -26,13 +26,6 @@ needs_uv = pytest.mark.skipif(UV is None, reason="uv is not installed (rio-ci de
 def locked_versions() -> dict[str, str]:
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
     return {p["name"]: p["version"] for p in lock["package"] if "version" in p}
-
-
-def install_step() -> dict[str, object]:
-    action = yaml.safe_load((ROOT / "action.yml").read_text())
-    (step,) = [s for s in action["runs"]["steps"] if s.get("name") == "Install rio-ci"]
-    assert isinstance(step, dict)
-    return step
 
 
 def check_lock(project: Path) -> subprocess.CompletedProcess[str]:
@@ -133,24 +126,10 @@ def test_the_install_step_lands_the_locked_versions_where_cells_cannot_write(
     """The action's own install commands, run by bash as the composite runs them."""
     runner_temp = tmp_path / "runner-temp"
     runner_temp.mkdir()
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_", "PYTHON"))
-    }
-    env.update(
-        BASE_PYTHON=_base_python(),
-        RIO_ACTION_PATH=str(ROOT),
-        RUNNER_TEMP=str(runner_temp),
-    )
-    done = subprocess.run(
-        ["bash", "-c", str(install_step()["run"])],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env=env,
-    )
+    done = install_as_the_action_does(runner_temp, action_copy(tmp_path / "action"))
     assert done.returncode == 0, done.stderr[-3000:]
     venv = runner_temp / "rio-ci-venv"
+    assert (venv / "bin" / "rio-ci").read_bytes() == (ROOT / "bin" / "rio-ci").read_bytes()
     listed = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "rio_ci.cli", "--version"],
         capture_output=True,
@@ -178,12 +157,6 @@ def test_the_install_step_lands_the_locked_versions_where_cells_cannot_write(
         if not path.is_symlink() and path.lstat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     ]
     assert writable == []
-
-
-def _base_python() -> str:
-    """The interpreter this venv was made from (the composite uses setup-python's)."""
-    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    return str(base)
 
 
 def _normal(name: str) -> str:

@@ -125,7 +125,7 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
     )
     command = [
         sys.executable,
-        "-P",
+        "-I",
         "-m",
         "rio_ci.cli",
         "run",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from rio_ci import programs
 from rio_ci.commands.eval_cases import Case, find_cases
 from rio_ci.commands.eval_report import measure, write_reports
 from rio_ci.errors import RioError, UsageError
@@ -181,7 +182,11 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
 
 def make_repository(repo: Path, env: dict[str, str]) -> None:
     """``git init`` with one commit of the whole tree, and an identity the model can commit
-    with; the model's ``git diff``/``git status`` then show exactly what changed."""
+    with; the model's ``git diff``/``git status`` then show exactly what changed. git is
+    the one rio-ci runs everywhere (rio_ci.programs), not one on the case's ``PATH``."""
+    git = programs.find("git")
+    if git is None:
+        raise RioError(programs.missing("git"))
     steps = [
         ["git", "init", "-q"],
         ["git", "config", "user.name", "rio-ci eval"],
@@ -191,7 +196,7 @@ def make_repository(repo: Path, env: dict[str, str]) -> None:
         ["git", "commit", "-q", "-m", "the case as given"],
     ]
     for argv in steps:
-        done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True)
+        done = subprocess.run([git, *argv[1:]], cwd=repo, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise RioError(f"{shlex.join(argv)} failed in {repo}: {done.stderr.strip()}")
 
@@ -210,7 +215,7 @@ def new_session(db: Path, case: Case, repo: Path, env: dict[str, str]) -> None:
 
 
 def rio_ci() -> list[str]:
-    return [sys.executable, "-P", "-m", "rio_ci.cli"]
+    return [sys.executable, "-I", "-m", "rio_ci.cli"]
 
 
 def drive(db: Path, spec: str, settings: Settings, log: IO[str]) -> tuple[str, bool]:

@@ -277,6 +277,13 @@ def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
+def checkout_of(environ: Mapping[str, str]) -> str | None:
+    """The checkout the job's Cells write (``GITHUB_WORKSPACE``), named before the harness
+    looks up any program so that none of the checkout's ever runs (rio_ci.programs); None
+    when unset (``ActionEnv`` then reports it)."""
+    return environ.get("GITHUB_WORKSPACE", "").strip() or None
+
+
 def log(message: str) -> None:
     """One line of the job's log (workflow commands such as ``::group::`` pass through)."""
     print(message, file=sys.stderr, flush=True)

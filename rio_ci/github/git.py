@@ -10,6 +10,8 @@ command rio-ci runs on GitHub runs with
   the checkout's objects and refs made before any Cell ran; ``GIT_WORK_TREE`` is the
   checkout), so the checkout's ``.git`` — config, hooks, ``info/attributes``, index — is
   never read;
+- git itself as found once at the command's start where no Cell can write
+  (``rio_ci.programs``), never by name on the job's ``PATH``, which may name the checkout;
 - no system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` is the
   null device; the environment every git of rio-ci's gets, ``rio_ci.gitenv``), ``HOME`` and
   ``XDG_CONFIG_HOME`` a directory of the harness's (no ``~/.gitconfig``, no ``~/.netrc``), no
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from rio_ci import programs
 from rio_ci.errors import ForgeError
 from rio_ci.gitenv import git_environment
 
@@ -110,9 +113,12 @@ class Git:
         """Run ``git ARGS`` under the rules above; ``remote`` allows its transport and,
         with ``token``, gives the token to that URL only. ``check``: a failure raises
         ``ForgeError`` with git's last line."""
+        git = programs.find("git")
+        if git is None:
+            raise ForgeError(programs.missing("git"))
         self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         done = subprocess.run(
-            ["git", *args],
+            [git, *args],
             cwd=self.work_tree or self.git_dir.parent,
             env=self.environment(remote, token, extra_env),
             capture_output=True,

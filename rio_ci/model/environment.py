@@ -7,8 +7,9 @@ breakpoint (rio_ci/model/layout.py).
 
 The tree is writable by the Cells, ``.git/config`` included, so git runs as if that were
 hostile (``rio_ci.gitenv``: no system or global configuration, no fsmonitor, no untracked
-cache, no hooks, none of the process's secrets), and here also with no optional locks, no
-submodules and a timeout; and when the tree's configuration declares filter drivers (a
+cache, no hooks, none of the process's secrets, the harness's own ``PATH``; git itself as
+``rio_ci.programs`` found it, never a ``git`` of the tree's), and here also with no optional
+locks, no submodules and a timeout; and when the tree's configuration declares filter drivers (a
 program git would run to read a file), status is not run at all. Any failure becomes one
 line, "git status unavailable: why", never an error of the run.
 """
@@ -22,6 +23,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rio_ci import programs
 from rio_ci.gitenv import HARDENED, git_environment
 
 __all__ = ["ENVIRONMENT_HEADER", "STATUS_BYTES", "STATUS_LINES", "environment_block", "git_status"]
@@ -53,14 +55,17 @@ def environment_block(cwd: Path, now: float | None = None, *, secrets: Collectio
 def git_status(cwd: Path, *, secrets: Collection[str] = ()) -> str:
     """The head of ``git status --short`` in ``cwd`` (clipped at ``STATUS_LINES`` lines and
     ``STATUS_BYTES`` bytes, with a marker), "(clean)" when empty, else why it is unavailable."""
+    git = programs.find("git")
+    if git is None:
+        return f"git status unavailable: {programs.missing('git')}"
     try:
-        filters = _git(cwd, secrets, "config", "--includes", "--get-regexp", r"^filter\.")
+        filters = _git(git, cwd, secrets, "config", "--includes", "--get-regexp", r"^filter\.")
         if filters.stdout.strip():
             return (
                 "git status unavailable: the tree's git configuration declares filter drivers, "
                 "which the harness does not run"
             )
-        done = _git(cwd, secrets, "status", "--short", "--ignore-submodules=all")
+        done = _git(git, cwd, secrets, "status", "--short", "--ignore-submodules=all")
     except subprocess.TimeoutExpired:
         return f"git status unavailable: timed out after {GIT_TIMEOUT:g} s"
     except OSError as exc:
@@ -71,13 +76,15 @@ def git_status(cwd: Path, *, secrets: Collection[str] = ()) -> str:
     return _clipped(done.stdout)
 
 
-def _git(cwd: Path, secrets: Collection[str], *args: str) -> subprocess.CompletedProcess[str]:
+def _git(
+    git: str, cwd: Path, secrets: Collection[str], *args: str
+) -> subprocess.CompletedProcess[str]:
     # No optional locks: status, run for the model's eyes only, must never write the index.
     # HARDENED goes on the command line too, which every git honours (GIT_CONFIG_COUNT
     # needs git 2.31).
     hardened = [arg for key, value in HARDENED for arg in ("-c", f"{key}={value}")]
     return subprocess.run(
-        ["git", *hardened, *args],
+        [git, *hardened, *args],
         cwd=cwd,
         env=git_environment(dropped=secrets, GIT_OPTIONAL_LOCKS="0"),
         capture_output=True,

@@ -19,7 +19,6 @@ import dataclasses
 import os
 import pwd
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rio_ci import programs
 from rio_ci.errors import RioError, UsageError
 
 NONE = "none"
@@ -102,14 +102,20 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
         or os.environ.get(SUDO_MARK)
     ):
         return
-    sudo = shutil.which("sudo")
+    sudo = programs.find("sudo")  # never a sudo of the checkout's, which the job's PATH may name
     if sudo is None:
         return
-    probe = subprocess.run([sudo, "-n", "true"], capture_output=True, check=False)
+    probe = subprocess.run(
+        [sudo, "-n", "true"],
+        env=programs.with_search_path(os.environ),
+        capture_output=True,
+        check=False,
+    )
     if probe.returncode != 0:
         return
-    # sudo drops these even with -E; they name where rio-ci itself is, nothing secret, and
-    # whoever may sudo without a password may run anything as root anyway.
+    # sudo drops these even with -E; they are the Cells' (rio-ci's own interpreter runs -I
+    # and ignores PYTHONPATH), nothing secret, and whoever may sudo without a password may
+    # run anything as root anyway.
     kept = [f"{k}={os.environ[k]}" for k in ("PATH", "PYTHONPATH") if k in os.environ]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -124,7 +130,7 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
             *kept,
             f"{SUDO_MARK}=1",
             sys.executable,
-            "-P",  # not the working directory's rio_ci/ (a Cell's), rio-ci's own
+            "-I",  # isolated: not PYTHONPATH, the user site or the working directory (a Cell's)
             "-m",
             "rio_ci.cli",
             *argv,
@@ -181,8 +187,8 @@ class CellUser:
     def problem(self) -> str | None:
         if self.uid == 0 or self.gid == 0:
             return "is root (or in root's group)"
-        if self.uid in (os.getuid(), os.geteuid()):
-            return "is the harness's own user"
+        if self.uid in (os.getuid(), os.geteuid()) or str(self.uid) == os.environ.get("SUDO_UID"):
+            return "is the harness's own user"  # (or the one who ran it through sudo)
         others = sorted(set(os.getgrouplist(self.name, self.gid)) - {self.gid})
         if others:
             return f"belongs to other groups ({others}); a Cell user has none"
@@ -238,7 +244,9 @@ class CellUser:
 
 
 def _create(name: str) -> None:
-    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    useradd = programs.find("useradd")
+    if useradd is None:
+        raise RioError(f"cannot create the Cell user {name}: {programs.missing('useradd')}")
     done = subprocess.run(
         [
             useradd,
@@ -251,6 +259,7 @@ def _create(name: str) -> None:
             COMMENT,
             name,
         ],
+        env=programs.with_search_path(os.environ),
         capture_output=True,
         text=True,
         check=False,

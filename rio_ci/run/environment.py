@@ -32,6 +32,7 @@ from rio_ci.errors import RioError, StorageError
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see above)
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     from rio_ci.session import Session
 
@@ -113,9 +114,10 @@ def _reexec_without(names: set[str], argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        # -P: the working directory (a checkout a Cell may have written a rio_ci/ into) is
-        # not put on sys.path, so the process that gets the credentials imports rio-ci's own.
-        os.execve(sys.executable, [sys.executable, "-P", "-m", "rio_ci.cli", *argv], env)
+        # -I: neither PYTHONPATH nor the working directory (a checkout a Cell may have written
+        # a rio_ci/ or a sitecustomize.py into) nor the user site is on sys.path, so the
+        # process that gets the credentials runs rio-ci's own code only.
+        os.execve(sys.executable, [sys.executable, "-I", "-m", "rio_ci.cli", *argv], env)
     except OSError as exc:
         os.close(fd)  # a caller that tries again must not leave a copy of the secrets open
         raise RioError(
@@ -179,14 +181,27 @@ def protect_own_memory() -> bool:
 def session_secret_names(db: str) -> list[str]:
     """The ``--secret`` names a Session holds, read before an Owner command re-executes
     itself (an unreadable Session names none here; the Owner then fails on its own)."""
+    settings = _session_settings(db)
+    return list(settings.get("secrets", [])) if settings else []
+
+
+def session_tree(db: str) -> str | None:
+    """The working directory a Session's Cells run in, read before an Owner command looks
+    up any program (rio_ci.programs); None when the Session cannot be read here."""
+    settings = _session_settings(db)
+    return str(settings["cwd"]) if settings else None
+
+
+@functools.lru_cache(maxsize=2)  # an Owner command asks for both: one open
+def _session_settings(db: str) -> dict[str, Any] | None:
     from rio_ci.session import Session
 
     try:
         session = Session.open(db)
     except RioError:
-        return []
+        return None
     try:
-        return list(session.proj.session.get("secrets", []))
+        return dict(session.proj.session)
     finally:
         session.close()
 
@@ -233,6 +248,19 @@ def scratch_dir(session: Session) -> Path:
 
 @functools.cache  # finding it searches several install locations (~0.3 ms a launch)
 def uv_binary() -> str:
+    """The uv installed with rio-ci, which every code Cell starts with: never one on the
+    Cells' ``PATH``, and refused where a Cell could have replaced it (rio_ci.programs)."""
     from uv import find_uv_bin
 
-    return str(find_uv_bin())
+    from rio_ci import programs
+
+    try:
+        found = str(find_uv_bin())
+    except FileNotFoundError:
+        raise RioError(
+            "uv, which rio-ci installs with itself, is missing: reinstall rio-ci"
+        ) from None
+    problem = programs.trusted_file(found)
+    if problem is not None:
+        raise RioError(f"rio-ci will not run {found}: {problem}; install rio-ci elsewhere")
+    return found

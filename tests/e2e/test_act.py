@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from action_install import action_copy
 from action_job import add, cmd_cell, code_cell, conclude, git, resolve_unknown, script
 from fakes.github_api import FakeGitHub
 
@@ -130,11 +131,7 @@ class ActRepository:
         self.action = tmp / "rio-ci-action"
         self.stubs = tmp / "stubs"
         self.runs = 0
-        shutil.copytree(
-            ROOT / "rio_ci", self.action / "rio_ci", ignore=shutil.ignore_patterns("__pycache__")
-        )
-        for name in ("action.yml", "pyproject.toml", "README.md", "uv.lock", "uv-bootstrap.txt"):
-            shutil.copy(ROOT / name, self.action / name)
+        action_copy(self.action)
         for name, spec in STUBS.items():
             write_stub(self.stubs / name.replace("/", "-"), spec)
         # The repository's workflow, edited as text (a YAML round trip would turn `on:` into
@@ -230,8 +227,9 @@ def rio_ci_processes(cache: Path, phase: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         line = process.info["cmdline"] or []
-        # `rio-ci action`, or what it re-executes itself as: `python -m rio_ci.cli action`
-        launcher = any(part.endswith("rio-ci") or part == "rio_ci.cli" for part in line)
+        # `rio-ci action` (`python -I -m rio_ci action`), or what it re-executes itself as:
+        # `python -I -m rio_ci.cli action`
+        launcher = any(part in ("rio_ci", "rio_ci.cli") for part in line)
         if launcher and line[-1] == phase:
             try:
                 if str(cache) in process.environ().get("RUNNER_TEMP", ""):

@@ -4,6 +4,7 @@ root, and neither does a process that is not dumpable)."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.kit import ROOT, cli_env
+from tests.kit import ROOT, cli_env, python_with
 
 NOBODY = 65534
 
@@ -79,30 +80,33 @@ def rio(
 @functools.cache
 def _unprivileged_python() -> tuple[list[str], str] | None:
     """(command prefix, interpreter) that runs Python as a user who is not root, with this
-    checkout's rio_ci and its dependencies importable; None when there is no way."""
+    checkout's rio_ci and its dependencies importable; None when there is no way.
+
+    rio-ci re-executes itself isolated (``python -I``: no ``PYTHONPATH``), so the interpreter
+    is a virtual environment that imports them by itself (``tests.kit.python_with``), in a
+    folder every user may read, made from an interpreter every user may run: this one may
+    live where nobody can reach it (/root), so the system's is tried too."""
     if os.geteuid() != 0:
         return [], sys.executable
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         return None
     prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    # This interpreter may live where nobody can reach it (/root); try the system one too.
-    for python in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
-        # rio-ci re-executes itself (sys.executable) to shed credentials: that must work too
-        probe = (
-            "import os, sys; os.execv(sys.executable, "
-            "[sys.executable, '-c', 'import rio_ci, psutil, yaml'])"
+    probe = (
+        "import os, sys; os.execv(sys.executable, "
+        "[sys.executable, '-I', '-c', 'import rio_ci, psutil, yaml'])"
+    )
+    for base in dict.fromkeys((sys.executable, shutil.which("python3"), "/usr/bin/python3")):
+        if not base or not os.access(base, os.X_OK):
+            continue
+        folder = Path(tempfile.mkdtemp(prefix="rio-python-"))
+        folder.chmod(0o755)
+        atexit.register(shutil.rmtree, folder, True)
+        python = str(python_with(folder / "venv", base=base))
+        probed = subprocess.run(
+            [*prefix, python, "-c", probe], env=unprivileged_env(), capture_output=True, check=False
         )
-        if (
-            python
-            and subprocess.run(
-                [*prefix, python, "-c", probe],
-                env=unprivileged_env(),
-                capture_output=True,
-                check=False,
-            ).returncode
-            == 0
-        ):
+        if probed.returncode == 0:
             return prefix, python
     return None
 

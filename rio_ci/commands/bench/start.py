@@ -52,7 +52,7 @@ def _run_once(root: Path, number: int, provider: LoopbackProvider) -> float:
     seen = len(provider.arrivals)
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "rio_ci.cli", "run", str(db)],
+        [sys.executable, "-I", "-m", "rio_ci.cli", "run", str(db)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
