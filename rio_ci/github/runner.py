@@ -23,7 +23,15 @@ from rio_ci.github.env import ActionEnv, log
 from rio_ci.run.cell_user import separation_problem
 from rio_ci.run.sudo import SudoFound, find_sudo
 
-__all__ = ["Runner", "image_of", "minimum_git", "report", "runners", "version_of_git"]
+__all__ = [
+    "Runner",
+    "image_of",
+    "minimum_git",
+    "report",
+    "runners",
+    "sudo_line",
+    "version_of_git",
+]
 
 Version = tuple[int, ...]
 _GIT_VERSION = re.compile(r"git version (\d+)\.(\d+)(?:\.(\d+))?")
@@ -91,7 +99,8 @@ def version_of_git() -> Version | None:
     return tuple(int(part or 0) for part in matched.groups())
 
 
-def _sudo(found: SudoFound, image: dict[str, Any] | None) -> str:
+def sudo_line(found: SudoFound, image: dict[str, Any] | None) -> str:
+    """The sudo found, and the image's own when it is another implementation."""
     text = found.describe()
     if image is not None and found.kind is not None:
         expected = image["sudo"]["implementation"]
@@ -121,7 +130,7 @@ def report(env: ActionEnv, environ: Mapping[str, str]) -> Runner:
     git = version_of_git()
     runner = Runner(
         image=image,
-        sudo=_sudo(find_sudo(), known),
+        sudo=sudo_line(find_sudo(), known),
         cells=_cells(env),
         git=_dotted(git) if git else "none found",
     )
