@@ -40,7 +40,7 @@ import pytest
 
 from rio_ci.github.runner import runners
 from tests.hostile.support import unprivileged_env
-from tests.kit import ROOT
+from tests.kit import ROOT, cli_env
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # one every user can run (the venv's may sit in /root)
 REAL_SUDO = "/usr/bin/sudo"
@@ -102,10 +102,13 @@ class RunnerUser:
             "ACCEPT_EULA": "Y",
         }
 
-    def environment(self, **extra: str) -> dict[str, str]:
-        """A step's environment on this runner: this checkout's rio_ci importable by the
-        system Python, the user's own HOME, the image's variables, its PATH."""
-        env = unprivileged_env()
+    def environment(self, *, checkout: bool = True, **extra: str) -> dict[str, str]:
+        """A step's environment on this runner: the user's own HOME, the image's variables,
+        its PATH, and (``checkout``) this checkout's rio_ci importable by the system Python;
+        without, nothing points at this checkout (a job that installs rio-ci itself)."""
+        env = unprivileged_env() if checkout else cli_env(checkout=False)
+        for name in [n for n in env if n.startswith("XDG_") or n in ("MAIL", "VIRTUAL_ENV")]:
+            del env[name]
         path = os.pathsep.join(filter(None, [str(self.bin or ""), BASE_PATH]))
         env.update(HOME=str(self.home), USER=self.name, LOGNAME=self.name, PATH=path)
         env.update(self.image_environment())
