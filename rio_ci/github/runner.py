@@ -19,6 +19,7 @@ from typing import Any
 
 from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
+from rio_ci.gitenv import git_environment
 from rio_ci.github.env import ActionEnv, log
 from rio_ci.run.cell_user import separation_problem
 from rio_ci.run.sudo import SudoFound, find_sudo
@@ -89,7 +90,12 @@ def version_of_git() -> Version | None:
     rio-ci can read."""
     try:
         done = subprocess.run(
-            ["git", "--version"], capture_output=True, text=True, errors="replace", timeout=30
+            ["git", "--version"],
+            env=git_environment(),  # no GIT_* of the job's, as every git rio-ci runs
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
