@@ -33,6 +33,7 @@ from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
+from rio_ci.run.sudo import arrive
 from rio_ci.session import Session
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
@@ -547,23 +548,19 @@ def _working_trees(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    command = None
     try:
         args = build_parser().parse_args(argv)
+        command = args.command
         _check_text(args)
-        if args.command in OWNER_COMMANDS:
-            programs.settle(*_working_trees(args))  # before the first program it runs: sudo
-            asked = (
-                cell_user.requested(os.environ.get("RIO_CELL_USER"))
-                if args.command == "action"
-                else args.cell_user
-            )
-            cell_user.become_root(asked, sys.argv[1:] if argv is None else argv)
-            names = session_secret_names(args.db) if getattr(args, "db", None) else []
-            scrub_own_environment(sys.argv[1:] if argv is None else argv, names)
-        handler, _ = COMMANDS[args.command]
+        if command in OWNER_COMMANDS:
+            _start_owner(args, sys.argv[1:] if argv is None else argv)
+        handler, _ = COMMANDS[command]
         return handler(args)
     except RioError as exc:
-        _emit({"error": re.sub(r"\s*\n\s*", " ", str(exc).strip())})  # one line
+        line = re.sub(r"\s*\n\s*", " ", str(exc).strip())  # one line
+        _annotate(command, line)
+        _emit({"error": line})
         return exc.exit_code
     except KeyboardInterrupt:
         _emit({"error": "interrupted"})
@@ -573,10 +570,39 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as exc:  # a bug: still one JSON line, and the traceback for a report
         traceback.print_exc()
-        _emit(
-            {
-                "error": f"internal error ({type(exc).__name__}): {exc}; please report it "
-                "with the traceback printed on stderr"
-            }
+        line = (
+            f"internal error ({type(exc).__name__}): {exc}; please report it "
+            "with the traceback printed on stderr"
         )
+        _annotate(command, line)
+        _emit({"error": line})
         return 1
+
+
+def _start_owner(args: argparse.Namespace, argv: list[str]) -> None:
+    """What an Owner command does first: take over the environment a re-execution through
+    sudo handed over (checking, for ``action``, the variables its contract requires), become
+    root for a Cell user, move the credentials out of the initial environment."""
+    needed: tuple[str, ...] = ()
+    if args.command == "action":
+        from rio_ci.github.env import REQUIRED
+
+        needed = REQUIRED
+    arrive(needed)
+    programs.settle(*_working_trees(args))  # before the first program it runs: sudo
+    asked = (
+        cell_user.requested(os.environ.get("RIO_CELL_USER"))
+        if args.command == "action"
+        else args.cell_user
+    )
+    cell_user.become_root(asked, argv)
+    names = session_secret_names(args.db) if getattr(args, "db", None) else []
+    scrub_own_environment(argv, names)
+
+
+def _annotate(command: str | None, line: str) -> None:
+    """``rio-ci action``'s error is also an error annotation on the workflow run."""
+    if command == "action":
+        from rio_ci.github.env import log_error
+
+        log_error(line)

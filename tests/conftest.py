@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from rio_ci.forge.github import GitHubForge
 from rio_ci.run.cell_home import SHARED_PLACES
 from rio_ci.session import Receipt, Session
 from tests.kit import Patch, cli_env
+from tests.runners import PROFILES, RunnerUser, fresh_cell_user, runner_user
 
 PY = sys.executable
 PEP723 = "# /// script\n# dependencies = []\n# ///\n"
@@ -349,3 +351,32 @@ def repo(tmp_path: Path, gh: FakeGitHub) -> Repository:
 @pytest.fixture
 def forge(gh: FakeGitHub) -> GitHubForge:
     return GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+
+
+# --- the runners rio-ci runs on (tests/runners.py) --------------------------------------------
+
+
+@pytest.fixture
+def runner(request: pytest.FixtureRequest) -> Iterator[RunnerUser]:
+    """A runner user of its own under the profile the test names as this fixture's
+    parameter (``@pytest.mark.parametrize("runner", RUNNERS, indirect=True)``), removed
+    afterwards with its sudoers entry and every process it had."""
+    with runner_user(PROFILES[request.param]) as user:
+        yield user
+
+
+@pytest.fixture
+def cell_user_name() -> Iterator[str]:
+    """A Cell user name of the test's own (rio-ci creates the user), removed afterwards."""
+    with fresh_cell_user() as name:
+        yield name
+
+
+@pytest.fixture
+def shared_place() -> Iterator[Path]:
+    """A folder every user may enter (tmp_path's parents are root's alone); the test gives
+    what it makes there to its runner user."""
+    folder = Path(tempfile.mkdtemp(prefix="rio-runner-test-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -314,7 +314,8 @@ def test_function_size_and_complexity_are_bounded_by_ruff() -> None:
     assert config["lint"]["pylint"]["max-statements"] <= 50
 
 
-ACTIONS_ENVIRONMENT = re.compile(r"[\"'](GITHUB|RUNNER)_[A-Z_]+[\"']")
+# The runner's variables: GitHub's (GITHUB_*, RUNNER_*) and the image's (ImageOS, ImageVersion).
+ACTIONS_ENVIRONMENT = re.compile(r"[\"']((GITHUB|RUNNER)_[A-Z_]+|ImageOS|ImageVersion)[\"']")
 
 
 @pytest.mark.parametrize("module", MODULES, ids=relative)
@@ -325,6 +326,7 @@ def test_only_the_github_layer_reads_the_actions_environment(module: Path) -> No
 
 def test_the_actions_environment_check_catches_a_reader() -> None:
     assert ACTIONS_ENVIRONMENT.search('os.environ["GITHUB_TOKEN"]')
+    assert ACTIONS_ENVIRONMENT.search('environ.get("ImageOS", "")')
     assert not ACTIONS_ENVIRONMENT.search('os.environ["RIO_MODEL"]')
 
 

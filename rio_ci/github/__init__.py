@@ -3,9 +3,11 @@ intake of events, comments and reviews (``events``, ``intake``, ``listen``, ``st
 Session artifact's generations (``generations``, ``newest``, ``provenance``), the launch record's
 pushes (``record``), the working tree on a branch (``workspace``, ``git``), pictures from
 issues (``images``), the progress comment with the run's link, the step summary and its
-pace between rounds (``comment``), Timers and the sweep.
+pace between rounds (``comment``), Timers and the sweep, and the runner the job runs on
+(``runner``, with what rio-ci assumes of each image in ``runners.json``).
 
 The rule of this folder: it is the only code that reads the Actions environment (``GITHUB_*``
-and ``RUNNER_*`` variables); everything below it (the Session, the Owner, the harness, the
-reports and the Forges) works the same on a laptop. ``tests/test_architecture.py`` checks it.
+and ``RUNNER_*`` variables, and the image's ``ImageOS`` and ``ImageVersion``); everything
+below it (the Session, the Owner, the harness, the reports and the Forges) works the same on
+a laptop. ``tests/test_architecture.py`` checks it.
 """

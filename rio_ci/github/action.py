@@ -26,6 +26,7 @@ from typing import Any
 
 from rio_ci.forge.base import Forge
 from rio_ci.github.env import JOB_FILE, RUN_OUTPUTS, ActionEnv, write_outputs
+from rio_ci.github.runner import report
 from rio_ci.github.sweep import sweep
 
 FAILING = frozenset({"failed", "error", "interrupted"})
@@ -33,6 +34,8 @@ FAILING = frozenset({"failed", "error", "interrupted"})
 
 def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | None = None) -> int:
     env = ActionEnv.from_environ(os.environ)
+    if phase == "run":
+        report(env, os.environ)  # before anything: a git too old ends the step here
     if phase == "finish" and not (env.state_dir / JOB_FILE).exists():
         # The run step ignored the event (or died before it had a Session): nothing to
         # persist, no outputs, so the composite's outputs stay the run step's.

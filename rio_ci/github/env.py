@@ -43,6 +43,15 @@ OUTPUTS = {
     "retention-days": "retention_days",
 }
 RUN_OUTPUTS = ("status", "session", "next-wake", "pull-request", "artifact-name")
+# The variables every phase requires (docs/github.md): the rest have defaults.
+REQUIRED = (
+    "GITHUB_EVENT_NAME",
+    "GITHUB_EVENT_PATH",
+    "GITHUB_REPOSITORY",
+    "GITHUB_TOKEN",
+    "GITHUB_WORKSPACE",
+    "RUNNER_TEMP",
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class ActionEnv:
                 )
             return value
 
+        given = {name: need(name) for name in REQUIRED}
+
         budget_text = environ.get("RIO_TIME_BUDGET_MINUTES", "").strip()
         try:
             budget = float(budget_text) if budget_text else DEFAULT_BUDGET_MINUTES
@@ -93,18 +104,18 @@ class ActionEnv:
             raise UsageError("RIO_TIME_BUDGET_MINUTES must be positive")
         optional = {k: environ.get(k, "").strip() for k in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")}
         return cls(
-            event_name=need("GITHUB_EVENT_NAME"),
-            event_path=Path(need("GITHUB_EVENT_PATH")),
-            repository=need("GITHUB_REPOSITORY"),
+            event_name=given["GITHUB_EVENT_NAME"],
+            event_path=Path(given["GITHUB_EVENT_PATH"]),
+            repository=given["GITHUB_REPOSITORY"],
             api_url=environ.get("GITHUB_API_URL", "").strip() or "https://api.github.com",
-            token=need("GITHUB_TOKEN"),
+            token=given["GITHUB_TOKEN"],
             run_id=environ.get("GITHUB_RUN_ID", "0").strip() or "0",
-            workspace=Path(need("GITHUB_WORKSPACE")),
+            workspace=Path(given["GITHUB_WORKSPACE"]),
             output=Path(optional["GITHUB_OUTPUT"]) if optional["GITHUB_OUTPUT"] else None,
             summary=(
                 Path(optional["GITHUB_STEP_SUMMARY"]) if optional["GITHUB_STEP_SUMMARY"] else None
             ),
-            runner_temp=Path(need("RUNNER_TEMP")),
+            runner_temp=Path(given["RUNNER_TEMP"]),
             model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
             effort=environ.get("RIO_EFFORT", "").strip() or "high",
             price=environ.get("RIO_PRICE", "").strip() or None,
@@ -287,6 +298,11 @@ def checkout_of(environ: Mapping[str, str]) -> str | None:
 def log(message: str) -> None:
     """One line of the job's log (workflow commands such as ``::group::`` pass through)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def log_error(message: str) -> None:
+    """An error annotation on the run: one line, control and bidi characters escaped."""
+    log(f"::error::rio-ci: {escape_control(' '.join(message.split()))}")
 
 
 def warn(env: ActionEnv, message: str) -> None:

@@ -28,11 +28,12 @@ from typing import Any
 
 from rio_ci import programs
 from rio_ci.errors import RioError, UsageError
+from rio_ci.run.sudo import MARK, identify, on_standard_input
 
 NONE = "none"
 # The comment of every user rio-ci creates: the mark of a user whose HOME rio-ci may empty.
 COMMENT = "rio-ci Cells"
-SUDO_MARK = "RIO_AS_ROOT"  # set on the command rio-ci re-executes through sudo (once)
+SUDO_MARK = MARK  # set on the command rio-ci re-executes through sudo (once)
 _NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
 _PR_SET_NO_NEW_PRIVS = 38  # <linux/prctl.h>
 # Per-user places a Cell user gets its own of (or none): the harness's would be unreachable
@@ -90,10 +91,11 @@ def separation_problem() -> str | None:
 def become_root(cell_user: str | None, argv: list[str]) -> None:
     """Re-execute this Owner command as root through ``sudo -n`` when a Cell user is asked
     for, this process is not root and passwordless sudo works (GitHub-hosted runners): only
-    root can run Cells as another user and keep them out of the Owner's reach. The
-    environment is kept as it is (``-E``, with ``PATH`` and ``PYTHONPATH`` restored: sudo
-    resets or drops them), so the re-executed command and its Cells see what they would have seen;
-    the credentials in it are moved out of the initial environment right after, as always.
+    root can run Cells as another user and keep them out of the Owner's reach. Classic sudo
+    and sudo-rs alike: the environment crosses as data on standard input
+    (rio_ci.run.sudo), never through sudo's own environment rules (``-E`` is what sudo-rs
+    ignores), so the re-executed command and its Cells see what they would have seen; the
+    credentials in it are moved out of the initial environment right after, as always.
     Returns when there is nothing to do (then Cells may share the harness's user)."""
     if (
         cell_user is None
@@ -113,29 +115,30 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
     )
     if probe.returncode != 0:
         return
-    # sudo drops these even with -E; they are the Cells' (rio-ci's own interpreter runs -I
-    # and ignores PYTHONPATH), nothing secret, and whoever may sudo without a password may
-    # run anything as root anyway.
+    found = identify(sudo)
+    # Where rio-ci itself is, for the interpreter to start before it reads the hand-over
+    # (sudo drops or resets both); nothing secret, and whoever may sudo without a password
+    # may run anything as root anyway.
     kept = [f"{k}={os.environ[k]}" for k in ("PATH", "PYTHONPATH") if k in os.environ]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(
-        sudo,
-        [
+    with on_standard_input(os.environ, found) as mark:
+        os.execv(
             sudo,
-            "-n",
-            "-E",
-            "--",
-            "/usr/bin/env",
-            *kept,
-            f"{SUDO_MARK}=1",
-            sys.executable,
-            "-I",  # isolated: not PYTHONPATH, the user site or the working directory (a Cell's)
-            "-m",
-            "rio_ci.cli",
-            *argv,
-        ],
-    )
+            [
+                sudo,
+                "-n",
+                "--",
+                "/usr/bin/env",
+                *kept,
+                f"{SUDO_MARK}={mark}",
+                sys.executable,
+                "-I",  # isolated: not PYTHONPATH, the user site or the working directory (a Cell's)
+                "-m",
+                "rio_ci.cli",
+                *argv,
+            ],
+        )
 
 
 def _load_prctl() -> Callable[..., int] | None:

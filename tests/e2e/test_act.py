@@ -31,10 +31,11 @@ import psutil
 import pytest
 import yaml
 from action_install import action_copy
-from action_job import add, cmd_cell, code_cell, conclude, git, resolve_unknown, script
+from action_job import WAIT, add, cmd_cell, code_cell, conclude, git, resolve_unknown, script
 from fakes.github_api import FakeGitHub
 
 from tests.kit import cli_env, until
+from tests.runners import RUNNERS, SYSTEM_PYTHON, RunnerUser
 
 ROOT = Path(__file__).resolve().parents[2]
 ACT = shutil.which("act", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -120,10 +121,20 @@ def write_stub(directory: Path, spec: dict[str, Any]) -> None:
 
 
 class ActRepository:
-    """A repository on FakeGitHub whose workflow ``act`` runs."""
+    """A repository on FakeGitHub whose workflow ``act`` runs: as this process's user, or
+    as the non-root user of a runner profile (tests/runners.py), whose Cells then run as
+    ``cell_user`` (the one input the workflow gets besides the model: tests running side by
+    side must not stop each other's Cells)."""
 
-    def __init__(self, tmp: Path, gh: FakeGitHub, model: Path):
-        self.tmp, self.gh = tmp, gh
+    def __init__(
+        self,
+        tmp: Path,
+        gh: FakeGitHub,
+        model: Path,
+        runner: RunnerUser | None = None,
+        cell_user: str | None = None,
+    ):
+        self.tmp, self.gh, self.runner = tmp, gh, runner
         self.origin = tmp / "origin.git"
         self.uploads = tmp / "uploads"
         self.cache = tmp / "act-cache"
@@ -137,12 +148,12 @@ class ActRepository:
         # The repository's workflow, edited as text (a YAML round trip would turn `on:` into
         # `true:`): the action comes from the copy, the model from the script.
         workflow = (ROOT / ".github/workflows/rio.yml").read_text()
+        inputs = f"          model: scripted:{model}\n"
+        if cell_user is not None:
+            inputs += f"          cell-user: {cell_user}\n"
         for old, new in (
             ("uses: ./  # zizmor: ignore[self-repository]\n", "uses: rio-ci/rio-ci@e2e\n"),
-            (
-                "time-budget-minutes: '50'\n",
-                f"time-budget-minutes: '1'\n          model: scripted:{model}\n",
-            ),
+            ("time-budget-minutes: '50'\n", f"time-budget-minutes: '1'\n{inputs}"),
         ):
             assert workflow.count(old) == 1, old
             workflow = workflow.replace(old, new)
@@ -156,6 +167,8 @@ class ActRepository:
         git(seed, "commit", "--quiet", "-m", "initial")
         git(tmp, "clone", "--quiet", "--bare", str(seed), str(self.origin))
         git(tmp, "clone", "--quiet", str(self.origin), str(self.local))
+        if runner is not None:
+            runner.give(tmp)  # a runner's work folders, the origin it pushes to
 
     def start(self, event_name: str, payload: dict[str, Any]) -> subprocess.Popen[str]:
         self.runs += 1
@@ -188,16 +201,32 @@ class ActRepository:
             "--env",
             f"TEST_UPLOADS={self.uploads}",
             "--env",
-            f"TEST_PYTHON={Path(sys.executable).resolve()}",
+            f"TEST_PYTHON={self.python}",
+            *[a for k, v in self.image_environment.items() for a in ("--env", f"{k}={v}")],
         )
+        runner = self.runner
         return subprocess.Popen(
-            argv,
+            [*runner.prefix(), *argv] if runner else argv,
             cwd=self.local,
-            env=cli_env(checkout=False),
+            env=runner.environment(checkout=False) if runner else cli_env(checkout=False),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
+
+    @property
+    def python(self) -> str:
+        """The Python setup-python names: one the runner's user may run."""
+        return SYSTEM_PYTHON if self.runner else str(Path(sys.executable).resolve())
+
+    @property
+    def image_environment(self) -> dict[str, str]:
+        """What the runner's image sets for every step (none as this process's user)."""
+        return self.runner.image_environment() if self.runner else {}
+
+    def show(self, revision: str) -> str:
+        """``git show REVISION`` in the origin (a runner user's, when there is one)."""
+        return git(self.origin, "-c", "safe.directory=*", "show", revision)
 
     def upload(self) -> list[str]:
         """Put what the upload step copied out into FakeGitHub, as the artifact service
@@ -275,6 +304,54 @@ def test_act_runs_one_label_job_through_the_action_to_a_pull_request(
     assert "::set-output:: pull-request=" + pull["html_url"] in log
     assert git(repo.origin, "show", f"rio/issue-{issue}:fixed.txt") == "ok"
     assert "unused-key" not in log and gh.token not in log
+
+
+@pytest.mark.parametrize("runner", RUNNERS, indirect=True)
+def test_act_runs_the_workflow_on_each_runner_as_its_runner_user(
+    runner: RunnerUser, shared_place: Path, gh: FakeGitHub, cell_user_name: str
+) -> None:
+    """The bounded story on each runner (tests/runners.py), act and every step as the
+    runner's non-root user: a label job whose Cell writes down the user it runs as (the Cell
+    user where the runner may sudo, the runner's own where not), then finish and upload;
+    then a comment job that restores the artifact, fixes and opens the pull request."""
+    model = shared_place / "model.yaml"
+    fix = add(cmd_cell("sh", "-c", "printf ok > fixed.txt"))
+    model.write_text(
+        script([add(cmd_cell("sh", "-c", "id -un > who.txt"))], WAIT, [fix], [conclude()])
+    )
+    repo = ActRepository(shared_place, gh, model, runner, cell_user_name)
+    issue = gh.add_issue("Fix it", "The thing is broken", labels=("rio",))
+    labeled = {"action": "labeled", "label": {"name": "rio"}, "sender": {"login": "alice"}}
+
+    first = collect(repo.start("issues", {**labeled, "issue": gh.issues[issue]}))
+
+    assert "Job succeeded" in first and "::set-output:: status=waiting" in first, first[-4000:]
+    assert repo.upload() == [f"rio-session-{issue}"]
+    separate = runner.profile.separates
+    who = repo.show(f"rio/issue-{issue}:who.txt")
+    assert who == (cell_user_name if separate else runner.name)
+    # act sets ImageOS itself (to its own image's): tests/test_runners.py checks the image
+    (report,) = re.findall(r"rio-ci: runner: image (.*)", first)
+    sudo = "sudo-rs 0.2.13-0ubuntu1" if runner.profile.sudo == "sudo-rs" else "classic sudo"
+    assert f"; sudo {sudo}" in report
+    cells = f"run as their own user, {cell_user_name}" if separate else "share the harness's"
+    assert f"; Cells {cells}" in report
+
+    steer = gh.add_comment(issue, "please carry on", user="alice", association="COLLABORATOR")
+    payload = {
+        "action": "created",
+        "sender": {"login": "alice"},
+        "comment": gh.comments[steer],
+        "issue": gh.issues[issue],
+    }
+    second = collect(repo.start("issue_comment", payload))
+
+    assert "Job succeeded" in second and "::set-output:: status=succeeded" in second, second[-4000:]
+    assert repo.upload() == [f"rio-session-{issue}"]
+    (pull,) = gh.pulls.values()
+    assert pull["body"].startswith(f"Fixes #{issue}")
+    assert repo.show(f"rio/issue-{issue}:fixed.txt") == "ok"
+    assert "unused-key" not in first + second and gh.token not in first + second
 
 
 @pytest.mark.long
