@@ -17,6 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from rio_ci import programs
 from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
 from rio_ci.gitenv import git_environment
@@ -88,9 +89,12 @@ def image_of(environ: Mapping[str, str]) -> tuple[str, dict[str, Any] | None]:
 def version_of_git() -> Version | None:
     """The version of the ``git`` rio-ci runs, None when there is none or it says nothing
     rio-ci can read."""
+    git = programs.find("git")  # the git the harness runs, never one of the checkout's
+    if git is None:
+        return None
     try:
         done = subprocess.run(
-            ["git", "--version"],
+            [git, "--version"],
             env=git_environment(),  # no GIT_* of the job's, as every git rio-ci runs
             capture_output=True,
             text=True,

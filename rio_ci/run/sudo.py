@@ -28,12 +28,12 @@ import json
 import os
 import re
 import select
-import shutil
 import stat
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+from rio_ci import programs
 from rio_ci.errors import RioError, UsageError
 
 MARK = "RIO_AS_ROOT"  # set on the command rio-ci re-executes through sudo (once)
@@ -74,7 +74,7 @@ class SudoFound:
 
 def find_sudo() -> SudoFound:
     """Which ``sudo`` this process would run, from its own ``-V`` (no password needed)."""
-    path = shutil.which("sudo")
+    path = programs.find("sudo")  # the sudo become_root runs, never one of the checkout's
     return SudoFound(None, None) if path is None else identify(path)
 
 
@@ -82,7 +82,12 @@ def identify(path: str) -> SudoFound:
     """Which sudo the program at ``path`` is, from the first line of its ``-V``."""
     try:
         done = subprocess.run(
-            [path, "-V"], capture_output=True, text=True, errors="replace", timeout=10
+            [path, "-V"],
+            env=programs.with_search_path(os.environ),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return SudoFound(path, "unknown")
