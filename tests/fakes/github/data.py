@@ -50,6 +50,7 @@ class GitHubData:
         self.check_runs: dict[int, dict[str, Json]] = {}
         self.check_suites: dict[int, dict[str, Json]] = {}
         self.workflows: dict[str, str] = {}  # file name → state
+        self.no_dispatch: set[str] = set()  # workflows whose file has no workflow_dispatch
         self.workflow_changes: list[tuple[str, str]] = []  # (file name, enable | disable)
         self.dispatches: list[dict[str, Json]] = []
         self.repository_dispatches: list[dict[str, Json]] = []
@@ -344,9 +345,13 @@ class GitHubData:
         }
         return suite_id
 
-    def add_workflow(self, file_name: str, state: str = "active") -> None:
+    def add_workflow(self, file_name: str, state: str = "active", *, dispatch: bool = True) -> None:
+        """A workflow file in ``.github/workflows/``; ``dispatch=False``: its ``on:`` has no
+        ``workflow_dispatch`` (GitHub then refuses to dispatch it)."""
         assert state in WORKFLOW_STATES, state
         self.workflows[file_name] = state
+        if not dispatch:
+            self.no_dispatch.add(file_name)
 
     def set_retention(self, days: int) -> None:
         """The repository's artifact retention setting: the default retention of an upload and

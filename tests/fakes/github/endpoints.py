@@ -281,6 +281,8 @@ class Endpoints(GitHubData):
                 {"message": "Cannot trigger a 'workflow_dispatch' on a disabled workflow"},
                 {},
             )
+        if name in self.no_dispatch:
+            return 422, {"message": "Workflow does not have 'workflow_dispatch' trigger"}, {}
         data = json.loads(req.body)
         self.dispatches.append(
             {"workflow": name, "ref": data["ref"], "inputs": data.get("inputs", {})}
