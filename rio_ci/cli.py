@@ -352,10 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "phase",
         nargs="?",
-        choices=["run", "finish", "sweep"],
+        choices=["run", "finish", "sweep", "check"],
         default="run",
         help="run (default): restore and run rounds; finish: persist and report; "
-        "sweep: resume Sessions with a due Timer",
+        "sweep: resume Sessions with a due Timer; check: check this repository's set-up",
     )
     add_output_flags(specs)
     return parser

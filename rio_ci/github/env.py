@@ -68,6 +68,7 @@ class ActionEnv:
     cell_user: str | None = None  # RIO_CELL_USER (the action's cell-user); None: none
     assignee_trigger: str = ""
     runner_retention_days: int | None = None
+    job: str = ""  # GITHUB_JOB: the id of the workflow's job this step runs in
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
@@ -116,6 +117,7 @@ class ActionEnv:
             cell_user=requested(environ.get("RIO_CELL_USER")),
             assignee_trigger=environ.get("RIO_ASSIGNEE_TRIGGER", "").strip().removeprefix("@"),
             runner_retention_days=_retention(environ.get("GITHUB_RETENTION_DAYS", "").strip()),
+            job=environ.get("GITHUB_JOB", "").strip(),
         )
 
     def retention_days(self, config: Config) -> int:
