@@ -161,11 +161,22 @@ def _publish(
         # The end is on GitHub: later jobs need not publish it again (job.py).
         session.set_watermark(progress.PUBLISHED, int(job["generation"]) + 1)
     if proj.next_wake() is not None:
-        try:
-            log(f"rio-ci: {timers.wake_sweep(forge)}")
-        except RioError as exc:
-            warn(env, f"the sweep could not be switched on for the Timer: {exc}")
+        _wake_sweep(env, forge)
     return out
+
+
+def _wake_sweep(env: ActionEnv, forge: Forge) -> None:
+    """A Timer waits: the sweep must be on (timers.py). A repository without one gets a
+    warning: nothing will fire the Timer on time."""
+    try:
+        said = timers.wake_sweep(forge)
+    except RioError as exc:
+        warn(env, f"the sweep could not be switched on for the Timer: {exc}")
+        return
+    if said == timers.NOT_INSTALLED:
+        warn(env, said)
+    else:
+        log(f"rio-ci: {said}")
 
 
 def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
