@@ -111,10 +111,13 @@ def _model_key(env: ActionEnv) -> Finding:
         return Finding(what, PROBLEM, str(exc), "fix the action's model input")
     if refused is None:
         return Finding(what, OK, "the Claude API takes the key and knows the model")
-    fix = "set the secret ANTHROPIC_API_KEY to a key of the Claude Console"
-    if "does not know the model" in refused:
-        fix = "set the action's model input to a model of docs/models.md"
-    return Finding(what, PROBLEM, refused, fix)
+    about, why = refused
+    fixes = {
+        "key": "set the secret ANTHROPIC_API_KEY to a key of the Claude Console",
+        "model": "set the action's model input to a model of docs/models.md",
+        "provider": "run the check again; if it persists, see the provider's status page",
+    }
+    return Finding(what, PROBLEM, why, fixes[about])
 
 
 # --- the token ----------------------------------------------------------------------------

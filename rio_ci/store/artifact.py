@@ -35,6 +35,7 @@ from rio_ci import jsonio
 from rio_ci.core.state import is_int
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import ArtifactError, StorageError
+from rio_ci.store.migrations import NEWER
 from rio_ci.store.sessionfile import copy_single_file, single_file_problem
 
 MANIFEST_VERSION = 1  # the manifest's own schema (the snapshot's format is in its meta table)
@@ -122,7 +123,7 @@ def _check_schema(schema: object) -> None:
     newer = _SCHEMA_NAME.fullmatch(schema) if isinstance(schema, str) else None
     if newer is not None and int(newer[1]) > MANIFEST_VERSION:
         raise ValueError(
-            f"the artifact was written by a newer rio-ci (manifest {schema}; this rio-ci "
+            f"the artifact {NEWER} (manifest {schema}; this rio-ci "
             f"{rio_ci.__version__} reads {SCHEMA}): upgrade rio-ci"
         )
     raise ValueError(f"manifest schema is {schema!r}, expected {SCHEMA!r}")
@@ -319,7 +320,7 @@ def _check_session(snapshot: Path) -> None:
     if header[18] != 1 or header[19] != 1:
         raise ArtifactError("snapshot is in WAL mode, not a single-file snapshot")
     problem = single_file_problem(snapshot)
-    if problem is not None and "written by a newer rio-ci" in problem:
+    if problem is not None and NEWER in problem:  # not damage: said as it is
         raise ArtifactError(f"snapshot refused: {_one_line(problem)}")
     if problem is not None:
         raise ArtifactError(

@@ -83,10 +83,13 @@ def objects(version: int) -> Objects:
     return found
 
 
+NEWER = "was written by a newer rio-ci"  # in every refusal of a newer format
+
+
 def newer_message(given: str | os.PathLike[str], version: int) -> str:
     """The one line that refuses a Session of a newer format, naming both versions."""
     return (
-        f"{given} was written by a newer rio-ci (Session format {version}; this rio-ci "
+        f"{given} {NEWER} (Session format {version}; this rio-ci "
         f"{rio_ci.__version__} reads up to {SCHEMA_VERSION}): upgrade rio-ci"
     )
 
