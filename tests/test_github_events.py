@@ -9,7 +9,7 @@ import pytest
 from rio_ci.core.projection import Projection
 from rio_ci.forge.base import Check
 from rio_ci.forge.issues import branch_for, goal_for, issue_of_branch, quote_untrusted
-from rio_ci.github.events import classify, steer_command
+from rio_ci.github.events import classify, is_setup_check, steer_command
 from rio_ci.reports.progress import status_of
 
 REPO = "octo/demo"
@@ -249,3 +249,12 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
     assert payload["comments_not_shown"] == len(comments) - len(shown)
     assert all(c["diff_hunk"].endswith("+the line") for c in shown)  # the commented line kept
     assert "more bytes not shown" in payload["body"]
+
+
+def test_a_dispatch_with_check_as_its_issue_asks_for_the_set_up_check() -> None:
+    """docs/github.md, "Checking the set-up": rio.yml dispatched with issue ``check``."""
+    assert is_setup_check({"inputs": {"issue": "check"}})
+    assert is_setup_check({"inputs": {"issue": " Check "}})
+    for payload in ({"inputs": {"issue": "7"}}, {"inputs": {}}, {}, {"inputs": "check"}):
+        assert not is_setup_check(payload), payload
+    assert classify("workflow_dispatch", {"inputs": {"issue": "7"}}, "rio", REPO).kind == "resume"
