@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-import rio_ci.sdk_preload  # noqa: F401  (first: starts the SDK import for `run`)
+import rio_ci.sdk_preload  # (first: starts the SDK import for `run`)
 from rio_ci import jsonio, programs
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Receipt, Rejection
@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
             "unless --json); errors are one JSON line."
         ),
     )
-    parser.add_argument("--version", action="version", version="rio-ci 0.1.0")
+    parser.add_argument("--version", action="version", version=f"rio-ci {rio_ci.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     specs: dict[str, argparse.ArgumentParser] = {
         name: sub.add_parser(name, help=text, description=text)
@@ -353,10 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "phase",
         nargs="?",
-        choices=["run", "finish", "sweep"],
+        choices=["run", "finish", "sweep", "check"],
         default="run",
         help="run (default): restore and run rounds; finish: persist and report; "
-        "sweep: resume Sessions with a due Timer",
+        "sweep: resume Sessions with a due Timer; check: check this repository's set-up",
     )
     add_output_flags(specs)
     return parser

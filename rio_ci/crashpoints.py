@@ -45,6 +45,9 @@ FINISH_POINTS = (
     "artifact_aside_written",  # the new generation complete aside, not yet swapped in
     "artifact_swapped",  # the new generation in place, the old one not yet removed
 )
+# A migration of an older Session file (rio_ci/store/migrations.py; tests/test_migrations.py
+# crashes it): its changes made, the transaction not yet committed.
+MIGRATION_POINTS = ("migration_before_commit",)
 
 _target = os.environ.get("RIO_CRASH_AT", "")
 _name, _, _nth = _target.partition(":")

@@ -109,6 +109,12 @@ class Session:
         return self.journal.path
 
     @property
+    def migrated_from(self) -> int | None:
+        """The format the Session file had when this handle opened it, if opening migrated it
+        to this rio-ci's (docs/journal.md, "Formats and migrations"); else None."""
+        return self.journal.migrated_from
+
+    @property
     def commits(self) -> int:
         """Write transactions committed through this handle (the bench counts them)."""
         return self.journal.commits

@@ -195,10 +195,12 @@ class Repository:
         moving_workspace: bool = False,
         http: bool = False,
         max_file_bytes: int | None = None,
+        first_job: int = 1,
     ):
         """``http``: the origin is served by ``gh`` over smart HTTP (the token decides, and
         GitHub's push refusals apply, files over ``max_file_bytes`` among them), as on
-        GitHub; otherwise jobs clone and push through the file system."""
+        GitHub; otherwise jobs clone and push through the file system. Jobs are numbered
+        from ``first_job`` (their run id is 1000 + the number)."""
         self.tmp, self.gh = tmp, gh
         self.origin = tmp / "origin.git"
         self.workspace = tmp / "work" / gh.name
@@ -207,7 +209,7 @@ class Repository:
         self.moving_workspace = moving_workspace
         self.model = tmp / "model.yaml"
         self.model.write_text("[]\n")
-        self._jobs = itertools.count(1)
+        self._jobs = itertools.count(first_job)
         self._uploads = itertools.count(1)
         self.jobs: list[Job] = []
         seed = tmp / "seed"

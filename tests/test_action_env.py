@@ -84,9 +84,10 @@ def test_the_configuration_gives_validators_limits_and_passed_credentials(tmp_pa
     (tmp_path / "rio.yml").write_text(
         "validators:\n  - python -m pytest -q\n  - [ruff, check, .]\n"
         "limits: {rounds: 7, cost_usd: 2.5}\npass_env: [PYPI_TOKEN, DEPLOY_KEY]\n"
-        "secrets: [HOOK_URL]\n"
+        "secrets: [HOOK_URL]\nci_workflow: ci.yml\n"
     )
     config = Config.load(tmp_path, "rio.yml")
+    assert config.ci_workflow == "ci.yml"
     assert config.validators == [["python", "-m", "pytest", "-q"], ["ruff", "check", "."]]
     assert (config.limits.rounds, config.limits.cost_usd) == (7, 2.5)
     assert config.pass_env == ("DEPLOY_KEY", "PYPI_TOKEN")
@@ -109,6 +110,9 @@ def test_the_configuration_gives_validators_limits_and_passed_credentials(tmp_pa
         ("validators: ['pytest \"unclosed']\n", "No closing quotation"),
         ("validators: python -m pytest\n", "validators must be a list"),
         ("limits: {1: 2}\n", "rio.yml"),
+        ("ci_workflow: CI\n", "ci_workflow must be the file name of a workflow"),
+        ("ci_workflow: ../ci.yml\n", "ci_workflow must be the file name of a workflow"),
+        ("ci_workflow: [ci.yml]\n", "ci_workflow must be the file name of a workflow"),
     ],
 )
 def test_a_bad_configuration_says_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:

@@ -99,6 +99,9 @@ def test_a_waiting_timer_switches_the_sweep_on_after_the_progress_comment(
     (comment,) = repo.progress_comments(issue)
     assert '"next_wake": ' + job.outputs["next-wake"] in comment["body"]
     assert gh.workflow_changes == []  # the rio job never switches workflows itself
+    # no sweep at all: the Timer would wait for the next event, and the summary says so
+    missing = "rio-sweep.yml is not installed: this Session's Timer fires only at its next event"
+    assert (missing in job.summary) == (state is None)
 
 
 def test_a_dispatched_job_that_finds_no_session_clears_the_next_wake(

@@ -173,8 +173,12 @@ CASES = {
         "not a rio Session",
     ),
     "wrong schema": (
-        lambda s, m: [(SNAPSHOT, s), (MANIFEST, m.replace(SCHEMA.encode(), b"rio.artifact/2"))],
+        lambda s, m: [(SNAPSHOT, s), (MANIFEST, m.replace(SCHEMA.encode(), b"other.thing/1"))],
         "schema",
+    ),
+    "newer manifest schema": (  # one line naming both versions (docs/design.md)
+        lambda s, m: [(SNAPSHOT, s), (MANIFEST, m.replace(SCHEMA.encode(), b"rio.artifact/2"))],
+        r"written by a newer rio-ci \(manifest rio\.artifact/2; this rio-ci .*\): upgrade",
     ),
     "manifest not json": (lambda s, m: [(SNAPSHOT, s), (MANIFEST, b"{nope")], "manifest refused"),
 }

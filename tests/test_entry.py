@@ -23,7 +23,7 @@ from rio_ci.cli import OWNER_COMMANDS, build_parser
 from rio_ci.run import cell_user
 from rio_ci.run.environment import session_secret_names
 from rio_ci.session import Session
-from rio_ci.store.at_rest import session_secret_names_at_rest
+from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
 from tests.kit import cli_env
 
 KEY = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e"}
@@ -138,7 +138,9 @@ def _not_sessions(tmp_path: Path) -> dict[str, Path]:
     newer = tmp_path / "newer.db"
     shutil.copy(session, newer)
     with sqlite3.connect(newer) as conn:
-        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+        )
     conn.close()
     nested = tmp_path / "nested.db"
     shutil.copy(session, nested)

@@ -9,7 +9,7 @@ import pytest
 from rio_ci.core.projection import Projection
 from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import branch_for, goal_for, issue_of_branch, quote_untrusted
-from rio_ci.github.events import Standing, classify, standing_trigger, steer_command
+from rio_ci.github.events import Standing, classify, is_setup_check, standing_trigger, steer_command
 from rio_ci.reports.progress import status_of
 
 REPO = "octo/demo"
@@ -299,3 +299,12 @@ def test_a_comment_shows_its_issues_labels_and_assignees_but_a_pull_requests_not
     assert (data["labels"], data["assignees"]) == (["rio", "bug"], ["rio-bot"])
     payload["issue"]["pull_request"] = {"url": "x"}  # the pull request's labels, not the issue's
     assert "labels" not in classify("issue_comment", payload, "rio").data
+
+
+def test_a_dispatch_with_check_as_its_issue_asks_for_the_set_up_check() -> None:
+    """docs/github.md, "Checking the set-up": rio.yml dispatched with issue ``check``."""
+    assert is_setup_check({"inputs": {"issue": "check"}})
+    assert is_setup_check({"inputs": {"issue": " Check "}})
+    for payload in ({"inputs": {"issue": "7"}}, {"inputs": {}}, {}, {"inputs": "check"}):
+        assert not is_setup_check(payload), payload
+    assert classify("workflow_dispatch", {"inputs": {"issue": "7"}}, "rio", REPO).kind == "resume"

@@ -14,6 +14,7 @@ import pytest
 from conftest import end_run, journal_rows, note, sha256
 
 from rio_ci.session import Session
+from rio_ci.store.at_rest import SCHEMA_VERSION
 from tests.kit import Patch
 from tests.run_cli import rio
 
@@ -336,8 +337,9 @@ def test_a_file_that_is_not_our_session_is_refused_untouched(
     assert set(out) == {"error"} and "s.db" in out["error"]
     assert sha256(path) == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == names
-    if kind == "newer schema":
-        assert "schema version 99" in out["error"]
+    if kind == "newer schema":  # one line naming both versions
+        assert "written by a newer rio-ci (Session format 99; this rio-ci" in out["error"]
+        assert f"reads up to {SCHEMA_VERSION}): upgrade rio-ci" in out["error"]
 
 
 def test_a_missing_session_file_is_a_storage_error(rio: Any, tmp_path: Path) -> None:

@@ -153,6 +153,7 @@ def test_the_workflow_has_every_trigger_of_the_contract_and_no_pull_request_targ
     assert "schedule" not in on  # the sweep is its own workflow, off while nothing waits
     assert load(WORKFLOWS / "rio-sweep.yml")["on"]["schedule"][0]["cron"]
     assert on["workflow_dispatch"]["inputs"]["issue"]["required"] is True
+    assert "or check" in on["workflow_dispatch"]["inputs"]["issue"]["description"]
     assert on["repository_dispatch"]["types"] == ["rio-timer"]
     for path in [ROOT / "action.yml", *WORKFLOWS.glob("*.yml")]:
         assert "pull_request_target" not in path.read_text(), path
@@ -223,6 +224,32 @@ def test_the_workflow_uses_the_action_with_inputs_it_has(
 def test_no_expression_is_interpolated_into_shell(path: Path) -> None:
     for each in steps_of(load(path)):
         assert "${{" not in each.get("run", ""), (path.name, each.get("id") or each.get("name"))
+
+
+def test_a_version_tag_tests_checks_and_then_publishes_the_release() -> None:
+    """docs/releasing.md: the suite and the tag's agreement with the version and the
+    CHANGELOG come first; only then a job with ``contents: write`` publishes the notes the
+    release script extracts and moves the major tag."""
+    release = load(WORKFLOWS / "release.yml")
+    assert release["on"] == {"push": {"tags": ["v*.*.*"]}}
+    assert release["permissions"] == {}
+    test, publish = release["jobs"]["test"], release["jobs"]["publish"]
+    assert test["permissions"] == {"contents": "read"}
+    runs = [s["run"] for s in test["steps"] if "run" in s]
+    assert 'python3 .ci/release.py check "$TAG"' in runs[0] and "origin/main" in runs[0]
+    assert runs[1] == "bash .ci/run"
+    (checked,) = [s for s in test["steps"] if "release.py check" in s.get("run", "")]
+    assert checked["env"] == {"TAG": "${{ github.ref_name }}"}
+    assert test["steps"][0]["with"]["fetch-depth"] == 0
+    assert publish["needs"] == "test"
+    assert publish["permissions"] == {"contents": "write"}
+    script = "\n".join(s.get("run", "") for s in publish["steps"])
+    assert 'python3 .ci/release.py notes "$TAG"' in script
+    assert "gh release create" in script and "--notes-file" in script
+    assert 'major="${TAG%%.*}"' in script and "force=true" in script
+    for job in (test, publish):
+        (checkout,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout")]
+        assert checkout["with"]["persist-credentials"] is False
 
 
 def test_ci_runs_the_repository_check_script() -> None:
@@ -317,26 +344,31 @@ def readme_workflow() -> dict[str, Any]:
     return data
 
 
-def test_the_readme_workflow_filters_and_limits_as_the_full_example(rio: dict[str, Any]) -> None:
-    """docs/github.md "Hygiene": the README's workflow has the same ``if:`` filters and
-    ``timeout-minutes`` as the full example — the very same text, job by job."""
+def test_the_readme_workflow_is_the_full_example_without_its_comments(
+    rio: dict[str, Any],
+) -> None:
+    """docs/github.md "Hygiene": the README's workflow has every trigger and job of the full
+    example (the Timer wake-up included: the README says in one line that Timers also need
+    rio-sweep.yml), with the same ``if:`` filters, limits, permissions and steps."""
     readme = readme_workflow()
-    assert readme["on"] == {name: rio["on"][name] for name in readme["on"]}
-    assert set(readme["on"]) == set(rio["on"]) - {"repository_dispatch"}  # the Timer wake-up
-    assert set(readme["jobs"]) == set(rio["jobs"]) - {"sweep-wake"}
+    assert readme["on"] == rio["on"]
+    assert set(readme["jobs"]) == set(rio["jobs"])
     for name, job in readme["jobs"].items():
         full = rio["jobs"][name]
         assert job["if"] == full["if"], name
         assert job["timeout-minutes"] == full["timeout-minutes"], name
         for key in ("needs", "permissions", "concurrency", "outputs", "runs-on"):
             assert job.get(key) == full.get(key), (name, key)
-    assert readme["jobs"]["route"]["steps"] == rio["jobs"]["route"]["steps"]
+    for name in ("route", "sweep-wake"):
+        assert readme["jobs"][name]["steps"] == rio["jobs"][name]["steps"], name
     (checkout, action) = readme["jobs"]["rio"]["steps"]
     assert checkout == rio["jobs"]["rio"]["steps"][0]  # the same pinned checkout and settings
     assert PINNED.match(
         action["uses"].replace("OWNER/rio-ci@COMMIT_SHA", "owner/rio-ci@" + "0" * 40)
     )
     assert action["with"] == {k: v for k, v in step(rio, "rio")["with"].items()}
+    text = (ROOT / "README.md").read_text()
+    assert "Timers also need\n[rio-sweep.yml](.github/workflows/rio-sweep.yml)" in text
 
 
 @pytest.mark.skipif(ZIZMOR is None, reason="zizmor is not installed (the test extra has it)")

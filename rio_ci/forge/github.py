@@ -39,6 +39,7 @@ from rio_ci.forge.base import (
     WorkflowRun,
 )
 from rio_ci.forge.github_download import fetch_zip
+from rio_ci.forge.github_probe import Answer, fetch
 from rio_ci.forge.github_reviews import News, submitted_reviews
 from rio_ci.forge.github_runs import artifact_origin, int_or_none, run_of
 
@@ -380,6 +381,13 @@ class GitHubForge:
         for pull in self._repo.get_pulls(state="open", head=head):
             return pull.html_url
         return None
+
+    def probe(self, path: str, params: dict[str, Any] | None = None) -> Answer:
+        """GET ``/repos/{owner}/{name}{path}`` as this token may (``github_probe``): the
+        status is the answer; only a network failure raises."""
+        return fetch(
+            self._github.requester, f"{self._api_url}/repos/{self._full_name}{path}", params
+        )
 
     def default_branch(self) -> str:
         return str(self._repo.default_branch or "main")

@@ -7,6 +7,9 @@
             the branch, the pull request (gated) and the progress comment
     sweep   (``schedule``) dispatch a job for every Session whose Timer is due, reading only
             the progress comment's metadata
+    check   (``workflow_dispatch`` with ``check`` as the issue) the set-up check
+            (setup_check.py): the key, the token, the label, the sweep, the workflows, the
+            configuration, each with what to fix, in the step summary
 
 Every write to GitHub is idempotent: the progress comment is found by its marker and
 edited, the pull request is found by its head branch, and each observation enters the
@@ -22,12 +25,16 @@ import ipaddress
 import os
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rio_ci.forge.base import Forge
 from rio_ci.github.env import JOB_FILE, RUN_OUTPUTS, ActionEnv, write_outputs
+from rio_ci.github.events import is_setup_check
 from rio_ci.github.runner import report
 from rio_ci.github.sweep import sweep
+
+if TYPE_CHECKING:
+    from rio_ci.forge.github import GitHubForge
 
 FAILING = frozenset({"failed", "error", "interrupted"})
 
@@ -50,6 +57,11 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
 
         # The API is reached only after the Session is persisted (docs/github.md).
         result = finish(env, connect)
+    elif phase == "check" or asks_for_setup_check(env):
+        from rio_ci.github.setup_check import check_setup
+
+        result = check_setup(env, lambda: github_forge(env))
+        write_outputs(env, result, RUN_OUTPUTS)
     elif phase == "sweep" or env.event_name == "schedule":
         result = sweep(env, connect())
         write_outputs(env, result, RUN_OUTPUTS)
@@ -64,7 +76,12 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
     return 1 if result.get("status") in failing else 0
 
 
-def github_forge(env: ActionEnv) -> Forge:
+def asks_for_setup_check(env: ActionEnv) -> bool:
+    """``rio.yml`` dispatched with ``check`` as its issue: the set-up check, in the rio job."""
+    return env.event_name == "workflow_dispatch" and is_setup_check(env.event())
+
+
+def github_forge(env: ActionEnv) -> GitHubForge:
     from rio_ci.forge.github import GitHubForge
 
     # PyGithub's spacing between requests is GitHub's advice against its secondary rate

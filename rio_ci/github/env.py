@@ -79,6 +79,7 @@ class ActionEnv:
     cell_user: str | None = None  # RIO_CELL_USER (the action's cell-user); None: none
     assignee_trigger: str = ""
     runner_retention_days: int | None = None
+    job: str = ""  # GITHUB_JOB: the id of the workflow's job this step runs in
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
@@ -129,6 +130,7 @@ class ActionEnv:
             cell_user=requested(environ.get("RIO_CELL_USER")),
             assignee_trigger=environ.get("RIO_ASSIGNEE_TRIGGER", "").strip().removeprefix("@"),
             runner_retention_days=_retention(environ.get("GITHUB_RETENTION_DAYS", "").strip()),
+            job=environ.get("GITHUB_JOB", "").strip(),
         )
 
     def retention_days(self, config: Config) -> int:
@@ -179,6 +181,10 @@ def _retention(text: str) -> int | None:
 # The harness's own credentials: a Session may never hand them to its Cells.
 HARNESS_SECRETS = frozenset({"GITHUB_TOKEN", "ANTHROPIC_API_KEY"})
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WORKFLOW_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.ya?ml")
+CONFIG_KEYS = frozenset(
+    {"validators", "limits", "pass_env", "retention_days", "secrets", "ci_workflow"}
+)
 
 
 @dataclass(frozen=True)
@@ -188,7 +194,9 @@ class Config:
     ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts
     (a Session's saved generations), so the artifact outlives every Timer and a Timer past it
     is refused. It can only lower what the runner says (``ActionEnv.retention_days``); None
-    when the file does not set it."""
+    when the file does not set it. ``ci_workflow``, read by every job: the repository's CI
+    workflow, which the finish step dispatches on the agent's branch after a push (pushes
+    made with the job token start no workflow; docs/github.md)."""
 
     validators: list[list[str]]
     limits: Limits
@@ -196,6 +204,7 @@ class Config:
     retention_days: int | None = None
     secrets: tuple[str, ...] = ()  # more variables whose values are redacted and withheld
     skipped: str | None = None  # why the file was not read (the defaults apply): a warning
+    ci_workflow: str | None = None  # the repository's CI, dispatched on the agent's branch
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
@@ -215,6 +224,7 @@ class Config:
             _pass_env(relative, data.get("pass_env") or []),
             _retention_days(relative, data.get("retention_days")),
             _names(relative, "secrets", data.get("secrets") or []),
+            ci_workflow=_ci_workflow(relative, data.get("ci_workflow")),
         )
 
 
@@ -226,12 +236,23 @@ def _config_mapping(relative: str, raw: bytes) -> dict[str, Any]:
         raise UsageError(f"{relative}: cannot read the configuration: {reason}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{relative}: the configuration must be a mapping")
-    unknown = sorted(
-        map(str, set(data) - {"validators", "limits", "pass_env", "retention_days", "secrets"})
-    )
+    unknown = sorted(map(str, set(data) - CONFIG_KEYS))
     if unknown:
         raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
     return data
+
+
+def _ci_workflow(relative: str, name: Any) -> str | None:
+    """The file name of the repository's CI workflow (``ci.yml``), as the workflows API
+    takes it; None when the configuration names none."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _WORKFLOW_FILE.fullmatch(name):
+        raise UsageError(
+            f"{relative}: ci_workflow must be the file name of a workflow in "
+            f".github/workflows/ (say, ci.yml), got {name!r}"
+        )
+    return name
 
 
 def _validators(relative: str, items: Any) -> list[list[str]]:

@@ -113,6 +113,17 @@ def _finished_event(
     )
 
 
+SETUP_CHECK = "check"  # the workflow_dispatch issue that asks for the set-up check
+
+
+def is_setup_check(payload: dict[str, Any]) -> bool:
+    """A ``workflow_dispatch`` whose ``issue`` input is ``check``: run the set-up check, no
+    Session (docs/github.md, "Checking the set-up")."""
+    inputs = payload.get("inputs")
+    issue = inputs.get("issue") if isinstance(inputs, dict) else None
+    return isinstance(issue, str) and issue.strip().lower() == SETUP_CHECK
+
+
 def _dispatch_event(payload: dict[str, Any], sender: Any) -> Trigger:
     issue = ascii_int(str((payload.get("inputs") or {}).get("issue") or "").strip(), 12)
     if not issue:

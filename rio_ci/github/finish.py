@@ -4,10 +4,11 @@ Persist first, offline: recover (a cut-off run's ``started`` Execution becomes a
 UnknownExecution), withdraw Timers past the retention horizon, and write generation + 1 to
 ``$RUNNER_TEMP/rio-artifact/`` with the outputs the upload step needs (``artifact-name``,
 ``retention-days``) — named from ``job.json``, what this job restored, never from the API.
-Only then the network: the branch push (a refused path becomes a ``push_refused`` message),
-the pull request (only after the gate: the validators pass again here), the progress
-comment, the sweep's wake-up. The snapshot is written again after anything those commit,
-before finish exits. An outage, a 401/403 or an expired token on the way loses nothing.
+Only then the network: the branch push (a refused path becomes a ``push_refused`` message)
+and the dispatch of the repository's CI on it (``ci_dispatch``), the pull request (only after
+the gate: the validators pass again here), the progress comment, the sweep's wake-up. The
+snapshot is written again after anything those commit, before finish exits. An outage, a
+401/403 or an expired token on the way loses nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rio_ci.errors import RioError
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
 from rio_ci.github import timers, workspace
+from rio_ci.github.ci_dispatch import dispatch_ci
 from rio_ci.github.comment import publish_progress
 from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
@@ -145,6 +147,8 @@ def _publish(
     owner.hand_back()  # the validators ran as the Cell user; git works on the harness's tree
     _supersede(env, job)
     out["commit"] = _checkpoint(env, session, job, notes)
+    if out["commit"] is not None and forge is not None:  # a push by the job token starts no CI
+        dispatch_ci(env, forge, job.get("ci_workflow"), branch_for(issue))
     pull = None
     if problem is not None:
         notes.append(f"no pull request: {problem}")
@@ -176,11 +180,22 @@ def _publish(
         # The end is on GitHub: later jobs need not publish it again (job.py).
         session.set_watermark(progress.PUBLISHED, int(job["generation"]) + 1)
     if proj.next_wake() is not None:
-        try:
-            log(f"rio-ci: {timers.wake_sweep(forge)}")
-        except RioError as exc:
-            warn(env, f"the sweep could not be switched on for the Timer: {exc}")
+        _wake_sweep(env, forge)
     return out
+
+
+def _wake_sweep(env: ActionEnv, forge: Forge) -> None:
+    """A Timer waits: the sweep must be on (timers.py). A repository without one gets a
+    warning: nothing will fire the Timer on time."""
+    try:
+        said = timers.wake_sweep(forge)
+    except RioError as exc:
+        warn(env, f"the sweep could not be switched on for the Timer: {exc}")
+        return
+    if said == timers.NOT_INSTALLED:
+        warn(env, said)
+    else:
+        log(f"rio-ci: {said}")
 
 
 def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:

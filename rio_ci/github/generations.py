@@ -20,6 +20,7 @@ from rio_ci.github.provenance import Provenance
 from rio_ci.github.record import LaunchRecord, tail_events
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
+from rio_ci.store.at_rest import SCHEMA_VERSION
 from rio_ci.store.launch_record import Record
 
 
@@ -114,10 +115,11 @@ def _put_in_place(name: str, result: newest.RestoreResult, db: Path) -> tuple[in
         return 0, None, 0
     shutil.copyfile(result.restored.snapshot, db)
     generation = result.restored.manifest.generation
-    log(f"rio-ci: restored generation {generation} of {name}")
-    session = Session.open(db)
-    after = session.proj.last_seq
+    session = Session.open(db)  # an older format is migrated here, before anything reads it
+    after, older = session.proj.last_seq, session.migrated_from
     session.close()
+    migrated = f" (Session format {older}, migrated to {SCHEMA_VERSION})" if older else ""
+    log(f"rio-ci: restored generation {generation} of {name}{migrated}")
     return generation, result.restored.artifact.id, after
 
 

@@ -91,6 +91,7 @@ def run(
         "record_after": launches.after_seq,
         "artifact_name": f"rio-session-{issue}",
         "retention_days": env.retention_days(config),
+        "ci_workflow": config.ci_workflow,  # from the default branch, before any Cell ran
         "fresh": start != "restored" or bool(restored["record_imported"]),
     }
     write_job(env, job)

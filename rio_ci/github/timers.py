@@ -68,11 +68,18 @@ def refuse_far_timers(session: Session, retention_days: int) -> list[str]:
     return refused
 
 
+NOT_INSTALLED = (
+    f"{SWEEP_WORKFLOW} is not installed: this Session's Timer fires only at its next event; "
+    f"copy .github/workflows/{SWEEP_WORKFLOW} beside the workflow (docs/github.md)"
+)
+
+
 def wake_sweep(forge: Forge) -> str:
-    """Ask for the sweep to be switched on when it is installed and off; what was done."""
+    """Ask for the sweep to be switched on when it is installed and off; what was done
+    (``NOT_INSTALLED`` when there is no sweep: the caller warns)."""
     state = forge.workflow_state(SWEEP_WORKFLOW)
     if state is None:
-        return f"{SWEEP_WORKFLOW} is not installed: Timers fire at the next event only"
+        return NOT_INSTALLED
     if state == "active":
         return f"{SWEEP_WORKFLOW} is on"
     forge.repository_dispatch(WAKE_EVENT)

@@ -199,6 +199,29 @@ class AnthropicModel:
             )
         return self._reply(message)
 
+    def verify(self) -> tuple[str, str] | None:
+        """Whether the provider takes this key and knows this model, for the set-up check
+        (docs/github.md): one read of the Models API (``GET /v1/models/{model_id}``, which
+        costs no tokens). None when it answers, else ``(what, why)``: what was refused —
+        ``key``, ``model`` or ``provider`` (unreachable, or another answer) — and why, in one
+        line. Claude API only: Bedrock and Vertex check their credentials themselves."""
+        if self._client is None or self.provider != "anthropic":
+            raise ModelError(f"{self.name}: only the Claude API's key is checked", transient=False)
+        try:
+            self._client.models.retrieve(self.model)
+        except anthropic.AuthenticationError as exc:
+            return "key", f"the Claude API refused the key (HTTP 401: {_said(exc)})"
+        except anthropic.PermissionDeniedError as exc:
+            return "key", f"the key may not use the Claude API (HTTP 403: {_said(exc)})"
+        except anthropic.NotFoundError as exc:
+            why = f"the Claude API does not know the model {self.model} (HTTP 404: {_said(exc)})"
+            return "model", why
+        except anthropic.APIStatusError as exc:
+            return "provider", f"the Claude API answered HTTP {exc.status_code}: {_said(exc)}"
+        except anthropic.APIConnectionError as exc:
+            return "provider", f"the Claude API could not be reached: {exc}"
+        return None
+
     def _thinking(self) -> ThinkingConfigParam | None:
         features = self.info.features
         if features.thinking in ("adaptive", "adaptive_always_on"):
@@ -280,6 +303,14 @@ def _rationale(message: Message) -> str:
         half = RATIONALE_CHARS // 2
         text = f"{text[:half]}\n[… {len(text) - 2 * half} characters elided …]\n{text[-half:]}"
     return text
+
+
+def _said(exc: anthropic.APIStatusError) -> str:
+    """The provider's own message of an error answer, in one line."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return " ".join(str(message or exc.message).split())
 
 
 def _client(

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import zipfile
@@ -29,13 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TypedDict
 
+import rio_ci
 from rio_ci import jsonio
 from rio_ci.core.state import is_int
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import ArtifactError, StorageError
+from rio_ci.store.migrations import NEWER
 from rio_ci.store.sessionfile import copy_single_file, single_file_problem
 
-SCHEMA = "rio.artifact/1"
+MANIFEST_VERSION = 1  # the manifest's own schema (the snapshot's format is in its meta table)
+SCHEMA = f"rio.artifact/{MANIFEST_VERSION}"
+_SCHEMA_NAME = re.compile(r"rio\.artifact/([1-9][0-9]{0,8})")
 SNAPSHOT = "session.sqlite3"
 MANIFEST = "manifest.json"
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -83,8 +88,7 @@ class Manifest:
         """Parse a manifest; anything but the exact rio.artifact/1 shape raises ValueError."""
         if not isinstance(data, dict):
             raise ValueError("manifest is not a JSON object")
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"manifest schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+        _check_schema(data.get("schema"))
         expected = set(ManifestDict.__annotations__)
         if set(data) != expected:
             raise ValueError(f"manifest fields {sorted(data)} differ from {sorted(expected)}")
@@ -107,6 +111,22 @@ class Manifest:
         ):
             raise ValueError("manifest next_wake must be a number or null")
         return cls(generation, parent, run_id, digest, None if wake is None else float(wake))
+
+
+def _check_schema(schema: object) -> None:
+    """Refuse a manifest of another schema: a newer one names both versions (its snapshot
+    may be of a Session format this rio-ci cannot read either); anything else is not a rio
+    artifact. docs/design.md: a manifest schema older than this one would be read here and
+    converted (there is none yet: ``rio.artifact/1`` is the first)."""
+    if schema == SCHEMA:
+        return
+    newer = _SCHEMA_NAME.fullmatch(schema) if isinstance(schema, str) else None
+    if newer is not None and int(newer[1]) > MANIFEST_VERSION:
+        raise ValueError(
+            f"the artifact {NEWER} (manifest {schema}; this rio-ci "
+            f"{rio_ci.__version__} reads {SCHEMA}): upgrade rio-ci"
+        )
+    raise ValueError(f"manifest schema is {schema!r}, expected {SCHEMA!r}")
 
 
 def _sha256(path: Path) -> str:
@@ -300,6 +320,8 @@ def _check_session(snapshot: Path) -> None:
     if header[18] != 1 or header[19] != 1:
         raise ArtifactError("snapshot is in WAL mode, not a single-file snapshot")
     problem = single_file_problem(snapshot)
+    if problem is not None and NEWER in problem:  # not damage: said as it is
+        raise ArtifactError(f"snapshot refused: {_one_line(problem)}")
     if problem is not None:
         raise ArtifactError(
             f"snapshot refused (not a rio Session, or damaged): {_one_line(problem)}"

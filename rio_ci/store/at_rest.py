@@ -14,7 +14,9 @@ import stat
 
 __all__ = ["SCHEMA_VERSION", "SIDECARS", "session_secret_names_at_rest"]
 
-SCHEMA_VERSION = 1  # the Session file's format (meta.schema_version)
+SCHEMA_VERSION = (
+    2  # the Session file's format (meta.schema_version); migrations.py moves older ones
+)
 SIDECARS = ("-wal", "-shm", "-journal")  # the names SQLite opens beside a database
 
 
@@ -22,8 +24,8 @@ def session_secret_names_at_rest(db: str) -> list[str] | None:
     """The ``--secret`` names of the Session file ``db`` as its first event
     (``session_created``, never rewritten) holds them, or None where that cannot be told
     this way: not a regular file, a sidecar SQLite writes (``-wal``, ``-shm``, ``-journal``)
-    beside it (the file alone may then be mid-checkpoint), not a Session of this schema
-    version, or unreadable.
+    beside it (the file alone may then be mid-checkpoint), not a Session of a format this
+    rio-ci reads (its own or an older one: the first event never changes), or unreadable.
 
     Read through an ``immutable`` connection, as ``sessionfile`` first judges a file:
     nothing is created beside ``db``, locked or written. Only ``sqlite3`` is imported, not
@@ -66,6 +68,7 @@ def _first_event(conn: sqlite3.Connection) -> object:
         return None
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     first = conn.execute("SELECT kind, data FROM events WHERE seq = 1").fetchone()
-    if version != (str(SCHEMA_VERSION),) or first is None or first[0] != "session_created":
+    readable = {(str(format),) for format in range(1, SCHEMA_VERSION + 1)}
+    if version not in readable or first is None or first[0] != "session_created":
         return None
     return json.loads(first[1]) if isinstance(first[1], str) else None

@@ -22,7 +22,7 @@ from rio_ci.core.reducer import apply, readable
 from rio_ci.core.state import compact
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import StorageError, UncertainCommit
-from rio_ci.store import sessionfile
+from rio_ci.store import migrations, sessionfile
 from rio_ci.store.at_rest import SCHEMA_VERSION
 from rio_ci.store.sessionfile import resolve
 
@@ -33,7 +33,8 @@ Guard = Callable[[], tuple[str, bool] | None]
 SAVE_EVERY = 64  # events folded on top of the saved projection before it is saved again ...
 SAVE_OPEN_TURN = 4 * SAVE_EVERY  # ... or, while a Turn is open, before it must be
 PAGE_SIZE = 8192  # rows of 1-3 KB left a third of each 4 KiB page empty (docs/performance.md)
-# Kinds looked up by ref, the only ones indexed (patch_accepted: after its turn_prepared)
+# Kinds looked up by ref, the only ones indexed (patch_accepted: after its turn_prepared);
+# image_stored, looked up by its digest, has an index of its own (format 2, migrations.py)
 LOOKED_UP = (
     "message_received",
     "turn_prepared",
@@ -50,6 +51,7 @@ CREATE INDEX events_ref ON events (ref, kind)
     WHERE {" OR ".join(f"kind = '{k}'" for k in LOOKED_UP)};
 CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
                        data TEXT NOT NULL);
+{migrations.IMAGE_INDEX};
 """
 
 
@@ -72,6 +74,7 @@ class Journal:
         self.refused: str | None = None  # why this Journal commits nothing more
         self.guard: Guard | None = None  # asked before every write (``check_file``)
         self.identity = identity or sessionfile.identity_of(path)
+        self.migrated_from: int | None = None  # the format the file had, when opening migrated it
 
     # --- opening -------------------------------------------------------------------------
 
@@ -113,7 +116,9 @@ class Journal:
         cls, path: str | os.PathLike[str], *, verify: bool = False, synchronous: str = "FULL"
     ) -> Journal:
         """Open an existing Session. ``verify`` adds SQLite's ``quick_check`` (Owner start).
-        Nothing is created beside ``path`` before it is known to be one (``sessionfile``)."""
+        Nothing is created beside ``path`` before it is known to be one this rio-ci reads
+        (``sessionfile``: a file of a newer format is refused untouched); a file of an older
+        format is migrated first, one transaction per step (``migrations``)."""
         real = resolve(path)
         identity = sessionfile.check(real, path)
         problem = sessionfile.recognise(real, path)
@@ -132,6 +137,7 @@ class Journal:
                     problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
                     if problems != ["ok"]:
                         raise StorageError(f"{path} failed quick_check: {problems[0]}")
+                migrated_from = migrations.upgrade(conn, path)
                 proj, saved_seq = _load(conn)
             except BaseException:
                 conn.close()
@@ -142,6 +148,7 @@ class Journal:
             conn.close()
             raise StorageError(f"{path} was replaced while it was being opened; try again")
         journal = cls(real, conn, proj, saved_seq, identity, synchronous)
+        journal.migrated_from = migrated_from
         journal.catch_up()
         return journal
 
@@ -235,8 +242,9 @@ class Journal:
         return next(self.find_all(ref, kind, after), None)
 
     def find_all(self, ref: str, kind: str, after: int = 0) -> Iterator[dict[str, Any]]:
-        """Every such event, in order: through the index for ``LOOKED_UP`` kinds (the kind
-        is spelled out so SQLite can use a partial index), else scanning from ``after``."""
+        """Every such event, in order: through a partial index for ``LOOKED_UP`` kinds and
+        ``image_stored`` (the kind is spelled out so SQLite can use one), else scanning from
+        ``after``."""
         if kind not in KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
         for row in self._rows(

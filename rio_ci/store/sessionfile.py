@@ -28,21 +28,15 @@ from rio_ci.core.reducer import apply
 from rio_ci.core.state import ascii_int
 from rio_ci.errors import StorageError
 from rio_ci.jsonio import strict_decoder
+from rio_ci.store import migrations
 from rio_ci.store.at_rest import SCHEMA_VERSION, SIDECARS
 
-# Every object a Session file of this schema holds in sqlite_master: (type, name, table).
-# A copy from elsewhere (an artifact) holding anything more — a trigger that fires on the
-# next commit, a view, a table of its own — is refused (tests/test_artifact.py keeps this
-# equal to what the Journal creates).
-SCHEMA_OBJECTS = frozenset(
-    {
-        ("table", "meta", "meta"),
-        ("index", "sqlite_autoindex_meta_1", "meta"),
-        ("table", "events", "events"),
-        ("index", "events_ref", "events"),
-        ("table", "snapshot", "snapshot"),
-    }
-)
+# Every object a Session file of this rio-ci's format holds in sqlite_master: (type, name,
+# table); ``migrations.objects`` gives an older format's. A copy from elsewhere (an artifact)
+# holding anything more than its own format's — a trigger that fires on the next commit, a
+# view, a table of its own — is refused (tests/test_artifact.py keeps this equal to what the
+# Journal creates, tests/test_migrations.py to what the migrations make of a format-1 file).
+SCHEMA_OBJECTS = migrations.objects(SCHEMA_VERSION)
 
 Identity = tuple[int, int]  # (st_dev, st_ino)
 
@@ -220,8 +214,9 @@ DECODER = strict_decoder(overflow=True)
 
 
 def recognise(real: Path, given: str | os.PathLike[str]) -> str | None:
-    """Why ``real`` is not a Session of this schema version, or None, read through an
-    ``immutable`` connection: no lock, no ``-wal``/``-shm`` beside a foreign file.
+    """Why ``real`` is not a Session this rio-ci reads (of its format, or an older one it
+    migrates), or None, read through an ``immutable`` connection: no lock, no
+    ``-wal``/``-shm`` beside a foreign file or one written by a newer rio-ci.
 
     Only a file at rest can be judged this way: with a ``-wal`` beside it, the main file
     alone may be caught mid-checkpoint (after a crash, the WAL is what makes it whole). Then
@@ -233,16 +228,17 @@ def recognise(real: Path, given: str | os.PathLike[str]) -> str | None:
 
 
 def schema_problem(conn: sqlite3.Connection, given: str | os.PathLike[str]) -> str | None:
-    """Why the database of ``conn`` is not a Session of this schema version, or None."""
+    """Why the database of ``conn`` is not a Session this rio-ci reads, or None: not a
+    Session, or written by a newer rio-ci (a format past ``SCHEMA_VERSION``). An older
+    format is read: opening it migrates it (``migrations``)."""
     try:
         version = _schema_version(conn, given)
     except StorageError as exc:
         return str(exc)
-    if version != SCHEMA_VERSION:
-        return (
-            f"{given} has Session schema version {version}; this rio-ci reads version "
-            f"{SCHEMA_VERSION}. Use a matching rio-ci."
-        )
+    if version > SCHEMA_VERSION:
+        return migrations.newer_message(given, version)
+    if version < 1:
+        return f"{given} has Session format {version}, which no rio-ci writes"
     return None
 
 
@@ -253,26 +249,31 @@ def _judge(uri: str, given: str | os.PathLike[str], *, integrity: bool = False) 
             check = [r[0] for r in db.execute("PRAGMA integrity_check")] if integrity else []
             if check not in ([], ["ok"]):
                 return f"integrity_check failed: {check[0]}"
-            return (foreign_objects(db, given) if integrity else None) or schema_problem(db, given)
+            problem = schema_problem(db, given)
+            if problem is not None or not integrity:
+                return problem
+            return foreign_objects(db, given, _schema_version(db, given))
         finally:
             db.close()
     except sqlite3.Error as exc:
         return f"{given} is not a valid SQLite database ({exc})"
 
 
-def foreign_objects(conn: sqlite3.Connection, given: str | os.PathLike[str]) -> str | None:
-    """Why the database holds objects a Session of this schema does not (triggers, views,
-    tables or indexes of its own), or None."""
+def foreign_objects(
+    conn: sqlite3.Connection, given: str | os.PathLike[str], version: int = SCHEMA_VERSION
+) -> str | None:
+    """Why the database holds objects a Session of format ``version`` does not (triggers,
+    views, tables or indexes of its own, or those of a later format), or None."""
     found = {
         (str(kind), str(name), str(table))
         for kind, name, table in conn.execute("SELECT type, name, tbl_name FROM sqlite_master")
     }
-    extra = sorted(found - SCHEMA_OBJECTS)
+    extra = sorted(found - migrations.objects(version))
     if not extra:
         return None
     listed = ", ".join(f"{kind} {name!r}" for kind, name, _ in extra[:5])
     more = f" and {len(extra) - 5} more" if len(extra) > 5 else ""
-    return f"{given} holds what no rio Session holds: {listed}{more}"
+    return f"{given} holds what no rio Session of format {version} holds: {listed}{more}"
 
 
 def _schema_version(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> int:

@@ -41,6 +41,9 @@ _VERTEX = re.compile(
 )
 
 
+_MODEL = re.compile(r"/v1/models/([^/]+)")
+
+
 @dataclass(frozen=True)
 class ReceivedRequest:
     """One request as the fake saw it; header names are lower-cased."""
@@ -110,6 +113,10 @@ class FakeAnthropic:
 
     def __init__(self, cache: PromptCache | None = None) -> None:
         self.cache = cache
+        # The Models API (GET /v1/models/{id}): the keys it takes and the models it knows;
+        # None takes any key, knows any model.
+        self.keys: set[str] | None = None
+        self.models: set[str] | None = None
         self._lock = threading.Lock()
         self._queue: deque[_Outcome] = deque()
         self._requests: list[ReceivedRequest] = []
@@ -307,6 +314,9 @@ class FakeAnthropic:
         a complete Message; the handler streams it when the request asked to stream."""
         with self._lock:
             self._requests.append(request)
+        model = _MODEL.fullmatch(request.path)
+        if request.method == "GET" and model:
+            return self._model(request, model[1])
         if request.method != "POST" or not (
             request.path == "/v1/messages" or _VERTEX.search(request.path)
         ):
@@ -348,6 +358,23 @@ class FakeAnthropic:
         if outcome.error_event is not None:
             body["_error_event"] = outcome.error_event
         return 200, outcome.headers, body, outcome.delay
+
+    def _model(
+        self, request: ReceivedRequest, model: str
+    ) -> tuple[int, dict[str, str], Any, float]:
+        """The Models API's Get a Model: 401 for a key it does not take, 404 for a model it
+        does not know (the API's error shapes), else the model."""
+        if self.keys is not None and request.api_key not in self.keys:
+            return 401, {}, _error_body("authentication_error", "invalid x-api-key"), 0.0
+        if self.models is not None and model not in self.models:
+            return 404, {}, _error_body("not_found_error", f"model: {model}"), 0.0
+        body = {
+            "type": "model",
+            "id": model,
+            "display_name": model,
+            "created_at": "2026-01-01T00:00:00Z",
+        }
+        return 200, {}, body, 0.0
 
 
 def _shown(message: dict[str, Any], request: dict[str, Any], rules: rules_.Rules) -> dict[str, Any]:

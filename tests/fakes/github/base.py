@@ -65,6 +65,7 @@ SCOPES = [
     for p, scope in (
         (r"/issues.*", "issues"),
         (r"/pulls.*", "pull-requests"),
+        (r"/actions/permissions.*", "administration"),  # the repository's Actions settings
         (r"/actions/.*", "actions"),
         (r"/commits/[^/]+/check-(runs|suites)|/check-(runs|suites).*", "checks"),
         (r"/dispatches", "contents"),

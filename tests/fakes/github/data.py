@@ -53,6 +53,12 @@ class GitHubData:
         self.check_runs: dict[int, dict[str, Json]] = {}
         self.check_suites: dict[int, dict[str, Json]] = {}
         self.workflows: dict[str, str] = {}  # file name → state
+        self.no_dispatch: set[str] = set()  # workflows whose file has no workflow_dispatch
+        self.workflow_names: dict[str, str] = {}  # file name → the workflow's `name:`
+        self.labels: set[str] = set()  # the repository's labels (Issues → Labels)
+        # Settings → Actions → General: "Allow GitHub Actions to create and approve pull
+        # requests" (the workflow permissions API's can_approve_pull_request_reviews)
+        self.actions_open_pulls = True
         self.workflow_changes: list[tuple[str, str]] = []  # (file name, enable | disable)
         self.dispatches: list[dict[str, Json]] = []
         self.repository_dispatches: list[dict[str, Json]] = []
@@ -402,9 +408,26 @@ class GitHubData:
         }
         return suite_id
 
-    def add_workflow(self, file_name: str, state: str = "active") -> None:
+    def add_workflow(
+        self,
+        file_name: str,
+        state: str = "active",
+        *,
+        dispatch: bool = True,
+        name: str | None = None,
+    ) -> None:
+        """A workflow file in ``.github/workflows/`` whose ``name:`` is ``name`` (default: the
+        file name); ``dispatch=False``: its ``on:`` has no ``workflow_dispatch`` (GitHub then
+        refuses to dispatch it)."""
         assert state in WORKFLOW_STATES, state
         self.workflows[file_name] = state
+        self.workflow_names[file_name] = name or file_name
+        if not dispatch:
+            self.no_dispatch.add(file_name)
+
+    def add_repo_label(self, name: str) -> None:
+        """A label of the repository (an issue's labels need not be among them)."""
+        self.labels.add(name)
 
     def set_retention(self, days: int) -> None:
         """The repository's artifact retention setting: the default retention of an upload and

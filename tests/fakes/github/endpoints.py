@@ -259,22 +259,38 @@ class Endpoints(GitHubData):
     def _workflow_id(name: str) -> int:
         return sum(ord(c) * 31**i for i, c in enumerate(name)) % 10**6
 
+    def _workflow_json(self, name: str) -> Json:
+        return {
+            "id": self._workflow_id(name),
+            "name": self.workflow_names.get(name, name),
+            "path": f".github/workflows/{name}",
+            "state": self.workflows[name],
+            "url": f"{self._base}/actions/workflows/{name}",
+            "html_url": f"https://github.test/{self.repo}/actions/workflows/{name}",
+        }
+
     def _workflow(self, _: Recorded, m: re.Match[str]) -> Reply:
         name = self._workflow_name(m[1])
         if name is None:
             return not_found()
-        return (
-            200,
-            {
-                "id": self._workflow_id(name),
-                "name": name,
-                "path": f".github/workflows/{name}",
-                "state": self.workflows[name],
-                "url": f"{self._base}/actions/workflows/{name}",
-                "html_url": f"https://github.test/{self.repo}/actions/workflows/{name}",
-            },
-            {},
-        )
+        return 200, self._workflow_json(name), {}
+
+    def _list_workflows(self, req: Recorded, _: re.Match[str]) -> Reply:
+        listed = [self._workflow_json(name) for name in sorted(self.workflows)]
+        return self._paged(req, listed, "workflows")
+
+    def _label(self, _: Recorded, m: re.Match[str]) -> Reply:
+        name = urllib.parse.unquote(m[1])
+        if name not in self.labels:
+            return not_found()
+        return 200, {"name": name, "color": "ededed", "url": f"{self._base}/labels/{m[1]}"}, {}
+
+    def _workflow_permissions(self, _: Recorded, __: re.Match[str]) -> Reply:
+        body = {
+            "default_workflow_permissions": "read",
+            "can_approve_pull_request_reviews": self.actions_open_pulls,
+        }
+        return 200, body, {}
 
     def _switch_workflow(self, _: Recorded, m: re.Match[str]) -> Reply:
         name = self._workflow_name(m[1])
@@ -294,6 +310,8 @@ class Endpoints(GitHubData):
                 {"message": "Cannot trigger a 'workflow_dispatch' on a disabled workflow"},
                 {},
             )
+        if name in self.no_dispatch:
+            return 422, {"message": "Workflow does not have 'workflow_dispatch' trigger"}, {}
         data = json.loads(req.body)
         self.dispatches.append(
             {"workflow": name, "ref": data["ref"], "inputs": data.get("inputs", {})}
@@ -347,7 +365,10 @@ class Endpoints(GitHubData):
             ("GET", rf"{r}/pulls/(\d+)/reviews", self._list_reviews),
             ("GET", rf"{r}/pulls/(\d+)/comments", self._list_review_comments),
             ("GET", rf"{r}/pulls/(\d+)/reviews/(\d+)/comments", self._review_comments),
+            ("GET", rf"{r}/actions/workflows", self._list_workflows),
             ("GET", rf"{r}/actions/workflows/([^/]+)", self._workflow),
+            ("GET", rf"{r}/actions/permissions/workflow", self._workflow_permissions),
+            ("GET", rf"{r}/labels/([^/]+)", self._label),
             ("POST", rf"{r}/actions/workflows/([^/]+)/dispatches", self._dispatch),
             ("PUT", rf"{r}/actions/workflows/([^/]+)/(enable|disable)", self._switch_workflow),
             ("POST", rf"{r}/dispatches", self._repository_dispatch),

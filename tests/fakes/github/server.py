@@ -47,16 +47,19 @@ class FakeGitHub(Endpoints):
         token = self.tokens.get(value)
         return token if token is not None and not token.expired else None
 
-    def _refused(self, token: Token, req: Recorded) -> bool:
-        """Whether a token with limited permissions lacks the one this request needs."""
+    def _refused(self, token: Token, req: Recorded) -> str | None:
+        """The permission a token with limited permissions lacks for this request, as GitHub
+        names it in ``X-Accepted-GitHub-Permissions`` (``issues=write``), or None."""
         if token.permissions is None:
-            return False
+            return None
         rest = req.path.removeprefix(f"/repos/{self.repo}")
         for pattern, scope in SCOPES:
             if pattern.fullmatch(rest):
                 have = token.permissions.get(scope, "none")
-                return have == "none" or (req.method != "GET" and have != "write")
-        return False
+                need = "read" if req.method == "GET" else "write"
+                lacking = have == "none" or (need == "write" and have != "write")
+                return f"{scope.replace('-', '_')}={need}" if lacking else None
+        return None
 
     def answer(self, req: Recorded) -> tuple[int, bytes, dict[str, str]]:
         """Route one recorded request; returns (status, body, extra headers)."""
@@ -78,8 +81,13 @@ class FakeGitHub(Endpoints):
             for failure in self.failures:
                 if failure.take(req.method, req.path):
                     return encode(failure.status, {"message": failure.message}, {})
-            if self._refused(token, req):
-                return encode(403, {"message": REFUSALS[token.kind]}, {})
+            lacking = self._refused(token, req)
+            if lacking is not None:
+                return encode(
+                    403,
+                    {"message": REFUSALS[token.kind]},
+                    {"X-Accepted-GitHub-Permissions": lacking},
+                )
             for method, route, handler in self._routes():
                 match = re.fullmatch(route, req.path)
                 if match and method == req.method:
