@@ -172,13 +172,14 @@ class _Work:
         )
         owners.append(owner)
         restore_signals = handle_signals(owner.interrupted)
+        result: dict[str, Any] = {}
         try:
-            return self.rounds(owner, job)
+            result = self.rounds(owner, job)
         except RecordError as exc:
             log(f"::error::rio-ci: {exc}")
             if isinstance(exc, Fenced):  # another job writes this Session: publish nothing
                 write_job(env, {**job, "fenced": True})
-            return {
+            result = {
                 "status": "error",
                 "reason": str(exc),
                 "issue": job["issue"],
@@ -187,7 +188,11 @@ class _Work:
         finally:
             restore_signals()
             with contextlib.suppress(RioError):
-                owner.close()
+                owner.close()  # the tree handed back; then nothing a Cell wrote in .git stays
+            problem = workspace.reseal(env.state_dir, env.workspace)
+            if problem is not None:
+                result["not_resealed"] = problem
+        return result
 
     def rounds(self, owner: Owner, job: dict[str, Any]) -> dict[str, Any]:
         env = self.env
