@@ -23,7 +23,8 @@ and of the finish step, after the tree is handed back):
   objects stay as they are); a submodule's ``.git`` file is written again as it was;
 - every other ``.git`` in the tree (found by ``survey``, never opened) is removed: a
   repository a Cell made keeps its files and loses its git metadata, so no later git treats
-  it as a repository.
+  it as a repository. Its directory is remembered (``removed``): later checkpoints of the
+  job leave it out still, as they would have with its ``.git``.
 
 Everything written is given to the checkout's owner as ``keep`` found it.
 """
@@ -89,7 +90,21 @@ def restore(state_dir: Path, checkout: Path, harness_dir: Path) -> list[str]:
         _remove(dot / name)
         _replicate(harness_dir / name, dot / name, owner)
     _replicate(harness_dir / "objects", dot / "objects", owner, missing_only=True)
-    return _nested(checkout, kept, manifest["nested"], owner)
+    gone = _nested(checkout, kept, manifest["nested"], owner)
+    if gone:
+        folders = [Path(path).parent.as_posix() for path in gone]
+        manifest["removed"] = sorted({*manifest.get("removed", []), *folders})
+        (kept / MANIFEST).write_text(json.dumps(manifest))
+    return gone
+
+
+def removed(state_dir: Path) -> list[str]:
+    """The directories (relative to the checkout) whose ``.git`` ``restore`` removed in this
+    job: repositories Cells made."""
+    kept = state_dir / KEPT / MANIFEST
+    if not kept.is_file():
+        return []
+    return list(json.loads(kept.read_text()).get("removed", []))
 
 
 def _nested(

@@ -79,12 +79,15 @@ def survey(
     tree: Path,
     skip: Collection[Path] = (),
     *,
+    nested: Collection[str] = (),
     bounds: Bounds = Bounds(),
     clock: Callable[[], float] = time.monotonic,
 ) -> Survey:
     """Walk ``tree`` (its top ``.git`` and the paths in ``skip`` are never entered) as the
-    module docstring says. Raises ``ForgeError`` past ``bounds``."""
-    walk = _Walk(tree, skip, bounds, clock)
+    module docstring says; the directories in ``nested`` (relative) count as nested
+    repositories too (their ``.git`` was removed earlier in the job). Raises ``ForgeError``
+    past ``bounds``."""
+    walk = _Walk(tree, skip, set(nested), bounds, clock)
     walk.run()
     return Survey(tuple(walk.left_out), tuple(walk.repositories), walk.blocked)
 
@@ -100,6 +103,7 @@ def size_text(size: int) -> str:
 class _Walk:
     tree: Path
     skip: Collection[Path]
+    nested: set[str]
     bounds: Bounds
     clock: Callable[[], float]
     left_out: list[LeftOut] = field(default_factory=list)
@@ -117,6 +121,7 @@ class _Walk:
             pending: list[tuple[str, bool]] = [("", False)]  # (directory, inside a left-out one)
             while pending:
                 folder, covered = pending.pop()
+                self._in_time()
                 for child, child_covered in self._visit(top, folder, covered):
                     if child not in skipped:
                         pending.append((child, child_covered))
@@ -130,7 +135,11 @@ class _Walk:
                 f"the working tree has more than {self.bounds.entries} entries: rio-ci does "
                 "not walk it, and git is not run on it"
             )
-        if self.seen % 1024 == 0 and self.clock() > self.deadline:
+        if self.seen % 1024 == 0:  # and at every directory: a huge one is no way around
+            self._in_time()
+
+    def _in_time(self) -> None:
+        if self.clock() > self.deadline:
             raise ForgeError(
                 f"walking the working tree took over {self.bounds.seconds:g} s "
                 f"({self.seen} entries): git is not run on it"
@@ -138,23 +147,12 @@ class _Walk:
 
     def _visit(self, top: int, folder: str, covered: bool) -> list[tuple[str, bool]]:
         """List ``folder`` and classify its entries; returns its subdirectories to walk."""
-        try:
-            handle = os.open(folder or ".", _OPEN_DIR, dir_fd=top)
-        except OSError as exc:
-            if not covered:
-                self.left_out.append(LeftOut(folder, f"cannot be read ({exc.strerror})"))
-            return []
-        try:
-            entries = {}
-            with os.scandir(handle) as listing:
-                for entry in listing:
-                    self._count()
-                    entries[entry.name] = _kind(entry)
-        finally:
-            os.close(handle)
+        entries = self._list(top, folder, covered)
         if folder and ".git" in entries:
             self.repositories.append(_join(folder, ".git"))
             covered = self._leave(folder, "a nested repository (its own .git)", covered)
+        elif folder in self.nested:
+            covered = self._leave(folder, "a nested repository (its .git removed)", covered)
         covered = self._controls(folder, entries, covered)
         children = []
         for name, (mode, size) in entries.items():
@@ -168,6 +166,24 @@ class _Walk:
             elif stat.S_IFMT(mode) in _KINDS:
                 self._leave(path, f"{_KINDS[stat.S_IFMT(mode)]}, which git cannot store", covered)
         return children
+
+    def _list(self, top: int, folder: str, covered: bool) -> dict[str, tuple[int, int]]:
+        """``folder``'s entries as ``{name: (mode, size)}``; one that cannot be opened is
+        left out and has none."""
+        try:
+            handle = os.open(folder or ".", _OPEN_DIR, dir_fd=top)
+        except OSError as exc:
+            self._leave(folder, f"cannot be read ({exc.strerror})", covered)
+            return {}
+        entries = {}
+        try:
+            with os.scandir(handle) as listing:
+                for entry in listing:
+                    self._count()
+                    entries[entry.name] = _kind(entry)
+        finally:
+            os.close(handle)
+        return entries
 
     def _controls(self, folder: str, entries: dict[str, tuple[int, int]], covered: bool) -> bool:
         """A ``.gitignore`` or ``.gitattributes`` git must not open: leave ``folder`` out."""

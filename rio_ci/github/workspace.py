@@ -186,10 +186,12 @@ def checkpoint(
     everything but those paths; other refusals raise ``ForgeError``.
 
     git never sees what the survey leaves out (``exclude``, the runner's own folders, is
-    skipped without a word); a tree git cannot be run on at all raises ``ForgeError``."""
+    skipped without a word), nor a repository a Cell made whose ``.git`` an earlier
+    ``reseal`` of the job removed; a tree git cannot be run on at all raises ``ForgeError``."""
     tree = repo.tree()
     skipped = [p for p in (exclude or []) if _inside(p, tree)]
-    found = survey(tree, skipped)
+    state_dir = repo.git_dir.parent  # harness_git: the git directory is GIT_DIR in it
+    found = survey(tree, skipped, nested=gitdirs.removed(state_dir))
     if found.blocked is not None:
         raise ForgeError(f"{found.blocked}: git is not run on the tree")
     if len(found.left_out) > MAX_LEFT_OUT:
