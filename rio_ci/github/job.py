@@ -4,7 +4,8 @@
     → start a Session (label, ``/rio <request>``, a follow-up after the run ended) or go on
     with the restored one → check out ``rio/issue-<n>`` → take in the event, re-scan
     comments and checks → rounds within the time budget, a launch record pushed before every
-    Worker starts
+    Worker starts → the tree handed back, the checkout's ``.git`` rebuilt
+    (``workspace.reseal``: nothing a Cell wrote there runs in a later step)
 
 A comment or check event that brings nothing new (a duplicate, a comment by someone without
 write access when no dropped comment waits, anything on an ended run that starts no
