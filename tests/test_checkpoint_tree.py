@@ -219,7 +219,7 @@ def test_a_tree_git_cannot_walk_is_a_forge_error_not_a_hang(tmp_path: Path, chec
     repo = adopted(tmp_path, checkout)
     start = workspace.head(repo)
     fifo(checkout / ".gitignore")
-    with pytest.raises(ForgeError, match=r"\.gitignore is a FIFO, which git would wait on"):
+    with pytest.raises(ForgeError, match=r"\.gitignore is a FIFO, which git must not open"):
         workspace.checkpoint(repo, "rio/issue-1", "c", workspace.origin_url(repo), None, start)
 
 

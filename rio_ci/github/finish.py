@@ -239,7 +239,12 @@ def _tell_left_out(
     shown = done.left_out[:LISTED]
     more = len(done.left_out) - len(shown)
     named = ", ".join(item.path for item in shown) + (f" and {more} more" if more else "")
-    warn(env, f"the checkpoint of {branch_for(issue)} left out {named}: {shown[0].why}, …")
+    details = "; ".join(str(item) for item in done.left_out[:5])
+    warn(
+        env,
+        f"the checkpoint of {branch_for(issue)} left out {len(done.left_out)} path(s), kept "
+        f"in this job's working tree only: {details}{'; …' if len(done.left_out) > 5 else ''}",
+    )
     notes.append(f"left out of the branch: {named}")
     digest = hashlib.sha256(json.dumps([str(i) for i in done.left_out]).encode()).hexdigest()
     with contextlib.suppress(RioError):  # an ended run takes no message

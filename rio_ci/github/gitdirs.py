@@ -31,12 +31,13 @@ Everything written is given to the checkout's owner as ``keep`` found it.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rio_ci.errors import ForgeError
 from rio_ci.github.survey import survey
@@ -110,7 +111,7 @@ def removed(state_dir: Path) -> list[str]:
 def _nested(
     checkout: Path, kept: Path, known: dict[str, dict[str, str]], owner: tuple[int, int]
 ) -> list[str]:
-    removed = []
+    gone = []
     for path in survey(checkout).repositories:
         target = checkout / path
         entry = known.get(path)
@@ -118,11 +119,11 @@ def _nested(
             _rebuild(target, kept / entry["copy"], owner)
         elif entry is not None and entry["kind"] == "file":
             _remove(target)
-            _write_new(target, entry["text"].encode(), owner)
+            _write_new(target, io.BytesIO(entry["text"].encode()), owner)
         else:
             _remove(target)
-            removed.append(path)
-    return removed
+            gone.append(path)
+    return gone
 
 
 def _rebuild(dot: Path, copy: Path, owner: tuple[int, int]) -> None:
@@ -131,7 +132,7 @@ def _rebuild(dot: Path, copy: Path, owner: tuple[int, int]) -> None:
         _remove(dot)
         dot.mkdir(mode=0o755)
         _own(dot, owner)
-    for entry in list(os.scandir(dot)):
+    for entry in _listing(dot):
         if entry.name not in DATA or not entry.is_dir(follow_symlinks=False):
             _remove(Path(entry.path))
     for name in DATA:
@@ -178,27 +179,31 @@ def _replicate(
         if not _is_dir(target):
             target.mkdir(mode=0o755)
             _own(target, owner)
-        for entry in list(os.scandir(source)):
+        for entry in _listing(source):
             if entry.name not in skip:
                 _replicate(Path(entry.path), target / entry.name, owner, missing_only=missing_only)
     elif stat.S_ISREG(info.st_mode) and not (missing_only and os.path.lexists(target)):
-        _write_new(target, source.read_bytes(), owner, stat.S_IMODE(info.st_mode) & 0o777)
+        with source.open("rb") as data:
+            _write_new(target, data, owner, stat.S_IMODE(info.st_mode) & 0o777)
 
 
-def _write_new(path: Path, data: bytes, owner: tuple[int, int] | None, mode: int = 0o644) -> None:
+def _write_new(
+    path: Path, data: BinaryIO, owner: tuple[int, int] | None, mode: int = 0o644
+) -> None:
     """Write ``data`` to ``path``, which must not exist (a link there is not followed)."""
     handle = os.open(
         path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode
     )
-    try:
+    with os.fdopen(handle, "wb") as out:
         os.fchmod(handle, mode)
         if owner is not None and os.geteuid() == 0:
             os.fchown(handle, *owner)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(handle, view) :]
-    finally:
-        os.close(handle)
+        shutil.copyfileobj(data, out)
+
+
+def _listing(folder: Path) -> list[os.DirEntry[str]]:
+    with os.scandir(folder) as entries:
+        return list(entries)
 
 
 def _own(path: Path, owner: tuple[int, int] | None) -> None:

@@ -192,7 +192,7 @@ class _Walk:
                 continue
             mode, size = entries[name]
             if stat.S_IFMT(mode) in _KINDS:
-                why = f"its {name} is {_KINDS[stat.S_IFMT(mode)]}, which git would wait on"
+                why = f"its {name} is {_KINDS[stat.S_IFMT(mode)]}, which git must not open"
             elif stat.S_ISREG(mode) and size > CONTROL_CAP:
                 why = f"its {name} is {size_text(size)}, which git would read whole"
             else:
