@@ -78,6 +78,7 @@ def test_finish_persists_before_any_network_call_and_an_outage_loses_nothing(
     (cat,) = [e for e in repo.events(later) if e["kind"] == "output" and e["cell_id"] == 3]
     if outage == "expired":  # git was refused too: the Journal is whole, the tree was not pushed
         assert "not checkpointed" in job.finish.stderr and "No such file" in cat["text"]
+        assert "git push failed" in job.finish.result["not_checkpointed"]  # the result says
     else:  # the API was down, git was not: the checkpoint reached the branch
         assert cat["text"] == "hello"
 

@@ -162,7 +162,8 @@ for path in (pathlib.Path(".gitattributes"), pathlib.Path(".git/info/attributes"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("* filter=planted\\n")
 pathlib.Path("notes.txt").write_text("plain content\\r\\n")
-print("planted")
+if "insteadOf" in pathlib.Path(".git/config").read_text():
+    print("planted: insteadOf in .git/config")
 """
 
 
@@ -193,8 +194,11 @@ def test_git_config_hooks_filters_and_proxies_written_by_a_cell_are_not_honoured
     assert job.run.code == 0 and job.finish.code == 0, job.logs
     assert job.outputs["status"] == "waiting", job.logs
     # The Cell did plant everything (so what follows is not vacuous) ...
-    text = (job.workspace / ".git" / "config").read_text()
-    assert "insteadOf" in text and "planted" in (job.workspace / ".gitattributes").read_text()
+    printed = "".join(
+        e["text"] for e in repo.events(job) if e["kind"] == "output" and e["cell_id"] == 1
+    )
+    assert "planted: insteadOf in .git/config" in printed, printed
+    assert "planted" in (job.workspace / ".gitattributes").read_text()
     assert (Path(job.env["HOME"]) / ".gitconfig").read_text().count("[filter") == 1
     # ... and none of it was honoured by the launch record of the next Cell or by finish.
     assert not (marks / "ran").exists(), (marks / "ran").read_text()
@@ -270,7 +274,7 @@ def test_finish_pushes_to_the_origin_recorded_before_any_cell_ran(
     subprocess.run(["git", "init", "--quiet", "--bare", str(decoy)], check=True)
     rewrite = (
         f"git remote set-url origin {decoy}; git remote set-url --push origin {decoy}; "
-        "echo changed > notes.txt"
+        "git remote get-url origin; echo changed > notes.txt"
     )
     repo.set_script(script([add(cmd_cell("sh", "-c", rewrite))], WAIT))
     issue = gh.add_issue("Fix", labels=("rio",))
@@ -281,7 +285,9 @@ def test_finish_pushes_to_the_origin_recorded_before_any_cell_ran(
     repo.step(job, "finish")
 
     assert job.finish.code == 0, job.logs
-    assert str(decoy) in _git(job.workspace, "remote", "get-url", "origin")  # it was changed
+    printed = "".join(e["text"] for e in repo.events(job) if e["kind"] == "output")
+    assert str(decoy) in printed  # the Cell did change it ...
+    assert _git(job.workspace, "remote", "get-url", "origin").strip() == repo.url  # undone since
     assert _refs(decoy) == []
     assert _git(repo.origin, "cat-file", "blob", f"rio/issue-{issue}:notes.txt") == "changed\n"
 

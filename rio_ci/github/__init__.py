@@ -1,7 +1,8 @@
 """The GitHub layer (docs/github.md): the action's phases (``action``, ``job``, ``finish``),
 intake of events, comments and reviews (``events``, ``intake``, ``listen``, ``starts``), the
 Session artifact's generations (``generations``, ``newest``, ``provenance``), the launch record's
-pushes (``record``), the working tree on a branch (``workspace``, ``git``), pictures from
+pushes (``record``), the working tree on a branch (``workspace``, ``git``; what of it git may
+open, ``survey``; the checkout's ``.git`` rebuilt when a step ends, ``gitdirs``), pictures from
 issues (``images``), the progress comment with the run's link, the step summary and its
 pace between rounds (``comment``), Timers and the sweep, and the runner the job runs on
 (``runner``, with what rio-ci assumes of each image in ``runners.json``).

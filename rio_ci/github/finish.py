@@ -4,11 +4,14 @@ Persist first, offline: recover (a cut-off run's ``started`` Execution becomes a
 UnknownExecution), withdraw Timers past the retention horizon, and write generation + 1 to
 ``$RUNNER_TEMP/rio-artifact/`` with the outputs the upload step needs (``artifact-name``,
 ``retention-days``) — named from ``job.json``, what this job restored, never from the API.
-Only then the network: the branch push (a refused path becomes a ``push_refused`` message)
-and the dispatch of the repository's CI on it (``ci_dispatch``), the pull request (only after
-the gate: the validators pass again here), the progress comment, the sweep's wake-up. The
-snapshot is written again after anything those commit, before finish exits. An outage, a
-401/403 or an expired token on the way loses nothing.
+Only then the network: the branch push (a refused path becomes a ``push_refused`` message,
+a path the checkpoint left out a ``left_out`` one) and the dispatch of the repository's CI
+on it (``ci_dispatch``), the pull request (only after the gate: the
+validators pass again here), the progress comment, the sweep's wake-up. The snapshot is
+written again after anything those commit, before finish exits. An outage, a 401/403, an
+expired token or a git that does not finish on the way loses nothing. Last, the checkout's
+git directories are rebuilt from what the run step kept (``workspace.reseal``): nothing a
+Cell wrote there runs in a later step.
 """
 
 from __future__ import annotations
@@ -79,6 +82,11 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
             with contextlib.suppress(RioError):
                 owner.close()
     finally:  # also when publishing failed: what it committed is saved before finish exits
+        # After the last Cell (the validators) and the last git: nothing a Cell wrote in the
+        # checkout's .git outlives the step.
+        problem = workspace.reseal(env.state_dir, env.workspace)
+        if problem is not None:
+            result["not_resealed"] = problem
         if packed is not None:
             if _last_seq(job["db"]) != packed:  # a push_refused message, validator results
                 _persist(env, job["db"], result, generation, job)
@@ -146,7 +154,7 @@ def _publish(
         }
     owner.hand_back()  # the validators ran as the Cell user; git works on the harness's tree
     _supersede(env, job)
-    out["commit"] = _checkpoint(env, session, job, notes)
+    done = _checkpoint(env, session, job, notes, out)
     if out["commit"] is not None and forge is not None:  # a push by the job token starts no CI
         dispatch_ci(env, forge, job.get("ci_workflow"), branch_for(issue))
     pull = None
@@ -155,7 +163,7 @@ def _publish(
         log(f"::error::rio-ci: no pull request: {problem}")
         out.update(status="error", reason=problem)
     elif _succeeded(session) and forge is not None:
-        pull = _pull_request(env, forge, session, issue, notes)
+        pull = _pull_request(env, forge, session, issue, notes, _not_on_branch(done))
     proj = session.refresh()
     out.setdefault("status", _status(proj.ended, job))
     out.update(session=proj.session["id"], next_wake=proj.next_wake(), pull_request=pull)
@@ -216,9 +224,17 @@ def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
 
 
 def _checkpoint(
-    env: ActionEnv, session: Session, job: dict[str, Any], notes: list[str]
-) -> str | None:
+    env: ActionEnv,
+    session: Session,
+    job: dict[str, Any],
+    notes: list[str],
+    out: dict[str, Any],
+) -> workspace.Checkpoint | None:
+    """The checkpoint, its commit in ``out["commit"]``; what it left out or GitHub refused is
+    a note, a warning and an Inbox message. A failure (a git that did not finish included)
+    is a note, an error line and ``out["not_checkpointed"]``, never the job's end."""
     issue = int(job["issue"])
+    out["commit"] = None
     if not job.get("start"):  # the run step never checked the branch out: nothing to save
         return None
     try:
@@ -237,38 +253,99 @@ def _checkpoint(
     except RioError as exc:
         notes.append(f"the working tree was not checkpointed: {exc}")
         log(f"::error::rio-ci: the working tree was not checkpointed: {exc}")
+        out["not_checkpointed"] = str(exc)
         return None
+    out["commit"] = done.sha
+    if done.left_out:
+        out["left_out"] = [str(item) for item in done.left_out]
+        _tell_left_out(env, session, issue, done, notes)
     if done.refused:
-        reason = done.reason
-        warn(
-            env,
-            f"GitHub refused {list(done.refused)} in the push of {branch_for(issue)}; "
-            f"the rest was pushed. {reason}",
+        _tell_refused(env, session, issue, done, notes)
+    return done
+
+
+LISTED = 50  # paths named in one message (the rest are counted)
+
+
+def _tell_left_out(
+    env: ActionEnv, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
+) -> None:
+    shown = done.left_out[:LISTED]
+    more = len(done.left_out) - len(shown)
+    named = ", ".join(item.path for item in shown) + (f" and {more} more" if more else "")
+    details = "; ".join(str(item) for item in done.left_out[:5])
+    warn(
+        env,
+        f"the checkpoint of {branch_for(issue)} left out {len(done.left_out)} path(s), kept "
+        f"in this job's working tree only: {details}{'; …' if len(done.left_out) > 5 else ''}",
+    )
+    notes.append(f"left out of the branch: {named}")
+    digest = hashlib.sha256(json.dumps([str(i) for i in done.left_out]).encode()).hexdigest()
+    with contextlib.suppress(RioError):  # an ended run takes no message
+        session.receive(
+            f"left_out:{digest[:16]}",
+            "left_out",
+            {
+                "paths": [item.path for item in shown],
+                "reasons": {item.path: item.why for item in shown},
+                "more": more,
+                "branch": branch_for(issue),
+                "note": "the checkpoint did not give these to git (nested repositories, FIFOs, "
+                "sockets, devices, files over the size cap): they are in this job's working "
+                "tree only, uncommitted; the next job's checkout will not have them",
+            },
         )
-        notes.append(f"not pushed (refused by GitHub): {', '.join(done.refused)}")
-        digest = hashlib.sha256(json.dumps([done.sha, done.refused]).encode()).hexdigest()
-        with contextlib.suppress(RioError):  # an ended run takes no message
-            session.receive(
-                f"push_refused:{digest[:16]}",
-                "push_refused",
-                {
-                    "paths": list(done.refused),
-                    "reason": reason,
-                    "branch": branch_for(issue),
-                    "note": "these files are in this job's working tree only, uncommitted: the "
-                    "next job's checkout will not have them",
-                },
-            )
-    return done.sha
+
+
+def _tell_refused(
+    env: ActionEnv, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
+) -> None:
+    reason = done.reason
+    warn(
+        env,
+        f"GitHub refused {list(done.refused)} in the push of {branch_for(issue)}; "
+        f"the rest was pushed. {reason}",
+    )
+    notes.append(f"not pushed (refused by GitHub): {', '.join(done.refused)}")
+    digest = hashlib.sha256(json.dumps([done.sha, done.refused]).encode()).hexdigest()
+    with contextlib.suppress(RioError):  # an ended run takes no message
+        session.receive(
+            f"push_refused:{digest[:16]}",
+            "push_refused",
+            {
+                "paths": list(done.refused),
+                "reason": reason,
+                "branch": branch_for(issue),
+                "note": "these files are in this job's working tree only, uncommitted: the "
+                "next job's checkout will not have them",
+            },
+        )
+
+
+def _not_on_branch(done: workspace.Checkpoint | None) -> list[str]:
+    """What the pull request says is missing from the branch: left out, or refused."""
+    if done is None:
+        return []
+    left = [str(item) for item in done.left_out[:LISTED]]
+    if len(done.left_out) > LISTED:
+        left.append(f"and {len(done.left_out) - LISTED} more")
+    return [*left, *(f"{path}: refused by GitHub" for path in done.refused)]
 
 
 def _pull_request(
-    env: ActionEnv, forge: Forge, session: Session, issue: int, notes: list[str]
+    env: ActionEnv,
+    forge: Forge,
+    session: Session,
+    issue: int,
+    notes: list[str],
+    missing: list[str],
 ) -> str | None:
     try:
         base = env.ref_name or forge.default_branch()
         diffstat = _diffstat(workspace.harness_git(env.state_dir, env.workspace), base)
-        url = open_pull_request(forge, session, issue, base, diffstat=diffstat)
+        url = open_pull_request(
+            forge, session, issue, base, diffstat=diffstat, not_on_branch=missing
+        )
     except RioError as exc:
         notes.append(f"the pull request was not opened: {exc}")
         log(f"::error::rio-ci: the pull request was not opened: {exc}")

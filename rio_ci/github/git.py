@@ -28,6 +28,10 @@ command rio-ci runs on GitHub runs with
   ``http.<that URL>.extraHeader`` on git's command scope — in git's environment, never on
   a command line or in a file, and sent to no other URL (redirects are not followed).
 
+Every command has a time limit (``TIMEOUT``, or the ``Git``'s own): past it, git and every
+process it started are stopped and the caller gets a ``ForgeError`` saying so, like any
+other failure of git's (docs/github.md, "The tree cannot hang the checkpoint").
+
 ``safe.directory`` is ``*`` on the command scope: the checkout may belong to the Cell user,
 and this git directory is the harness's own, so git's ownership check has nothing to add.
 """
@@ -35,7 +39,9 @@ and this git directory is the harness's own, so git's ownership check has nothin
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +52,7 @@ from rio_ci.errors import ForgeError
 from rio_ci.gitenv import git_environment
 
 NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
+TIMEOUT = 300.0  # seconds one git command may run
 # Command-scope settings, after rio_ci.gitenv.HARDENED: they outrank every configuration
 # file git could still read.
 SETTINGS: tuple[tuple[str, str], ...] = (
@@ -91,6 +98,7 @@ class Git:
 
     git_dir: Path
     work_tree: Path | None = None
+    timeout: float = TIMEOUT
 
     @property
     def home(self) -> Path:
@@ -112,21 +120,32 @@ class Git:
     ) -> subprocess.CompletedProcess[str]:
         """Run ``git ARGS`` under the rules above; ``remote`` allows its transport and,
         with ``token``, gives the token to that URL only. ``check``: a failure raises
-        ``ForgeError`` with git's last line."""
+        ``ForgeError`` with git's last line. Past ``timeout`` seconds git's process group is
+        killed and ``ForgeError`` raised, ``check`` or not."""
         git = programs.find("git")
         if git is None:
             raise ForgeError(programs.missing("git"))
         self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        done = subprocess.run(
+        with subprocess.Popen(
             [git, *args],
             cwd=self.work_tree or self.git_dir.parent,
             env=self.environment(remote, token, extra_env),
-            capture_output=True,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=300,
-            check=False,
-            input=stdin,
-        )
+            start_new_session=True,  # one process group: stopped whole on a timeout
+        ) as process:
+            try:
+                out, err = process.communicate(stdin, timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                raise ForgeError(
+                    f"git {args[0]} did not finish within {self.timeout:g} s and was stopped"
+                ) from None
+        done = subprocess.CompletedProcess(process.args, process.returncode, out, err)
         if check and done.returncode != 0:
             message = (done.stderr or done.stdout).strip().splitlines()
             raise ForgeError(f"git {args[0]} failed: {message[-1] if message else done.returncode}")

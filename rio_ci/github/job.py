@@ -4,7 +4,8 @@
     → start a Session (label, ``/rio <request>``, a follow-up after the run ended) or go on
     with the restored one → check out ``rio/issue-<n>`` → take in the event, re-scan
     comments and checks → rounds within the time budget, a launch record pushed before every
-    Worker starts
+    Worker starts → the tree handed back, the checkout's ``.git`` rebuilt
+    (``workspace.reseal``: nothing a Cell wrote there runs in a later step)
 
 A comment or check event that brings nothing new (a duplicate, a comment by someone without
 write access when no dropped comment waits, anything on an ended run that starts no
@@ -173,13 +174,14 @@ class _Work:
         )
         owners.append(owner)
         restore_signals = handle_signals(owner.interrupted)
+        result: dict[str, Any] = {}
         try:
-            return self.rounds(owner, job)
+            result = self.rounds(owner, job)
         except RecordError as exc:
             log(f"::error::rio-ci: {exc}")
             if isinstance(exc, Fenced):  # another job writes this Session: publish nothing
                 write_job(env, {**job, "fenced": True})
-            return {
+            result = {
                 "status": "error",
                 "reason": str(exc),
                 "issue": job["issue"],
@@ -188,7 +190,11 @@ class _Work:
         finally:
             restore_signals()
             with contextlib.suppress(RioError):
-                owner.close()
+                owner.close()  # the tree handed back; then nothing a Cell wrote in .git stays
+            problem = workspace.reseal(env.state_dir, env.workspace)
+            if problem is not None:
+                result["not_resealed"] = problem
+        return result
 
     def rounds(self, owner: Owner, job: dict[str, Any]) -> dict[str, Any]:
         env = self.env

@@ -10,7 +10,12 @@ command uses that one, with the checkout as its working tree, under the rules of
 ``rio_ci/github/git.py``. The remote is the URL ``origin`` had before any Cell ran, kept in
 that git directory's configuration, so neither a rewritten ``remote.origin.url`` nor a
 rewritten ``job.json`` can redirect a push. ``lend`` copies the branch back into the
-checkout's ``.git`` for the agent's own git commands; nothing of rio-ci reads it again.
+checkout's ``.git`` for the agent's own git commands; nothing of rio-ci reads it again, and
+``reseal`` rebuilds it when a step of rio-ci's ends (``rio_ci.github.gitdirs``), so nothing a
+Cell wrote there runs in a later step.
+
+The checkpoint shows git only what ``rio_ci.github.survey`` found safe to open: nested
+repositories, FIFOs, sockets, devices and files over the size cap are left out, and said.
 """
 
 from __future__ import annotations
@@ -21,13 +26,18 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rio_ci.errors import ForgeError
+from rio_ci.errors import ForgeError, RioError
+from rio_ci.github import gitdirs
+from rio_ci.github.env import log
 from rio_ci.github.git import Git
+from rio_ci.github.survey import LeftOut, survey
 
 GIT_DIR = "git"  # under the job's state directory ($RUNNER_TEMP/rio)
 ORIGIN_KEY = "rio.origin"
 # What a git directory's history is made of; its config, hooks, info/ and index stay behind.
 _HISTORY = ("HEAD", "packed-refs", "shallow", "refs", "objects")
+PATHSPECS = "rio-ci-pathspecs"  # in the harness's git directory, for one `git add`
+MAX_LEFT_OUT = 1000  # more paths to leave out than this: not checkpointed
 
 
 def harness_git(state_dir: Path, checkout: Path) -> Git:
@@ -39,7 +49,8 @@ def adopt(state_dir: Path, checkout: Path) -> Git:
     """Make the harness's own git directory for ``checkout``: a copy of the history in the
     checkout's ``.git`` (objects, refs, ``HEAD``, ``shallow``; only regular files, no
     alternates), an index read from its ``HEAD``, and the ``origin`` URL read from the
-    checkout's config file alone (no includes). Call it before any Cell runs."""
+    checkout's config file alone (no includes); and what ``reseal`` will restore
+    (``gitdirs.keep``). Call it before any Cell runs."""
     dot = checkout / ".git"
     if dot.is_symlink() or not dot.is_dir():
         raise ForgeError(f"{checkout} is not a git checkout with a .git directory")
@@ -58,7 +69,24 @@ def adopt(state_dir: Path, checkout: Path) -> Git:
         raise ForgeError(f"{checkout} has no 'origin' remote")
     repo.run("config", ORIGIN_KEY, url)
     repo.run("reset", "--quiet")  # the index: HEAD's tree, the working tree as it is
+    gitdirs.keep(state_dir, checkout)
     return repo
+
+
+def reseal(state_dir: Path, checkout: Path) -> str | None:
+    """The checkout's git directories as ``adopt`` kept them, with the harness's history and
+    index (``gitdirs.restore``). Call it when a step of rio-ci's ends, after the tree is
+    handed back. Returns None, or why it could not be done (also printed as an error line:
+    the step goes on)."""
+    try:
+        removed = gitdirs.restore(state_dir, checkout, harness_git(state_dir, checkout).git_dir)
+    except (RioError, OSError, ValueError) as exc:
+        problem = f"the checkout's .git was not rebuilt: {exc}"
+        log(f"::error::rio-ci: {problem}; a later step may run git configuration a Cell wrote")
+        return problem
+    if removed:
+        log(f"rio-ci: removed the git metadata of repositories Cells made: {', '.join(removed)}")
+    return None
 
 
 def origin_url(repo: Git) -> str:
@@ -128,12 +156,14 @@ def head(repo: Git) -> str:
 @dataclass(frozen=True)
 class Checkpoint:
     """What ``checkpoint`` did: the commit it pushed (None when there was nothing new, and
-    nothing was pushed), and the paths GitHub refused, left out of the push (they stay in
-    the working tree, uncommitted), with GitHub's words for why."""
+    nothing was pushed), the paths GitHub refused, left out of the push (they stay in
+    the working tree, uncommitted), with GitHub's words for why, and the paths the survey
+    left out before git ran (they stay too)."""
 
     sha: str | None
     refused: tuple[str, ...] = ()
     reason: str = ""
+    left_out: tuple[LeftOut, ...] = ()
 
 
 def checkpoint(
@@ -153,17 +183,31 @@ def checkpoint(
 
     A push GitHub refuses for named paths (workflow files without the ``workflows``
     permission, files over 100 MB) is made again as one commit on ``start`` holding
-    everything but those paths; other refusals raise ``ForgeError``."""
+    everything but those paths; other refusals raise ``ForgeError``.
+
+    git never sees what the survey leaves out (``exclude``, the runner's own folders, is
+    skipped without a word), nor a repository a Cell made whose ``.git`` an earlier
+    ``reseal`` of the job removed; a tree git cannot be run on at all raises ``ForgeError``."""
     tree = repo.tree()
+    skipped = [p for p in (exclude or []) if _inside(p, tree)]
+    state_dir = repo.git_dir.parent  # harness_git: the git directory is GIT_DIR in it
+    found = survey(tree, skipped, nested=gitdirs.removed(state_dir))
+    if found.blocked is not None:
+        raise ForgeError(f"{found.blocked}: git is not run on the tree")
+    if len(found.left_out) > MAX_LEFT_OUT:
+        raise ForgeError(
+            f"{len(found.left_out)} paths of the working tree would be left out (nested "
+            f"repositories, special or large files), over {MAX_LEFT_OUT}"
+        )
     if repo.run("rev-parse", "--abbrev-ref", "HEAD").stdout.strip() != branch:
         repo.run("checkout", "--quiet", "-B", branch)
-    excluded = [p for p in (exclude or []) if _inside(p, tree)]
-    repo.run("add", "--all", "--", ".", *[f":(exclude){p}" for p in excluded])
+    outside = [f":(exclude,literal){p.resolve().relative_to(tree.resolve())}" for p in skipped]
+    _add_all(repo, [".", *found.exclusions(), *outside])
     if repo.run("diff", "--cached", "--quiet", check=False).returncode != 0:
         repo.run("commit", "--quiet", "--no-verify", "-m", message)
     sha = head(repo)
     if sha == start:
-        return Checkpoint(None)
+        return Checkpoint(None, left_out=found.left_out)
     refused: list[str] = []
     reasons: list[str] = []
     for _ in range(PUSH_ATTEMPTS):
@@ -180,7 +224,7 @@ def checkpoint(
         if done.returncode == 0:
             if refused:
                 repo.run("reset", "--quiet", sha)  # the refused files stay, uncommitted
-            return Checkpoint(sha, tuple(refused), "; ".join(reasons))
+            return Checkpoint(sha, tuple(refused), "; ".join(reasons), found.left_out)
         paths, why = refused_paths(done.stderr + done.stdout)
         if not paths or set(paths) <= set(refused):
             lines = (done.stderr or done.stdout).strip().splitlines()
@@ -189,6 +233,16 @@ def checkpoint(
         reasons += [w for w in why if w not in reasons]
         sha = _without(repo, start, refused, message)
     raise ForgeError(f"git push was refused {PUSH_ATTEMPTS} times; refused so far: {refused}")
+
+
+def _add_all(repo: Git, pathspecs: list[str]) -> None:
+    """``git add --all`` of ``pathspecs``, given in a file (any number, any bytes)."""
+    listed = repo.git_dir / PATHSPECS
+    listed.write_bytes(b"".join(os.fsencode(p) + b"\0" for p in pathspecs))
+    try:
+        repo.run("add", "--all", f"--pathspec-from-file={listed}", "--pathspec-file-nul")
+    finally:
+        listed.unlink(missing_ok=True)
 
 
 PUSH_ATTEMPTS = 3

@@ -15,6 +15,7 @@ as ``validator_result``s). Any failure means no pull request.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
@@ -89,9 +90,11 @@ def open_pull_request(
     *,
     diffstat: str | None,
     diff: str | None = None,
+    not_on_branch: Sequence[str] = (),
 ) -> str:
     """Open the Session's pull request from its branch into ``base`` (or update the one it
-    has), described from its history; returns its URL, which the caller then commits with
+    has), described from its history and ``not_on_branch`` (paths of the working tree the
+    branch does not have, each with why); returns its URL, which the caller then commits with
     ``remember_pull_request`` (outside whatever handles the Forge's refusal: a pull request
     that was opened is never reported as not opened). A Forge that refuses raises
     ``RioError``. Call it only after ``check_success``."""
@@ -103,6 +106,7 @@ def open_pull_request(
         diffstat=diffstat,
         comment_url=found.url if found is not None else None,
         diff=diff,
+        not_on_branch=not_on_branch,
     )
     title = f"Fixes #{issue}: {forge.issue(issue).title}"[:250]
     return forge.open_pull_request(branch_for(issue), base, title, body)

@@ -3,6 +3,8 @@ where the Session's progress comment is."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rio_ci.core.history import History
 from rio_ci.reports import markdown as md
 from rio_ci.reports.history import result_text
@@ -16,16 +18,25 @@ def pull_request_body(
     diffstat: str | None,
     comment_url: str | None,
     diff: str | None = None,
+    not_on_branch: Sequence[str] = (),
 ) -> str:
-    """The pull request's description: what changed (the diffstat), how it was verified
-    (the validators and their results, the model's conclusion) and where the Session's
-    progress comment is. Text the agent or a Cell wrote is fenced or quoted, as in the
-    comment."""
+    """The pull request's description: what changed (the diffstat), what of the working tree
+    the branch does not have (``not_on_branch``: left out by the checkpoint or refused by
+    the code host, each with why), how it was verified (the validators and their results,
+    the model's conclusion) and where the Session's progress comment is. Text the agent or a
+    Cell wrote is fenced or quoted, as in the comment."""
     lines = [f"Fixes #{issue}", "", "### What changed", ""]
     if diffstat and diffstat.strip():
         lines += [md.fence("text", diffstat.strip())]
     else:
         lines.append("The diffstat is not available.")
+    if not_on_branch:
+        lines += [
+            "",
+            "Not on the branch (they stayed in the job's working tree):",
+            "",
+            md.fence("text", "\n".join(not_on_branch)),
+        ]
     lines += ["", "### How it was verified", ""]
     for v in history.validations:
         lines.append(f"- {md.code(' '.join(v.argv))}: {md.cell_text(result_text(v.result))}")
