@@ -39,7 +39,7 @@ import psutil
 import pytest
 
 from rio_ci.github.runner import runners
-from tests.hostile.support import unprivileged_env
+from tests.hostile.support import everyone_python, unprivileged_env
 from tests.kit import ROOT, cli_env
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # one every user can run (the venv's may sit in /root)
@@ -133,8 +133,9 @@ class RunnerUser:
         )
 
     def rio(self, *args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-        """``python -m rio_ci.cli ARGS`` as this user."""
-        return self.run([SYSTEM_PYTHON, "-m", "rio_ci.cli", *args], env, cwd)
+        """``python -m rio_ci.cli ARGS`` as this user, with an interpreter that imports
+        this checkout's rio_ci also when rio-ci re-executes it isolated (through sudo)."""
+        return self.run([everyone_python(), "-m", "rio_ci.cli", *args], env, cwd)
 
     def sudo_command_lines(self) -> list[list[str]]:
         """Every command line the sudo-rs stand-in was given (what sudo would log)."""

@@ -20,8 +20,8 @@ import pytest
 from action_job import WAIT, Job, Repository, add, cmd_cell, conclude, git, labeled, script
 from fakes.github_api import FakeGitHub
 
-from tests.hostile.support import one_error
-from tests.runners import RUNNERS, SYSTEM_PYTHON, RunnerUser, secure_path
+from tests.hostile.support import everyone_python, one_error
+from tests.runners import RUNNERS, RunnerUser, secure_path
 from tests.session_cli import CliSession, cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
@@ -152,7 +152,7 @@ def pushed(repo: Repository, branch: str, path: str) -> str:
 def step(
     runner: RunnerUser, job: Job, env: dict[str, str], phase: str
 ) -> subprocess.CompletedProcess[str]:
-    argv = [SYSTEM_PYTHON, "-m", "rio_ci.cli", "action", phase]
+    argv = [everyone_python(), "-m", "rio_ci.cli", "action", phase]
     return runner.run(argv, env, job.workspace, timeout=180)
 
 

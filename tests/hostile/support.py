@@ -111,6 +111,15 @@ def _unprivileged_python() -> tuple[list[str], str] | None:
     return None
 
 
+def everyone_python() -> str:
+    """An interpreter every user may run that imports this checkout's rio_ci and its
+    dependencies, also when started isolated (``-I``) as rio-ci re-executes itself."""
+    found = _unprivileged_python()
+    if found is None:
+        pytest.skip("no interpreter every user may run imports this checkout's rio_ci")
+    return found[1]
+
+
 def unprivileged_env(**extra: str) -> dict[str, str]:
     site = [p for p in sys.path if p.endswith("site-packages")]
     env = cli_env(**extra)
