@@ -1,6 +1,6 @@
 """The model in a GitHub job: each round is a collapsed ``::group::`` of the job's log (with the
 model's rationale and the Cells' output), and the job refuses a model whose cost it cannot
-count unless the ``price`` input gives one (issue 11: the same rules as ``rio-ci run``)."""
+count unless the ``price`` input gives one (the same rules as ``rio-ci run``)."""
 
 from __future__ import annotations
 

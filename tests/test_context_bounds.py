@@ -1,4 +1,4 @@
-"""What the model sees is bounded (docs/models.md, issue 11 "Bounded context"): each stream keeps
+"""What the model sees is bounded (docs/models.md, docs/sessions.md "Limits"): each stream keeps
 its first and last half of ``output_bytes`` with a marker of what was elided, and the State
 sent never exceeds ``context_bytes``: the oldest finished outputs are masked with a pointer to
 ``rio_ci.api.output`` / ``rio-ci output``, which still return the full retained text.

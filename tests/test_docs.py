@@ -124,6 +124,24 @@ def test_show_json_keys_are_the_documented_ones(tmp_path: Path) -> None:
     assert keys == documented, keys ^ documented
 
 
+def test_show_json_ended_keys_are_the_documented_ones(tmp_path: Path) -> None:
+    """docs/cli.md's ``ended`` object names the keys ``show --json`` prints for an ended run."""
+    from rio_ci.commands.show import summary
+    from rio_ci.session import Session
+
+    text = (DOCS / "cli.md").read_text().split("## show", 1)[1].split("\n## ", 1)[0]
+    shape = re.search(r"`ended` \(`\{([^}]*)\}`", text)
+    assert shape is not None, "docs/cli.md no longer spells out `ended`'s keys"
+    documented = {key.strip() for key in shape.group(1).split(",")}
+    session = Session.create(tmp_path / "s.db", "goal", cwd=str(tmp_path))
+    try:
+        session.end_in_failure("given up")
+        ended = summary(session)["ended"]
+    finally:
+        session.close()
+    assert set(ended) == documented, set(ended) ^ documented
+
+
 def test_the_repository_cites_its_own_docs_not_an_outside_spec() -> None:
     """Every contract is stated in docs/; nothing points at a document outside the repository."""
     tracked = subprocess.run(

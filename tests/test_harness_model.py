@@ -1,7 +1,7 @@
 """The harness with a real Claude model's behaviour (docs/models.md, docs/sessions.md,
-docs/cli.md): issue 11's "done when"
-runs, invalid replies, transient failures, provider errors, prices, effort, repository
-guidance, what the State shows, and cache-friendly requests.
+docs/cli.md): whole runs with the default model, invalid replies, transient failures,
+provider errors, prices, effort, repository guidance, what the State shows, and
+cache-friendly requests.
 
 Everything goes through the real ``anthropic`` SDK to the strict ``FakeAnthropic``, which
 answers 400 to any request today's API would refuse. Runs are real ``rio-ci run``
@@ -69,7 +69,7 @@ def rounds_of_work(fake: WatchedFake, rounds: int, **tokens: int) -> None:
     fake.reply_patch(patch(rounds - 1, rounds, DONE), text="All checks ran; done.", **tokens)
 
 
-# --- issue 11, done when: three rounds with the default model ----------------------------------
+# --- whole runs: three rounds with the default model ----------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The live log of ``rio-ci run`` (stderr) and the round's rationale wherever a run is shown:
-``rio-ci show``, the live log, the progress comment (docs/models.md, issue 11 "Live progress").
+``rio-ci show``, the live log, the progress comment (docs/cli.md "run", docs/models.md).
 
 The run is a real subprocess against the strict ``FakeAnthropic``; its stderr is read while it
 runs, so "as it happens" is observed, not assumed.

@@ -1,4 +1,4 @@
-"""State (``rio.state/1``) and its Cells: validation and rendering.
+"""State (``rio.state/1``) and its Cells: their shape and validation.
 
 A Cell is a plain JSON object. ``validate_cell`` says what is wrong with one, or returns
 None. ``rio_ci.core.view`` builds the State a Turn shows from the fold's projection.

@@ -86,7 +86,7 @@ def user_content(request: ModelRequest) -> list[Any]:
         _text(VOLATILE_HEADER + "\n" + _json(volatile)),
         *_pictures(request, goal=False),  # pictures of the Inbox messages shown above
     ]
-    # --- after the last breakpoint: what differs on every request (model2's environment
+    # --- after the last breakpoint: what differs on every request (the environment
     # block; see rio_ci/model/environment.py) ---
     if request.environment:
         changing.append(_text(request.environment))

@@ -41,8 +41,8 @@ from rio_ci.commands.bench.tokens import measure_tokens
 from rio_ci.errors import UsageError
 
 MEMORY_FILE_SYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
-# (figure, comparison, goal) from the performance issues; the figures are never assumed.
-# ``ratio_step_commit`` and the cmd Cell's overhead are regression guards (issue 26): the
+# (figure, comparison, goal); the figures are never assumed (docs/performance.md).
+# ``ratio_step_commit`` and the cmd Cell's overhead are regression guards: the
 # first at 1.8 (its floor, a step's SQL, is 1.0-1.14 x the bare commit), the second against
 # its own floor measured in the same run (``ratio_cmd_cell_vs_floor``).
 GOALS = (

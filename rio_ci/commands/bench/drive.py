@@ -4,8 +4,8 @@ and that Execution's events (launch authorised, Worker registered, 2 KB of outpu
 result) — what the Owner commits, without running a process.
 
 Besides the bench's own use, the file runs as a script against any rio_ci tree put first on
-``PYTHONPATH`` (another commit's, with the same Session API: main from the issue-12 layout
-on) and prints the Session's size as it grows, as JSON: that is how ``rio-ci bench --chart``
+``PYTHONPATH`` (another commit's, with the same Session API and event constructors) and
+prints the Session's size as it grows, as JSON: that is how ``rio-ci bench --chart``
 measures the "before" of a storage change. It therefore imports nothing of rio_ci but the
 Session and the event constructors.
 """

@@ -1,5 +1,6 @@
-"""``rio-ci run`` with the model adapter's second round (docs/models.md): a spend limit ends the
-run at once, a refusal goes to the fallback model, a retired id fails before any request.
+"""What ``rio-ci run`` does with the provider's final answers and refusals (docs/models.md): a
+spend limit ends the run at once, a refusal goes to the fallback model, a retired id fails
+before any request.
 Real ``rio-ci run`` subprocesses, the real SDK, the strict fake Messages API."""
 
 from __future__ import annotations

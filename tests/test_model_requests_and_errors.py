@@ -1,6 +1,7 @@
-"""The model adapter's second round (docs/models.md), with the real anthropic SDK against the
-local fake of the Messages API: final provider answers, the strict ``step`` schema, max_tokens
-by effort, and the corrected model table."""
+"""The Claude adapter's requests and error rules (docs/models.md), with the real anthropic SDK
+against the local fake of the Messages API: final provider answers, the ``step`` schema and
+strict tool use, max_tokens by effort, the model table (prefill, retired ids) and the
+environment block."""
 
 from __future__ import annotations
 
