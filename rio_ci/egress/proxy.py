@@ -189,6 +189,7 @@ class EgressProxy:
                 self._start(client, tag, slot=False)
 
     async def _end(self, tag: Tag) -> None:
+        await asyncio.sleep(0)  # an acceptor whose accept just completed registers it first
         self._take_queued(tag)
         await self._cancel(self._open.pop(tag, set()))
 
