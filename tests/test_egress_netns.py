@@ -143,7 +143,8 @@ def test_a_cell_starts_in_a_namespace_of_its_own_as_the_cell_user(cells: Cells) 
         1,
         "id -u; grep NoNewPrivs /proc/self/status; readlink /proc/self/ns/net;"
         " tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ';"
-        " unshare -n true 2>/dev/null && echo unshared || echo unshare-refused",
+        " unshare -n true 2>/dev/null && echo unshared || echo unshare-refused;"
+        " nsenter --net=/proc/1/ns/net true 2>/dev/null && echo entered || echo nsenter-refused",
     )
     assert lines(output) == [
         str(cells.user.uid),
@@ -151,6 +152,7 @@ def test_a_cell_starts_in_a_namespace_of_its_own_as_the_cell_user(cells: Cells) 
         f"net:[{cells.namespace.inode}]",
         "lo",
         "unshare-refused",
+        "nsenter-refused",
     ]
     assert thread_namespace() == before != f"net:[{cells.namespace.inode}]"
 
