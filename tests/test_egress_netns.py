@@ -260,6 +260,24 @@ def test_around_the_proxy_nothing_is_reached_and_nothing_is_accounted(
     assert ending.entries == () and ending.refused == ()  # it never reached the proxy
 
 
+def test_a_cells_own_loopback_server_is_reached_directly(cells: Cells, place: Path) -> None:
+    """``NO_PROXY`` keeps a Cell's own servers direct; sent to the proxy instead, the same
+    address is the host's loopback there, and refused."""
+    output = cells.run(
+        7,
+        f"cd {place}/www && {SYSTEM_PYTHON} -m http.server --bind 127.0.0.1 8000 >/dev/null 2>&1 &"
+        " for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:8000/ && break;"
+        " sleep 0.05; done;"
+        " curl -sS http://127.0.0.1:8000/hello.txt;"
+        " curl -s --noproxy '' -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/hello.txt",
+    )
+    ending = cells.end(7)
+    assert lines(output) == ["hello from 127.0.0.2", "403"]
+    assert [(r.host, r.port, r.reason) for r in ending.refused] == [
+        ("127.0.0.1", 8000, "loopback_or_link_local")
+    ]
+
+
 def test_every_connection_is_accounted_for_under_its_execution(
     cells: Cells, ports: dict[str, int]
 ) -> None:

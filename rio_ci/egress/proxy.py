@@ -108,9 +108,8 @@ class EgressProxy:
         self._resolve = resolve or self._system_resolve
         self._loop = asyncio.new_event_loop()
         self._open: dict[Tag | None, set[asyncio.Task[None]]] = {}
-        self._acceptors: list[asyncio.Task[None]] = []
         self._listeners: list[socket.socket] = []
-        self._slots = asyncio.Semaphore(max_connections)
+        self._most, self._active = max_connections, 0
         self._closed = False
         self._thread = threading.Thread(target=self._loop.run_forever, name="egress", daemon=True)
         self._thread.start()
@@ -140,27 +139,40 @@ class EgressProxy:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
     # --- accepting ---------------------------------------------------------------------
+    # A listener is read by a callback that accepts every waiting connection and starts its
+    # task at once, with the tag of that moment: no connection is ever accepted and not yet
+    # known, which ``end`` relies on. While ``_most`` are open the listeners are not read.
 
     async def _serve(self, listener: socket.socket) -> None:
         listener.setblocking(False)
         self._listeners.append(listener)
-        self._acceptors.append(self._loop.create_task(self._accept(listener)))
+        self._watch(listener)
 
-    async def _accept(self, listener: socket.socket) -> None:
-        while True:
-            await self._slots.acquire()
+    def _watch(self, listener: socket.socket) -> None:
+        if listener.fileno() >= 0 and listener in self._listeners:
+            self._loop.add_reader(listener, self._take, listener, None)
+
+    def _unwatch(self) -> None:
+        for listener in self._listeners:
+            if listener.fileno() >= 0:
+                self._loop.remove_reader(listener)
+
+    def _take(self, listener: socket.socket, tag: Tag | None) -> None:
+        """Accept what waits on ``listener``, as connections of ``tag`` (the current one
+        when None), while there is room (always, for an ending tag)."""
+        while tag is not None or self._active < self._most:
             try:
-                client, _ = await self._loop.sock_accept(listener)
+                client, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError:  # out of descriptors, most likely: let some close first
-                self._slots.release()
-                await asyncio.sleep(0.1)
-                continue
-            except BaseException:
-                self._slots.release()
-                raise
-            self._start(client, self.tag, slot=True)
+                self._loop.remove_reader(listener)
+                self._loop.call_later(0.1, self._watch, listener)
+                return
+            self._start(client, self.tag if tag is None else tag)
+        self._unwatch()  # full: the rest wait in the queue until a connection closes
 
-    def _start(self, client: socket.socket, tag: Tag | None, *, slot: bool) -> None:
+    def _start(self, client: socket.socket, tag: Tag | None) -> None:
         """Serve ``client`` in a task of its own; its account goes to the sink when the task
         is done, however it ends (cancelled before it ever ran included)."""
         with contextlib.suppress(OSError):
@@ -168,34 +180,28 @@ class EgressProxy:
         account = Connection(tag)
         task = self._loop.create_task(self._client(client, account))
         self._open.setdefault(tag, set()).add(task)
+        self._active += 1
 
         def done(finished: asyncio.Task[None]) -> None:
             self._open.get(tag, set()).discard(finished)
             client.close()
-            if slot:
-                self._slots.release()
+            self._active -= 1
+            if self._active == self._most - 1 and not self._closed:
+                for listener in self._listeners:  # room again
+                    self._watch(listener)
             self._sink(account)
 
         task.add_done_callback(done)
 
-    def _take_queued(self, tag: Tag) -> None:
-        """Accept what waits in each listener's queue now, as connections of ``tag``."""
-        for listener in self._listeners:
-            while True:
-                try:
-                    client, _ = listener.accept()
-                except (BlockingIOError, OSError):
-                    break
-                self._start(client, tag, slot=False)
-
     async def _end(self, tag: Tag) -> None:
-        await asyncio.sleep(0)  # an acceptor whose accept just completed registers it first
-        self._take_queued(tag)
+        for listener in self._listeners:
+            if listener.fileno() >= 0:
+                self._take(listener, tag)
         await self._cancel(self._open.pop(tag, set()))
 
     async def _close(self) -> None:
-        await self._cancel(set(self._acceptors))
-        self._acceptors.clear()
+        self._unwatch()
+        self._listeners.clear()
         for tag in list(self._open):
             await self._cancel(self._open.pop(tag, set()))
 
