@@ -263,11 +263,15 @@ def test_around_the_proxy_nothing_is_reached_and_nothing_is_accounted(
 def test_a_cells_own_loopback_server_is_reached_directly(cells: Cells, place: Path) -> None:
     """``NO_PROXY`` keeps a Cell's own servers direct; sent to the proxy instead, the same
     address is the host's loopback there, and refused."""
+    serve = (  # a server of the Cell's own that says when it listens, through a FIFO
+        "import http.server, sys; h = http.server.SimpleHTTPRequestHandler; "
+        "s = http.server.HTTPServer(('127.0.0.1', 8000), h); "
+        "open(sys.argv[1], 'w').close(); s.serve_forever()"
+    )
     output = cells.run(
         7,
-        f"cd {place}/www && {SYSTEM_PYTHON} -m http.server --bind 127.0.0.1 8000 >/dev/null 2>&1 &"
-        " for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:8000/ && break;"
-        " sleep 0.05; done;"
+        f'mkfifo ready; cd {place}/www && {SYSTEM_PYTHON} -c "{serve}" ~/ready >/dev/null 2>&1 &'
+        " cat ~/ready;"
         " curl -sS http://127.0.0.1:8000/hello.txt;"
         " curl -s --noproxy '' -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/hello.txt",
     )
