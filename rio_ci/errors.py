@@ -11,6 +11,8 @@ script, a timeout) are values, never exceptions: a refused patch is a
     │   └── ArtifactError     a Session artifact failed a check (zip entries, manifest, checksum,
     │                         integrity, schema); the previous generation may still be good
     ├── RecoveryError         surviving Workers could not be proven stopped (exit 4)
+    ├── NamespaceError        a thread could not return from a Cell's network namespace: the
+    │                         Owner stops (exit 4)
     ├── RunEnded              the run is terminal; nothing new is accepted (exit 1)
     ├── ForgeError            a call to the code host failed (exit 1); ``status`` is its HTTP code
     └── ModelError            a model attempt got no usable answer (transient or not)
@@ -60,6 +62,14 @@ class ArtifactError(StorageError):
 
 
 class RecoveryError(RioError):
+    exit_code = 4
+
+
+class NamespaceError(RioError):
+    """A thread that entered a Cell's network namespace (``rio_ci.egress.netns``) could not
+    return to the host's. It stays where nothing is reachable (it fails closed); the Owner
+    must stop rather than go on from a thread that cannot reach what it expects."""
+
     exit_code = 4
 
 

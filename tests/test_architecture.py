@@ -152,6 +152,7 @@ LAYERS = {
     "store": 2,
     "forge": 2,
     "model": 2,
+    "egress": 2,
     "session": 3,
     "run": 4,
     "reports": 5,

@@ -25,6 +25,7 @@ from conftest import run_cli
 from rio_ci import sdk_preload
 from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system, journal_chart, tokens
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache, minimum_tokens
+from rio_ci.commands.bench.egress import measure_egress
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.model.anthropic import AnthropicModel
@@ -120,6 +121,17 @@ FIGURES = [
     "import_anthropic_seconds",
     "ratio_start_vs_import_anthropic",
     "start_samples",
+    # egress: an install and a new connection through the proxy
+    "egress_install_ms_direct",
+    "egress_install_ms_proxied",
+    "ratio_egress_install",
+    "ratio_egress_install_pairs",
+    "egress_install_pairs",
+    "egress_connect_ms_direct",
+    "egress_connect_ms_proxied",
+    "egress_connect_overhead_ms",
+    "egress_connect_samples",
+    "egress_proxied_connections",
 ]
 # A figure that may be zero when nothing is wrong (an overhead can measure as negative).
 MAY_BE_ZERO = {
@@ -127,6 +139,7 @@ MAY_BE_ZERO = {
     "idle_worker_processes",
     "overhead_ms_cmd_cell",
     "ratio_cmd_cell_vs_floor",
+    "egress_connect_overhead_ms",
 }
 
 
@@ -202,6 +215,20 @@ def test_long_sessions_are_full_size_with_a_bounded_context(figures: dict[str, A
 def test_the_file_system_is_named(figures: dict[str, Any]) -> None:
     assert figures["filesystem"]["type"] not in MEMORY_FILE_SYSTEMS
     assert figures["filesystem"]["type"] != "unknown"
+
+
+@pytest.mark.slow
+def test_the_egress_figures_are_measured_through_the_real_proxy(tmp_path: Path) -> None:
+    """A small run of the egress measure on its own: both installs and both connection
+    probes measured, the proxied ones through the proxy (the measure counts its
+    connections and refuses a run that went around it), in a namespace where rio-ci is root."""
+    figures = measure_egress(tmp_path, quick=True)
+    egress = [key for key in FIGURES if key.startswith(("egress_", "ratio_egress_"))]
+    assert {key: figures[key] for key in egress if not finite(figures[key])} == {}
+    pairs, samples = figures["egress_install_pairs"], figures["egress_connect_samples"]
+    assert figures["egress_proxied_connections"] >= pairs + 1 + samples
+    assert figures["egress_isolated"] is (sys.platform.startswith("linux") and os.geteuid() == 0)
+    assert figures["egress_install_ms_direct"] > 0 and figures["egress_install_ms_proxied"] > 0
 
 
 def test_a_chart_line_needs_a_source_tree(tmp_path: Path) -> None:
