@@ -63,28 +63,17 @@ class Install:
 
     @classmethod
     def of_this_process(cls) -> Install:
-        prefixes = {
-            os.path.realpath(p)
-            for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
-        }
-        names = ("stdlib", "platstdlib", "purelib", "platlib")
-        trees: list[str] = []
-        folders: list[str] = []
-        for path in [*sys.path, *(sysconfig.get_path(name) for name in names)]:
-            real = os.path.realpath(path) if os.path.isabs(path) else ""
-            if not any(_inside(real, prefix) for prefix in prefixes):
-                continue  # the working directory's, PYTHONPATH's: not rio-ci's install
-            if os.path.lexists(real):
-                trees.append(real)
-            else:
-                folders.append(_nearest_folder(real))
+        """This interpreter's (see above)."""
+        trees, folders = _path_entries()
         if sys.prefix != sys.base_prefix:
             trees.append(os.path.realpath(sys.prefix))  # the venv: its bin/ and pyvenv.cfg
         trees.append(os.path.dirname(os.path.realpath(rio_ci.__file__)))
-        files = [os.path.realpath(sys.executable), *_libpython()] if sys.executable else []
-        for program in [sys.executable, *files[:1]] if sys.executable else []:
-            folder = os.path.realpath(os.path.dirname(program))
-            folders += [folder, os.path.dirname(folder)]  # where pyvenv.cfg is looked for
+        files: list[str] = []
+        if sys.executable:
+            files = [os.path.realpath(sys.executable), *_libpython()]
+            for program in (sys.executable, files[0]):
+                folder = os.path.realpath(os.path.dirname(program))
+                folders += [folder, os.path.dirname(folder)]  # where pyvenv.cfg is read
         base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
         left_out = {os.path.realpath(base[name]) for name in ("purelib", "platlib")}
         return cls(
@@ -250,6 +239,27 @@ def _close(finding: Finding, user: CellUser, groups: frozenset[int]) -> str | No
 
 
 # --- paths ------------------------------------------------------------------------------------
+
+
+def _path_entries() -> tuple[list[str], list[str]]:
+    """The ``sys.path`` and ``sysconfig`` paths inside the install's prefixes: those that
+    exist (to walk), and the nearest folder of those that do not (where one would appear)."""
+    prefixes = {
+        os.path.realpath(prefix)
+        for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+    }
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    trees: list[str] = []
+    folders: list[str] = []
+    for path in [*sys.path, *(sysconfig.get_path(name) for name in names)]:
+        real = os.path.realpath(path) if os.path.isabs(path) else ""
+        if not any(_inside(real, prefix) for prefix in prefixes):
+            continue  # the working directory's, PYTHONPATH's: not rio-ci's install
+        if os.path.lexists(real):
+            trees.append(real)
+        else:
+            folders.append(_nearest_folder(real))
+    return trees, folders
 
 
 def _inside(path: str, folder: str) -> bool:
