@@ -8,6 +8,7 @@
   ``rio_ci.api`` served to them over a socket; ``sudo``: becoming root for them through
   whichever sudo the runner has;
 - ``ownership``, ``environment``: holding the Session file, and what a process starts with.
+- ``seal``: rio-ci's own install closed to the Cell user before its first Cell runs.
 
 The rule of this folder: the only code that starts and stops a Cell's processes; it records
 every outcome through the Session's methods and reads no CI environment.

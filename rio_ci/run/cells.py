@@ -19,7 +19,7 @@ from typing import Any
 
 from rio_ci.core import events as ev
 from rio_ci.errors import RioError
-from rio_ci.run import cell_folder, cell_home, channel
+from rio_ci.run import cell_folder, cell_home, channel, seal
 from rio_ci.run import cell_user as cu
 from rio_ci.run.cell_folder import CellFolder
 from rio_ci.run.channel import SOCKET_VAR, Channel
@@ -46,6 +46,7 @@ class Cells:
                 self.user = cu.CellUser.ensure(requested)
                 if fresh_home:
                     cell_home.fresh(self.user)
+                seal.seal(self.user, notice)  # rio-ci's own install closed to it
             else:
                 notice(
                     f"{SHARED_NOTICE} ({self.reason}): they can reach everything the "
