@@ -5,10 +5,12 @@ environment may hold a credential, a ``GIT_*`` variable a step set, or a ``PATH`
 checkout. So git gets none of the process's ``GIT_*`` variables and none of its credentials
 (``rio_ci.core.credentials``); the harness's own ``PATH`` (``rio_ci.programs.search_path``: the
 helpers git starts by name are found there, never in the checkout); no system or global
-configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` the null device), no system
-attributes, no terminal prompt and no askpass program; and its settings go on git's command
-scope (``GIT_CONFIG_COUNT``), which outranks every configuration file git could still
-read, starting with ``HARDENED``: no hooks, no fsmonitor, no untracked cache.
+configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` the null device), no template
+directory and no translations (both are read from ``/usr/share``, which a runner image may
+leave writable by every user), no system attributes, no terminal prompt and no askpass
+program; and its settings go on git's command scope (``GIT_CONFIG_COUNT``), which outranks
+every configuration file git could still read, starting with ``HARDENED``: no hooks, no
+fsmonitor, no untracked cache.
 
 git itself is the one ``rio_ci.programs`` found. Each caller adds what its own git needs on
 top: the model's ``git status`` (``rio_ci/model/environment.py``) also refuses a tree that
@@ -57,6 +59,14 @@ def git_environment(
         GIT_ATTR_NOSYSTEM="1",
         GIT_TERMINAL_PROMPT="0",
         GIT_ASKPASS="",
+        # No template directory: a runner image may leave /usr/share/git-core/templates
+        # writable by every user (GitHub's Ubuntu images make /usr/share world-writable), and
+        # `git init` would copy a hook or a config from it into a git directory of ours.
+        GIT_TEMPLATE_DIR="",
+        # No translations: git's messages come from /usr/share/locale, as writable there, and
+        # a message catalogue supplies the format strings git prints with.
+        LC_ALL="C",
+        LANGUAGE="",
     )
     env.update(variables)
     scoped = (*HARDENED, *settings)

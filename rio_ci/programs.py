@@ -196,8 +196,11 @@ def search_path() -> str:
 
 
 def with_search_path(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with ``search_path()`` as its ``PATH``."""
-    return {**environ, "PATH": search_path()}
+    """``environ`` with ``search_path()`` as its ``PATH``, in the C locale: a program the
+    harness runs as root (useradd, sudo) reads no message catalogue from ``/usr/share``,
+    which a runner image may leave writable by every user (rio_ci/gitenv.py does the same
+    for git)."""
+    return {**environ, "PATH": search_path(), "LC_ALL": "C", "LANGUAGE": ""}
 
 
 def _rules() -> Rules:

@@ -247,6 +247,8 @@ def test_git_gets_the_harness_path_never_the_inherited_one(planted_path: Path) -
     assert programs.with_search_path({"PATH": str(planted_path), "HOME": "/x"}) == {
         "PATH": path,
         "HOME": "/x",
+        "LC_ALL": "C",  # and no message catalogue from /usr/share (rio_ci/gitenv.py)
+        "LANGUAGE": "",
     }
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from rio_ci import programs
 from rio_ci.errors import RioError, UsageError
-from rio_ci.run.sudo import MARK, identify, on_standard_input
+from rio_ci.run.sudo import C_LOCALE, MARK, identify, on_standard_input
 
 NONE = "none"
 # The comment of every user rio-ci creates: the mark of a user whose HOME rio-ci may empty.
@@ -123,7 +123,7 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     with on_standard_input(os.environ, found) as mark:
-        os.execv(
+        os.execve(
             sudo,
             [
                 sudo,
@@ -138,6 +138,10 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
                 "rio_ci.cli",
                 *argv,
             ],
+            # sudo runs as root and would read its messages from /usr/share/locale, which a
+            # runner image may leave writable by every user; the hand-over restores the
+            # job's own locale on arrival.
+            {**os.environ, **C_LOCALE},
         )
 
 

@@ -44,6 +44,9 @@ WAIT_SECONDS = 10.0  # for a standard input that is a pipe: how long to wait for
 IDENTITY = frozenset(
     {"USER", "LOGNAME", "MAIL", "SUDO_USER", "SUDO_UID", "SUDO_GID", "SUDO_COMMAND", "SUDO_HOME"}
 )
+# What sudo itself runs in (it reads no message catalogue); not the job's, which the
+# hand-over carries: a name the job did not set is removed again on arrival.
+C_LOCALE = {"LC_ALL": "C", "LANGUAGE": ""}
 # Harness plumbing that belongs to one process: never handed over.
 _PLUMBING = frozenset({MARK, "RIO_SECRETS_FD", "RIO_SCRUBBED"})
 _LABEL = re.compile(r"[^A-Za-z0-9 ._+~:()/-]+")
@@ -166,6 +169,8 @@ def arrive(needed: Iterable[str] = ()) -> None:
     if environ is None:
         raise UsageError(_lost(label or "sudo", needed))
     os.environ.update(environ)
+    for name in C_LOCALE.keys() - environ.keys():
+        os.environ.pop(name, None)
 
 
 def _lost(label: str, needed: Iterable[str]) -> str:
