@@ -120,6 +120,13 @@ FIGURES = [
     "import_anthropic_seconds",
     "ratio_start_vs_import_anthropic",
     "start_samples",
+    # github_jobs: one Session's jobs against the loopback GitHub
+    "github_requests_label_job",
+    "github_requests_wakeup_job",
+    "github_requests_listen_10min",
+    "artifact_bytes_3_jobs",
+    "artifact_bytes_20_jobs",
+    "ratio_artifact_bytes_20_vs_3_jobs",
 ]
 # A figure that may be zero when nothing is wrong (an overhead can measure as negative).
 MAY_BE_ZERO = {

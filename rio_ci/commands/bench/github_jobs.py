@@ -1,0 +1,273 @@
+"""What a Session costs GitHub: REST requests that count against the job token's rate limit,
+and the artifact bytes it keeps, measured by running the real ``rio-ci action`` job code
+(``rio_ci.github``: the run step, finish, the upload as ``actions/upload-artifact`` does
+it, and the step that deletes superseded generations) in this process against a loopback
+GitHub that counts as GitHub does (``github_api``, ``rate_limit``).
+
+A ``Site`` is one repository: a bare git origin on disk, the counting GitHub, a scripted
+model whose rounds each add a note and wait for a comment, and the jobs it has run. The
+figures (docs/performance.md):
+
+- ``github_requests_label_job``: the job an issue's trigger label starts, one round;
+- ``github_requests_wakeup_job``: a writer's comment wakes the Session, one round (the
+  fourth job of the Session: steady state, a superseded generation to delete);
+- ``github_requests_listen_10min``: a job's intake on a Session with a pull request, then
+  ten minutes of listening (a look every 30 s on an injected clock) while nothing changes;
+- ``ratio_artifact_bytes_20_vs_3_jobs``: the bytes of the Session's artifacts GitHub keeps
+  after 20 jobs over those after 3.
+
+The site works as well with the tests' fake (``tests/fakes/github``), which the tests use to
+hold this fake to the same counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import shutil
+import subprocess
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from rio_ci.commands.bench.github_api import LoopbackGitHub
+from rio_ci.commands.bench.rate_limit import Counted
+from rio_ci.forge.base import Forge
+from rio_ci.github import action, finish, job
+from rio_ci.github.env import ActionEnv
+from rio_ci.github.intake import take_in
+from rio_ci.github.listen import Listener
+from rio_ci.run.owner import Owner
+
+__all__ = ["CountingGitHub", "Site", "measure_github"]
+
+WRITER = "alice"
+JOBS_FOR_BYTES = (3, 20)
+WAKEUP_JOB = 4  # the label job, two wake-ups, then the one measured
+LISTEN_SECONDS = 600
+NOTE = [{"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "waiting"}}]
+
+
+class CountingGitHub(Protocol):
+    """What a site needs of a loopback GitHub (the bench's and the tests' fakes both are)."""
+
+    repo: str
+    token: str
+    api_url: str
+    artifacts: dict[int, Any]
+    comments: dict[int, Any]
+    issues: dict[int, Any]
+
+    @property
+    def counted(self) -> list[Counted]: ...
+
+    def add_user(self, login: str, role: str | None) -> None: ...
+
+    def add_issue(
+        self, title: str, body: str = "", user: str = "alice", labels: Any = ()
+    ) -> int: ...
+
+    def add_comment(self, number: int, body: str, user: str = "alice") -> int: ...
+
+    def add_rio_run(self, run_id: int, event: str = "workflow_dispatch") -> int: ...
+
+    def add_artifact(
+        self, name: str, zip_bytes: bytes, created_at: str = ..., *, run_id: int = ...
+    ) -> int: ...
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
+
+
+class Site:
+    """One repository on ``github``: its origin under ``root`` and the jobs run so far."""
+
+    def __init__(self, root: Path, github: CountingGitHub) -> None:
+        self.root, self.github = root, github
+        self.origin = root / "origin.git"
+        self.model = root / "model.yaml"
+        self.jobs = itertools.count(1)
+        self.uploads = itertools.count(1)
+        self.logs: list[str] = []
+        seed = root / "seed"
+        seed.mkdir(parents=True)
+        git(root, "init", "--quiet", "--bare", "--initial-branch=main", str(self.origin))
+        git(seed, "init", "--quiet", "--initial-branch=main")
+        (seed / "README.md").write_text("# bench\n")
+        git(seed, "add", "--all")
+        git(seed, "commit", "--quiet", "-m", "initial")
+        git(seed, "push", "--quiet", str(self.origin), "main")
+        github.add_user(WRITER, "write")
+        self.model.write_text(yaml.safe_dump([NOTE] * 64))
+
+    def environ(self, number: int, event_name: str, payload: dict[str, Any]) -> dict[str, str]:
+        """What the runner gives a job's steps (docs/github.md, the environment contract)."""
+        directory = self.root / f"job{number}"
+        (directory / "temp").mkdir(parents=True)
+        workspace = self.root / "work" / "bench"  # like a hosted runner: one path, fresh
+        shutil.rmtree(workspace, ignore_errors=True)
+        git(self.root, "clone", "--quiet", str(self.origin), str(workspace))
+        (directory / "event.json").write_text(json.dumps(payload))
+        run_id = 1000 + number
+        self.github.add_rio_run(run_id, event=event_name)
+        repo = self.github.repo
+        return {
+            "GITHUB_EVENT_NAME": event_name,
+            "GITHUB_EVENT_PATH": str(directory / "event.json"),
+            "GITHUB_REPOSITORY": repo,
+            "GITHUB_API_URL": self.github.api_url,
+            "GITHUB_TOKEN": self.github.token,
+            "GITHUB_RUN_ID": str(run_id),
+            "GITHUB_WORKSPACE": str(workspace),
+            "GITHUB_OUTPUT": str(directory / "output.txt"),
+            "RUNNER_TEMP": str(directory / "temp"),
+            "GITHUB_SERVER_URL": "https://github.test",
+            "GITHUB_REF_NAME": "main",
+            "GITHUB_WORKFLOW_REF": f"{repo}/.github/workflows/rio.yml@refs/heads/main",
+            "GITHUB_RETENTION_DAYS": "90",
+            "RIO_MODEL": f"scripted:{self.model}",
+            "RIO_TIME_BUDGET_MINUTES": "5",
+        }
+
+    def job(self, event_name: str, payload: dict[str, Any]) -> list[Counted]:
+        """One job as the composite action runs it; the requests it made that counted."""
+        before = len(self.github.counted)
+        env = ActionEnv.from_environ(self.environ(next(self.jobs), event_name, payload))
+        with self.quiet():
+            forge = action.github_forge(env)
+            job.run(env, forge)
+            if (env.state_dir / "job.json").exists():
+                finish.finish(env, lambda: action.github_forge(env))
+                self.upload(env)
+        return self.github.counted[before:]
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """The job's log lines (and the live log) go to ``logs``, not the bench's output."""
+        stream = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stream):
+                yield
+        finally:
+            self.logs.append(stream.getvalue())
+
+    def upload(self, env: ActionEnv) -> int | None:
+        """``actions/upload-artifact``: the artifact directory, zipped, under the name the
+        finish step wrote to its outputs."""
+        outputs = dict(
+            line.split("=", 1) for line in (env.output or Path()).read_text().splitlines()
+        )
+        name = outputs.get("artifact-name", "")
+        if not name or not env.artifact_dir.is_dir():
+            return None
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for path in sorted(env.artifact_dir.iterdir()):
+                bundle.write(path, arcname=path.name)
+        created = f"2024-05-01T{next(self.uploads) // 60:02d}:{next(self.uploads) % 60:02d}:00Z"
+        return self.github.add_artifact(name, buffer.getvalue(), created, run_id=int(env.run_id))
+
+    # -- the events ---------------------------------------------------------------------------
+
+    def label(self, title: str = "Fix the parser") -> tuple[int, list[Counted]]:
+        issue = self.github.add_issue(title, "It fails on empty input.", WRITER, ("rio",))
+        payload = {
+            "action": "labeled",
+            "label": {"name": "rio"},
+            "sender": {"login": WRITER},
+            "issue": {"number": issue},
+        }
+        return issue, self.job("issues", payload)
+
+    def comment(self, issue: int, body: str) -> list[Counted]:
+        made = self.github.add_comment(issue, body, user=WRITER)
+        payload = {
+            "action": "created",
+            "sender": {"login": WRITER},
+            "comment": self.github.comments[made],
+            "issue": self.github.issues[issue],
+        }
+        return self.job("issue_comment", payload)
+
+    def kept_bytes(self, issue: int) -> int:
+        """The bytes of the Session's artifacts GitHub keeps now."""
+        name = f"rio-session-{issue}"
+        return sum(
+            int(a["size_in_bytes"])
+            for a in self.github.artifacts.values()
+            if a["name"] == name and not a["expired"]
+        )
+
+
+def listen(site: Site, issue: int, pull: int, seconds: float = LISTEN_SECONDS) -> list[Counted]:
+    """A job's intake on the Session of ``issue`` with its pull request ``pull`` (what the
+    run step does before its rounds: the listener's first look, then the re-scan), then the
+    listener called every second of an injected clock for ``seconds``, nothing changing."""
+    env = ActionEnv.from_environ(site.environ(next(site.jobs), "workflow_dispatch", {}))
+    db = site.root / "listen.sqlite3"
+    _session_with_pull(db, env, pull)
+    now = [0.0]
+    before = len(site.github.counted)
+    owner = Owner(str(db))
+    forge: Forge = action.github_forge(env)
+    try:
+        with site.quiet():
+            listener = Listener(owner, forge, issue, clock=lambda: now[0])
+            listener.prime()
+            take_in(owner, forge, issue)
+            while now[0] < seconds:
+                now[0] += 1.0
+                listener()
+    finally:
+        owner.close()
+    return site.github.counted[before:]
+
+
+def _session_with_pull(db: Path, env: ActionEnv, pull: int) -> None:
+    from rio_ci.session import Session
+
+    session = Session.create(db, "goal", cwd=str(env.workspace))
+    try:
+        session.set_watermark("pull_request", pull)
+    finally:
+        session.close()
+
+
+def measure_github(
+    root: Path, quick: bool, make: Callable[[], Any] = LoopbackGitHub
+) -> dict[str, Any]:
+    """The figures of the module docstring, from the jobs of one Session run in this call:
+    its label job, then comments waking it until it has had 20 jobs, then the listening."""
+    with make() as github:
+        site = Site(root / "github", github)
+        issue, label = site.label()
+        counted, kept = {1: label}, {}
+        for number in range(2, max(JOBS_FOR_BYTES) + 1):
+            counted[number] = site.comment(issue, f"also handle case {number}")
+            if number in JOBS_FOR_BYTES:
+                kept[number] = site.kept_bytes(issue)
+        pull = github.add_pull(f"rio/issue-{issue}", "Fix the parser")
+        listened = listen(site, issue, pull)
+    three, twenty = (kept[n] for n in JOBS_FOR_BYTES)
+    return {
+        "github_requests_label_job": len(label),
+        "github_requests_wakeup_job": len(counted[WAKEUP_JOB]),
+        "github_requests_listen_10min": len(listened),
+        "artifact_bytes_3_jobs": three,
+        "artifact_bytes_20_jobs": twenty,
+        "ratio_artifact_bytes_20_vs_3_jobs": round(twenty / three, 3),
+    }
