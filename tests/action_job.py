@@ -395,6 +395,14 @@ class Repository:
     def progress_comments(self, issue: int) -> list[dict[str, Any]]:
         return [c for c in self.gh.comments_on(issue) if "<!-- rio-ci:progress -->" in c["body"]]
 
+    def push_branch(self, branch: str) -> str:
+        """A branch on GitHub (in the origin and in the API alike) at ``main``'s commit, as
+        if an earlier job had pushed it; its head commit."""
+        sha = git(self.origin, "rev-parse", "main")
+        git(self.origin, "update-ref", f"refs/heads/{branch}", sha)
+        self.gh.set_branch(branch, sha)
+        return sha
+
     def delete_branch(self, branch: str) -> None:
         """What GitHub's "delete branch" after a merge does to the origin."""
         git(self.origin, "update-ref", "-d", f"refs/heads/{branch}")

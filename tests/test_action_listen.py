@@ -35,7 +35,9 @@ def ticking(step: float = 31.0) -> Callable[[], float]:
 
 
 def looks_at(gh: FakeGitHub, issue: int) -> Callable[[Recorded], bool]:
-    path = f"/repos/{gh.repo}/issues/{issue}"
+    """A conditional read of the issue's comments: a look (or a re-scan of an unchanged
+    list, which the look made free)."""
+    path = f"/repos/{gh.repo}/issues/{issue}/comments"
     return lambda r: r.method == "GET" and r.path == path and "if-none-match" in r.headers
 
 
@@ -73,8 +75,13 @@ def test_a_comment_made_mid_job_reaches_that_jobs_next_turn(
 ) -> None:
     repo.set_script(script(WAIT, WAIT, WAIT))
     issue = gh.add_issue("Fix", labels=("rio",))
-    made = comment_on_look(gh, issue, 2, "also handle the empty case")  # the 1st finds nothing
     job = repo.prepare("issues", labeled(issue))
+    db = job.runner_temp / "rio" / "session.sqlite3"
+
+    def turn_fixed() -> bool:  # the first Turn's State is fixed: news is for the next one
+        return db.exists() and any(r["kind"] == "turn_prepared" for r in journal_rows(db))
+
+    made = comment_on_look(gh, issue, 1, "also handle the empty case", ready=turn_fixed)
 
     result = run_in_process(repo, job, ticking())
 
@@ -133,7 +140,9 @@ def test_looks_are_at_most_every_interval_and_an_unchanged_one_rescans_nothing(
         assert len(gh.requests) == before
         now[0] = 30.0
         listener()  # unchanged: one 304, no re-scan
-        assert [r.path for r in gh.requests[before:]] == [f"/repos/{gh.repo}/issues/{issue}"]
+        assert [r.path for r in gh.requests[before:]] == [
+            f"/repos/{gh.repo}/issues/{issue}/comments"
+        ]
         assert len(gh.not_modified) == 1 and listener.scans == 0
         gh.add_comment(issue, "news", user="alice")
         now[0] = 45.0

@@ -2,15 +2,18 @@
 
 While ``rio-ci action`` runs rounds, the harness calls a ``Listener`` between rounds and
 while it waits. At most every ``interval`` seconds it asks GitHub, with conditional requests,
-whether the issue or its pull request changed (a new comment, review or inline comment); an
-unchanged answer is a 304, which costs no rate limit. Only when something changed does it
-re-scan (``intake.take_in``: the same watermarks and message ids as a job's start, so each
-observation still enters the Inbox once). A writer's comment — ``/rio stop`` included —
-reaches the running Session's next Turn instead of waiting behind the job.
+whether the lists a re-scan reads grew (the issue's comments; the pull request's comments,
+reviews and inline comments); an unchanged answer is a 304, which costs no rate limit. Only
+when something changed does it re-scan (``intake.take_in``: the same watermarks and message
+ids as a job's start, so each observation still enters the Inbox once; the lists it reads
+again are the ones the look just read, so an unchanged one is free). A writer's comment —
+``/rio stop`` included — reaches the running Session's next Turn instead of waiting behind
+the job.
 
-The listener looks first (``prime``) and the job's own re-scan comes after, so anything
-written between the two is seen by the next look. A failed look is a warning: the job goes
-on, and the next job's re-scan delivers what this one missed.
+The listener looks first (``prime``: the lists are read then) and the job's own re-scan
+comes after (reading them again for free), so anything written between the two is seen by
+the next look. A failed look is a warning: the job goes on, and the next job's re-scan
+delivers what this one missed.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ class Listener:
         interval: float = INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         warn: Callable[[str], None] | None = None,
+        head: str | None = None,
     ) -> None:
         self.owner, self.forge, self.issue = owner, forge, issue
+        self.head = head  # the branch's head as the job checked it out (intake.take_in)
         self.interval, self.clock = interval, clock
         self.warn = warn or (lambda message: None)
         self.last: float | None = None
@@ -59,7 +64,7 @@ class Listener:
         try:
             if self._changed():
                 self.scans += 1
-                take_in(self.owner, self.forge, self.issue, warn=self.warn)
+                take_in(self.owner, self.forge, self.issue, warn=self.warn, head=self.head)
         except RioError as exc:
             self.warn(f"looking for new comments failed ({exc}); the next job re-scans")
 

@@ -292,7 +292,7 @@ class LoopbackGitHub:
         sha = self.branches.get(urllib.parse.unquote(m[1]))
         if sha is None:
             return 404, {"message": "Branch not found"}, {}
-        return 200, {"name": m[1], "commit": {"sha": sha, "url": f"{self._base}/c/{sha}"}}, {}
+        return 200, {"name": m[1], "commit": {"sha": sha, "url": f"{self._base}/commits/{sha}"}}, {}
 
     def _list_runs(self, m: re.Match[str], a: Asked) -> Reply:
         runs = [

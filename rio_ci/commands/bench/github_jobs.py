@@ -1,20 +1,24 @@
 """What a Session costs GitHub: REST requests that count against the job token's rate limit,
 and the artifact bytes it keeps, measured by running the real ``rio-ci action`` job code
 (``rio_ci.github``: the run step, finish, the upload as ``actions/upload-artifact`` does
-it, and the step that deletes superseded generations) in this process against a loopback
+it, and the prune step that deletes superseded generations) in this process against a loopback
 GitHub that counts as GitHub does (``github_api``, ``rate_limit``).
 
 A ``Site`` is one repository: a bare git origin on disk, the counting GitHub, a scripted
-model whose rounds each add a note and wait for a comment, and the jobs it has run. The
-figures (docs/performance.md):
+model, and the jobs it has run. The figures (docs/performance.md):
 
-- ``github_requests_label_job``: the job an issue's trigger label starts, one round;
-- ``github_requests_wakeup_job``: a writer's comment wakes the Session, one round (the
+- ``github_requests_label_job``: the job an issue's trigger label starts, one round (a note,
+  then the Session waits for a comment);
+- ``github_requests_wakeup_job``: a writer's comment wakes that Session, one round (the
   fourth job of the Session: steady state, a superseded generation to delete);
-- ``github_requests_listen_10min``: a job's intake on a Session with a pull request, then
-  ten minutes of listening (a look every 30 s on an injected clock) while nothing changes;
-- ``ratio_artifact_bytes_20_vs_3_jobs``: the bytes of the Session's artifacts GitHub keeps
-  after 20 jobs over those after 3.
+- ``github_requests_listen_10min``: a job's intake on that Session once it has a pull
+  request (the listener's first look, the re-scan), then ten minutes of listening (a look
+  every 30 s on an injected clock) while nothing changes;
+- ``ratio_artifact_bytes_20_vs_3_jobs``: the bytes of a Session's artifacts GitHub keeps
+  after 20 jobs over those after 3. A Session's own history grows with every job (a round
+  is a few hundred compressed bytes of events), so the Session measured is one that worked:
+  its first job ran ``WORK_ROUNDS`` rounds, each a test run printing a report of about 2 KB
+  and a note on it; then 19 comments woke it for a round each.
 
 The site works as well with the tests' fake (``tests/fakes/github``), which the tests use to
 hold this fake to the same counts.
@@ -23,6 +27,7 @@ hold this fake to the same counts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import itertools
 import json
@@ -38,7 +43,7 @@ import yaml
 from rio_ci.commands.bench.github_api import LoopbackGitHub
 from rio_ci.commands.bench.rate_limit import Counted
 from rio_ci.forge.base import Forge
-from rio_ci.github import action, finish, job
+from rio_ci.github import action, finish, job, prune
 from rio_ci.github.env import ActionEnv
 from rio_ci.github.intake import take_in
 from rio_ci.github.listen import Listener
@@ -51,6 +56,27 @@ JOBS_FOR_BYTES = (3, 20)
 WAKEUP_JOB = 4  # the label job, two wake-ups, then the one measured
 LISTEN_SECONDS = 600
 NOTE = [{"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": "waiting"}}]
+WAIT = [{"op": "replace", "path": "/cells/0", "value": {"kind": "note", "text": "waiting"}}]
+WORK_ROUNDS = 24
+
+
+def work_round(n: int) -> list[dict[str, Any]]:
+    """A round of real work: a test run printing a report of about 2 KB (its timings and
+    ids differ from run to run, as a real one's do) and a note on what it showed."""
+    report = "".join(
+        f"tests/test_module_{n}.py::test_case_{i:03d} PASSED in "
+        f"{(i * n * 7919) % 997 / 1000:.3f}s [{(i * n * 104729) % 1000003:x}]\n"
+        for i in range(30)
+    )
+    note = f"round {n}: ran the tests; module {n} still fails on the empty input. " * 3
+    return [
+        {
+            "op": "add",
+            "path": "/cells/-",
+            "value": {"kind": "cmd", "argv": ["python3", "-c", f"print({report!r})"]},
+        },
+        {"op": "add", "path": "/cells/-", "value": {"kind": "note", "text": note}},
+    ]
 
 
 class CountingGitHub(Protocol):
@@ -62,6 +88,7 @@ class CountingGitHub(Protocol):
     artifacts: dict[int, Any]
     comments: dict[int, Any]
     issues: dict[int, Any]
+    branches: dict[str, str]
 
     @property
     def counted(self) -> list[Counted]: ...
@@ -112,7 +139,11 @@ class Site:
         git(seed, "commit", "--quiet", "-m", "initial")
         git(seed, "push", "--quiet", str(self.origin), "main")
         github.add_user(WRITER, "write")
-        self.model.write_text(yaml.safe_dump([NOTE] * 64))
+        self.script([NOTE] * 8)
+
+    def script(self, rounds: list[list[dict[str, Any]]]) -> None:
+        """The scripted model's replies, one per round of a Session (its k-th Turn)."""
+        self.model.write_text(yaml.safe_dump(rounds))
 
     def environ(self, number: int, event_name: str, payload: dict[str, Any]) -> dict[str, str]:
         """What the runner gives a job's steps (docs/github.md, the environment contract)."""
@@ -129,6 +160,7 @@ class Site:
             "GITHUB_EVENT_NAME": event_name,
             "GITHUB_EVENT_PATH": str(directory / "event.json"),
             "GITHUB_REPOSITORY": repo,
+            "GITHUB_REPOSITORY_ID": "1",
             "GITHUB_API_URL": self.github.api_url,
             "GITHUB_TOKEN": self.github.token,
             "GITHUB_RUN_ID": str(run_id),
@@ -152,7 +184,12 @@ class Site:
             job.run(env, forge)
             if (env.state_dir / "job.json").exists():
                 finish.finish(env, lambda: action.github_forge(env))
-                self.upload(env)
+                uploaded = self.upload(env)
+                if uploaded is not None:  # the composite's step after a successful upload
+                    named = dataclasses.replace(
+                        env, artifact_id=uploaded, artifact_name=self.uploaded_name(env)
+                    )
+                    prune.prune(named, action.github_forge(named))
         return self.github.counted[before:]
 
     @contextlib.contextmanager
@@ -165,13 +202,16 @@ class Site:
         finally:
             self.logs.append(stream.getvalue())
 
+    @staticmethod
+    def uploaded_name(env: ActionEnv) -> str:
+        """The ``artifact-name`` the finish step wrote to its outputs (its last value)."""
+        lines = (env.output or Path()).read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines if "=" in line).get("artifact-name", "")
+
     def upload(self, env: ActionEnv) -> int | None:
         """``actions/upload-artifact``: the artifact directory, zipped, under the name the
-        finish step wrote to its outputs."""
-        outputs = dict(
-            line.split("=", 1) for line in (env.output or Path()).read_text().splitlines()
-        )
-        name = outputs.get("artifact-name", "")
+        finish step wrote to its outputs; the artifact's id."""
+        name = self.uploaded_name(env)
         if not name or not env.artifact_dir.is_dir():
             return None
         buffer = io.BytesIO()
@@ -203,6 +243,13 @@ class Site:
         }
         return self.job("issue_comment", payload)
 
+    def push_branch(self, branch: str) -> str:
+        """``branch`` on GitHub (the origin's and the API's) at ``main``'s commit; its head."""
+        sha = git(self.origin, "rev-parse", "main")
+        git(self.origin, "update-ref", f"refs/heads/{branch}", sha)
+        self.github.branches[branch] = sha
+        return sha
+
     def kept_bytes(self, issue: int) -> int:
         """The bytes of the Session's artifacts GitHub keeps now."""
         name = f"rio-session-{issue}"
@@ -213,10 +260,13 @@ class Site:
         )
 
 
-def listen(site: Site, issue: int, pull: int, seconds: float = LISTEN_SECONDS) -> list[Counted]:
-    """A job's intake on the Session of ``issue`` with its pull request ``pull`` (what the
-    run step does before its rounds: the listener's first look, then the re-scan), then the
-    listener called every second of an injected clock for ``seconds``, nothing changing."""
+def listen(
+    site: Site, issue: int, pull: int, head: str, seconds: float = LISTEN_SECONDS
+) -> list[Counted]:
+    """A job's intake on the Session of ``issue`` with its pull request ``pull`` from the
+    branch at ``head`` (what the run step does before its rounds: the listener's first look,
+    then the re-scan), then the listener called every second of an injected clock for
+    ``seconds``, nothing changing."""
     env = ActionEnv.from_environ(site.environ(next(site.jobs), "workflow_dispatch", {}))
     db = site.root / "listen.sqlite3"
     _session_with_pull(db, env, pull)
@@ -226,9 +276,9 @@ def listen(site: Site, issue: int, pull: int, seconds: float = LISTEN_SECONDS) -
     forge: Forge = action.github_forge(env)
     try:
         with site.quiet():
-            listener = Listener(owner, forge, issue, clock=lambda: now[0])
+            listener = Listener(owner, forge, issue, clock=lambda: now[0], head=head)
             listener.prime()
-            take_in(owner, forge, issue)
+            take_in(owner, forge, issue, head=head)
             while now[0] < seconds:
                 now[0] += 1.0
                 listener()
@@ -250,18 +300,24 @@ def _session_with_pull(db: Path, env: ActionEnv, pull: int) -> None:
 def measure_github(
     root: Path, quick: bool, make: Callable[[], Any] = LoopbackGitHub
 ) -> dict[str, Any]:
-    """The figures of the module docstring, from the jobs of one Session run in this call:
-    its label job, then comments waking it until it has had 20 jobs, then the listening."""
+    """The figures of the module docstring, each from jobs run in this call: one Session's
+    label job, three wake-ups and its listening; then another Session's 20 jobs."""
     with make() as github:
         site = Site(root / "github", github)
         issue, label = site.label()
-        counted, kept = {1: label}, {}
-        for number in range(2, max(JOBS_FOR_BYTES) + 1):
+        counted = {1: label}
+        for number in range(2, WAKEUP_JOB + 1):
             counted[number] = site.comment(issue, f"also handle case {number}")
-            if number in JOBS_FOR_BYTES:
-                kept[number] = site.kept_bytes(issue)
+        head = site.push_branch(f"rio/issue-{issue}")
         pull = github.add_pull(f"rio/issue-{issue}", "Fix the parser")
-        listened = listen(site, issue, pull)
+        listened = listen(site, issue, pull, head)
+        site.script([work_round(n) for n in range(1, WORK_ROUNDS + 1)] + [WAIT] * 32)
+        worked, _ = site.label("Make the parser accept empty input")
+        kept = {}
+        for number in range(2, max(JOBS_FOR_BYTES) + 1):
+            site.comment(worked, f"and case {number}")
+            if number in JOBS_FOR_BYTES:
+                kept[number] = site.kept_bytes(worked)
     three, twenty = (kept[n] for n in JOBS_FOR_BYTES)
     return {
         "github_requests_label_job": len(label),

@@ -24,6 +24,7 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
 - artifacts with ``retention_days`` and ``expires_at`` (``upload_artifact`` zips a directory
   as actions/upload-artifact does); a download of an expired one answers 410 Gone
   (``expire_artifact(id, listed=False)``: the listing has not caught up yet);
+  ``DELETE .../actions/artifacts/{id}`` needs ``actions: write`` (``deleted`` lists them);
 - workflow runs with ``path``, ``event``, ``repository`` and ``head_repository``
   (``GET .../actions/runs/{id}``), and every artifact's ``workflow_run`` names its run's
   repository ids: ``add_rio_run(id)`` is one of rio's own jobs (an upload naming an unknown

@@ -67,6 +67,7 @@ class GitHubData:
         self.artifacts: dict[int, dict[str, Json]] = {}
         self.blobs: dict[int, bytes] = {}
         self.gone: set[int] = set()  # artifacts whose download answers 410 Gone
+        self.deleted: list[int] = []  # artifacts deleted through the API, in order
         # user attachments (issue / comment pictures) at /user-attachments/assets/<id>:
         # (bytes, the Content-Type it claims); or a redirect to a Location
         self.attachments: dict[str, tuple[bytes, str]] = {}
