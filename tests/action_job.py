@@ -358,6 +358,15 @@ class Repository:
         )
         return job.artifact_id
 
+    def prune(self, job: Job) -> Step:
+        """The composite's last step, after a successful upload: ``rio-ci action prune``
+        with the upload's ``artifact-id`` and the name finish chose."""
+        job.env.update(
+            RIO_ARTIFACT_ID=str(job.artifact_id or ""),
+            RIO_ARTIFACT_NAME=job.outputs.get("artifact-name", ""),
+        )
+        return self.step(job, "prune")
+
     def next_created_at(self) -> str:
         return f"2024-05-01T10:{next(self._uploads):02d}:00Z"
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import time
 import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -57,9 +58,7 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
         return 0
 
     def connect() -> Forge:
-        if forge is not None:
-            return forge
-        return github_forge(env, env.budget_minutes * 60 if phase == "run" else STEP_WAIT_SECONDS)
+        return forge if forge is not None else step_forge(env, phase)
 
     if phase == "finish":
         from rio_ci.github.finish import finish
@@ -94,7 +93,21 @@ def asks_for_setup_check(env: ActionEnv) -> bool:
     return env.event_name == "workflow_dispatch" and is_setup_check(env.event())
 
 
-def github_forge(env: ActionEnv, wait_seconds: float = STEP_WAIT_SECONDS) -> GitHubForge:
+def step_forge(
+    env: ActionEnv, phase: str, *, sleep: Callable[[float], None] = time.sleep
+) -> GitHubForge:
+    """The GitHub of the step ``phase``: the run step waits out rate limits within its time
+    budget, the others (after it) within ``STEP_WAIT_SECONDS``; ``sleep`` is how it waits."""
+    seconds = env.budget_minutes * 60 if phase == "run" else STEP_WAIT_SECONDS
+    return github_forge(env, seconds, sleep=sleep)
+
+
+def github_forge(
+    env: ActionEnv,
+    wait_seconds: float = STEP_WAIT_SECONDS,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> GitHubForge:
     """The job's GitHub: told the repository's id (``GITHUB_REPOSITORY_ID``, so it need not
     read the repository), sharing its answers with the job's other steps (``KEPT_FILE``),
     and waiting out rate limits for at most ``wait_seconds`` from now (the run step: its
@@ -114,7 +127,7 @@ def github_forge(env: ActionEnv, wait_seconds: float = STEP_WAIT_SECONDS) -> Git
         env.api_url,
         throttle=not local,
         repository_id=env.repository_id,
-        patience=Patience(wait_seconds, log=log),
+        patience=Patience(wait_seconds, sleep=sleep, log=log),
         kept=env.state_dir / KEPT_FILE,
     )
 

@@ -33,6 +33,7 @@ import itertools
 import json
 import shutil
 import subprocess
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -123,18 +124,31 @@ def git(cwd: Path, *args: str) -> str:
 class Site:
     """One repository on ``github``: its origin under ``root`` and the jobs run so far."""
 
-    def __init__(self, root: Path, github: CountingGitHub) -> None:
-        self.root, self.github = root, github
+    def __init__(
+        self,
+        root: Path,
+        github: CountingGitHub,
+        *,
+        files: dict[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``files``: the repository's files besides a README (``.github/rio.yml``, say);
+        ``sleep``: how the jobs wait out rate limits."""
+        self.root, self.github, self.sleep = root, github, sleep
         self.origin = root / "origin.git"
         self.model = root / "model.yaml"
         self.jobs = itertools.count(1)
         self.uploads = itertools.count(1)
         self.logs: list[str] = []
+        self.results: list[dict[str, Any]] = []
+        self.envs: list[ActionEnv] = []
         seed = root / "seed"
         seed.mkdir(parents=True)
         git(root, "init", "--quiet", "--bare", "--initial-branch=main", str(self.origin))
         git(seed, "init", "--quiet", "--initial-branch=main")
-        (seed / "README.md").write_text("# bench\n")
+        for name, text in {"README.md": "# bench\n", **(files or {})}.items():
+            (seed / name).parent.mkdir(parents=True, exist_ok=True)
+            (seed / name).write_text(text)
         git(seed, "add", "--all")
         git(seed, "commit", "--quiet", "-m", "initial")
         git(seed, "push", "--quiet", str(self.origin), "main")
@@ -176,21 +190,28 @@ class Site:
         }
 
     def job(self, event_name: str, payload: dict[str, Any]) -> list[Counted]:
-        """One job as the composite action runs it; the requests it made that counted."""
+        """One job as the composite action runs it; the requests it made that counted. Each
+        step's result is appended to ``results`` (``{"step": ..., **result}``), the job's
+        environment to ``envs``."""
         before = len(self.github.counted)
         env = ActionEnv.from_environ(self.environ(next(self.jobs), event_name, payload))
+        self.envs.append(env)
         with self.quiet():
-            forge = action.github_forge(env)
-            job.run(env, forge)
+            self.results.append({"step": "run", **job.run(env, self.forge(env, "run"))})
             if (env.state_dir / "job.json").exists():
-                finish.finish(env, lambda: action.github_forge(env))
+                done = finish.finish(env, lambda: self.forge(env, "finish"))
+                self.results.append({"step": "finish", **done})
                 uploaded = self.upload(env)
                 if uploaded is not None:  # the composite's step after a successful upload
                     named = dataclasses.replace(
                         env, artifact_id=uploaded, artifact_name=self.uploaded_name(env)
                     )
-                    prune.prune(named, action.github_forge(named))
+                    pruned = prune.prune(named, self.forge(named, "prune"))
+                    self.results.append({"step": "prune", **pruned})
         return self.github.counted[before:]
+
+    def forge(self, env: ActionEnv, phase: str) -> Forge:
+        return action.step_forge(env, phase, sleep=self.sleep)
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -273,7 +294,7 @@ def listen(
     now = [0.0]
     before = len(site.github.counted)
     owner = Owner(str(db))
-    forge: Forge = action.github_forge(env)
+    forge = site.forge(env, "run")
     try:
         with site.quiet():
             listener = Listener(owner, forge, issue, clock=lambda: now[0], head=head)
