@@ -73,7 +73,7 @@ def _failing(what: str) -> Iterator[None]:
         detail = exc.message or (exc.data.get("message") if isinstance(exc.data, dict) else None)
         limited = refusal(exc.status, exc.headers or {}, str(detail or ""))
         if limited is not None:
-            raise Limited(f"GitHub: {what} failed: {limited}", limited) from exc
+            raise Limited(f"GitHub: {what} failed: rate limited ({limited})", limited) from exc
         raise ForgeError(
             f"GitHub: {what} failed: HTTP {exc.status} {detail or ''}".rstrip(), status=exc.status
         ) from exc

@@ -87,10 +87,10 @@ def _follow(url: str, token: str, what: str, timeout: int) -> Iterator[HTTPRespo
     try:
         response = follow(opener, request, without_token, redirects=_MAX_HOPS - 1, timeout=timeout)
     except urllib.error.HTTPError as exc:
-        message = f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}"
         limited = refusal(exc.code, dict((exc.headers or {}).items()), _message(exc))
         if limited is not None:  # the API's answer: the blob store has no rate limit
-            raise Limited(message, limited) from exc
+            raise Limited(f"GitHub: {what} failed: rate limited ({limited})", limited) from exc
+        message = f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}"
         raise ForgeError(message, status=exc.code) from exc
     except TooManyRedirects:
         raise ForgeError(f"GitHub: {what} failed: more than {_MAX_HOPS} redirects") from None

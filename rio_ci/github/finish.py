@@ -271,7 +271,10 @@ def _pull_request(
         url = open_pull_request(forge, session, issue, base, diffstat=diffstat)
     except RioError as exc:
         notes.append(f"the pull request was not opened: {exc}")
-        log(f"::error::rio-ci: the pull request was not opened: {exc}")
+        log(
+            f"::error::rio-ci: the pull request was not opened: {exc}; the next job for the "
+            "issue (any event on it) opens it"
+        )
         return None
     remember_pull_request(session, url)
     return url
