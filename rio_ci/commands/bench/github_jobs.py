@@ -12,8 +12,8 @@ model, and the jobs it has run. The figures (docs/performance.md):
 - ``github_requests_wakeup_job``: a writer's comment wakes that Session, one round (the
   fourth job of the Session: steady state, a superseded generation to delete);
 - ``github_requests_listen_10min``: a job's intake on that Session once it has a pull
-  request (the listener's first look, the re-scan), then ten minutes of listening (a look
-  every 30 s on an injected clock) while nothing changes;
+  request and every comment taken in (the listener's first look, the re-scan), then ten
+  minutes of listening (a look every 30 s on an injected clock) while nothing changes;
 - ``ratio_artifact_bytes_20_vs_3_jobs``: the bytes of a Session's artifacts GitHub keeps
   after 20 jobs over those after 3. A Session's own history grows with every job (a round
   is a few hundred compressed bytes of events), so the Session measured is one that worked:
@@ -49,6 +49,7 @@ from rio_ci.github.env import ActionEnv
 from rio_ci.github.intake import take_in
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
+from rio_ci.session import Session
 
 __all__ = ["CountingGitHub", "Site", "measure_github"]
 
@@ -290,7 +291,10 @@ def listen(
     ``seconds``, nothing changing."""
     env = ActionEnv.from_environ(site.environ(next(site.jobs), "workflow_dispatch", {}))
     db = site.root / "listen.sqlite3"
-    _session_with_pull(db, env, pull)
+    taken = max(
+        (c for c, v in site.github.comments.items() if v["issue_number"] == issue), default=0
+    )
+    _session_with_pull(db, env, pull, {f"comments:{issue}": taken})
     now = [0.0]
     before = len(site.github.counted)
     owner = Owner(str(db))
@@ -308,12 +312,12 @@ def listen(
     return site.github.counted[before:]
 
 
-def _session_with_pull(db: Path, env: ActionEnv, pull: int) -> None:
-    from rio_ci.session import Session
-
+def _session_with_pull(db: Path, env: ActionEnv, pull: int, marks: dict[str, Any]) -> None:
+    """The listening job's Session: its pull request, and the comments it has taken in."""
     session = Session.create(db, "goal", cwd=str(env.workspace))
     try:
-        session.set_watermark("pull_request", pull)
+        for name, value in {"pull_request": pull, **marks}.items():
+            session.set_watermark(name, value)
     finally:
         session.close()
 
