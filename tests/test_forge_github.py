@@ -263,3 +263,34 @@ def test_an_expired_artifact_download_is_a_forge_error(
         forge.download_artifact(artifact_id, tmp_path / "a.zip")
     assert caught.value.status == 410
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_remembered_comment_deleted_meanwhile_is_looked_for_and_made_again(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
+    number = gh.add_issue("goal")
+    first = forge.upsert_comment(number, MARKER, f"{MARKER}\nrunning")
+    del gh.comments[first]  # someone deleted the progress comment
+
+    again = forge.upsert_comment(number, MARKER, f"{MARKER}\nsucceeded")
+
+    assert again != first
+    assert [c["body"] for c in gh.comments_on(number)] == [f"{MARKER}\nsucceeded"]
+
+
+def test_the_next_step_of_a_job_reads_what_changed_only(gh: FakeGitHub, tmp_path: Path) -> None:
+    """Two forges sharing the kept answers (the run and finish steps of one job): the second
+    asks conditionally, so an unchanged list costs a 304 and a changed one is read anew."""
+    number = gh.add_issue("goal")
+    gh.add_comment(number, "one", user="alice")
+    kept = tmp_path / "github.json"
+    run = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, kept=kept, repository_id=1)
+    assert [c.body for c in run.comments(number)] == ["one"]
+    finish = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, kept=kept, repository_id=1)
+
+    assert [c.body for c in finish.comments(number)] == ["one"]
+    gh.add_comment(number, "two", user="alice")
+    assert [c.body for c in finish.comments(number)] == ["one", "two"]
+
+    assert [str(c).split(" → ")[1] for c in gh.counted] == ["200", "200"]
+    assert len(gh.not_modified) == 1

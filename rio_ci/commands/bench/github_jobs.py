@@ -160,42 +160,51 @@ class Site:
         """The scripted model's replies, one per round of a Session (its k-th Turn)."""
         self.model.write_text(yaml.safe_dump(rounds))
 
-    def environ(self, number: int, event_name: str, payload: dict[str, Any]) -> dict[str, str]:
-        """What the runner gives a job's steps (docs/github.md, the environment contract)."""
+    def action_env(self, event_name: str, payload: dict[str, Any]) -> ActionEnv:
+        """The next job's environment, as the runner gives it to the steps (docs/github.md,
+        the environment contract): a fresh runner temp, a fresh clone at the same path (as
+        on a hosted runner), the event, a run of rio.yml."""
+        number = next(self.jobs)
         directory = self.root / f"job{number}"
         (directory / "temp").mkdir(parents=True)
-        workspace = self.root / "work" / "bench"  # like a hosted runner: one path, fresh
+        workspace = self.root / "work" / "bench"
         shutil.rmtree(workspace, ignore_errors=True)
         git(self.root, "clone", "--quiet", str(self.origin), str(workspace))
         (directory / "event.json").write_text(json.dumps(payload))
         run_id = 1000 + number
         self.github.add_rio_run(run_id, event=event_name)
         repo = self.github.repo
-        return {
-            "GITHUB_EVENT_NAME": event_name,
-            "GITHUB_EVENT_PATH": str(directory / "event.json"),
-            "GITHUB_REPOSITORY": repo,
-            "GITHUB_REPOSITORY_ID": "1",
-            "GITHUB_API_URL": self.github.api_url,
-            "GITHUB_TOKEN": self.github.token,
-            "GITHUB_RUN_ID": str(run_id),
-            "GITHUB_WORKSPACE": str(workspace),
-            "GITHUB_OUTPUT": str(directory / "output.txt"),
-            "RUNNER_TEMP": str(directory / "temp"),
-            "GITHUB_SERVER_URL": "https://github.test",
-            "GITHUB_REF_NAME": "main",
-            "GITHUB_WORKFLOW_REF": f"{repo}/.github/workflows/rio.yml@refs/heads/main",
-            "GITHUB_RETENTION_DAYS": "90",
-            "RIO_MODEL": f"scripted:{self.model}",
-            "RIO_TIME_BUDGET_MINUTES": "5",
-        }
+        return ActionEnv(
+            event_name=event_name,
+            event_path=directory / "event.json",
+            repository=repo,
+            api_url=self.github.api_url,
+            token=self.github.token,
+            run_id=str(run_id),
+            workspace=workspace,
+            output=directory / "output.txt",
+            summary=None,
+            runner_temp=directory / "temp",
+            model=f"scripted:{self.model}",
+            effort="high",
+            price=None,
+            fallback_model=None,
+            trigger_label="rio",
+            config=".github/rio.yml",
+            budget_minutes=5.0,
+            server_url="https://github.test",
+            workflow_ref=f"{repo}/.github/workflows/rio.yml@refs/heads/main",
+            ref_name="main",
+            runner_retention_days=90,
+            repository_id=1,
+        )
 
     def job(self, event_name: str, payload: dict[str, Any]) -> list[Counted]:
         """One job as the composite action runs it; the requests it made that counted. Each
         step's result is appended to ``results`` (``{"step": ..., **result}``), the job's
         environment to ``envs``."""
         before = len(self.github.counted)
-        env = ActionEnv.from_environ(self.environ(next(self.jobs), event_name, payload))
+        env = self.action_env(event_name, payload)
         self.envs.append(env)
         with self.quiet():
             self.results.append({"step": "run", **job.run(env, self.forge(env, "run"))})
@@ -289,7 +298,7 @@ def listen(
     branch at ``head`` (what the run step does before its rounds: the listener's first look,
     then the re-scan), then the listener called every second of an injected clock for
     ``seconds``, nothing changing."""
-    env = ActionEnv.from_environ(site.environ(next(site.jobs), "workflow_dispatch", {}))
+    env = site.action_env("workflow_dispatch", {})
     db = site.root / "listen.sqlite3"
     taken = max(
         (c for c, v in site.github.comments.items() if v["issue_number"] == issue), default=0
