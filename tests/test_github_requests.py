@@ -64,8 +64,7 @@ LABEL_JOB = [
     "GET /repos/<repo>/issues/1/comments?per_page=100 → 200",  # the re-scan (the first look)
     "POST /repos/<repo>/issues/1/comments → 201",  # the progress comment
     "PATCH /repos/<repo>/issues/comments/<id> → 200",  # finish: the same comment, no look
-    LISTED,  # prune: the generation uploaded, verified
-]
+]  # prune: fewer than keep_generations generations, nothing asked
 WAKEUP_JOB = [
     "GET /repos/<repo>/collaborators/alice/permission → 200",  # may the commenter steer?
     LISTED,  # the Session's generations
@@ -91,7 +90,8 @@ def test_a_label_job_and_a_comment_wakeup_make_only_the_requests_they_need(
     # the fourth job: three generations before it, so one is superseded
     expect(wakeups[-1], gh.repo, WAKEUP_JOB, "the comment wake-up")
     assert len(wakeups[-1]) <= 10
-    assert [len(job) for job in wakeups[:2]] == [len(WAKEUP_JOB) - 1] * 2  # nothing to delete
+    # the second and third jobs: fewer than 3 generations before them, prune asks nothing
+    assert [shape(job, gh.repo) for job in wakeups[:2]] == [WAKEUP_JOB[:-2]] * 2
 
 
 def test_no_job_reads_a_resource_twice_unless_it_asks_whether_it_changed(

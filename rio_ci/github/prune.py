@@ -1,8 +1,10 @@
 """The prune step of ``rio-ci action``: superseded generations deleted (docs/github.md
 "Requests, rate limits and storage").
 
-The composite's last step, after ``actions/upload-artifact`` succeeded. It lists the
-Session's generations once and verifies there the one just uploaded (the upload step's
+The composite's last step, after ``actions/upload-artifact`` succeeded. While the run step
+saw fewer than ``keep_generations`` generations, there is nothing to delete and nothing is
+asked. Otherwise it lists the Session's generations once and verifies there the one just
+uploaded (the upload step's
 ``artifact-id``): this job's artifact name, not expired, uploaded by this very run, from
 this repository. Then, of this repository's older generations, it keeps the newest
 ``keep_generations`` - 1 (the one uploaded makes ``keep_generations``) and the one this
@@ -30,6 +32,9 @@ def prune(env: ActionEnv, forge: Forge) -> dict[str, Any]:
         log(f"rio-ci: no generation of {name} was uploaded by this job; nothing is deleted")
         return {"status": "ignored", "reason": f"no generation of {name} uploaded"}
     keep = int(job.get("keep_generations") or DEFAULT_KEEP_GENERATIONS)
+    if len(job.get("seen") or []) < keep:  # fewer generations before this one: none to go
+        log(f"rio-ci: {name}: fewer than {keep} generations; none is superseded yet")
+        return {"status": "pruned", "deleted": [], "kept": keep}
     try:
         listed = forge.artifacts(name)
         ours = forge.repository_id()
