@@ -292,17 +292,23 @@ class GitHubForge:
         return self._ask(f"listing the reviews of pull request #{pull}", read)
 
     def changed(self, number: int, *, pull: bool = False) -> bool:
-        """Whether the lists a re-scan reads of ``number`` changed since the last call for
-        it (True the first time): its comments and, for a pull request, its reviews and
-        inline comments; each asked with a conditional request, free when unchanged
-        (``Pages.look``)."""
-        lists = [f"/issues/{number}/comments"]
-        if pull:
-            lists += [f"/pulls/{number}/reviews", f"/pulls/{number}/comments"]
+        """Whether ``number`` changed since the last call for it (True the first time): an
+        issue by its own answer (its comment count moves with each comment, and rio-ci's
+        edits of its progress comment do not move it); a pull request by the lists a re-scan
+        reads of it — its comments, reviews and inline comments. Each is asked with a
+        conditional request, free when unchanged (``Pages``)."""
 
         def read() -> bool:
-            stamps = [self._pages.look(self._url(p, {"per_page": PER_PAGE})) for p in lists]
-            changed = self._looked.get(number) != stamps  # every list asked: ETags fresh
+            if pull:
+                lists = [f"/issues/{number}/comments", f"/pulls/{number}/reviews"]
+                lists.append(f"/pulls/{number}/comments")
+                urls = [self._url(p, {"per_page": PER_PAGE}) for p in lists]
+                stamps = [self._pages.look(url) for url in urls]  # each: its ETag kept fresh
+            else:
+                url = self._url(f"/issues/{number}")
+                self._pages.get(url)
+                stamps = [self._pages.changed_at.get(url, 0)]
+            changed = self._looked.get(number) != stamps
             self._looked[number] = stamps
             return changed
 

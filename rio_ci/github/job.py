@@ -356,10 +356,7 @@ def _work(
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
-    try:  # look before the re-scan: what is written after it is news to the next look
-        listener.prime()
-    except RioError as exc:
-        warn(env, f"the first look for new comments failed ({exc}); they wait for the next job")
+    listener.prime()  # its first look, one interval from now, re-scans after this one
     take_in(
         owner,
         forge,

@@ -12,8 +12,8 @@ model, and the jobs it has run. The figures (docs/performance.md):
 - ``github_requests_wakeup_job``: a writer's comment wakes that Session, one round (the
   fourth job of the Session: steady state, a superseded generation to delete);
 - ``github_requests_listen_10min``: a job's intake on that Session once it has a pull
-  request and every comment taken in (the listener's first look, the re-scan), then ten
-  minutes of listening (a look every 30 s on an injected clock) while nothing changes;
+  request and every comment taken in (the re-scan), then ten minutes of listening (a look
+  every 30 s on an injected clock) while nothing changes;
 - ``ratio_artifact_bytes_20_vs_3_jobs``: the bytes of a Session's artifacts GitHub keeps
   after 20 jobs over those after 3. A Session's own history grows with every job (a round
   is a few hundred compressed bytes of events), so the Session measured is one that worked:
@@ -295,9 +295,9 @@ def listen(
     site: Site, issue: int, pull: int, head: str, seconds: float = LISTEN_SECONDS
 ) -> list[Counted]:
     """A job's intake on the Session of ``issue`` with its pull request ``pull`` from the
-    branch at ``head`` (what the run step does before its rounds: the listener's first look,
-    then the re-scan), then the listener called every second of an injected clock for
-    ``seconds``, nothing changing."""
+    branch at ``head`` (what the run step does before its rounds: the listener's clock
+    started, then the re-scan), then the listener called every second of an injected clock
+    for ``seconds``, nothing changing."""
     env = site.action_env("workflow_dispatch", {})
     db = site.root / "listen.sqlite3"
     taken = max(
