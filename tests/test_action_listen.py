@@ -20,8 +20,8 @@ from fakes.github_api import FakeGitHub, Recorded
 
 from rio_ci.forge.github import GitHubForge
 from rio_ci.github.env import ActionEnv
-from rio_ci.github.job import run
 from rio_ci.github.intake import take_in
+from rio_ci.github.job import run
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
