@@ -294,3 +294,21 @@ def test_the_next_step_of_a_job_reads_what_changed_only(gh: FakeGitHub, tmp_path
 
     assert [str(c).split(" → ")[1] for c in gh.counted] == ["200", "200"]
     assert len(gh.not_modified) == 1
+
+
+def test_a_look_at_an_issue_moves_with_a_new_comment_not_with_an_edit_of_ours(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
+    """The running job edits its progress comment every few rounds; its looks for news stay
+    free (304s) through those edits and see a comment someone adds."""
+    number = gh.add_issue("goal")
+    forge.upsert_comment(number, MARKER, f"{MARKER}\none")
+    assert forge.changed(number)  # the first look: nothing to compare with
+    counted = len(gh.counted)
+
+    forge.upsert_comment(number, MARKER, f"{MARKER}\ntwo")
+    assert not forge.changed(number)
+    gh.add_comment(number, "news", user="alice")
+    assert forge.changed(number)
+
+    assert [str(c).split(" ")[0] for c in gh.counted[counted:]] == ["PATCH", "GET"]
