@@ -353,10 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "phase",
         nargs="?",
-        choices=["run", "finish", "sweep", "check"],
+        choices=["run", "finish", "prune", "sweep", "check"],
         default="run",
-        help="run (default): restore and run rounds; finish: persist and report; "
-        "sweep: resume Sessions with a due Timer; check: check this repository's set-up",
+        help="run (default): restore and run rounds; finish: persist and report; prune "
+        "(after the upload): delete superseded generations; sweep: resume Sessions with a "
+        "due Timer; check: check this repository's set-up",
     )
     add_output_flags(specs)
     return parser

@@ -358,6 +358,15 @@ class Repository:
         )
         return job.artifact_id
 
+    def prune(self, job: Job) -> Step:
+        """The composite's last step, after a successful upload: ``rio-ci action prune``
+        with the upload's ``artifact-id`` and the name finish chose."""
+        job.env.update(
+            RIO_ARTIFACT_ID=str(job.artifact_id or ""),
+            RIO_ARTIFACT_NAME=job.outputs.get("artifact-name", ""),
+        )
+        return self.step(job, "prune")
+
     def next_created_at(self) -> str:
         return f"2024-05-01T10:{next(self._uploads):02d}:00Z"
 
@@ -394,6 +403,14 @@ class Repository:
 
     def progress_comments(self, issue: int) -> list[dict[str, Any]]:
         return [c for c in self.gh.comments_on(issue) if "<!-- rio-ci:progress -->" in c["body"]]
+
+    def push_branch(self, branch: str) -> str:
+        """A branch on GitHub (in the origin and in the API alike) at ``main``'s commit, as
+        if an earlier job had pushed it; its head commit."""
+        sha = git(self.origin, "rev-parse", "main")
+        git(self.origin, "update-ref", f"refs/heads/{branch}", sha)
+        self.gh.set_branch(branch, sha)
+        return sha
 
     def delete_branch(self, branch: str) -> None:
         """What GitHub's "delete branch" after a merge does to the origin."""

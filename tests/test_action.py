@@ -235,7 +235,7 @@ def test_a_finished_run_reaches_the_inbox_from_its_event_when_listing_runs_is_re
     re-scan's listing is optional (docs/github.md), so the event itself must carry it."""
     issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     branch = f"rio/issue-{issue}"
-    gh.set_branch(branch, "a" * 40)
+    repo.push_branch(branch)
     run_id = gh.add_workflow_run(branch, "CI", "failure")
     gh.fail(rf"/repos/{gh.repo}/actions/runs", 403)  # no actions: read on this token
 

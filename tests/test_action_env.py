@@ -175,3 +175,52 @@ def test_a_runner_temp_everyone_may_write_is_left_as_it_is_and_said(
         assert not summary.exists()
     else:
         assert "every user may write" in summary.read_text()
+
+
+@pytest.mark.parametrize(
+    ("value", "kept", "warned"),
+    [
+        ("5", 5, False),
+        ("1", 1, False),
+        ("0", 3, True),
+        ("-2", 3, True),
+        ("two", 3, True),
+        ("true", 3, True),
+        ("1.5", 3, True),
+        ("[3]", 3, True),
+    ],
+)
+def test_keep_generations_is_a_whole_number_of_at_least_one_else_a_warning(
+    tmp_path: Path, value: str, kept: int, warned: bool
+) -> None:
+    (tmp_path / "rio.yml").write_text(f"keep_generations: {value}\n")
+    config = Config.load(tmp_path, "rio.yml")
+    assert config.keep_generations == kept
+    assert bool(config.problems) is warned
+    if warned:
+        (problem,) = config.problems
+        assert problem.startswith("rio.yml: keep_generations must be a whole number of at least 1")
+        assert problem.endswith("the default, 3, applies")
+
+
+def test_the_ids_a_step_is_given_are_whole_numbers(tmp_path: Path) -> None:
+    environ = {
+        "GITHUB_EVENT_NAME": "issues",
+        "GITHUB_EVENT_PATH": str(tmp_path / "event.json"),
+        "GITHUB_REPOSITORY": "octo/demo",
+        "GITHUB_TOKEN": "t",
+        "GITHUB_WORKSPACE": str(tmp_path),
+        "RUNNER_TEMP": str(tmp_path),
+    }
+    env = ActionEnv.from_environ(
+        {
+            **environ,
+            "GITHUB_REPOSITORY_ID": "123",
+            "RIO_ARTIFACT_ID": "77",
+            "RIO_ARTIFACT_NAME": "n",
+        }
+    )
+    assert (env.repository_id, env.artifact_id, env.artifact_name) == (123, 77, "n")
+    assert ActionEnv.from_environ(environ).repository_id is None
+    with pytest.raises(UsageError, match="RIO_ARTIFACT_ID must be a whole number, got '7x'"):
+        ActionEnv.from_environ({**environ, "RIO_ARTIFACT_ID": "7x"})

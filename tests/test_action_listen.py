@@ -20,6 +20,7 @@ from fakes.github_api import FakeGitHub, Recorded
 
 from rio_ci.forge.github import GitHubForge
 from rio_ci.github.env import ActionEnv
+from rio_ci.github.intake import take_in
 from rio_ci.github.job import run
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
@@ -35,6 +36,7 @@ def ticking(step: float = 31.0) -> Callable[[], float]:
 
 
 def looks_at(gh: FakeGitHub, issue: int) -> Callable[[Recorded], bool]:
+    """A look at the issue: a read of it after the job's start."""
     path = f"/repos/{gh.repo}/issues/{issue}"
     return lambda r: r.method == "GET" and r.path == path and "if-none-match" in r.headers
 
@@ -73,8 +75,13 @@ def test_a_comment_made_mid_job_reaches_that_jobs_next_turn(
 ) -> None:
     repo.set_script(script(WAIT, WAIT, WAIT))
     issue = gh.add_issue("Fix", labels=("rio",))
-    made = comment_on_look(gh, issue, 2, "also handle the empty case")  # the 1st finds nothing
     job = repo.prepare("issues", labeled(issue))
+    db = job.runner_temp / "rio" / "session.sqlite3"
+
+    def turn_fixed() -> bool:  # the first Turn's State is fixed: news is for the next one
+        return db.exists() and any(r["kind"] == "turn_prepared" for r in journal_rows(db))
+
+    made = comment_on_look(gh, issue, 1, "also handle the empty case", ready=turn_fixed)
 
     result = run_in_process(repo, job, ticking())
 
@@ -124,24 +131,30 @@ def test_looks_are_at_most_every_interval_and_an_unchanged_one_rescans_nothing(
     session.close()
     owner = Owner(str(tmp_path / "s.sqlite3"))
     forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)
+    issue_path = f"/repos/{gh.repo}/issues/{issue}"
     try:
-        listener = Listener(owner, forge, issue, clock=lambda: now[0])
-        listener.prime()
+        listener = Listener(owner, forge, issue, clock=lambda: now[0], head="")
+        listener.prime()  # no request: the job's own re-scan follows
+        take_in(owner, forge, issue, head="")
         before = len(gh.requests)
         now[0] = 29.0
         listener()  # too soon: no request at all
         assert len(gh.requests) == before
         now[0] = 30.0
-        listener()  # unchanged: one 304, no re-scan
-        assert [r.path for r in gh.requests[before:]] == [f"/repos/{gh.repo}/issues/{issue}"]
-        assert len(gh.not_modified) == 1 and listener.scans == 0
-        gh.add_comment(issue, "news", user="alice")
-        now[0] = 45.0
-        listener()  # changed, but 15 s after the last look
-        assert listener.scans == 0
+        listener()  # the first look: nothing to compare with, so a re-scan, free
+        assert [r.path for r in gh.requests[before:]] == [issue_path, f"{issue_path}/comments"]
+        assert listener.scans == 1 and len(gh.not_modified) == 1  # the comments, unchanged
         now[0] = 60.0
-        listener()
+        listener()  # unchanged: one 304, no re-scan
+        assert [r.path for r in gh.not_modified[1:]] == [issue_path]
         assert listener.scans == 1
+        gh.add_comment(issue, "news", user="alice")
+        now[0] = 75.0
+        listener()  # changed, but 15 s after the last look
+        assert listener.scans == 1
+        now[0] = 90.0
+        listener()
+        assert listener.scans == 2
         assert [m["id"] for m in owner.session.refresh().inbox] == [f"comment:{max(gh.comments)}"]
     finally:
         forge.close()

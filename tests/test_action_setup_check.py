@@ -21,16 +21,17 @@ pytestmark = pytest.mark.people(alice="write")
 WORKFLOWS = ROOT / ".github" / "workflows"
 KEY = "sk-ant-test-key"
 CHECK = {"inputs": {"issue": "check"}, "sender": {"login": "alice"}}
-STOCK_ACTIONS = "      actions: read          # list and download Session artifacts"
+STOCK_ACTIONS = "      actions: write         # list, download and delete Session artifacts"
+READ_ACTIONS = "      actions: read"
 
 
 def sound_files() -> dict[str, str]:
-    """rio.yml (its rio job allowed to dispatch CI), rio-sweep.yml, a CI workflow named CI
-    that accepts workflow_dispatch, and a configuration naming it."""
+    """rio.yml (its rio job allowed to dispatch CI and delete artifacts), rio-sweep.yml, a
+    CI workflow named CI that accepts workflow_dispatch, and a configuration naming it."""
     rio = (WORKFLOWS / "rio.yml").read_text()
     assert STOCK_ACTIONS in rio
     return {
-        ".github/workflows/rio.yml": rio.replace(STOCK_ACTIONS, "      actions: write"),
+        ".github/workflows/rio.yml": rio,
         ".github/workflows/rio-sweep.yml": (WORKFLOWS / "rio-sweep.yml").read_text(),
         ".github/workflows/ci.yml": (WORKFLOWS / "ci.yml").read_text(),
         ".github/rio.yml": "validators: ['python3 -m pytest -q']\nci_workflow: ci.yml\n",
@@ -96,10 +97,8 @@ CASES: dict[str, tuple[Breakage, str, str]] = {  # breakage, what is found, what
         "it lacks pull-requests: write",
         "add `pull-requests: write` under its `permissions:`",
     ),
-    "ci_workflow with the stock actions: read": (
-        lambda f, gh, model, env: f.update(
-            {".github/workflows/rio.yml": (WORKFLOWS / "rio.yml").read_text()}
-        ),
+    "ci_workflow with actions: read": (
+        edit(".github/workflows/rio.yml", STOCK_ACTIONS, READ_ACTIONS),
         "it lacks actions: write",
         "add `actions: write` under its `permissions:`",
     ),
@@ -212,6 +211,21 @@ def test_each_misconfiguration_is_a_problem_with_what_to_fix(
     assert found in row and fix in row, row
     (error,) = [line for line in logs.splitlines() if line.startswith("::error::rio-ci check:")]
     assert found in error and fix in error
+
+
+def test_actions_read_without_ci_workflow_is_a_warning_that_storage_grows(
+    tmp_path: Path, gh: FakeGitHub, model: FakeAnthropic
+) -> None:
+    def breakage(files: dict[str, str], *_: object) -> None:
+        edit(".github/workflows/rio.yml", STOCK_ACTIONS, READ_ACTIONS)(files)
+        files[".github/rio.yml"] = "validators: ['python3 -m pytest -q']\n"
+
+    code, logs, summary = checked(tmp_path, gh, model, breakage)
+
+    assert code == 0, logs
+    (row,) = [line for line in summary.splitlines() if "the rio job's permissions" in line]
+    assert row.startswith("| ⚠️ |") and "superseded Session artifacts are not deleted" in row
+    assert "give the rio job `actions: write`" in row
 
 
 def test_the_check_is_also_a_phase_of_the_command(

@@ -85,9 +85,9 @@ def test_optional_reads_refused_are_a_warning_not_the_end_of_the_job(
 ) -> None:
     issue, _ = repo.labeled_issue(script(WAIT, WAIT))
     branch = f"rio/issue-{issue}"
-    gh.set_branch(branch, "b" * 40)
+    head = repo.push_branch(branch)
     gh.add_workflow_run(branch, "CI", "failure")
-    gh.add_check_run("b" * 40, "lint", "success")
+    gh.add_check_run(head, "lint", "success")
     gh.fail(rf"/repos/{gh.repo}/actions/runs", runs)
     gh.fail(rf"/repos/{gh.repo}/commits/[^/]+/check-runs", check_runs)
     steer = gh.add_comment(issue, "go on", user="alice")

@@ -132,6 +132,14 @@ FIGURES = [
     "egress_connect_overhead_ms",
     "egress_connect_samples",
     "egress_proxied_connections",
+
+    # github_jobs: one Session's jobs against the loopback GitHub
+    "github_requests_label_job",
+    "github_requests_wakeup_job",
+    "github_requests_listen_10min",
+    "artifact_bytes_3_jobs",
+    "artifact_bytes_20_jobs",
+    "ratio_artifact_bytes_20_vs_3_jobs",
 ]
 # A figure that may be zero when nothing is wrong (an overhead can measure as negative).
 MAY_BE_ZERO = {

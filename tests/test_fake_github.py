@@ -420,3 +420,48 @@ def test_an_unchanged_resource_is_answered_304_and_a_new_comment_changes_its_eta
     assert status == 200 and again[0] == 304 and again[2] == ""
     assert changed[0] == 200 and changed[1]["etag"] != etag
     assert [r.path for r in gh.not_modified] == [f"/repos/{gh.repo}/issues/{issue}"]
+
+
+# --- the rate limit ----------------------------------------------------------------------
+
+
+def test_requests_count_as_github_counts_them(gh: FakeGitHub, client: github.Github) -> None:
+    """Every API request counts but a conditional one answered 304; the API's 302 to an
+    artifact's blob counts, the blob's download does not; every answer says where the
+    budget stands."""
+    issue = gh.add_issue("Fix")
+    artifact_id = gh.add_artifact("rio-session-1", b"zip bytes")
+    url = f"{gh.api_url}/repos/{gh.repo}/issues/{issue}"
+    _, headers, _ = client.requester.requestJson("GET", url)
+    client.requester.requestJson("GET", url, headers={"If-None-Match": headers["etag"]})
+    zip_url = f"{gh.api_url}/repos/{gh.repo}/actions/artifacts/{artifact_id}/zip"
+    request = urllib.request.Request(zip_url, headers={"Authorization": f"token {gh.token}"})
+    with urllib.request.urlopen(request, timeout=10) as blob:  # follows the 302
+        assert blob.read() == b"zip bytes"
+
+    assert [str(c) for c in gh.counted] == [
+        f"GET /repos/{gh.repo}/issues/{issue} → 200",
+        f"GET /repos/{gh.repo}/actions/artifacts/{artifact_id}/zip → 302",
+    ]
+    assert headers["x-ratelimit-limit"] == "1000" and headers["x-ratelimit-remaining"] == "999"
+    assert int(headers["x-ratelimit-reset"]) > datetime.datetime.now().timestamp()
+
+
+def test_a_spent_budget_and_scripted_rate_limits_are_answered_as_github_does(
+    gh: FakeGitHub, client: github.Github
+) -> None:
+    url = f"{gh.api_url}/repos/{gh.repo}"
+    gh.limit_rate(rf"/repos/{gh.repo}", times=1, status=429, retry_after=7)
+    gh.limit_rate(rf"/repos/{gh.repo}", times=1, reset_in=30)
+    secondary = client.requester.requestJson("GET", url)
+    primary = client.requester.requestJson("GET", url)
+    gh.rate.limit = len(gh.counted)  # the budget is spent from here on
+    spent = client.requester.requestJson("GET", url)
+
+    assert secondary[0] == 429 and secondary[1]["retry-after"] == "7"
+    assert "secondary rate limit" in json.loads(secondary[2])["message"]
+    assert primary[0] == 403 and primary[1]["x-ratelimit-remaining"] == "0"
+    reset = int(primary[1]["x-ratelimit-reset"]) - datetime.datetime.now().timestamp()
+    assert 25 < reset <= 30
+    assert spent[0] == 403 and spent[1]["x-ratelimit-remaining"] == "0"
+    assert json.loads(spent[2])["message"].startswith("API rate limit exceeded")

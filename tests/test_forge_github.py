@@ -108,8 +108,10 @@ def test_upsert_comment_edits_one_comment_in_place(gh: FakeGitHub, forge: GitHub
     ours = [c for c in gh.comments_on(number) if MARKER in c["body"]]
     assert len(ours) == 1
     assert ours[0]["body"] == f"{MARKER}\nsucceeded"
-    assert len(gh.to(f"/repos/{gh.repo}/issues/{number}/comments")) == 4  # 3 lists + 1 create
-    # The replay found the body already written and did not write again.
+    # One look, then the comment made is remembered: the edit needs no second look, and
+    # the replay knows the body is already written and does not write again.
+    listed = gh.to(f"/repos/{gh.repo}/issues/{number}/comments")
+    assert [r.method for r in listed] == ["GET", "POST"]
     assert len([r for r in gh.requests if r.method == "PATCH"]) == 1
 
 
@@ -261,3 +263,52 @@ def test_an_expired_artifact_download_is_a_forge_error(
         forge.download_artifact(artifact_id, tmp_path / "a.zip")
     assert caught.value.status == 410
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_remembered_comment_deleted_meanwhile_is_looked_for_and_made_again(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
+    number = gh.add_issue("goal")
+    first = forge.upsert_comment(number, MARKER, f"{MARKER}\nrunning")
+    del gh.comments[first]  # someone deleted the progress comment
+
+    again = forge.upsert_comment(number, MARKER, f"{MARKER}\nsucceeded")
+
+    assert again != first
+    assert [c["body"] for c in gh.comments_on(number)] == [f"{MARKER}\nsucceeded"]
+
+
+def test_the_next_step_of_a_job_reads_what_changed_only(gh: FakeGitHub, tmp_path: Path) -> None:
+    """Two forges sharing the kept answers (the run and finish steps of one job): the second
+    asks conditionally, so an unchanged list costs a 304 and a changed one is read anew."""
+    number = gh.add_issue("goal")
+    gh.add_comment(number, "one", user="alice")
+    kept = tmp_path / "github.json"
+    run = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, kept=kept, repository_id=1)
+    assert [c.body for c in run.comments(number)] == ["one"]
+    finish = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, kept=kept, repository_id=1)
+
+    assert [c.body for c in finish.comments(number)] == ["one"]
+    gh.add_comment(number, "two", user="alice")
+    assert [c.body for c in finish.comments(number)] == ["one", "two"]
+
+    assert [str(c).split(" → ")[1] for c in gh.counted] == ["200", "200"]
+    assert len(gh.not_modified) == 1
+
+
+def test_a_look_at_an_issue_moves_with_a_new_comment_not_with_an_edit_of_ours(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
+    """The running job edits its progress comment every few rounds; its looks for news stay
+    free (304s) through those edits and see a comment someone adds."""
+    number = gh.add_issue("goal")
+    forge.upsert_comment(number, MARKER, f"{MARKER}\none")
+    assert forge.changed(number)  # the first look: nothing to compare with
+    counted = len(gh.counted)
+
+    forge.upsert_comment(number, MARKER, f"{MARKER}\ntwo")
+    assert not forge.changed(number)
+    gh.add_comment(number, "news", user="alice")
+    assert forge.changed(number)
+
+    assert [str(c).split(" ")[0] for c in gh.counted[counted:]] == ["PATCH", "GET"]

@@ -135,7 +135,16 @@ def test_the_session_is_uploaded_under_the_name_finish_chose_even_after_a_failur
     # finish chooses the retention that outlives the latest Timer (empty: the default)
     assert upload["with"]["retention-days"] == "${{ steps.finish.outputs.retention-days }}"
     assert upload["with"]["path"] == "${{ runner.temp }}/rio-artifact/"
-    assert steps_of(action)[-1] is upload
+    # then, only once the upload succeeded, the superseded generations are deleted
+    prune = steps_of(action)[-1]
+    assert steps_of(action)[-2] is upload and upload["id"] == "upload"
+    assert prune["if"] == "always() && steps.upload.outcome == 'success'"
+    assert prune["run"] == 'exec "$RUNNER_TEMP/rio-ci-venv/bin/rio-ci" action prune'
+    assert prune["env"] == {
+        "GITHUB_TOKEN": "${{ inputs.github-token }}",
+        "RIO_ARTIFACT_ID": "${{ steps.upload.outputs.artifact-id }}",
+        "RIO_ARTIFACT_NAME": "${{ steps.finish.outputs.artifact-name }}",
+    }
 
 
 # --- the example workflow --------------------------------------------------------------------
@@ -183,7 +192,7 @@ def test_permissions_are_minimal(rio: dict[str, Any]) -> None:
         "contents": "write",
         "issues": "write",
         "pull-requests": "write",
-        "actions": "read",
+        "actions": "write",  # delete superseded generations (prune)
         "checks": "read",
     }
     assert rio["jobs"]["route"]["permissions"] == {"pull-requests": "read"}
@@ -287,17 +296,16 @@ def all_jobs() -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
-def test_only_the_sweep_jobs_may_change_workflows_and_they_run_nothing_fetched() -> None:
+def test_the_jobs_that_may_change_workflows_are_the_sweeps_and_the_rio_job() -> None:
+    """The sweep's jobs run nothing fetched; the rio job's token deletes superseded
+    generations and never reaches a Cell (docs/security.md)."""
     for file, name, job in all_jobs():
         assert isinstance(job["permissions"], dict), (file, name)  # never the defaults
     writers = {(f, n) for f, n, job in all_jobs() if job["permissions"].get("actions") == "write"}
-    assert writers == {
-        ("rio-sweep.yml", "sweep"),
-        ("rio.yml", "sweep-wake"),
-        ("rio-app.yml", "sweep-wake"),
-    }
+    sweeps = {("rio-sweep.yml", "sweep"), ("rio.yml", "sweep-wake"), ("rio-app.yml", "sweep-wake")}
+    assert writers == {*sweeps, ("rio.yml", "rio")}
     for file, name, job in all_jobs():
-        if (file, name) in writers:
+        if (file, name) in sweeps:
             assert all(set(s) <= {"name", "shell", "env", "run"} for s in job["steps"])
             assert job["timeout-minutes"] <= 5
 

@@ -131,9 +131,10 @@ class Forge(Protocol):
         ...
 
     def changed(self, number: int, *, pull: bool = False) -> bool:
-        """Whether issue ``number`` (with ``pull``: pull request ``number``, its reviews and
-        inline comments) may have changed since the last call for it; the first call says
-        True. Asked with conditional requests, so an unchanged answer costs no rate limit."""
+        """Whether the comments of issue ``number`` (with ``pull``: of pull request
+        ``number``, and its reviews and inline comments) may have changed since this forge
+        last read them; True when it never did. Asked with conditional requests, so an
+        unchanged answer costs no rate limit."""
         ...
 
     def upsert_comment(self, number: int, marker: str, body: str) -> int:
@@ -142,10 +143,15 @@ class Forge(Protocol):
         ...
 
     def checks(
-        self, branch: str, after_id: int = 0, warn: Callable[[str], None] | None = None
+        self,
+        branch: str,
+        after_id: int = 0,
+        warn: Callable[[str], None] | None = None,
+        head: str | None = None,
     ) -> list[Check]:
         """Completed workflow runs and check runs on ``branch`` with id > after_id. With
-        ``warn``, a listing refused with 403 or 404 is reported there and skipped."""
+        ``warn``, a listing refused with 403 or 404 is reported there and skipped. ``head``:
+        the branch's head commit when the caller knows it (the host need not be asked)."""
         ...
 
     def open_pull_request(self, branch: str, base: str, title: str, body: str) -> str:
@@ -162,6 +168,10 @@ class Forge(Protocol):
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
         """Download the artifact's zip to ``dest`` (a file path) and return it."""
+        ...
+
+    def delete_artifact(self, artifact_id: int) -> bool:
+        """Delete the artifact; False when it was already gone."""
         ...
 
     def repository_id(self) -> int | None:

@@ -3,6 +3,7 @@ endpoint; the redirect target (a pre-signed URL) is fetched without it."""
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.error
 import urllib.parse
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from rio_ci.core.state import ascii_int
 from rio_ci.errors import ForgeError, StorageError
+from rio_ci.forge.github_limits import Limited, refusal
 from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 _MAX_HOPS = 5  # requests, the API's included
@@ -55,6 +57,15 @@ def _stream(response: HTTPResponse, partial: Path, max_bytes: int, artifact_id: 
             out.write(chunk)
 
 
+def _message(exc: urllib.error.HTTPError) -> str:
+    """The ``message`` of an error answer's JSON body (a few KiB at most), or its reason."""
+    try:
+        data = json.loads(exc.read(64 * 1024) or b"{}")
+    except (OSError, ValueError):
+        data = None
+    return str(data.get("message") or "") if isinstance(data, dict) else str(exc.reason)
+
+
 @contextmanager
 def _follow(url: str, token: str, what: str, timeout: int) -> Iterator[HTTPResponse]:
     """GET ``url`` with the token, then follow redirects by hand without it."""
@@ -76,9 +87,11 @@ def _follow(url: str, token: str, what: str, timeout: int) -> Iterator[HTTPRespo
     try:
         response = follow(opener, request, without_token, redirects=_MAX_HOPS - 1, timeout=timeout)
     except urllib.error.HTTPError as exc:
-        raise ForgeError(
-            f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}", status=exc.code
-        ) from exc
+        limited = refusal(exc.code, dict((exc.headers or {}).items()), _message(exc))
+        if limited is not None:  # the API's answer: the blob store has no rate limit
+            raise Limited(f"GitHub: {what} failed: rate limited ({limited})", limited) from exc
+        message = f"GitHub: {what} failed: HTTP {exc.code} {exc.reason}"
+        raise ForgeError(message, status=exc.code) from exc
     except TooManyRedirects:
         raise ForgeError(f"GitHub: {what} failed: more than {_MAX_HOPS} redirects") from None
     with response:

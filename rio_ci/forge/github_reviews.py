@@ -1,95 +1,65 @@
-"""Reviews and "has anything changed?" on GitHub, through PyGithub (used by ``GitHubForge``).
+"""A pull request's submitted reviews with their inline comments, read from GitHub's JSON
+(used by ``GitHubForge``).
 
-- ``submitted_reviews``: a pull request's submitted reviews with their inline comments. The
-  comments come from the pull request's review-comment listing, grouped by
-  ``pull_request_review_id``: one request for all reviews, and that listing carries ``line``
-  and ``side``, which the per-review endpoint leaves out (docs/github.md "Reviews").
-- ``News``: conditional GETs (``If-None-Match`` with the last ETag) of what a new comment or
-  review changes. GitHub answers 304 for an unchanged resource and does not count it
-  against the rate limit (docs/github.md "Steering a running job").
-
-PyGithub and network failures propagate; ``GitHubForge`` turns them into ``ForgeError``.
+The comments come from the pull request's review-comment listing
+(``GET .../pulls/{n}/comments``), grouped by ``pull_request_review_id``: one listing for
+all reviews, and it carries ``line`` and ``side``, which the per-review endpoint leaves out
+(docs/github.md "Reviews"). A field that is missing or of the wrong type reads as empty.
 """
 
 from __future__ import annotations
 
-from github.PullRequest import PullRequest
-from github.PullRequestComment import PullRequestComment
-from github.Requester import Requester
+from typing import Any
 
-from rio_ci.errors import ForgeError
 from rio_ci.forge.base import Review, ReviewComment
+from rio_ci.forge.github_runs import int_or_none
 
 
-def submitted_reviews(pull: PullRequest) -> list[Review]:
-    """Submitted reviews, oldest first (GitHub lists them so), each with its comments."""
+def _text(raw: dict[str, Any], key: str, default: str = "") -> str:
+    value = raw.get(key)
+    return value if isinstance(value, str) else default
+
+
+def _login(raw: dict[str, Any]) -> str:
+    user = raw.get("user")
+    return _text(user, "login") if isinstance(user, dict) else ""
+
+
+def submitted_reviews(reviews: list[Any], inline: list[Any]) -> list[Review]:
+    """The submitted ``reviews`` (GitHub lists them oldest first), each with its comments
+    from ``inline``; a pending review is its author's alone and left out."""
     grouped: dict[int, list[ReviewComment]] = {}
-    for comment in pull.get_review_comments():
-        item = review_comment(comment)
-        grouped.setdefault(item.review_id or 0, []).append(item)
+    for raw in inline:
+        if isinstance(raw, dict) and int_or_none(raw.get("id")) is not None:
+            item = review_comment(raw)
+            grouped.setdefault(item.review_id or 0, []).append(item)
     return [
         Review(
-            id=review.id,
-            author=review.user.login if review.user else "",
-            association=review.author_association or "NONE",
-            state=review.state or "",
-            body=review.body or "",
-            url=review.html_url or "",
-            comments=tuple(sorted(grouped.get(review.id, []), key=lambda c: c.id)),
+            id=int(raw["id"]),
+            author=_login(raw),
+            association=_text(raw, "author_association", "NONE"),
+            state=_text(raw, "state"),
+            body=_text(raw, "body"),
+            url=_text(raw, "html_url"),
+            comments=tuple(sorted(grouped.get(int(raw["id"]), []), key=lambda c: c.id)),
         )
-        for review in pull.get_reviews()
-        if (review.state or "PENDING") != "PENDING"  # its author's alone
+        for raw in reviews
+        if isinstance(raw, dict)
+        and int_or_none(raw.get("id")) is not None
+        and (_text(raw, "state") or "PENDING") != "PENDING"
     ]
 
 
-def review_comment(comment: PullRequestComment) -> ReviewComment:
+def review_comment(raw: dict[str, Any]) -> ReviewComment:
     return ReviewComment(
-        id=comment.id,
-        review_id=comment.pull_request_review_id,
-        author=comment.user.login if comment.user else "",
-        association=comment.author_association or "NONE",
-        path=comment.path or "",
-        line=comment.line,
-        side=comment.side or "RIGHT",
-        diff_hunk=comment.diff_hunk or "",
-        body=comment.body or "",
-        url=comment.html_url or "",
+        id=int(raw["id"]),
+        review_id=int_or_none(raw.get("pull_request_review_id")),
+        author=_login(raw),
+        association=_text(raw, "author_association", "NONE"),
+        path=_text(raw, "path"),
+        line=int_or_none(raw.get("line")),
+        side=_text(raw, "side", "RIGHT"),
+        diff_hunk=_text(raw, "diff_hunk"),
+        body=_text(raw, "body"),
+        url=_text(raw, "html_url"),
     )
-
-
-class News:
-    """Remembers each URL's last ETag; ``changed`` asks again with it."""
-
-    def __init__(self, requester: Requester, repo_url: str) -> None:
-        self.requester, self.repo_url = requester, repo_url
-        self.etags: dict[str, str] = {}
-
-    def changed(self, number: int, *, pull: bool = False) -> bool:
-        """The issue (its comment count changes with each comment) or the pull request (its
-        comment and inline-comment counts) and its reviews; True if any answer was new."""
-        urls = (
-            [
-                f"{self.repo_url}/pulls/{number}",
-                f"{self.repo_url}/pulls/{number}/reviews?per_page=100",
-            ]
-            if pull
-            else [f"{self.repo_url}/issues/{number}"]
-        )
-        changed = False
-        for url in urls:  # every one, so each keeps its ETag fresh
-            changed = self._look(url) or changed
-        return changed
-
-    def _look(self, url: str) -> bool:
-        known = self.etags.get(url)
-        # requestJson answers with the status instead of raising: a 304 is not an error.
-        status, headers, _ = self.requester.requestJson(
-            "GET", url, headers={"If-None-Match": known} if known else None
-        )
-        if status == 304:
-            return False
-        if status >= 400:
-            raise ForgeError(f"GitHub: looking at {url} failed: HTTP {status}", status=status)
-        if headers.get("etag"):
-            self.etags[url] = headers["etag"]
-        return True

@@ -136,7 +136,11 @@ class LocalForge:
         return self._update(change)
 
     def checks(
-        self, branch: str, after_id: int = 0, warn: Callable[[str], None] | None = None
+        self,
+        branch: str,
+        after_id: int = 0,
+        warn: Callable[[str], None] | None = None,
+        head: str | None = None,
     ) -> list[Check]:
         return []  # nothing runs CI here
 
@@ -169,6 +173,9 @@ class LocalForge:
 
     def download_artifact(self, artifact_id: int, dest: Path) -> Path:
         raise ForgeError(f"a local forge keeps no artifacts (asked for {artifact_id})", status=404)
+
+    def delete_artifact(self, artifact_id: int) -> bool:
+        return False  # none kept, so none to delete
 
     def repository_id(self) -> int | None:
         return None  # no artifacts, so nothing to prove the origin of

@@ -5,6 +5,8 @@
             the time budget, pushing a launch record before every Worker starts
     finish  (finish.py, ``if: always()``) recover → persist generation + 1 offline → then
             the branch, the pull request (gated) and the progress comment
+    prune   (prune.py, after the upload) verify the generation uploaded, delete the ones it
+            supersedes beyond the newest ``keep_generations``
     sweep   (``schedule``) dispatch a job for every Session whose Timer is due, reading only
             the progress comment's metadata
     check   (``workflow_dispatch`` with ``check`` as the issue) the set-up check
@@ -23,12 +25,13 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import time
 import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import JOB_FILE, RUN_OUTPUTS, ActionEnv, write_outputs
+from rio_ci.github.env import JOB_FILE, KEPT_FILE, RUN_OUTPUTS, ActionEnv, log, write_outputs
 from rio_ci.github.events import is_setup_check
 from rio_ci.github.runner import report
 from rio_ci.github.sweep import sweep
@@ -37,26 +40,35 @@ if TYPE_CHECKING:
     from rio_ci.forge.github import GitHubForge
 
 FAILING = frozenset({"failed", "error", "interrupted"})
+# How long a step after the time budget (finish, prune; and the sweep, the set-up check) may
+# wait for GitHub's rate limits in all: the example workflows leave ten minutes between
+# time-budget-minutes and timeout-minutes for them.
+STEP_WAIT_SECONDS = 120.0
 
 
 def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | None = None) -> int:
     env = ActionEnv.from_environ(os.environ)
     if phase == "run":
         report(env, os.environ)  # before anything: a git too old ends the step here
-    if phase == "finish" and not (env.state_dir / JOB_FILE).exists():
+        (env.state_dir / KEPT_FILE).unlink(missing_ok=True)  # no other job's answers
+    if phase in ("finish", "prune") and not (env.state_dir / JOB_FILE).exists():
         # The run step ignored the event (or died before it had a Session): nothing to
         # persist, no outputs, so the composite's outputs stay the run step's.
         emit({"status": "ignored", "reason": "the run step left no Session"})
         return 0
 
     def connect() -> Forge:
-        return forge if forge is not None else github_forge(env)
+        return forge if forge is not None else step_forge(env, phase)
 
     if phase == "finish":
         from rio_ci.github.finish import finish
 
         # The API is reached only after the Session is persisted (docs/github.md).
         result = finish(env, connect)
+    elif phase == "prune":
+        from rio_ci.github.prune import prune
+
+        result = prune(env, connect())
     elif phase == "check" or asks_for_setup_check(env):
         from rio_ci.github.setup_check import check_setup
 
@@ -81,8 +93,27 @@ def asks_for_setup_check(env: ActionEnv) -> bool:
     return env.event_name == "workflow_dispatch" and is_setup_check(env.event())
 
 
-def github_forge(env: ActionEnv) -> GitHubForge:
+def step_forge(
+    env: ActionEnv, phase: str, *, sleep: Callable[[float], None] = time.sleep
+) -> GitHubForge:
+    """The GitHub of the step ``phase``: the run step waits out rate limits within its time
+    budget, the others (after it) within ``STEP_WAIT_SECONDS``; ``sleep`` is how it waits."""
+    seconds = env.budget_minutes * 60 if phase == "run" else STEP_WAIT_SECONDS
+    return github_forge(env, seconds, sleep=sleep)
+
+
+def github_forge(
+    env: ActionEnv,
+    wait_seconds: float = STEP_WAIT_SECONDS,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> GitHubForge:
+    """The job's GitHub: told the repository's id (``GITHUB_REPOSITORY_ID``, so it need not
+    read the repository), sharing its answers with the job's other steps (``KEPT_FILE``),
+    and waiting out rate limits for at most ``wait_seconds`` from now (the run step: its
+    time budget)."""
     from rio_ci.forge.github import GitHubForge
+    from rio_ci.forge.github_limits import Patience
 
     # PyGithub's spacing between requests is GitHub's advice against its secondary rate
     # limits; an API on this machine (a test fake, a local proxy) does not need it.
@@ -90,7 +121,15 @@ def github_forge(env: ActionEnv) -> GitHubForge:
     local = host == "localhost"
     with contextlib.suppress(ValueError):
         local = local or ipaddress.ip_address(host).is_loopback
-    return GitHubForge(env.repository, env.token, env.api_url, throttle=not local)
+    return GitHubForge(
+        env.repository,
+        env.token,
+        env.api_url,
+        throttle=not local,
+        repository_id=env.repository_id,
+        patience=Patience(wait_seconds, sleep=sleep, log=log),
+        kept=env.state_dir / KEPT_FILE,
+    )
 
 
 __all__ = ["action_command"]

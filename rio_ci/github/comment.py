@@ -42,7 +42,10 @@ def publish_progress(
     try:
         forge.upsert_comment(issue, progress.MARKER, body)
     except RioError as exc:
-        log(f"::warning::rio-ci: the progress comment was not written: {exc}")
+        log(
+            f"::warning::rio-ci: the progress comment was not written: {exc}; the next job "
+            "for the issue writes it"
+        )
         written = False
     if final and env.summary is not None:
         with env.summary.open("a") as stream:

@@ -34,6 +34,7 @@ ACTION_CELL_USER = "rio-cell"  # the action's cell-user default (RIO_CELL_USER u
 CONFIG_MAX_BYTES = 64 * 1024  # a configuration is a few lines
 DEFAULT_RETENTION_DAYS = 90  # GitHub's default artifact retention (1-90 public, 1-400 private)
 JOB_FILE = "job.json"  # what the run step hands the finish step, in state_dir
+KEPT_FILE = "github.json"  # GitHub's answers, kept for the job's next step (github_pages)
 OUTPUTS = {
     "status": "status",
     "session": "session",
@@ -80,6 +81,9 @@ class ActionEnv:
     assignee_trigger: str = ""
     runner_retention_days: int | None = None
     job: str = ""  # GITHUB_JOB: the id of the workflow's job this step runs in
+    repository_id: int | None = None  # GITHUB_REPOSITORY_ID: the repository need not be read
+    artifact_id: int | None = None  # RIO_ARTIFACT_ID: what the upload step uploaded (prune)
+    artifact_name: str = ""  # RIO_ARTIFACT_NAME: the name finish gave it
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
@@ -131,6 +135,9 @@ class ActionEnv:
             assignee_trigger=environ.get("RIO_ASSIGNEE_TRIGGER", "").strip().removeprefix("@"),
             runner_retention_days=_retention(environ.get("GITHUB_RETENTION_DAYS", "").strip()),
             job=environ.get("GITHUB_JOB", "").strip(),
+            repository_id=_number("GITHUB_REPOSITORY_ID", environ),
+            artifact_id=_number("RIO_ARTIFACT_ID", environ),
+            artifact_name=environ.get("RIO_ARTIFACT_NAME", "").strip(),
         )
 
     def retention_days(self, config: Config) -> int:
@@ -178,13 +185,34 @@ def _retention(text: str) -> int | None:
     return days or None
 
 
+def _number(name: str, environ: Mapping[str, str]) -> int | None:
+    """An id the runner or a step output gives (``GITHUB_REPOSITORY_ID``: the API need not be
+    asked; ``RIO_ARTIFACT_ID``: the artifact the upload step made); unset: None."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    number = ascii_int(text, 20)
+    if number is None:
+        raise UsageError(f"{name} must be a whole number, got {text!r}")
+    return number
+
+
 # The harness's own credentials: a Session may never hand them to its Cells.
 HARNESS_SECRETS = frozenset({"GITHUB_TOKEN", "ANTHROPIC_API_KEY"})
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORKFLOW_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.ya?ml")
 CONFIG_KEYS = frozenset(
-    {"validators", "limits", "pass_env", "retention_days", "secrets", "ci_workflow"}
+    {
+        "validators",
+        "limits",
+        "pass_env",
+        "retention_days",
+        "secrets",
+        "ci_workflow",
+        "keep_generations",
+    }
 )
+DEFAULT_KEEP_GENERATIONS = 3
 
 
 @dataclass(frozen=True)
@@ -196,7 +224,10 @@ class Config:
     is refused. It can only lower what the runner says (``ActionEnv.retention_days``); None
     when the file does not set it. ``ci_workflow``, read by every job: the repository's CI
     workflow, which the finish step dispatches on the agent's branch after a push (pushes
-    made with the job token start no workflow; docs/github.md)."""
+    made with the job token start no workflow; docs/github.md). ``keep_generations``, read by
+    every job: how many of a Session's newest generations the step after the upload keeps
+    (the older ones are deleted; docs/github.md). A bad value there is not worth stopping a
+    Session for: it is one of the ``problems`` (warnings) and the default applies."""
 
     validators: list[list[str]]
     limits: Limits
@@ -205,6 +236,8 @@ class Config:
     secrets: tuple[str, ...] = ()  # more variables whose values are redacted and withheld
     skipped: str | None = None  # why the file was not read (the defaults apply): a warning
     ci_workflow: str | None = None  # the repository's CI, dispatched on the agent's branch
+    keep_generations: int = DEFAULT_KEEP_GENERATIONS
+    problems: tuple[str, ...] = ()  # values replaced by their defaults: warnings
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
@@ -218,6 +251,7 @@ class Config:
         if found.over:
             raise UsageError(f"{relative}: the configuration is over {CONFIG_MAX_BYTES} bytes")
         data = _config_mapping(relative, found.data)
+        keep, problem = _keep_generations(relative, data.get("keep_generations"))
         return cls(
             _validators(relative, data.get("validators") or []),
             _config_limits(relative, data.get("limits") or {}),
@@ -225,6 +259,8 @@ class Config:
             _retention_days(relative, data.get("retention_days")),
             _names(relative, "secrets", data.get("secrets") or []),
             ci_workflow=_ci_workflow(relative, data.get("ci_workflow")),
+            keep_generations=keep,
+            problems=(problem,) if problem else (),
         )
 
 
@@ -253,6 +289,20 @@ def _ci_workflow(relative: str, name: Any) -> str | None:
             f".github/workflows/ (say, ci.yml), got {name!r}"
         )
     return name
+
+
+def _keep_generations(relative: str, value: Any) -> tuple[int, str | None]:
+    """How many generations to keep, and the warning when the value was not one (then the
+    default applies)."""
+    if value is None:
+        return DEFAULT_KEEP_GENERATIONS, None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return DEFAULT_KEEP_GENERATIONS, (
+            f"{relative}: keep_generations must be a whole number of at least 1, got "
+            f"{escape_control(repr(value))[:80]}; the default, {DEFAULT_KEEP_GENERATIONS}, "
+            "applies"
+        )
+    return value, None
 
 
 def _validators(relative: str, items: Any) -> list[list[str]]:

@@ -348,7 +348,10 @@ def _pull_request(
         )
     except RioError as exc:
         notes.append(f"the pull request was not opened: {exc}")
-        log(f"::error::rio-ci: the pull request was not opened: {exc}")
+        log(
+            f"::error::rio-ci: the pull request was not opened: {exc}; the next job for the "
+            "issue (any event on it) opens it"
+        )
         return None
     remember_pull_request(session, url)
     return url

@@ -46,7 +46,7 @@ def restore(
     # Every generation that exists now; finish treats any other one as a newer job's.
     seen = [a.id for a in listed]
     result = newest.restore_newest(
-        forge, name, env.state_dir / "restore", provenance=provenance.problem
+        forge, name, env.state_dir / "restore", provenance=provenance.problem, listed=listed
     )
     for skipped in result.skipped:
         warn(env, f"{name}: skipped artifact {skipped.artifact_id}: {skipped.reason}")

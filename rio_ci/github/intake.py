@@ -54,6 +54,7 @@ def take_in(
     warn: Callable[[str], None] | None = None,
     reported: Check | None = None,
     fetcher: ImageFetcher | None = None,
+    head: str | None = None,
 ) -> None:
     """Re-scan comments (issue and pull request), the pull request's reviews, and checks;
     each observation enters the
@@ -62,7 +63,9 @@ def take_in(
     (under the id the listing would give it). Comments advance a watermark (their ids rise
     in the order they are written); checks do not — runs finish out of id order — and rely
     on the message id alone. A full Inbox stops the scan without advancing past what it
-    refused."""
+    refused. ``head``: the head commit of the Session's branch as this job checked it out
+    (``""``: the branch is not on the host yet, so nothing ran on it; None: the host is
+    asked)."""
     session = owner.session
     marks = session.proj.watermarks
     numbers = watched(issue, marks)
@@ -71,7 +74,7 @@ def take_in(
             _take_comments(owner, forge, number, fetcher)
         if marks.get("pull_request"):
             _take_reviews(owner, forge, int(marks["pull_request"]))
-        listed = forge.checks(branch_for(issue), warn=warn)
+        listed = [] if head == "" else forge.checks(branch_for(issue), warn=warn, head=head)
         for check in sorted(
             {(c.kind, c.id): c for c in [*([reported] if reported else []), *listed]}.values(),
             key=lambda c: c.id,

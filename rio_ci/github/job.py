@@ -70,6 +70,8 @@ def run(
     config = Config.load(env.workspace, env.config)
     if config.skipped is not None:
         warn(env, f"{config.skipped}; the configuration's defaults apply")
+    for problem in config.problems:
+        warn(env, problem)
     seal_state_dir(env)  # before anything is written there, and before any Cell runs
     db = env.state_dir / "session.sqlite3"
     repo = workspace.adopt(env.state_dir, env.workspace)  # before any Cell can change it
@@ -93,6 +95,7 @@ def run(
         "artifact_name": f"rio-session-{issue}",
         "retention_days": env.retention_days(config),
         "ci_workflow": config.ci_workflow,  # from the default branch, before any Cell ran
+        "keep_generations": config.keep_generations,  # likewise (prune.py)
         "fresh": start != "restored" or bool(restored["record_imported"]),
     }
     write_job(env, job)
@@ -143,6 +146,7 @@ def _check_out(env: ActionEnv, repo: Git, remote: str, issue: int, job: dict[str
     existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
     workspace.lend(repo, branch_for(issue))
     job["start"] = workspace.head(repo)
+    job["branch_head"] = job["start"] if existed else ""  # "": not on GitHub, no checks
     write_job(env, job)
     log(f"branch {branch_for(issue)} {'restored' if existed else 'started'}")
     log("::endgroup::")
@@ -199,7 +203,12 @@ class _Work:
     def rounds(self, owner: Owner, job: dict[str, Any]) -> dict[str, Any]:
         env = self.env
         listener = Listener(
-            owner, self.forge, job["issue"], clock=self.clock, warn=lambda m: warn(env, m)
+            owner,
+            self.forge,
+            job["issue"],
+            clock=self.clock,
+            warn=lambda m: warn(env, m),
+            head=job.get("branch_head"),
         )
         result = _work(env, self.forge, listener, job, self.trigger, self.writer, self.pull_request)
         if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
@@ -353,10 +362,7 @@ def _work(
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
-    try:  # look before the re-scan: what is written after it is news to the next look
-        listener.prime()
-    except RioError as exc:
-        warn(env, f"the first look for new comments failed ({exc}); they wait for the next job")
+    listener.prime()  # its first look, one interval from now, re-scans after this one
     take_in(
         owner,
         forge,
@@ -364,6 +370,7 @@ def _work(
         warn=lambda message: warn(env, message),
         reported=trigger.data.get("check"),
         fetcher=ImageFetcher(env.server_url, env.api_url, env.token),
+        head=job.get("branch_head"),
     )
     if trigger.kind in ("comment", "check") and not job["fresh"] and quiet(session, base):
         (env.state_dir / JOB_FILE).unlink(missing_ok=True)

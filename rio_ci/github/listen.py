@@ -2,15 +2,18 @@
 
 While ``rio-ci action`` runs rounds, the harness calls a ``Listener`` between rounds and
 while it waits. At most every ``interval`` seconds it asks GitHub, with conditional requests,
-whether the issue or its pull request changed (a new comment, review or inline comment); an
-unchanged answer is a 304, which costs no rate limit. Only when something changed does it
-re-scan (``intake.take_in``: the same watermarks and message ids as a job's start, so each
-observation still enters the Inbox once). A writer's comment — ``/rio stop`` included —
-reaches the running Session's next Turn instead of waiting behind the job.
+whether the issue changed (its comment count moves with each comment) or its pull request's
+lists did (comments, reviews, inline comments); an unchanged answer is a 304, which costs no
+rate limit. Only when something changed does it re-scan (``intake.take_in``: the same
+watermarks and message ids as a job's start, so each observation still enters the Inbox
+once; the lists it reads again were kept with their ETags, so an unchanged one is free). A
+writer's comment — ``/rio stop`` included — reaches the running Session's next Turn instead
+of waiting behind the job.
 
-The listener looks first (``prime``) and the job's own re-scan comes after, so anything
-written between the two is seen by the next look. A failed look is a warning: the job goes
-on, and the next job's re-scan delivers what this one missed.
+The job's own re-scan comes first; the listener's first look comes one interval later and,
+with nothing to compare with, re-scans, so nothing written in between is missed, and a job
+shorter than the interval asks nothing for listening. A failed look is a warning: the job
+goes on, and the next job's re-scan delivers what this one missed.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ class Listener:
         interval: float = INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         warn: Callable[[str], None] | None = None,
+        head: str | None = None,
     ) -> None:
         self.owner, self.forge, self.issue = owner, forge, issue
+        self.head = head  # the branch's head as the job checked it out (intake.take_in)
         self.interval, self.clock = interval, clock
         self.warn = warn or (lambda message: None)
         self.last: float | None = None
@@ -45,9 +50,10 @@ class Listener:
         self.scans = 0  # re-scans they caused
 
     def prime(self) -> None:
-        """The first look: remembers what the issue and pull request are now."""
+        """Start the clock: the first look comes one ``interval`` from now. Having nothing
+        to compare with, it counts as a change, so its re-scan takes in whatever came after
+        the job's own (reading again, for free, what did not change)."""
         self.last = self.clock()
-        self._changed()
 
     def __call__(self) -> None:
         now = self.clock()
@@ -59,7 +65,7 @@ class Listener:
         try:
             if self._changed():
                 self.scans += 1
-                take_in(self.owner, self.forge, self.issue, warn=self.warn)
+                take_in(self.owner, self.forge, self.issue, warn=self.warn, head=self.head)
         except RioError as exc:
             self.warn(f"looking for new comments failed ({exc}); the next job re-scans")
 

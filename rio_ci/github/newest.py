@@ -75,6 +75,7 @@ def restore_newest(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     provenance: Provenance | None = None,
+    listed: list[Artifact] | None = None,
 ) -> RestoreResult:
     """Restore the newest valid generation of artifact ``name`` into ``work_dir/<artifact id>/``.
 
@@ -84,12 +85,13 @@ def restore_newest(
     ones that fail ``unpack`` (or exceed the download limit) are recorded as
     ``RefusedGeneration``s and the next older one is tried. A ForgeError (network,
     permissions) propagates: falling back to an older generation because the newest could not
-    be *fetched* would silently drop history.
+    be *fetched* would silently drop history. ``listed``: the generations as the caller
+    just listed them (newest first), so they are not listed twice.
     """
     rejected: list[RefusedGeneration] = []
     skipped: list[RefusedGeneration] = []
     work_dir.mkdir(parents=True, exist_ok=True)
-    for candidate in forge.artifacts(name):
+    for candidate in forge.artifacts(name) if listed is None else listed:
         foreign = provenance(candidate) if provenance is not None else None
         if foreign is not None:
             skipped.append(RefusedGeneration(candidate.id, candidate.created_at, None, foreign))

@@ -175,6 +175,9 @@ def _declared(env: ActionEnv, workflow: dict[str, Any] | None, config: Config | 
     if lacking:
         fix = "add " + ", ".join(f"`{x}`" for x in lacking) + " under its `permissions:`"
         return Finding(what, PROBLEM, f"it lacks {', '.join(lacking)}", fix)
+    if declared.get("actions") != "write":  # works, but nothing deletes old generations
+        found = "actions: read: superseded Session artifacts are not deleted (storage grows)"
+        return Finding(what, WARNING, found, "give the rio job `actions: write`, as rio.yml does")
     return Finding(what, OK, ", ".join(f"{k}: {v}" for k, v in sorted(declared.items())))
 
 

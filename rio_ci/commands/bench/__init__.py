@@ -8,7 +8,8 @@ Commit figures mean nothing where ``fsync`` costs nothing, so a memory-backed fi
 The parts: ``commits`` (step, a round's bookkeeping), ``storage`` (bytes per round, long
 Sessions, the artifact), ``cells`` (per-Execution overhead, silent Cells, recovery, idle),
 ``drive`` (the realistic round), ``chart`` (Session size against rounds, as SVG), ``egress``
-(what the egress proxy costs a Cell).
+(what the egress proxy costs a Cell), ``github_jobs`` (REST requests per job and artifact
+bytes kept, against a loopback GitHub).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from rio_ci.commands.bench.cells import (
 )
 from rio_ci.commands.bench.commits import measure_rounds, measure_steps, measure_wal_checkpoint
 from rio_ci.commands.bench.egress import measure_egress
+
+from rio_ci.commands.bench.github_jobs import measure_github
 from rio_ci.commands.bench.launches import measure_launch_record
 from rio_ci.commands.bench.start import measure_start
 from rio_ci.commands.bench.storage import measure_artifact, measure_open, measure_storage
@@ -66,6 +69,9 @@ GOALS = (
     ("cost_ratio_vs_uncached", "<=", 0.3),
     ("ratio_start_vs_import_anthropic", "<=", 1.3),
     ("ratio_egress_install", "<=", 1.15),
+
+    ("github_requests_wakeup_job", "<=", 10),
+    ("ratio_artifact_bytes_20_vs_3_jobs", "<=", 1.2),
 )
 Measure = Callable[[Path, bool], dict[str, Any]]
 # In this order; ``launches`` measures what the GitHub layer's write-ahead launch record
@@ -86,6 +92,8 @@ MEASURES: tuple[Measure, ...] = (
     measure_tokens,
     measure_start,
     measure_egress,
+
+    measure_github,
 )
 CHART_ROUNDS = 300
 

@@ -24,6 +24,7 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
 - artifacts with ``retention_days`` and ``expires_at`` (``upload_artifact`` zips a directory
   as actions/upload-artifact does); a download of an expired one answers 410 Gone
   (``expire_artifact(id, listed=False)``: the listing has not caught up yet);
+  ``DELETE .../actions/artifacts/{id}`` needs ``actions: write`` (``deleted`` lists them);
 - workflow runs with ``path``, ``event``, ``repository`` and ``head_repository``
   (``GET .../actions/runs/{id}``), and every artifact's ``workflow_run`` names its run's
   repository ids: ``add_rio_run(id)`` is one of rio's own jobs (an upload naming an unknown
@@ -42,6 +43,12 @@ What real GitHub does that tests can switch on (see tests/test_fake_github.py):
 - conditional requests: every 200 to a GET carries an ``ETag``, and a GET whose
   ``If-None-Match`` names the current one is answered 304 (recorded in ``not_modified``);
   issues and pull requests carry their comment counts, so a new comment changes the ETag;
+- the rate limit, counted as GitHub counts it (``rio_ci/commands/bench/rate_limit.py``,
+  shared with the bench's loopback GitHub): ``counted`` lists every API request but a 304
+  and the blob downloads; every answer carries the ``x-ratelimit-*`` headers; a spent budget
+  (``rate.limit``) is refused 403; ``limit_rate(pattern, times=, status=, retry_after=,
+  reset_in=)`` answers as a secondary (``retry-after``) or primary
+  (``x-ratelimit-remaining: 0``, ``x-ratelimit-reset``) limit does;
 - ``set_retention(days)``: the repository's artifact retention setting;
 - each issue's timeline, ``GET .../issues/{n}/timeline`` in GitHub's shape
   (``labeled``/``unlabeled`` with ``label``, ``assigned``/``unassigned`` with ``assignee``,

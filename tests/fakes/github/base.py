@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,18 @@ class Failure:
     message: str = ""
     seen: int = 0
     hits: int = 0
+    retry_after: int | None = None  # a rate-limit answer's ``retry-after`` (seconds)
+    reset_in: float | None = None  # ``x-ratelimit-remaining: 0``, reset this many s from now
+
+    def headers(self) -> dict[str, str]:
+        """The headers GitHub sends with this answer (a rate-limit answer's)."""
+        found = {}
+        if self.retry_after is not None:
+            found["retry-after"] = str(self.retry_after)
+        if self.reset_in is not None:
+            found["x-ratelimit-remaining"] = "0"
+            found["x-ratelimit-reset"] = str(int(time.time() + self.reset_in))
+        return found
 
     def take(self, method: str, path: str) -> bool:
         if self.method not in ("*", method) or not self.pattern.fullmatch(path):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fakes import git_origin
 from fakes.github.base import WORKFLOW_STATES, Failure, Json, Recorded, Token
+from rio_ci.commands.bench.rate_limit import PRIMARY, SECONDARY, Counted, RateLimit
 
 RIO_WORKFLOW = ".github/workflows/rio.yml"
 
@@ -48,6 +49,7 @@ class GitHubData:
         self.reviews: dict[int, dict[str, Json]] = {}
         self.review_comments: dict[int, dict[str, Json]] = {}
         self.not_modified: list[Recorded] = []  # GETs answered 304 (free of rate limit)
+        self.rate = RateLimit()  # what counts against the token's budget, as GitHub counts
         self.runs: dict[int, dict[str, Json]] = {}
         self.branches: dict[str, str] = {}
         self.check_runs: dict[int, dict[str, Json]] = {}
@@ -65,6 +67,7 @@ class GitHubData:
         self.artifacts: dict[int, dict[str, Json]] = {}
         self.blobs: dict[int, bytes] = {}
         self.gone: set[int] = set()  # artifacts whose download answers 410 Gone
+        self.deleted: list[int] = []  # artifacts deleted through the API, in order
         # user attachments (issue / comment pictures) at /user-attachments/assets/<id>:
         # (bytes, the Content-Type it claims); or a redirect to a Location
         self.attachments: dict[str, tuple[bytes, str]] = {}
@@ -537,6 +540,35 @@ class GitHubData:
         )
         self.failures.append(failure)
         return failure
+
+    def limit_rate(
+        self,
+        path_pattern: str,
+        *,
+        times: int,
+        status: int = 403,
+        method: str = "*",
+        retry_after: int | None = None,
+        reset_in: float | None = None,
+    ) -> Failure:
+        """Answer the next ``times`` requests matching ``path_pattern`` as GitHub answers a
+        rate limit: ``status`` (403 or 429) with ``retry-after`` (a secondary limit) or with
+        ``x-ratelimit-remaining: 0`` and an ``x-ratelimit-reset`` ``reset_in`` seconds from
+        now (the primary limit), or neither (a secondary limit that names no time)."""
+        failure = self.fail(
+            path_pattern,
+            status,
+            method=method,
+            times=times,
+            message=PRIMARY if reset_in is not None and retry_after is None else SECONDARY,
+        )
+        failure.retry_after, failure.reset_in = retry_after, reset_in
+        return failure
+
+    @property
+    def counted(self) -> list[Counted]:
+        """The requests that counted against the rate limit, in order."""
+        return list(self.rate.counted)
 
     def fail_next(self, method: str, path_pattern: str, status: int) -> None:
         """Answer the next request matching ``method`` and the regex ``path_pattern`` with

@@ -334,6 +334,19 @@ class Endpoints(GitHubData):
         ]
         return self._paged(req, found, "artifacts")
 
+    def _artifact(self, _: Recorded, m: re.Match[str]) -> Reply:
+        artifact = self.artifacts.get(int(m[1]))
+        return (200, artifact, {}) if artifact is not None else not_found()
+
+    def _delete_artifact(self, _: Recorded, m: re.Match[str]) -> Reply:
+        """``DELETE .../actions/artifacts/{id}`` (``actions: write``): 204, or 404 when it
+        is not there (any more)."""
+        if self.artifacts.pop(int(m[1]), None) is None:
+            return not_found()
+        self.blobs.pop(int(m[1]), None)
+        self.deleted.append(int(m[1]))
+        return 204, None, {}
+
     def _artifact_zip(self, _: Recorded, m: re.Match[str]) -> Reply:
         artifact = self.artifacts.get(int(m[1]))
         if artifact is None:
@@ -373,5 +386,7 @@ class Endpoints(GitHubData):
             ("PUT", rf"{r}/actions/workflows/([^/]+)/(enable|disable)", self._switch_workflow),
             ("POST", rf"{r}/dispatches", self._repository_dispatch),
             ("GET", rf"{r}/actions/artifacts", self._list_artifacts),
+            ("GET", rf"{r}/actions/artifacts/(\d+)", self._artifact),
+            ("DELETE", rf"{r}/actions/artifacts/(\d+)", self._delete_artifact),
             ("GET", rf"{r}/actions/artifacts/(\d+)/zip", self._artifact_zip),
         ]

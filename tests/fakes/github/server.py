@@ -4,7 +4,6 @@ routing, and git's smart HTTP for ``serve_git``."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import re
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
@@ -15,6 +14,7 @@ from fakes import git_origin
 from fakes.github.base import REFUSALS, SCOPES, Recorded, Token, encode, not_found
 from fakes.github.endpoints import Endpoints
 from rio_ci.commands.bench.loopback import LoopbackServer
+from rio_ci.commands.bench.rate_limit import PRIMARY, etag_of, names
 
 
 class FakeGitHub(Endpoints):
@@ -75,24 +75,37 @@ class FakeGitHub(Endpoints):
             files = self._file(req)
             if files is not None:
                 return files
-            token = self.token_of(req)
-            if token is None:
-                return encode(401, {"message": "Bad credentials"}, {})
-            for failure in self.failures:
-                if failure.take(req.method, req.path):
-                    return encode(failure.status, {"message": failure.message}, {})
-            lacking = self._refused(token, req)
-            if lacking is not None:
-                return encode(
-                    403,
-                    {"message": REFUSALS[token.kind]},
-                    {"X-Accepted-GitHub-Permissions": lacking},
-                )
-            for method, route, handler in self._routes():
-                match = re.fullmatch(route, req.path)
-                if match and method == req.method:
-                    return self._conditional(req, *encode(*handler(req, match)))
-            return encode(*not_found())
+            status, body, headers = self._api(req)
+            query = urllib.parse.urlencode(req.query)
+            # an answer's own rate-limit headers (a scripted refusal's) win over the budget's
+            return (
+                status,
+                body,
+                {**self.rate.answer(req.method, req.path, query, status), **headers},
+            )
+
+    def _api(self, req: Recorded) -> tuple[int, bytes, dict[str, str]]:
+        """The API's answer to ``req`` (before the rate-limit headers every answer gets)."""
+        token = self.token_of(req)
+        if token is None:
+            return encode(401, {"message": "Bad credentials"}, {})
+        if self.rate.spent():
+            return encode(403, {"message": PRIMARY}, {})
+        for failure in self.failures:
+            if failure.take(req.method, req.path):
+                return encode(failure.status, {"message": failure.message}, failure.headers())
+        lacking = self._refused(token, req)
+        if lacking is not None:
+            return encode(
+                403,
+                {"message": REFUSALS[token.kind]},
+                {"X-Accepted-GitHub-Permissions": lacking},
+            )
+        for method, route, handler in self._routes():
+            match = re.fullmatch(route, req.path)
+            if match and method == req.method:
+                return self._conditional(req, *encode(*handler(req, match)))
+        return encode(*not_found())
 
     def _file(self, req: Recorded) -> tuple[int, bytes, dict[str, str]] | None:
         """The two kinds of download outside the API: an artifact's pre-signed blob URL
@@ -122,8 +135,8 @@ class FakeGitHub(Endpoints):
         names the current one gets 304 with no body, which costs no rate limit."""
         if req.method != "GET" or status != 200:
             return status, body, headers
-        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-        if etag in [t.strip() for t in req.headers.get("if-none-match", "").split(",")]:
+        etag = etag_of(body)
+        if names(req.headers.get("if-none-match"), etag):
             self.not_modified.append(req)
             return 304, b"", {"ETag": etag}
         return status, body, {**headers, "ETag": etag}
