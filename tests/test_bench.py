@@ -132,7 +132,6 @@ FIGURES = [
     "egress_connect_overhead_ms",
     "egress_connect_samples",
     "egress_proxied_connections",
-
     # github_jobs: one Session's jobs against the loopback GitHub
     "github_requests_label_job",
     "github_requests_wakeup_job",

@@ -37,7 +37,6 @@ from rio_ci.commands.bench.cells import (
 )
 from rio_ci.commands.bench.commits import measure_rounds, measure_steps, measure_wal_checkpoint
 from rio_ci.commands.bench.egress import measure_egress
-
 from rio_ci.commands.bench.github_jobs import measure_github
 from rio_ci.commands.bench.launches import measure_launch_record
 from rio_ci.commands.bench.start import measure_start
@@ -69,7 +68,6 @@ GOALS = (
     ("cost_ratio_vs_uncached", "<=", 0.3),
     ("ratio_start_vs_import_anthropic", "<=", 1.3),
     ("ratio_egress_install", "<=", 1.15),
-
     ("github_requests_wakeup_job", "<=", 10),
     ("ratio_artifact_bytes_20_vs_3_jobs", "<=", 1.2),
 )
@@ -92,7 +90,6 @@ MEASURES: tuple[Measure, ...] = (
     measure_tokens,
     measure_start,
     measure_egress,
-
     measure_github,
 )
 CHART_ROUNDS = 300
