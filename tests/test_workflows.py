@@ -141,6 +141,8 @@ def test_the_session_is_uploaded_under_the_name_finish_chose_even_after_a_failur
     assert prune["if"] == "always() && steps.upload.outcome == 'success'"
     assert prune["run"] == 'exec "$RUNNER_TEMP/rio-ci-venv/bin/rio-ci" action prune'
     assert prune["env"] == {
+        # as root, like finish, when Cells ran as their own user: the job's records are root's
+        "RIO_CELL_USER": "${{ inputs.cell-user }}",
         "GITHUB_TOKEN": "${{ inputs.github-token }}",
         "RIO_ARTIFACT_ID": "${{ steps.upload.outputs.artifact-id }}",
         "RIO_ARTIFACT_NAME": "${{ steps.finish.outputs.artifact-name }}",
