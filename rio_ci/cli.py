@@ -31,9 +31,10 @@ from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
-from rio_ci.run import cell_user
+from rio_ci.run.confinement.settings import ConfinementSettings
+from rio_ci.run.confinement.sudo import arrive
+from rio_ci.run.confinement.user import become_root
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
-from rio_ci.run.sudo import arrive
 from rio_ci.session import Session
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
@@ -247,7 +248,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     from rio_ci.commands.run import work_command
 
     return work_command(
-        args.db, timeout=args.timeout, cell_user=args.cell_user, emit=partial(_out, args)
+        args.db, timeout=args.timeout, confinement=args.confinement, emit=partial(_out, args)
     )
 
 
@@ -260,7 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         price=args.price,
         effort=args.effort,
-        cell_user=args.cell_user,
+        confinement=args.confinement,
         emit=partial(_out, args),
         fallback=args.fallback_model,
     )
@@ -282,7 +283,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         emit=_emit,
         chart_path=args.chart,
         before=args.before,
-        cell_user=args.cell_user,
+        cell_user=args.confinement.cell_user,
     )
 
 
@@ -451,9 +452,10 @@ def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
     for q in (specs["work"], p, specs["bench"]):
         q.add_argument(
             "--cell-user",
+            dest="confinement",
             metavar="NAME|none",
-            type=cell_user.requested,
-            default=None,
+            type=ConfinementSettings.asked,
+            default=ConfinementSettings(),
             help="run every Cell as this unprivileged user (created when missing) where "
             "rio-ci is root or has passwordless sudo; none (default): as rio-ci's own user",
         )
@@ -591,11 +593,11 @@ def _start_owner(args: argparse.Namespace, argv: list[str]) -> None:
     arrive(needed)
     programs.settle(*_working_trees(args))  # before the first program it runs: sudo
     asked = (
-        cell_user.requested(os.environ.get("RIO_CELL_USER"))
+        ConfinementSettings.asked(os.environ.get("RIO_CELL_USER"))
         if args.command == "action"
-        else args.cell_user
+        else args.confinement
     )
-    cell_user.become_root(asked, argv)
+    become_root(asked, argv)
     names = session_secret_names(args.db) if getattr(args, "db", None) else []
     scrub_own_environment(argv, names)
 
