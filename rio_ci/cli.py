@@ -31,6 +31,7 @@ from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
+from rio_ci.model import providers
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.confinement.sudo import arrive
 from rio_ci.run.confinement.user import become_root
@@ -438,15 +439,21 @@ def _plumbing_options(specs: dict[str, argparse.ArgumentParser]) -> None:
     )
 
 
+def _efforts() -> str:
+    """The ``--effort`` levels the providers' models take, for the help."""
+    levels = [f"{level} (default)" if level == "high" else level for level in providers.efforts()]
+    return ", ".join(levels[:-1]) + " or " + levels[-1]
+
+
 def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
     """run's own options, and those work, bench and eval share with it."""
     p = specs["run"]
     p.add_argument("db")
     p.add_argument(
         "--model",
-        default="anthropic",
-        help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
-        "vertex:MODEL or scripted:FILE (a YAML list of patches)",
+        default=providers.DEFAULT_SPEC,
+        help=f"{providers.spec_forms()} (a YAML list of patches); default: "
+        f"{providers.DEFAULT_SPEC}, its provider's default model",
     )
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
     for q in (specs["work"], p, specs["bench"]):
@@ -469,8 +476,7 @@ def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
         q.add_argument(
             "--effort",
             default="high",
-            help="how hard the model thinks: low, "
-            "medium, high (default), xhigh or max, where the model offers it",
+            help=f"how hard the model thinks: {_efforts()}, where the model offers it",
         )
         q.add_argument(
             "--fallback-model",

@@ -23,6 +23,7 @@ from rio_ci.core.limits import Limits
 from rio_ci.core.state import ascii_int
 from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
+from rio_ci.model import providers
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.treefile import read_tree_file
 
@@ -179,8 +180,9 @@ def _retention(text: str) -> int | None:
     return days or None
 
 
-# The harness's own credentials: a Session may never hand them to its Cells.
-HARNESS_SECRETS = frozenset({"GITHUB_TOKEN", "ANTHROPIC_API_KEY"})
+# The job's token; with every provider's key (rio_ci/model/providers.py), the harness's own
+# credentials, which a Session may never hand to its Cells.
+JOB_TOKEN = "GITHUB_TOKEN"
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORKFLOW_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.ya?ml")
 CONFIG_KEYS = frozenset(
@@ -299,9 +301,14 @@ def _names(relative: str, key: str, names: Any) -> tuple[str, ...]:
     return tuple(sorted(set(names)))
 
 
+def harness_secrets() -> frozenset[str]:
+    """The harness's own credentials: the job's token and every provider's key."""
+    return frozenset({JOB_TOKEN, *providers.credentials()})
+
+
 def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
     names = _names(relative, "pass_env", names)
-    forbidden = sorted(HARNESS_SECRETS & set(names))
+    forbidden = sorted(harness_secrets() & set(names))
     if forbidden:
         raise UsageError(
             f"{relative}: pass_env may not name {', '.join(forbidden)}: the "
