@@ -31,9 +31,11 @@ from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.limits import DEFAULTS, Limits
 from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.errors import Rejected, RioError, UsageError
-from rio_ci.run import cell_user
+from rio_ci.model import providers
+from rio_ci.run.confinement.settings import ConfinementSettings
+from rio_ci.run.confinement.sudo import arrive
+from rio_ci.run.confinement.user import become_root
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
-from rio_ci.run.sudo import arrive
 from rio_ci.session import Session
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
@@ -247,7 +249,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     from rio_ci.commands.run import work_command
 
     return work_command(
-        args.db, timeout=args.timeout, cell_user=args.cell_user, emit=partial(_out, args)
+        args.db, timeout=args.timeout, confinement=args.confinement, emit=partial(_out, args)
     )
 
 
@@ -260,7 +262,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         price=args.price,
         effort=args.effort,
-        cell_user=args.cell_user,
+        confinement=args.confinement,
         emit=partial(_out, args),
         fallback=args.fallback_model,
     )
@@ -282,7 +284,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         emit=_emit,
         chart_path=args.chart,
         before=args.before,
-        cell_user=args.cell_user,
+        cell_user=args.confinement.cell_user,
     )
 
 
@@ -438,23 +440,30 @@ def _plumbing_options(specs: dict[str, argparse.ArgumentParser]) -> None:
     )
 
 
+def _efforts() -> str:
+    """The ``--effort`` levels the providers' models take, for the help."""
+    levels = [f"{level} (default)" if level == "high" else level for level in providers.efforts()]
+    return ", ".join(levels[:-1]) + " or " + levels[-1]
+
+
 def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
     """run's own options, and those work, bench and eval share with it."""
     p = specs["run"]
     p.add_argument("db")
     p.add_argument(
         "--model",
-        default="anthropic",
-        help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
-        "vertex:MODEL or scripted:FILE (a YAML list of patches)",
+        default=providers.DEFAULT_SPEC,
+        help=f"{providers.spec_forms()} (a YAML list of patches); default: "
+        f"{providers.DEFAULT_SPEC}, its provider's default model",
     )
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
     for q in (specs["work"], p, specs["bench"]):
         q.add_argument(
             "--cell-user",
+            dest="confinement",
             metavar="NAME|none",
-            type=cell_user.requested,
-            default=None,
+            type=ConfinementSettings.asked,
+            default=ConfinementSettings(),
             help="run every Cell as this unprivileged user (created when missing) where "
             "rio-ci is root or has passwordless sudo; none (default): as rio-ci's own user",
         )
@@ -468,8 +477,7 @@ def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
         q.add_argument(
             "--effort",
             default="high",
-            help="how hard the model thinks: low, "
-            "medium, high (default), xhigh or max, where the model offers it",
+            help=f"how hard the model thinks: {_efforts()}, where the model offers it",
         )
         q.add_argument(
             "--fallback-model",
@@ -592,11 +600,11 @@ def _start_owner(args: argparse.Namespace, argv: list[str]) -> None:
     arrive(needed)
     programs.settle(*_working_trees(args))  # before the first program it runs: sudo
     asked = (
-        cell_user.requested(os.environ.get("RIO_CELL_USER"))
+        ConfinementSettings.asked(os.environ.get("RIO_CELL_USER"))
         if args.command == "action"
-        else args.cell_user
+        else args.confinement
     )
-    cell_user.become_root(asked, argv)
+    become_root(asked, argv)
     names = session_secret_names(args.db) if getattr(args, "db", None) else []
     scrub_own_environment(argv, names)
 

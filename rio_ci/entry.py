@@ -45,7 +45,7 @@ OWNER_OPTIONS: dict[str, frozenset[str]] = {
     "action": frozenset(),
 }
 _FLAGS = frozenset({"--human"})
-# rio_ci.run.cell_user's NONE and SUDO_MARK, not imported: that module imports much more.
+# rio_ci.run.confinement.user's NONE and SUDO_MARK, not imported: that module imports much more.
 _NO_CELL_USER = ("", "none")
 _SUDO_MARK = "RIO_AS_ROOT"
 
@@ -84,7 +84,7 @@ def owner_sessions(argv: list[str], environ: Mapping[str, str]) -> list[str] | N
     ``--secret`` names the Owner command ``argv`` must read before it re-executes without its
     credentials, when it can re-execute before the command line is imported. None when it
     cannot or need not: not an Owner command, no credential-named variable in ``environ``,
-    already re-executed, a Cell user that rio_ci.run.cell_user may first re-execute through
+    already re-executed, a Cell user that rio_ci.run.confinement.user may first re-execute through
     sudo for (sudo closes the descriptor carrying the credentials), or arguments whose
     meaning only the command line's parser knows (``-h``, ``--``, an abbreviated or unknown
     option, a missing value, another number of positionals)."""
@@ -133,7 +133,7 @@ def _plain_arguments(
 
 
 def _may_become_root(cell_user: str, environ: Mapping[str, str]) -> bool:
-    """Whether rio_ci.run.cell_user.become_root may re-execute this command through sudo."""
+    """Whether rio_ci.run.confinement.user.become_root may re-execute this command through sudo."""
     return (
         cell_user.strip() not in _NO_CELL_USER
         and sys.platform.startswith("linux")

@@ -1,15 +1,16 @@
 """Importing this module starts importing the model SDK in a thread, when this process is a
-``rio-ci run`` or the run phase of ``rio-ci action`` (a GitHub job) that will talk to
-Claude: the SDK import (seconds on a busy runner) is the floor under a job's first model
+``rio-ci run`` or the run phase of ``rio-ci action`` (a GitHub job) that will talk to a
+provider: the SDK import (seconds on a busy runner) is the floor under a job's first model
 request, and the thread lets it overlap with everything a run does first (its own imports,
 opening the Session, recovery, the Owner's checks, a job's restore), wherever that work
-waits on the disk, the network or a process. ``rio_ci.model.anthropic`` imports the
-SDK as usual; Python's import lock makes it wait for this import rather than start another.
+waits on the disk, the network or a process. The provider's module imports the SDK as
+usual; Python's import lock makes it wait for this import rather than start another.
 
-Only the SDK (which imports nothing of rio_ci) is imported here, and only for ``run`` (model
-from ``--model``) or ``action [run]`` (model from ``RIO_MODEL``) with an Anthropic, Bedrock or
-Vertex model: any other command or phase, or a scripted model, imports nothing.
-docs/performance.md measures it (``start_to_first_request_seconds``).
+Only the SDK that the model's row of the providers table names (rio_ci/model/providers.py;
+an SDK imports nothing of rio_ci) is imported here, and only for ``run`` (model from
+``--model``) or ``action [run]`` (model from ``RIO_MODEL``): any other command or phase, or a
+scripted model, imports nothing. docs/performance.md measures it
+(``start_to_first_request_seconds``).
 """
 
 from __future__ import annotations
@@ -22,33 +23,40 @@ import threading
 from collections.abc import Mapping
 
 from rio_ci.core.credentials import SECRET_NAME
+from rio_ci.model.providers import sdk_of
 
-__all__ = ["PRELOAD", "wanted"]
+__all__ = ["PRELOAD", "sdk_wanted", "wanted"]
 
 
-def wanted(argv: list[str], environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether ``argv`` (``sys.argv``) is a ``rio-ci run`` or ``rio-ci action [run]`` whose
-    model needs the SDK."""
+def sdk_wanted(argv: list[str], environ: Mapping[str, str] = os.environ) -> str | None:
+    """The SDK that ``argv`` (``sys.argv``) needs when it is a ``rio-ci run`` or ``rio-ci
+    action [run]``, as the providers table names it for the model; None otherwise."""
     program = os.path.basename(argv[0]) if argv else ""
     if program not in ("rio-ci", "cli.py") or len(argv) < 2:
-        return False
+        return None
     if argv[1] == "action":
         phase = next((arg for arg in argv[2:] if not arg.startswith("-")), "run")
-        return phase == "run" and not environ.get("RIO_MODEL", "").startswith("scripted:")
+        return sdk_of(environ.get("RIO_MODEL", "").strip() or None) if phase == "run" else None
     if argv[1] != "run":
-        return False
-    model = "anthropic"
+        return None
+    model = None
     for number, arg in enumerate(argv[2:], start=2):
         if arg == "--model" and number + 1 < len(argv):
             model = argv[number + 1]
         elif arg.startswith("--model="):
             model = arg.removeprefix("--model=")
-    return not model.startswith("scripted:")
+    return sdk_of(model)
 
 
-def _import_sdk() -> None:
+def wanted(argv: list[str], environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``argv`` is a ``rio-ci run`` or ``rio-ci action [run]`` whose model needs an
+    SDK."""
+    return sdk_wanted(argv, environ) is not None
+
+
+def _import_sdk(name: str) -> None:
     with contextlib.suppress(Exception):  # the real import, later, reports it properly
-        importlib.import_module("anthropic")
+        importlib.import_module(name)
 
 
 def will_reexec(environ: Mapping[str, str] = os.environ) -> bool:
@@ -61,6 +69,6 @@ def will_reexec(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 PRELOAD: threading.Thread | None = None
-if wanted(sys.argv) and not will_reexec():
-    PRELOAD = threading.Thread(target=_import_sdk, name="rio-sdk-import", daemon=True)
+if (_SDK := sdk_wanted(sys.argv)) is not None and not will_reexec():
+    PRELOAD = threading.Thread(target=_import_sdk, args=(_SDK,), name="rio-sdk-import", daemon=True)
     PRELOAD.start()

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rio_ci.model import table
 from rio_ci.model.base import Price, Usage
+from rio_ci.model.claude import table
 from rio_ci.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
 from tests.kit import Patch, cli_env, events

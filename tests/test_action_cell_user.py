@@ -21,7 +21,7 @@ from action_job import WAIT, Job, Repository, add, cmd_cell, code_cell, conclude
 from fakes.github_api import FakeGitHub
 
 import rio_ci
-from rio_ci.run.cell_home import SHARED_PLACES
+from rio_ci.run.confinement.home import SHARED_PLACES
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_command, unprivileged_env
 from tests.kit import cli_env
 

@@ -102,6 +102,7 @@ def test_the_configuration_gives_validators_limits_and_passed_credentials(tmp_pa
         ("limits: {speed: 1}\n", "unknown limit"),
         ("pass_env: [GITHUB_TOKEN]\n", "may not name GITHUB_TOKEN"),
         ("pass_env: [ANTHROPIC_API_KEY]\n", "may not name ANTHROPIC_API_KEY"),
+        ("pass_env: [AWS_BEARER_TOKEN_BEDROCK]\n", "may not name AWS_BEARER_TOKEN_BEDROCK"),
         ("pass_env: ['A B']\n", "environment variable names"),
         ("secrets: HOOK_URL\n", "secrets is a list of environment variable names"),
         ("model: x\n", "unknown key"),

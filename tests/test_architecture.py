@@ -8,6 +8,9 @@ Session, data flowing one way, and each folder's rule (stated in its ``__init__`
 - every import runs down the layers (``LAYERS``): nothing imports what stands above it, and
   parts on one level (``store``, ``forge``, ``model``) do not import each other;
 - only ``rio_ci/forge/github*.py`` imports PyGithub, and no Forge module serves two hosts;
+- a model provider's SDK is imported by its own module only (``rio_ci/model/claude/`` for
+  ``anthropic``: the providers table names both), and nothing but the bench reaches into a
+  provider's module from outside it;
 - a function's size and complexity are bounded (ruff C901, PLR0915), a module's are not;
 - events are built only by ``rio_ci.core.events`` constructors (no module but the Session
   appends, and the Session appends only what those constructors return).
@@ -148,12 +151,12 @@ LAYERS = {
     "programs": 0,
     "jsonio": 1,
     "gitenv": 1,
-    "sdk_preload": 1,
     "store": 2,
     "forge": 2,
     "model": 2,
     "egress": 2,
     "session": 3,
+    "sdk_preload": 3,
     "run": 4,
     "reports": 5,
     "harness": 6,
@@ -244,6 +247,53 @@ def test_no_forge_module_serves_two_hosts() -> None:
         assert all(name.removeprefix("rio_ci.forge.").startswith(own) for name in hosts), relative(
             module
         )
+
+
+# A provider is one module (rio_ci/model/providers.py): only it imports its SDK, and the
+# provider-neutral modules of model/ import no provider's module (they are named in the
+# table, as data). Outside model/, only the bench measures the Claude client itself.
+PROVIDER_USERS = {"rio_ci/commands/bench/tokens.py"}
+
+
+def provider_homes() -> dict[str, Path]:
+    """Each provider's SDK → the folder (or file) of the module its row names."""
+    from rio_ci.model.providers import PROVIDERS
+
+    homes = {}
+    for row in PROVIDERS:
+        folder = PACKAGE.parent / row.module.replace(".", "/")
+        homes[row.sdk or row.module] = folder if folder.is_dir() else folder.with_suffix(".py")
+    return homes
+
+
+def providers_reached(source: str, module: Path) -> list[str]:
+    """The provider SDKs and modules ``source`` (the text of ``module``) imports out of place."""
+    from rio_ci.model.providers import PROVIDERS
+
+    imported = imports_of(source)
+    wrong = []
+    for row in PROVIDERS:
+        home = provider_homes()[row.sdk or row.module]
+        inside = module == home or home in module.parents
+        if row.sdk is not None and row.sdk in {name.split(".")[0] for name in imported}:
+            wrong += [] if inside else [row.sdk]
+        if any(name == row.module or name.startswith(row.module + ".") for name in imported):
+            wrong += [] if inside or relative(module) in PROVIDER_USERS else [row.module]
+    return wrong
+
+
+@pytest.mark.parametrize("module", MODULES, ids=relative)
+def test_a_providers_sdk_and_module_are_imported_by_its_own_module_only(module: Path) -> None:
+    assert providers_reached(module.read_text(), module) == [], relative(module)
+
+
+def test_the_provider_check_catches_a_reach_into_a_provider() -> None:
+    neutral = PACKAGE / "model" / "turn.py"
+    assert providers_reached("from anthropic.types import Message\n", neutral) == ["anthropic"]
+    reach = "from rio_ci.model.claude import table\n"
+    assert providers_reached(reach, neutral) == ["rio_ci.model.claude"]
+    assert providers_reached(reach, PACKAGE / "model" / "claude" / "tool.py") == []
+    assert providers_reached("import anthropic\n", PACKAGE / "model" / "claude" / "client.py") == []
 
 
 # Only the Session and the store reach the Journal. The Owner too asks the Session for what

@@ -28,7 +28,7 @@ from rio_ci.commands.bench.caching import BreakpointError, PromptCache, minimum_
 from rio_ci.commands.bench.egress import measure_egress
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.core.credentials import SECRET_NAME
-from rio_ci.model.anthropic import AnthropicModel
+from rio_ci.model.claude.client import AnthropicModel
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import ROOT
 

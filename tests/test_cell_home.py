@@ -1,4 +1,4 @@
-"""A fresh Cell home (rio_ci/run/cell_home.py), on files alone: the HOME emptied and made
+"""A fresh Cell home (rio_ci/run/confinement/home.py), on files alone: the HOME emptied and made
 again, removed at the job's end, and what the Cell user left in world-writable folders
 removed — never through a link. A user id nobody has stands for the Cell user (nothing is
 run as it, so no process of anyone's is stopped); the world-writable folder is the test's
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.run import cell_home
-from rio_ci.run.cell_user import CellUser
+from rio_ci.run.confinement import home as cell_home
+from rio_ci.run.confinement.user import CellUser
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0,

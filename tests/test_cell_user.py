@@ -32,8 +32,8 @@ import pytest
 
 import rio_ci
 from rio_ci.commands.bench.cells import measure_cells
-from rio_ci.run.cell_folder import prefix_of as prefix_of_folder
-from rio_ci.run.channel import Channel, prefix_of
+from rio_ci.run.confinement.channel import Channel, prefix_of
+from rio_ci.run.confinement.folder import prefix_of as prefix_of_folder
 from rio_ci.run.environment import uv_binary
 from rio_ci.session import Session
 from tests.hostile.support import (

@@ -1,5 +1,6 @@
-"""The channel ``rio_ci.api`` reaches the Owner through (rio_ci/run/channel.py): closing it
-leaves no bridge process it started running, however long that bridge would have taken.
+"""The channel ``rio_ci.api`` reaches the Owner through (rio_ci/run/confinement/channel.py):
+closing it leaves no bridge process it started running, however long that bridge would have
+taken.
 
 The bridge is held at its start by a hook of its interpreter's: the channel runs
 ``python -I`` (no ``PYTHONPATH``, so no ``sitecustomize`` of a Cell's), so the channel runs in a
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.run.channel import Channel
+from rio_ci.run.confinement.channel import Channel
 from rio_ci.session import Session
 from tests.kit import cli_env, python_with
 from tests.session_cli import gone
@@ -63,7 +64,7 @@ def ask(path: Path, replies: list[bytes]) -> None:
 DRIVER = """\
 import os, sys
 from pathlib import Path
-from rio_ci.run.channel import Channel
+from rio_ci.run.confinement.channel import Channel
 db, cwd, hold = sys.argv[1:]
 env = {**os.environ, "RIO_TEST_HOLD": hold}
 channel = Channel(Path(db), os.geteuid(), os.getegid(), env, Path(cwd))
@@ -153,8 +154,8 @@ def test_the_bridge_gets_no_credential_and_no_secret_the_session_names(
     Session.create(db, "goal", cwd=str(tmp_path), secrets=["DEPLOY_HOOK"]).close()
     owner = Owner(str(db))
     try:
-        owner.cells.prepare(owner.session)
-        channel = owner.cells.channel
+        owner.confinement.prepare(owner.session)
+        channel = owner.confinement.channel
         assert channel is not None
         env = channel.env
     finally:

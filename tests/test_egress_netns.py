@@ -28,7 +28,7 @@ from rio_ci.egress.ledger import Ending
 from rio_ci.egress.netns import Netns
 from rio_ci.egress.policy import Policy
 from rio_ci.egress.proxy import Tag, variables
-from rio_ci.run.cell_user import CellUser
+from rio_ci.run.confinement.user import CellUser
 from rio_ci.run.environment import uv_binary
 from rio_ci.run.survivors import stop_user
 from tests.egress_kit import Names, Rig, certificates, fill, rig, servers, shared_place
@@ -99,7 +99,7 @@ class Cells:
                 env=self.env,
                 cwd=self.user.home,
                 start_new_session=True,
-                **self.user.spawn_options(),
+                **self.user.spawn().options,
             )
         try:
             output, _ = child.communicate(timeout=timeout)

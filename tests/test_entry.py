@@ -20,7 +20,7 @@ import pytest
 
 from rio_ci import entry
 from rio_ci.cli import OWNER_COMMANDS, build_parser
-from rio_ci.run import cell_user
+from rio_ci.run.confinement import user as cell_user
 from rio_ci.run.environment import session_secret_names
 from rio_ci.session import Session
 from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest

@@ -25,9 +25,10 @@ import pytest
 
 from rio_ci.core.limits import Limits
 from rio_ci.harness import GUIDANCE_BYTES, MAX_REPLY_TOKENS, PROMPT_TOKENS, Harness
-from rio_ci.model import table
-from rio_ci.model.anthropic import AnthropicModel
 from rio_ci.model.base import Price, Usage
+from rio_ci.model.claude import table
+from rio_ci.model.claude.client import AnthropicModel
+from rio_ci.model.providers import parse_price
 from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner
 from tests.fakes.anthropic_api import ReceivedRequest
@@ -373,7 +374,7 @@ def test_an_unpriced_model_is_refused_before_its_credentials_are_looked_at(tmp_p
 @pytest.mark.parametrize("model", [UNPRICED, MODEL])
 def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path, model: str) -> None:
     db = new_session(tmp_path)
-    given = Price.flat(4.0, 20.0)
+    given = parse_price("4.0/20.0")
     assert model == UNPRICED or price_of(model) != given
     assert given.cache_write > given.input  # a cache write is never counted below its price
     with WatchedFake(db) as fake:

@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 
 from rio_ci.errors import ModelError, UsageError
-from rio_ci.model import table
-from rio_ci.model.anthropic import STEP_TOOL, AnthropicModel, system_prompt
 from rio_ci.model.base import Model, ModelRequest, Price, Usage
+from rio_ci.model.claude import table
+from rio_ci.model.claude.client import AnthropicModel
+from rio_ci.model.claude.tool import STEP_TOOL
+from rio_ci.model.providers import parse_price
+from rio_ci.model.turn import system_prompt
 from tests.fakes.anthropic_api import FakeAnthropic
 
 KEY = "sk-ant-test-canary-7f3e9"
@@ -326,7 +329,7 @@ def test_a_long_haiku_prompt_is_priced_at_the_long_prompt_rate(fake: FakeAnthrop
 def test_price_override_and_unpriced_models(fake: FakeAnthropic) -> None:
     fake.reply_patch(PATCH, 1000, 100)
     fake.reply_patch(PATCH, 1000, 100)
-    override = model_for(fake, "rio-test-unpriced-model", price=Price.flat(1.0, 2.0))
+    override = model_for(fake, "rio-test-unpriced-model", price=parse_price("1.0/2.0"))
     unpriced = model_for(fake, "rio-test-unpriced-model")
     assert override.price() == Price(1.0, 2.0, 1.25, 1.0) and unpriced.price() is None
     assert override.ask(request()).usage.cost_usd == pytest.approx((1000 + 200) / 1e6)

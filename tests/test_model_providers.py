@@ -14,11 +14,12 @@ import jsonpatch
 import pytest
 
 from rio_ci.errors import ModelError, UsageError
-from rio_ci.model import table
-from rio_ci.model.anthropic import AnthropicModel, system_prompt
-from rio_ci.model.base import ModelRequest, Price
-from rio_ci.model.providers import build_model
+from rio_ci.model.base import ModelRequest
+from rio_ci.model.claude import table
+from rio_ci.model.claude.client import AnthropicModel
+from rio_ci.model.providers import build_model, parse_price
 from rio_ci.model.scripted import ScriptedModel
+from rio_ci.model.turn import system_prompt
 from tests.fakes.anthropic_api import FakeAnthropic
 
 TOKEN = "bedrock-or-vertex-token-41c2"
@@ -69,9 +70,9 @@ def test_specs_name_the_default_model_a_claude_model_or_a_script(
     assert build_model("anthropic").name == "anthropic:claude-sonnet-5-5"
     assert build_model("anthropic:").name == "anthropic:claude-sonnet-5-5"
     assert build_model(None).name == "anthropic:claude-sonnet-5-5"
-    opus = build_model("anthropic:claude-opus-5-5", effort="max", price=Price.flat(1, 2))
+    opus = build_model("anthropic:claude-opus-5-5", effort="max", price=parse_price("1/2"))
     assert isinstance(opus, AnthropicModel) and opus.effort == "max"
-    assert opus.price() == Price.flat(1, 2)
+    assert opus.price() == parse_price("1/2")
     assert isinstance(build_model(f"scripted:{script}"), ScriptedModel)
 
 
@@ -114,7 +115,7 @@ def test_a_bedrock_inference_profile_is_sent_as_given(
         "global.anthropic.claude-opus-5-5",
         provider="bedrock",
         base_url=fake.base_url,
-        price=Price.flat(4, 20),
+        price=parse_price("4/20"),
     )
     assert model.info.id == "claude-opus-5-5" and model.ask(REQUEST).patch == PATCH
     assert fake.requests[0].body["model"] == "global.anthropic.claude-opus-5-5"

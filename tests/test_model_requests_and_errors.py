@@ -17,13 +17,9 @@ import anthropic
 import pytest
 
 from rio_ci.errors import UsageError
-from rio_ci.model import table
-from rio_ci.model.anthropic import (
-    STEP_TOOL,
-    AnthropicModel,
-    strict_obstacle,
-    tool_for,
-)
+from rio_ci.model.claude import table
+from rio_ci.model.claude.client import AnthropicModel
+from rio_ci.model.claude.tool import STEP_TOOL, tool_for
 from rio_ci.model.environment import (
     ENVIRONMENT_HEADER,
     STATUS_BYTES,
@@ -31,6 +27,7 @@ from rio_ci.model.environment import (
     environment_block,
     git_status,
 )
+from rio_ci.model.step_tool import strict_obstacle
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.test_model_anthropic import KEY, PATCH, ask_error, fake, model_for, request
 

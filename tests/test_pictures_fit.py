@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from rio_ci.harness import Harness
-from rio_ci.model import table
-from rio_ci.model.anthropic import AnthropicModel
 from rio_ci.model.base import Picture
+from rio_ci.model.claude import table
+from rio_ci.model.claude.client import AnthropicModel
 from rio_ci.model.pictures import encoded_size, fit, megabytes, too_large
 from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from rio_ci.errors import RecoveryError
+from rio_ci.run.confinement import spawn as spawning
 from rio_ci.run.survivors import StopReport, WorkerIdentity, find_token_holders, stop_survivors
 from rio_ci.run.worker import GATE_REFUSED, Worker
 from tests.kit import until
@@ -101,6 +102,26 @@ def test_gate_holds_until_release(spawn: Spawn, tmp_path: Path) -> None:
     worker.release()
     assert worker.wait(5) == 0
     assert marker.exists()
+
+
+def test_a_confinements_wrapper_runs_first_and_the_gate_keeps_its_pid(
+    tmp_path: Path, tokens: list[str]
+) -> None:
+    """A confinement may start the gate through a wrapper (``Spawn.prefix``, which must exec
+    what it is given: a namespace's, say). The wrapper runs before the gate and the gate
+    keeps its pid, so the identity the Owner commits is still the process that runs argv."""
+    tokens.append(uuid.uuid4().hex)
+    wrapper = spawning.Spawn(prefix=("/usr/bin/env", "RIO_TEST_WRAPPED=yes"))
+    script = "import os; print(os.getpid(), os.environ.get('RIO_TEST_WRAPPED'))"
+    worker = Worker.spawn([PY, "-c", script], tmp_path, ENV, tokens[-1], wrapper)
+    try:
+        worker.release()
+        out = b"".join(d for s, d in collect(worker) if s == "stdout").decode().split()
+        assert worker.wait(5) == 0
+    finally:
+        worker.stop(grace=0.2)
+        worker.close()
+    assert out == [str(worker.identity.pid), "yes"]
 
 
 @pytest.mark.parametrize("line", [b"gox\n", b" go\n", b"go", b"no\n", b""])

@@ -26,7 +26,7 @@ from rio_ci import programs
 from rio_ci.gitenv import git_environment
 from rio_ci.github.git import Git
 from rio_ci.programs import Lookup, Rules, harness_users
-from rio_ci.run.cell_user import CellUser
+from rio_ci.run.confinement.user import CellUser
 from rio_ci.session import Session
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
 from tests.kit import cli_env, python_with
@@ -113,7 +113,7 @@ def test_a_folder_owned_by_another_user_is_skipped(tmp_path: Path, fit: Path) ->
 @needs_root
 def test_the_user_who_ran_rio_ci_through_sudo_is_one_of_the_harness(tmp_path: Path) -> None:
     """As root started through sudo, what the runner's user owns (rio-ci's install) is the
-    harness's; that user is no Cell user (rio_ci.run.cell_user refuses it as one)."""
+    harness's; that user is no Cell user (rio_ci.run.confinement.user refuses it as one)."""
     theirs = plant(tmp_path / "runner").parent
     os.chown(theirs, NOBODY, NOBODY)
     users = harness_users({"SUDO_UID": str(NOBODY)})
@@ -284,7 +284,7 @@ def planted_in(tree: Path, name: str, marker: Path) -> Path:
 @pytest.mark.slow
 def test_becoming_root_never_runs_a_sudo_of_the_working_tree() -> None:
     """As a user who is not root, asked for a Cell user, rio-ci looks for sudo to become root
-    (rio_ci.run.cell_user.become_root). A ``sudo`` in the Session's working tree, first on
+    (rio_ci.run.confinement.user.become_root). A ``sudo`` in the Session's working tree, first on
     ``PATH`` and owned by that very user (as a tree handed back after a run is), is never it:
     the system's is, which refuses this user, so Cells share its user."""
     with shared_folder() as folder:

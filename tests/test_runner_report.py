@@ -9,7 +9,7 @@ import re
 import pytest
 
 from rio_ci.github.runner import image_of, minimum_git, runners, sudo_line
-from rio_ci.run.sudo import SudoFound
+from rio_ci.run.confinement.sudo import SudoFound
 
 SOURCE = re.compile(r"https://(github\.com|git-scm\.com)/\S+")
 

@@ -29,8 +29,8 @@ from fakes.github_api import FakeGitHub
 
 import rio_ci
 from rio_ci.errors import RioError
-from rio_ci.run.cell_user import CellUser
-from rio_ci.run.seal import Install, seal
+from rio_ci.run.confinement.seal import Install, seal
+from rio_ci.run.confinement.user import CellUser
 from tests.kit import ROOT, cli_env, python_with
 from tests.session_cli import CliSession, cmd
 
@@ -251,8 +251,8 @@ def test_an_entry_the_cell_user_owns_refuses_and_changes_nothing(
 
 READ_ONLY = """\
 import json, pwd, sys
-from rio_ci.run.cell_user import CellUser
-from rio_ci.run.seal import Install, seal
+from rio_ci.run.confinement.user import CellUser
+from rio_ci.run.confinement.seal import Install, seal
 user = CellUser.of(pwd.getpwnam(sys.argv[1]))
 said = []
 try:

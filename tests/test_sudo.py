@@ -1,5 +1,5 @@
 """Becoming root through whichever sudo the runner has (docs/design.md, "Becoming root";
-rio_ci/run/sudo.py): the Owner's environment crosses sudo as data on standard input, and
+rio_ci/run/confinement/sudo.py): the Owner's environment crosses sudo as data on standard input, and
 the re-executed Owner takes it over first thing or ends at once with one line.
 
 Here the crossing is played without sudo: a process puts the hand-over on its standard input
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rio_ci.run.sudo import MARK, SudoFound, identify, on_standard_input
+from rio_ci.run.confinement.sudo import MARK, SudoFound, identify, on_standard_input
 from tests.hostile.support import one_error
 from tests.kit import ROOT
 from tests.runners import REAL_SUDO, STAND_IN
@@ -59,7 +59,7 @@ STEP = {
 ARRIVE = """
 import json, os, sys
 held = os.dup(0)
-from rio_ci.run.sudo import arrive
+from rio_ci.run.confinement.sudo import arrive
 arrive(sys.argv[1:])
 print(json.dumps({
     "environ": {k: v for k, v in os.environ.items()},

@@ -3,7 +3,8 @@
 "fold" is only the reducer's (a WAL checkpoint copies the WAL into the file; a ``<details>``
 section is collapsed), "snapshot" only a single-file copy of a Session (the Turn shows its
 State, the projection is saved), "finish" only the job's finish step (an Execution's result is
-recorded), and a rejection is a ``Rejection`` or, raised, ``Rejected``.
+recorded), a rejection is a ``Rejection`` or, raised, ``Rejected``, and "Cells" only the
+State's (how an Owner confines them is its ``Confinement``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ RETIRED = {
     "checkpoint_full": "wal_checkpoint_full (a bare checkpoint is the working tree's)",
     "checkpoint_wal": "wal_checkpoint",
     "_checkpoint_then_spawn": "_wal_checkpoint_then_spawn",
+    "Cells": "Confinement (how an Owner confines its Cells; the State's Cells keep the word)",
+    "fresh_cell_home": "ConfinementSettings.fresh_home",
 }
 # Prose that gives a retired meaning to a word.
 MISUSED = re.compile(
@@ -85,6 +88,8 @@ def test_the_checks_catch_a_retired_name_and_a_retired_meaning() -> None:
     assert retired_names("x = journal_events(s, 0)\n")
     assert retired_names("from rio_ci.store.journal import SNAPSHOT_EVERY\n")
     assert not retired_names("x = tail_events(s, 0)\n")
+    assert retired_names("self.confinement = Cells(None, print)\n")
+    assert not retired_names("cells = proj.cells\n")
     assert MISUSED.search("the Owner folds the WAL into the file")
     assert MISUSED.search("its launch was folded into the file itself")
     assert MISUSED.search("evaluated against the Turn's snapshot")

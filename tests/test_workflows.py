@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from rio_ci.github import env as action_env
+from rio_ci.model.providers import PROVIDERS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -97,6 +98,19 @@ def test_the_action_is_composite_with_the_inputs_and_defaults_of_the_contract(
     for name, output in action["outputs"].items():
         finish, run = f"steps.finish.outputs.{name}", f"steps.run.outputs.{name}"
         assert output["value"] in (expression(finish), expression(f"{finish} || {run}"))
+
+
+def test_each_providers_key_input_reaches_the_run_step_only(action: dict[str, Any]) -> None:
+    """A row of the providers table with an action input: the input exists, and its key
+    variable is passed to the run step, never to finish (which never calls a model)."""
+    keyed = [row for row in PROVIDERS if row.action_input is not None]
+    assert keyed, "the Claude row names the action's anthropic-api-key input"
+    for row in keyed:
+        assert row.action_input in action["inputs"]
+        assert action["inputs"][row.action_input]["default"] == ""
+        variable = row.credentials[0]
+        assert step(action, "run")["env"][variable] == expression(f"inputs.{row.action_input}")
+        assert variable not in step(action, "finish")["env"]
 
 
 def test_each_input_reaches_rio_ci_through_the_environment_only(action: dict[str, Any]) -> None:

@@ -19,14 +19,19 @@ from rio_ci.errors import RioError
 from rio_ci.harness import Harness
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports.live import LiveLog
+from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session import Session
 
 
 def work_command(
-    db: str, *, timeout: float | None, cell_user: str | None, emit: Callable[[Any], None]
+    db: str,
+    *,
+    timeout: float | None,
+    confinement: ConfinementSettings,
+    emit: Callable[[Any], None],
 ) -> int:
-    owner = Owner(db, cell_user=cell_user)
+    owner = Owner(db, confinement=confinement)
     restore = handle_signals(owner.interrupted)
     try:
         status = owner.work(timeout)
@@ -48,7 +53,7 @@ def run_command(
     deadline: float | None,
     price: str | None,
     effort: str,
-    cell_user: str | None,
+    confinement: ConfinementSettings,
     emit: Callable[[Any], None],
     fallback: str | None = None,
 ) -> int:
@@ -59,7 +64,7 @@ def run_command(
     finally:
         session.close()
     model, other = priced_models(spec, fallback, effort=effort, price=given, stored=stored)
-    owner = Owner(db, cell_user=cell_user)
+    owner = Owner(db, confinement=confinement)
     restore = handle_signals(owner.interrupted)
     live = LiveLog(owner.session, sys.stderr)
     limit = None if deadline is None else time.monotonic() + deadline

@@ -13,7 +13,7 @@ import shlex
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ from rio_ci.core.limits import Limits
 from rio_ci.core.state import ascii_int
 from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
-from rio_ci.run.cell_user import requested
+from rio_ci.model import providers
+from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.treefile import read_tree_file
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
@@ -77,7 +78,8 @@ class ActionEnv:
     server_url: str
     workflow_ref: str
     ref_name: str
-    cell_user: str | None = None  # RIO_CELL_USER (the action's cell-user); None: none
+    # RIO_CELL_USER (the action's cell-user): how the job's Cells are confined
+    confinement: ConfinementSettings = field(default_factory=ConfinementSettings)
     assignee_trigger: str = ""
     runner_retention_days: int | None = None
     job: str = ""  # GITHUB_JOB: the id of the workflow's job this step runs in
@@ -131,7 +133,7 @@ class ActionEnv:
             server_url=environ.get("GITHUB_SERVER_URL", "").strip() or "https://github.com",
             workflow_ref=environ.get("GITHUB_WORKFLOW_REF", "").strip(),
             ref_name=environ.get("GITHUB_REF_NAME", "").strip(),
-            cell_user=requested(environ.get("RIO_CELL_USER")),
+            confinement=ConfinementSettings.asked(environ.get("RIO_CELL_USER")),
             assignee_trigger=environ.get("RIO_ASSIGNEE_TRIGGER", "").strip().removeprefix("@"),
             runner_retention_days=_retention(environ.get("GITHUB_RETENTION_DAYS", "").strip()),
             job=environ.get("GITHUB_JOB", "").strip(),
@@ -197,8 +199,9 @@ def _number(name: str, environ: Mapping[str, str]) -> int | None:
     return number
 
 
-# The harness's own credentials: a Session may never hand them to its Cells.
-HARNESS_SECRETS = frozenset({"GITHUB_TOKEN", "ANTHROPIC_API_KEY"})
+# The job's token; with every provider's key (rio_ci/model/providers.py), the harness's own
+# credentials, which a Session may never hand to its Cells.
+JOB_TOKEN = "GITHUB_TOKEN"
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORKFLOW_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.ya?ml")
 CONFIG_KEYS = frozenset(
@@ -348,9 +351,14 @@ def _names(relative: str, key: str, names: Any) -> tuple[str, ...]:
     return tuple(sorted(set(names)))
 
 
+def harness_secrets() -> frozenset[str]:
+    """The harness's own credentials: the job's token and every provider's key."""
+    return frozenset({JOB_TOKEN, *providers.credentials()})
+
+
 def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
     names = _names(relative, "pass_env", names)
-    forbidden = sorted(HARNESS_SECRETS & set(names))
+    forbidden = sorted(harness_secrets() & set(names))
     if forbidden:
         raise UsageError(
             f"{relative}: pass_env may not name {', '.join(forbidden)}: the "
@@ -392,14 +400,14 @@ def seal_state_dir(env: ActionEnv) -> None:
     the harness's alone: mode 0700, so the Cell user can neither list nor enter it. Then
     take the others' bits off ``$RUNNER_TEMP`` itself, which also holds the artifact
     directory, rio-ci's install and other actions' files: a Cell needs nothing there (it
-    reads the Cell folder, rio_ci/run/cell_folder.py). A ``$RUNNER_TEMP`` every user may
+    reads the Cell folder, rio_ci/run/confinement/folder.py). A ``$RUNNER_TEMP`` every user may
     write is a shared folder such as ``/tmp`` and is left as it is, with a warning when
     Cells are to run as a user of their own (docs/security.md)."""
     env.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     env.state_dir.chmod(0o700)
     mode = stat.S_IMODE(os.stat(env.runner_temp).st_mode)
     if mode & stat.S_IWOTH:
-        if env.cell_user is not None:
+        if env.confinement.cell_user is not None:
             warn(
                 env,
                 f"RUNNER_TEMP ({env.runner_temp}) is a folder every user may write, so it is "

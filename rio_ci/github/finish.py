@@ -38,7 +38,7 @@ from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
 from rio_ci.reports import progress
 from rio_ci.reports.publish import check_success, open_pull_request, remember_pull_request
-from rio_ci.run import cell_home
+from rio_ci.run.confinement import home as cell_home
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from rio_ci.store import artifact
@@ -62,7 +62,7 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
             status="error",
             reason="another job wrote this Session's launch record meanwhile",
         )
-    owner = take_over(Path(job["db"]), cell_user=env.cell_user)
+    owner = take_over(Path(job["db"]), confinement=env.confinement)
     packed = None
     try:
         try:
@@ -101,15 +101,16 @@ def _remove_cell_home(env: ActionEnv) -> None:
     Cells (docs/security.md, "A fresh Cell home"). Every Owner of the job has closed, and
     its Cells with it; any process of that user still alive is stopped first. A finish cut
     off before this leaves it to the next job's run step, which empties it first thing."""
-    if env.cell_user is None:
+    cell_user = env.confinement.cell_user
+    if cell_user is None:
         return
     try:
-        removed = cell_home.remove_named(env.cell_user)
+        removed = cell_home.remove_named(cell_user)
     except RioError as exc:
         warn(env, f"the Cell home was not removed: {exc}")
         return
     if removed:
-        log(f"rio-ci: removed the Cell home of {env.cell_user} ({len(removed)} path(s))")
+        log(f"rio-ci: removed the Cell home of {cell_user} ({len(removed)} path(s))")
 
 
 def _publish(

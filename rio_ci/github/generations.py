@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from rio_ci.github import newest
 from rio_ci.github.env import ActionEnv, log, warn
 from rio_ci.github.provenance import Provenance
 from rio_ci.github.record import LaunchRecord, tail_events
+from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 from rio_ci.store.at_rest import SCHEMA_VERSION
@@ -271,14 +272,17 @@ def rejections_note(job: dict[str, Any]) -> str | None:
     return "; ".join(notes) or None
 
 
-def take_over(db: Path, patience: float = 10.0, cell_user: str | None = None) -> Owner:
-    """Become the Owner (Cells as ``cell_user``, see ``Owner``) after the run step of the
-    same job, whose Cell home it goes on with. The run step's process may take a moment to
-    die after a cancel; its lock goes with it."""
+def take_over(
+    db: Path, patience: float = 10.0, confinement: ConfinementSettings | None = None
+) -> Owner:
+    """Become the Owner (its Cells confined as ``confinement`` says, see ``Owner``) after the
+    run step of the same job, whose Cell home it goes on with. The run step's process may
+    take a moment to die after a cancel; its lock goes with it."""
+    settings = replace(confinement or ConfinementSettings(), fresh_home=False)
     deadline = time.monotonic() + patience
     while True:
         try:
-            return Owner(str(db), cell_user=cell_user, fresh_cell_home=False)
+            return Owner(str(db), confinement=settings)
         except OwnershipError:
             if time.monotonic() > deadline:
                 raise

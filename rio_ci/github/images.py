@@ -2,8 +2,9 @@
 
 What is fetched: Markdown images ``![alt](url)`` and ``<img src="url">`` in the issue body and
 in comments that reach the Inbox, at most ``MAX_IMAGES`` per message, ``MAX_BYTES`` each; one
-whose base64 form is over the provider's limit for a picture (rio_ci/model/pictures.py) is
-left out with a note, when fetched and again when stored, since no request could carry it.
+whose base64 form is over the provider's limit for a picture (rio_ci/model/pictures.py; the
+default provider's, from the providers table) is left out with a note, when fetched and again
+when stored, since no request could carry it.
 
 From where (everything else is refused without a request):
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rio_ci.errors import Rejected
-from rio_ci.model import pictures, table
+from rio_ci.model import pictures, providers
 from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ class _Refused(Exception):
 def _too_large(data: bytes) -> str | None:
     """Why no request may carry ``data`` (its base64 form is over the provider's limit for
     one picture), or None."""
-    return pictures.too_large(pictures.encoded_size(len(data)), table.request_limits())
+    return pictures.too_large(pictures.encoded_size(len(data)), providers.picture_limits())
 
 
 def _bounded(response: Any) -> bytes:

@@ -173,7 +173,7 @@ class _Work:
         owner = Owner(
             job["db"],
             before_spawn=before_spawn,
-            cell_user=env.cell_user,
+            confinement=env.confinement,
             notice=lambda message: warn(env, message),
         )
         owners.append(owner)

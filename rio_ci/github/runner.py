@@ -22,8 +22,8 @@ from rio_ci.core.text import escape_control
 from rio_ci.errors import UsageError
 from rio_ci.gitenv import git_environment
 from rio_ci.github.env import ActionEnv, log
-from rio_ci.run.cell_user import separation_problem
-from rio_ci.run.sudo import SudoFound, find_sudo
+from rio_ci.run.confinement.sudo import SudoFound, find_sudo
+from rio_ci.run.confinement.user import separation_problem
 
 __all__ = [
     "Runner",
@@ -121,12 +121,13 @@ def sudo_line(found: SudoFound, image: dict[str, Any] | None) -> str:
 
 def _cells(env: ActionEnv) -> str:
     # Where the Cells' own network will be said too, once they have one.
-    if env.cell_user is None:
+    cell_user = env.confinement.cell_user
+    if cell_user is None:
         return "run as the harness's user (cell-user: none)"
     problem = separation_problem()
     if problem is not None:
         return f"share the harness's user ({problem})"
-    return f"run as their own user, {env.cell_user}"
+    return f"run as their own user, {cell_user}"
 
 
 def _cell(value: str) -> str:

@@ -92,7 +92,7 @@ def _configuration(env: ActionEnv) -> tuple[Config | None, list[Finding]]:
 
 
 def _model_key(env: ActionEnv) -> Finding:
-    from rio_ci.model.anthropic import AnthropicModel
+    from rio_ci.model.base import KeyCheck
     from rio_ci.model.providers import build_model
 
     what = f"the model key ({env.model})"
@@ -106,7 +106,7 @@ def _model_key(env: ActionEnv) -> Finding:
         return Finding(what, PROBLEM, "no key: anthropic-api-key is empty", fix)
     try:
         model = build_model(env.model, effort=env.effort)
-        refused = model.verify() if isinstance(model, AnthropicModel) else None
+        refused = model.verify() if isinstance(model, KeyCheck) else None
     except RioError as exc:
         return Finding(what, PROBLEM, str(exc), "fix the action's model input")
     if refused is None:

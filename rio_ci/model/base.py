@@ -15,30 +15,27 @@ A provider answers one attempt of one Turn in one of three ways:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rio_ci.jsonio import dumps, finite_copy
 
 
 @dataclass(frozen=True)
 class Price:
-    """USD per million tokens. Cache writes are the 5-minute kind (the only one requested)."""
+    """USD per million tokens of fresh input, output, cache writes and cache reads."""
 
     input: float
     output: float
     cache_write: float
     cache_read: float
 
-    # A 5-minute cache write costs 1.25 times the base input price on every Claude model
-    # (the provider's pricing page; every entry of models.json agrees).
-    CACHE_WRITE_FACTOR = 1.25
-
     @classmethod
-    def flat(cls, input: float, output: float) -> Price:
+    def flat(cls, input: float, output: float, cache_write_factor: float) -> Price:
         """A price given as ``--price IN/OUT``: cache writes at the provider's write premium
-        over IN, cache reads as fresh input (far above their real price), so the count never
-        falls below the truth."""
-        return cls(input, output, input * cls.CACHE_WRITE_FACTOR, input)
+        over IN (``cache_write_factor``, its row of the providers table), cache reads as
+        fresh input (far above their real price), so the count never falls below the
+        truth."""
+        return cls(input, output, input * cache_write_factor, input)
 
     def cost(self, usage: Usage) -> float:
         return (
@@ -140,6 +137,17 @@ class Model(Protocol):
     def ask(self, request: ModelRequest) -> ModelReply:
         """Return a complete reply or raise ``rio_ci.errors.ModelError``. Must not retry by
         itself: the harness persists attempts and backoff."""
+        ...
+
+
+@runtime_checkable
+class KeyCheck(Protocol):
+    """A model whose provider can say, at no cost, whether it takes the key and knows the
+    model (the set-up check, docs/github.md)."""
+
+    def verify(self) -> tuple[str, str] | None:
+        """None when it does, else ``(what, why)``: what was refused (``key``, ``model`` or
+        ``provider``) and why, in one line."""
         ...
 
 

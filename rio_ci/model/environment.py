@@ -2,8 +2,8 @@
 
 The date and the current Unix time (a Timer is set by Unix time, and the model has no clock),
 the OS, the Python version, the working directory and the head of the working tree's
-``git status --short``. It changes every request, so the layout puts it after the last cache
-breakpoint (rio_ci/model/layout.py).
+``git status --short``. It changes every request, so a Turn is read with it after the State
+(rio_ci/model/turn.py), past the prefix a provider caches.
 
 The tree is writable by the Cells, ``.git/config`` included, so git runs as if that were
 hostile (``rio_ci.gitenv``: no system or global configuration, no fsmonitor, no untracked

@@ -1,10 +1,11 @@
 """Which pictures one request can carry (docs/models.md "Pictures").
 
-The provider's limits (``request_limits`` in models.json) apply to what is sent: one
-picture's base64 data, the number of pictures in a request, and the size of the whole
-request body. A picture over a limit is left out of that request, and the model reads a note
-in its place ("[picture left out: 6.1 MB once encoded, over the provider's 5 MB limit for one
-picture]"): a Turn never fails because of a picture.
+The provider's limits (``RequestLimits``, from its row of the providers table: Claude's are
+``request_limits`` in rio_ci/model/claude/models.json) apply to what is sent: one picture's
+base64 data, the number of pictures in a request, and the size of the whole request body. A
+picture over a limit is left out of that request, and the model reads a note in its place
+("[picture left out: 6.1 MB once encoded, over the provider's 5 MB limit for one picture]"):
+a Turn never fails because of a picture.
 
 Which pictures go when not all fit: the goal's first, in order (they sit in the cached
 prefix, so keeping them keeps that prefix the same from round to round), then the Inbox
@@ -17,14 +18,25 @@ to 2000x2000 px, and a screenshot is often wider.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rio_ci.model.base import Picture
-from rio_ci.model.table import RequestLimits
 
-__all__ = ["BLOCK_BYTES", "encoded_size", "fit", "megabytes", "too_large"]
+__all__ = ["BLOCK_BYTES", "RequestLimits", "encoded_size", "fit", "megabytes", "too_large"]
 
 BLOCK_BYTES = 200  # the JSON around one picture's data: its image block and label block
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may carry: one picture's base64 size, pictures per request (the
+    documented most, and how many keep the full-size dimension limit), and the whole body's
+    size, in bytes."""
+
+    picture_base64_bytes: int
+    pictures_per_request: int
+    pictures_at_full_size: int
+    request_bytes: int
 
 
 def encoded_size(raw: int) -> int:

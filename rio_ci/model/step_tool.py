@@ -1,54 +1,61 @@
-"""The ``step`` tool: its schema, when it can be strict, and reading a reply's call.
+"""The ``step`` tool, provider-neutral: its schema as plain JSON Schema, when a schema can be
+strict, and what makes a call's input a patch.
 
 The schema says what a patch is (docs/models.md): an array of operations, each with ``op`` one
 of ``PATCH_OPS`` (exactly what admission accepts), a string ``path`` and any ``value``.
-``strict_obstacle`` says why a schema cannot go under strict tool use (every object must be
-closed); ``step``'s open ``value`` is such a reason, so ``tool_for`` sends it without ``strict``.
-A reply that is not exactly one well-formed ``step`` call is invalid, with a reason phrased
-for the model, which is told on its next attempt.
+``strict_obstacle`` says why a schema cannot go under strict (grammar-constrained) tool use,
+where every object must be closed; ``step``'s open ``value`` is such a reason. A reply that is
+not exactly one well-formed ``step`` call is invalid, with a reason phrased for the model,
+which is told on its next attempt; how a provider's reply names its calls and why it stopped
+is the provider's (rio_ci/model/claude/tool.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from anthropic.types import Message, ToolParam
-
 from rio_ci.core.admission import OPS
-from rio_ci.model import table
 
-__all__ = ["PATCH_OPS", "STEP_TOOL", "step_patch", "strict_obstacle", "tool_for"]
+__all__ = [
+    "PATCH_OPS",
+    "STEP_DESCRIPTION",
+    "STEP_NAME",
+    "STEP_SCHEMA",
+    "calls_problem",
+    "ops_problem",
+    "patch_of",
+    "strict_obstacle",
+]
 
 # The operations admission accepts: a patch is a list of these.
 PATCH_OPS = OPS
 
-STEP_TOOL: ToolParam = {
-    "name": "step",
-    "description": (
-        "Submit this Turn's decision: an RFC 6902 JSON Patch on the State. The first operation "
-        'must be {"op": "test", "path": "/revision", "value": <revision shown>}.'
-    ),
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "patch": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "op": {"type": "string", "enum": list(PATCH_OPS)},
-                        "path": {"type": "string"},
-                        # any JSON value: a Cell, the revision, a field's new value
-                        "value": {},
-                    },
-                    "required": ["op", "path"],
-                    "additionalProperties": False,
+STEP_NAME = "step"
+STEP_DESCRIPTION = (
+    "Submit this Turn's decision: an RFC 6902 JSON Patch on the State. The first operation "
+    'must be {"op": "test", "path": "/revision", "value": <revision shown>}.'
+)
+STEP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "patch": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "op": {"type": "string", "enum": list(PATCH_OPS)},
+                    "path": {"type": "string"},
+                    # any JSON value: a Cell, the revision, a field's new value
+                    "value": {},
                 },
-            }
-        },
-        "required": ["patch"],
-        "additionalProperties": False,
+                "required": ["op", "path"],
+                "additionalProperties": False,
+            },
+        }
     },
+    "required": ["patch"],
+    "additionalProperties": False,
 }
 
 
@@ -73,71 +80,43 @@ def strict_obstacle(schema: Any, where: str = "input_schema") -> str | None:
     return None
 
 
-def tool_for(info: table.ModelInfo, tool: ToolParam) -> ToolParam:
-    """``tool`` as sent to the model of ``info``: with ``strict: true`` where the model offers
-    strict tool use and the schema can be strict; as given otherwise."""
-    if info.features.strict_tools and strict_obstacle(tool["input_schema"]) is None:
-        return {**tool, "strict": True}
-    return tool
+def calls_problem(names: Sequence[str], stop: str | None) -> str | None:
+    """Why a reply calling the tools ``names`` (in order) is not one ``step`` call, phrased
+    for the model; None when it is. ``stop`` is why the reply ended, as the provider says."""
+    if not names:
+        return (
+            f"no step call (stop reason {stop}). Text alone does nothing: call the step "
+            'tool exactly once with {"patch": [...]}.'
+        )
+    if len(names) > 1:
+        return (
+            f"{len(names)} tool calls in one reply. Call step exactly once; put every "
+            "operation in that one patch."
+        )
+    if names[0] != STEP_NAME:
+        return f"unknown tool {names[0]!r}. The only tool is step."
+    return None
 
 
-def step_patch(
-    message: Message, calls: list[Any], max_tokens: int
-) -> tuple[list[Any] | None, str | None]:
-    """The single step call's patch, or why ``message`` cannot be admitted (phrased for the
-    model, which is told on its next attempt)."""
-    reason = _unusable(message, calls, max_tokens)
-    if reason is not None:
-        return None, reason
-    tool_input = calls[0].input
+def patch_of(tool_input: Any) -> tuple[list[Any] | None, str | None]:
+    """The patch in a ``step`` call's input, or why the input holds none (phrased for the
+    model): it must be ``{"patch": [objects]}``."""
     patch = tool_input.get("patch") if isinstance(tool_input, dict) else None
     if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
         return None, (
             'malformed step input: it must be {"patch": [operation objects]}, a '
             "list of RFC 6902 operations, each a JSON object."
         )
-    if message.stop_reason != "tool_use":
-        return None, f"the reply stopped with {message.stop_reason!r}, not a complete step call."
+    return patch, None
+
+
+def ops_problem(patch: list[Any]) -> str | None:
+    """Why an operation of ``patch`` is not one admission reads (phrased for the model)."""
     for number, op in enumerate(patch):
         if op.get("op") not in PATCH_OPS or not isinstance(op.get("path"), str):
-            return None, (
+            return (
                 f"malformed step input: operation {number} must have an op of "
                 f"{', '.join(PATCH_OPS)} and a string path; got op {op.get('op')!r}, "
                 f"path {op.get('path')!r}."
             )
-    return patch, None
-
-
-def _unusable(message: Message, calls: list[Any], max_tokens: int) -> str | None:
-    stop = message.stop_reason
-    if stop == "refusal":
-        details = getattr(message, "stop_details", None)
-        category = getattr(details, "category", None)
-        return (
-            f"the reply was a refusal{f' (category: {category})' if category else ''}. If "
-            "the task is legitimate, take a different, clearly benign approach; otherwise "
-            "conclude with result failure and say why."
-        )
-    if stop == "max_tokens":
-        return (
-            f"the reply was cut off at max_tokens ({max_tokens}) before a complete step "
-            "call. Think less, write less, and send a smaller patch (one or two Cells)."
-        )
-    if stop == "model_context_window_exceeded":
-        return (
-            "the request filled the model's context window. Remove Cells you no longer need "
-            "and keep outputs short."
-        )
-    if not calls:
-        return (
-            f"no step call (stop reason {stop}). Text alone does nothing: call the step "
-            'tool exactly once with {"patch": [...]}.'
-        )
-    if len(calls) > 1:
-        return (
-            f"{len(calls)} tool calls in one reply. Call step exactly once; put every "
-            "operation in that one patch."
-        )
-    if calls[0].name != "step":
-        return f"unknown tool {calls[0].name!r}. The only tool is step."
     return None

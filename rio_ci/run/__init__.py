@@ -4,9 +4,9 @@
 - ``launch``, ``worker``, ``capture``: the launch protocol, the gated Worker, bounded and
   redacted output up to the result;
 - ``survivors``, ``pidrange``: finding and stopping what is left of Workers;
-- ``cell_user``, ``cells``, ``channel``, ``cell_bridge``: Cells under their own user, and
-  ``rio_ci.api`` served to them over a socket; ``sudo``: becoming root for them through
-  whichever sudo the runner has;
+- ``confinement/``: where and as whom a Cell runs and what it can reach (the Cell user,
+  becoming root for it, its HOME and Cell folder, and ``rio_ci.api`` served to Cells over a
+  socket);
 - ``ownership``, ``environment``: holding the Session file, and what a process starts with.
 - ``seal``: rio-ci's own install closed to the Cell user before its first Cell runs.
 

@@ -1,6 +1,6 @@
 """What a Worker starts with: its environment, the scratch folder beside its Session, uv
-(what it reads of rio-ci is in the Cell folder, ``cell_folder.py``) — and what it must never
-get: the harness's secrets (model API key, forge token, and every variable a Session names
+(what it reads of rio-ci is in the Cell folder, ``confinement/folder.py``) — and what it must
+never get: the harness's secrets (model API key, forge token, and every variable a Session names
 with ``--secret``).
 
 Three ways a Cell could read them: its own environment, the Owner's initial environment

@@ -18,7 +18,8 @@ from typing import Any
 from rio_ci.core import events as ev
 from rio_ci.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
-from rio_ci.run.cells import Cells
+from rio_ci.run.confinement.confinement import Confinement
+from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.environment import redacted_values, worker_env
 from rio_ci.run.worker import Worker
 from rio_ci.session import Session
@@ -35,26 +36,28 @@ class Launch:
         self,
         session: Session,
         before_spawn: BeforeSpawn | None = None,
-        cells: Cells | None = None,
+        confinement: Confinement | None = None,
     ):
         self.session = session
         self.before_spawn = before_spawn
-        self.cells = cells if cells is not None else Cells(None, print)
+        self.confinement = (
+            confinement if confinement is not None else Confinement(ConfinementSettings(), print)
+        )
         self.secrets = redacted_values(session)
         self._env: dict[str, str] | None = None
         self._found: dict[tuple[str, str | None], str] = {}  # (program, PATH) -> its path
 
     def env(self, cell_id: int | None) -> dict[str, str]:
         """A Worker's environment (``worker_env``). Built once per Launch, after the Cell
-        folder's in-Cell modules were copied (``Cells.prepare``): filtering the environment
+        folder's in-Cell modules were copied (``Confinement.prepare``): filtering the environment
         and comparing those files took more than the rest of a launch together. The
         Owner's environment does not change while it runs; a Cell that damages the modules
         breaks only its own imports (under a Cell user it cannot)."""
-        self.cells.prepare(self.session)
+        self.confinement.prepare(self.session)
         if self._env is None:
-            assert self.cells.folder is not None  # made by prepare()
-            self._env = self.cells.environment(
-                worker_env(self.session, None, self.cells.folder.pylib)
+            assert self.confinement.folder is not None  # made by prepare()
+            self._env = self.confinement.environment(
+                worker_env(self.session, None, self.confinement.folder.pylib)
             )
         return (
             {**self._env, "RIO_CELL_ID": str(cell_id)} if cell_id is not None else dict(self._env)
@@ -79,7 +82,7 @@ class Launch:
         worker = None
         if problem is None:
             try:
-                worker = Worker.spawn(argv, cwd, env, token, self.cells.user)
+                worker = Worker.spawn(argv, cwd, env, token, self.confinement.spawn())
             except OSError as exc:
                 problem = f"could not start the Worker: {exc}"
         if worker is None:
@@ -102,7 +105,7 @@ class Launch:
             # One path for every code Cell of this Owner (the Cell folder's): uv keys its
             # cached script environment by path, so a new path per Cell would build a new
             # one each time.
-            folder = self.cells.folder
+            folder = self.confinement.folder
             assert folder is not None  # made by prepare(), in env()
             script = folder.write_script(cell["source"])
             return [folder.uv, "run", "--quiet", "--script", str(script)], None
@@ -144,7 +147,7 @@ class Launch:
                 session.proj.session["cwd"],
                 self.env(None),
                 self.token("validator"),
-                self.cells.user,
+                self.confinement.spawn(),
             )
         except OSError as exc:
             result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}

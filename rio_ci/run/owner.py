@@ -21,7 +21,8 @@ from typing import Any
 from rio_ci.crashpoints import crash_point
 from rio_ci.errors import RecoveryError, RioError, StorageError
 from rio_ci.run.capture import Capture
-from rio_ci.run.cells import Cells
+from rio_ci.run.confinement.confinement import Confinement
+from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.launch import BeforeSpawn, Launch
 from rio_ci.run.ownership import FileGuard, FileOwnership
 from rio_ci.run.survivors import WorkerIdentity, stop_session_leftovers, stop_survivors
@@ -36,14 +37,12 @@ class Owner:
         *,
         synchronous: str = "FULL",
         before_spawn: BeforeSpawn | None = None,
-        cell_user: str | None = None,
+        confinement: ConfinementSettings | None = None,
         notice: Callable[[str], None] | None = None,
-        fresh_cell_home: bool = True,
     ):
-        """``cell_user``: run every Cell as that user (created when missing, its HOME emptied
-        unless ``fresh_cell_home`` is false) where this process is root; elsewhere Cells
-        share its user and ``notice`` says so (default: a line on stderr). None: Cells share
-        its user, as asked."""
+        """``confinement``: how the Cells are confined (rio_ci.run.confinement; default: as
+        this process's user). A Cell user runs every Cell where this process is root;
+        elsewhere Cells share its user and ``notice`` says so (default: a line on stderr)."""
         real = sessionfile.resolve(path)
         # Nothing is locked or created until the path is known to name a Session.
         sessionfile.check(real, path)
@@ -55,7 +54,9 @@ class Owner:
         try:
             # The Cell user first: it needs nothing of the Session, and a refusal (useradd
             # failed, a user with groups) then leaves no connection open.
-            self.cells = Cells(cell_user, notice or _to_stderr, fresh_home=fresh_cell_home)
+            self.confinement = Confinement(
+                confinement or ConfinementSettings(), notice or _to_stderr
+            )
             doubt = in_doubt(real, self._ownership.fd)
             self.session = Session.open(real, verify=doubt, synchronous=synchronous)
             if self.session.file_identity != self._ownership.identity:
@@ -64,12 +65,12 @@ class Owner:
             self.guard = FileGuard(self._ownership)
             # Under a Cell user no Cell can reach the file: the checks against damage by
             # Cells would guard against nobody (docs/design.md, "The Cell user").
-            self.session.guard_file(None if self.cells.separate else self._damage)
+            self.session.guard_file(None if self.confinement.separate else self._damage)
         except BaseException:
             self._ownership.release()
             raise
         self._before_spawn = before_spawn
-        self.launch = Launch(self.session, self._wal_checkpoint_then_spawn, self.cells)
+        self.launch = Launch(self.session, self._wal_checkpoint_then_spawn, self.confinement)
         self.running: Capture | None = None  # the Execution whose Worker runs now
         self.ran: list[int] = []
         self.interrupted = threading.Event()
@@ -85,7 +86,7 @@ class Owner:
                 self.stop_running("owner_stopped")
         finally:
             try:
-                self.cells.close(self.session)
+                self.confinement.close(self.session)
             finally:
                 self.session.close()
             self.guard.close()
@@ -112,14 +113,14 @@ class Owner:
         """Stop every process of the Cell user and give the working tree back to its owner
         (``finish`` before its git work; ``close`` does it too). Nothing when Cells share the
         harness's user."""
-        self.cells.hand_back(self.session)
+        self.confinement.hand_back(self.session)
 
     def _wal_checkpoint_then_spawn(self, cell_id: int, token: str) -> None:
         """Between ``started`` and the spawn: put the launch record into the database file
         itself (a FULL WAL checkpoint), so a script that deletes, truncates or garbles the
         WAL cannot make its own launch disappear (and be run again by the next Owner). Under
         a Cell user no script can reach the WAL, and the checkpoint is left out."""
-        if not self.cells.separate:
+        if not self.confinement.separate:
             self.check_file()
             self.session.wal_checkpoint_full()
         if self._before_spawn is not None:
@@ -134,9 +135,9 @@ class Owner:
         started = [e for e in proj.pending() if e["phase"] == "started"]
         # Every process of a Cell user is a Cell's, whatever it did to its group, its
         # environment or its dumpability: all go first, then the Workers' own checks.
-        self.cells.stop_processes(self.session)
+        self.confinement.stop_processes(self.session)
         # Channel and Cell folders of killed Owners; this Owner's own, if it has any, stay.
-        self.cells.sweep_stale(self.session)
+        self.confinement.sweep_stale(self.session)
         for ex in started:
             if ex["identity"]:
                 stop_survivors(WorkerIdentity.from_dict(ex["identity"]))

@@ -1,7 +1,7 @@
 """Finding and stopping what is left of Workers (docs/sessions.md): by process group, by the
 token every Worker environment carries (``RIO_WORKER_TOKEN``, inherited by descendants, so
 processes that left the group with ``setsid`` or were reparented are still found), by
-descent, and — when Cells run as their own user (``rio_ci.run.cell_user``) — by user: every
+descent, and — when Cells run as their own user (``rio_ci.run.confinement.user``) — by user: every
 process of the Cell user is a Cell's, whatever it did to its group, environment or
 dumpability. Without a Cell user, a process that scrubs its own environment *and* leaves the
 group is out of reach; that is the documented limit of sharing the harness's user.

@@ -8,7 +8,9 @@ user code can run, then calls :meth:`Worker.release`.
 
 Every Worker environment carries ``RIO_WORKER_TOKEN=<token>``; ``rio_ci.run.survivors``
 finds and stops what is left of a Worker by it — and, for a Worker started as a Cell user
-(``rio_ci.run.cell_user``), by that user: every process of it.
+(``rio_ci.run.confinement.user``), by that user: every process of it. How a Worker is started
+(as whom, through which wrapper) is its ``Spawn``, which the Owner's confinement decides
+(``rio_ci.run.confinement``); this module applies it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Literal, cast
 import psutil
 
 from rio_ci.run import pidrange
-from rio_ci.run.cell_user import CellUser
+from rio_ci.run.confinement.spawn import Spawn
 from rio_ci.run.survivors import (
     POLL,
     TOKEN_VAR,
@@ -77,26 +79,27 @@ class Worker:
         cwd: str | os.PathLike[str],
         env: Mapping[str, str],
         token: str,
-        user: CellUser | None = None,
+        spawn: Spawn | None = None,
     ) -> Worker:
         """Start the gate (nothing of ``argv`` runs yet) in a new session with piped
-        stdin/stdout/stderr, as ``user`` if given. ``env`` is used as given, plus
-        ``RIO_WORKER_TOKEN=token``."""
+        stdin/stdout/stderr, as ``spawn`` says (default: as this process, directly).
+        ``env`` is used as given, plus ``RIO_WORKER_TOKEN=token``."""
         if not argv:
             raise ValueError("a Worker needs a non-empty argv")
         if not token or "\0" in token:
             raise ValueError("a Worker token must be a non-empty string without NUL")
+        spawn = spawn or Spawn()
         pipe = subprocess.PIPE
         before = pidrange.counters()  # before the leader exists: see rio_ci.run.pidrange
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", GATE, "rio-worker", *argv],
+            [*spawn.prefix, "/bin/sh", "-c", GATE, "rio-worker", *argv],
             cwd=cwd,
             env={**env, TOKEN_VAR: token},
             stdin=pipe,
             stdout=pipe,
             stderr=pipe,
             start_new_session=True,
-            **(user.spawn_options() if user is not None else {}),
+            **spawn.options,
         )
         try:
             create_time, boot_time = start_stamp(proc.pid, before.boot if before else None)
@@ -106,7 +109,7 @@ class Worker:
             proc.communicate()
             raise
         mark = pidrange.Mark(proc.pid, before) if before else None
-        return cls(proc, identity, mark, user.uid if user is not None else None)
+        return cls(proc, identity, mark, spawn.uid)
 
     def _write_gate(self, line: bytes) -> None:
         """Answer the gate once with ``line`` and close stdin (tests send malformed lines)."""

@@ -386,7 +386,7 @@ def _bad(message: str) -> Refused:
     return Refused(400, "invalid_request_error", message)
 
 
-# --- reading a request the way the product lays it out (rio_ci/model/layout.py) ------------
+# --- reading a request the way the product lays it out (rio_ci/model/claude/layout.py) -----
 
 STABLE_HEADER = "STATE, stable part"
 VOLATILE_HEADER = "STATE, part that changes every round"

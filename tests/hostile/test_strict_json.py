@@ -94,7 +94,7 @@ def test_a_timer_payload_must_be_strict_json(db: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "rio_ci.run.cell_bridge",
+                "rio_ci.run.confinement.bridge",
                 str(db),
                 "timer",
                 "t1",

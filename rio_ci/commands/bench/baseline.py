@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from rio_ci.run.cell_user import CellUser
+from rio_ci.run.confinement.user import CellUser
 from rio_ci.run.survivors import runs_as
 from rio_ci.run.worker import GATE
 
@@ -71,7 +71,7 @@ class BareLaunch:
         self._user = user
         env = {**os.environ, "RIO_WORKER_TOKEN": "rio-bench-floor"}
         self._env = user.environment(env) if user is not None else env
-        self._spawn = user.spawn_options() if user is not None else {}
+        self._spawn = user.spawn().options if user is not None else {}
         self._token = b"\0RIO_WORKER_TOKEN=rio-bench-floor\0"
 
     def run(self, argv: list[str]) -> float:

@@ -17,7 +17,7 @@ prompt-caching, checked 2026-12-04; docs/performance.md cites them):
   breakpoint or not cacheable, at the base price).
 
 This module is the fakes' own knowledge, apart from the product's layout
-(``rio_ci/model/layout.py``): a layout that breaks the prefix pays here as it would there.
+(``rio_ci/model/claude/layout.py``): a layout that breaks the prefix pays here as it would there.
 Tokens are not the provider's tokenizer: a block counts one token per 4 bytes of its JSON
 (rounded up), which keeps every ratio of the bench meaningful and deterministic.
 """

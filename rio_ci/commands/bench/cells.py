@@ -28,6 +28,7 @@ from rio_ci.commands.bench.common import (
     token_holders,
     wait_for,
 )
+from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.environment import uv_binary
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
@@ -43,7 +44,7 @@ def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict
     Session.create(db, "bench: per-Execution overhead", cwd=str(work)).close()
     (script := root / "script.py").write_text(SCRIPT)
     uv_argv = [uv_binary(), "run", "--quiet", "--script", str(script)]
-    owner = Owner(str(db), cell_user=cell_user)
+    owner = Owner(str(db), confinement=ConfinementSettings(cell_user))
     owner.recover()
     head: list[int] = []
 
@@ -62,10 +63,11 @@ def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict
         subprocess.run(argv, cwd=work, capture_output=True, check=True)
         return time.perf_counter() - started
 
-    floor = BareLaunch(root / "floor.sqlite3", work, owner.cells.user)
+    cells_user = owner.confinement.user
+    floor = BareLaunch(root / "floor.sqlite3", work, cells_user)
     try:
         out: dict[str, Any] = {
-            "cell_user": owner.cells.user.name if owner.cells.user else None,
+            "cell_user": cells_user.name if cells_user else None,
             "code_cell_ms_owner_first": ms(through_owner(CODE)),
             "code_cell_ms_uv_first": ms(bare(uv_argv)),
         }  # uv builds envs

@@ -24,8 +24,8 @@ from typing import Any
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.core.limits import Limits
 from rio_ci.harness import Harness
-from rio_ci.model.anthropic import AnthropicModel
-from rio_ci.model.layout import VOLATILE_HEADER
+from rio_ci.model.claude.client import AnthropicModel
+from rio_ci.model.turn import VOLATILE_HEADER
 from rio_ci.run.owner import Owner
 from rio_ci.session import Session
 

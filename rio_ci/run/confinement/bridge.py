@@ -1,5 +1,5 @@
 """The harness side of ``rio_ci.api``:
-``python -m rio_ci.run.cell_bridge DB timer|cancel_timer|records|output ...``.
+``python -m rio_ci.run.confinement.bridge DB timer|cancel_timer|records|output ...``.
 Prints strict JSON; errors print ``{"error": reason}`` and exit non-zero."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rio_ci.session import Session
 def main(argv: list[str]) -> int:
     try:
         if len(argv) < 2:
-            raise ValueError("usage: python -m rio_ci.run.cell_bridge DB VERB ARGS...")
+            raise ValueError("usage: python -m rio_ci.run.confinement.bridge DB VERB ARGS...")
         db, verb, *rest = argv
         answer = _VERBS.get(verb)
         if answer is None:

@@ -26,8 +26,6 @@ import importlib.util
 import json
 import os
 from dataclasses import replace
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import anthropic
@@ -35,21 +33,15 @@ import httpx2
 from anthropic.types import Message, ThinkingConfigParam
 
 from rio_ci.errors import ModelError, UsageError
-from rio_ci.model import pictures, table
+from rio_ci.model import pictures
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
-from rio_ci.model.failures import status_error
-from rio_ci.model.layout import system_blocks, user_content
-from rio_ci.model.step_tool import PATCH_OPS, STEP_TOOL, step_patch, strict_obstacle, tool_for
+from rio_ci.model.claude import table
+from rio_ci.model.claude.failures import status_error
+from rio_ci.model.claude.layout import system_blocks, user_content
+from rio_ci.model.claude.tool import STEP_TOOL, step_patch, tool_for
+from rio_ci.model.turn import system_prompt
 
-__all__ = [
-    "PATCH_OPS",
-    "PROVIDERS",
-    "STEP_TOOL",
-    "AnthropicModel",
-    "strict_obstacle",
-    "system_prompt",
-    "tool_for",
-]
+__all__ = ["PROVIDERS", "AnthropicModel"]
 
 PROVIDERS = ("anthropic", "bedrock", "vertex")
 RATIONALE_CHARS = 16_000
@@ -58,12 +50,6 @@ RATIONALE_CHARS = 16_000
 REQUEST_MARGIN = 64 * 1024
 
 _EXTRAS = {"bedrock": ("boto3", "botocore"), "vertex": ("google.auth",)}
-
-
-@cache
-def system_prompt() -> str:
-    """The system prompt shipped as package data (``rio_ci/model/prompt.md``)."""
-    return resources.files("rio_ci.model").joinpath("prompt.md").read_text(encoding="utf-8")
 
 
 class AnthropicModel:

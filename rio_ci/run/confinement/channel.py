@@ -6,9 +6,9 @@ Unix socket in a directory only the Cell user (and root) may enter, whose path r
 Worker as ``RIO_API_SOCKET``. A connection is answered only when the peer's user id
 (``SO_PEERCRED``) is the one Cells run as. One request per connection: one JSON object
 ``{"args": [VERB, ...]}``, the client then shuts its writing side; the answer is
-``{"code", "stdout", "stderr"}`` of ``python -I -m rio_ci.run.cell_bridge DB VERB ...`` run by the
-Owner's interpreter as the Owner's user — the same commit path as before, isolated (``-I``) from
-the Cells' ``PYTHONPATH`` and working directory, whose folders they may write.
+``{"code", "stdout", "stderr"}`` of ``python -I -m rio_ci.run.confinement.bridge DB VERB ...``
+run by the Owner's interpreter as the Owner's user — the same commit path as before, isolated
+(``-I``) from the Cells' ``PYTHONPATH`` and working directory, whose folders they may write.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class Channel:
             if self._closed.is_set():
                 return {"code": 1, "stdout": "", "stderr": "the channel is closed"}
             process = subprocess.Popen(
-                [sys.executable, "-I", "-m", "rio_ci.run.cell_bridge", str(self.db), *args],
+                [sys.executable, "-I", "-m", "rio_ci.run.confinement.bridge", str(self.db), *args],
                 env=self.env,
                 cwd=self.cwd,
                 stdin=subprocess.DEVNULL,

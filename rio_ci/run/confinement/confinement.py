@@ -1,11 +1,12 @@
-"""How one Owner runs its Cells: as the Cell user (``separate``) or as itself (``shared``),
-the Cell folder they read, and the channel ``rio_ci.api`` reaches it through (docs/design.md,
-"The Cell user").
+"""How one Owner confines its Cells: as the Cell user (``separate``) or as itself
+(``shared``), the Cell folder they read, and the channel ``rio_ci.api`` reaches it through
+(docs/design.md, "The Cell user").
 
+The Owner is given one ``ConfinementSettings`` value and builds its ``Confinement`` from it.
 The Cell user and the mode are settled when the Owner starts (so recovery can stop that
-user's processes), and the Cell user's HOME is emptied then (``cell_home.py``); the tree is
-lent, the Session file closed to the Cell user and the mode committed before the first
-launch; :meth:`Cells.hand_back` (the run's end, ``finish`` before its git work) stops every
+user's processes), and the Cell user's HOME is emptied then (``home.py``); the tree is lent,
+the Session file closed to the Cell user and the mode committed before the first launch;
+:meth:`Confinement.hand_back` (the run's end, ``finish`` before its git work) stops every
 process of the Cell user and gives the tree back.
 """
 
@@ -19,10 +20,14 @@ from typing import Any
 
 from rio_ci.core import events as ev
 from rio_ci.errors import RioError
-from rio_ci.run import cell_folder, cell_home, channel, seal
-from rio_ci.run import cell_user as cu
-from rio_ci.run.cell_folder import CellFolder
-from rio_ci.run.channel import SOCKET_VAR, Channel
+from rio_ci.run.confinement import channel, seal
+from rio_ci.run.confinement import folder as cell_folder
+from rio_ci.run.confinement import home as cell_home
+from rio_ci.run.confinement import user as cu
+from rio_ci.run.confinement.channel import SOCKET_VAR, Channel
+from rio_ci.run.confinement.folder import CellFolder
+from rio_ci.run.confinement.settings import ConfinementSettings
+from rio_ci.run.confinement.spawn import Spawn
 from rio_ci.run.environment import scratch_dir, worker_environment
 from rio_ci.run.survivors import stop_user
 from rio_ci.session import Session
@@ -31,20 +36,19 @@ from rio_ci.store.at_rest import SIDECARS
 SHARED_NOTICE = "Cells share the harness's user"
 
 
-class Cells:
-    def __init__(
-        self, requested: str | None, notice: Callable[[str], None], *, fresh_home: bool = True
-    ):
-        """``fresh_home``: empty the Cell user's HOME now (every Owner but the action's
-        finish step, which goes on with its run step's)."""
-        self.requested = requested
+class Confinement:
+    """One Owner's confinement of its Cells, built from its ``ConfinementSettings``."""
+
+    def __init__(self, settings: ConfinementSettings, notice: Callable[[str], None]):
+        self.settings = settings
+        self.requested = settings.cell_user
         self.user: cu.CellUser | None = None
         self.reason: str | None = None
-        if requested is not None:
+        if self.requested is not None:
             self.reason = cu.separation_problem()
             if self.reason is None:
-                self.user = cu.CellUser.ensure(requested)
-                if fresh_home:
+                self.user = cu.CellUser.ensure(self.requested)
+                if settings.fresh_home:
                     cell_home.fresh(self.user)
                 seal.seal(self.user, notice)  # rio-ci's own install closed to it
             else:
@@ -61,6 +65,10 @@ class Cells:
     @property
     def separate(self) -> bool:
         return self.user is not None
+
+    def spawn(self) -> Spawn:
+        """How a Worker of this Owner is started: as the Cell user, or as the harness."""
+        return self.user.spawn() if self.user is not None else Spawn()
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """A Worker's environment: the channel's path, and under a Cell user its own HOME

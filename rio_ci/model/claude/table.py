@@ -1,10 +1,11 @@
 """The model table: what rio_ci knows about each Claude model, read from ``models.json``.
 
-Everything price- or feature-related that the Anthropic adapter does comes from that one data
+Everything price- or feature-related that the Claude client does comes from that one data
 file (limits, list prices with cache prices, which ``thinking`` / ``output_config.effort``
-values a model accepts). ``docs/models.md`` says where each figure comes from and when it was
-checked. A model id the table does not list still works: it gets the request features of the
-current family (``unlisted`` in the file) and an unknown price, never a guessed one.
+values a model accepts, what one request may carry). ``docs/models.md`` says where each
+figure comes from and when it was checked. A model id the table does not list still works:
+it gets the request features of the current family (``unlisted`` in the file) and an unknown
+price, never a guessed one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from rio_ci.model.base import Price, Usage
+from rio_ci.model.pictures import RequestLimits
 
 __all__ = [
     "EFFORTS",
@@ -99,18 +101,6 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
-class RequestLimits:
-    """What one request may carry (``request_limits`` in the file): one picture's base64
-    size, pictures per request (the documented most, and how many keep the full-size
-    dimension limit), and the whole body's size, in bytes."""
-
-    picture_base64_bytes: int
-    pictures_per_request: int
-    pictures_at_full_size: int
-    request_bytes: int
-
-
-@dataclass(frozen=True)
 class Retired:
     id: str
     retired: str
@@ -121,13 +111,16 @@ class Retired:
 @cache
 def table() -> dict[str, Any]:
     """The parsed ``models.json`` (package data)."""
-    text = resources.files("rio_ci.model").joinpath("models.json").read_text(encoding="utf-8")
+    text = (
+        resources.files("rio_ci.model.claude").joinpath("models.json").read_text(encoding="utf-8")
+    )
     data: dict[str, Any] = json.loads(text)
     return data
 
 
 @cache
 def request_limits() -> RequestLimits:
+    """What one Messages API request may carry (``request_limits`` in the file)."""
     spec = table()["request_limits"]
     return RequestLimits(
         picture_base64_bytes=int(spec["picture_base64_bytes"]),

@@ -16,7 +16,7 @@ from typing import Any
 import anthropic
 
 from rio_ci.errors import ModelError
-from rio_ci.model import table
+from rio_ci.model.claude import table
 
 __all__ = ["status_error"]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from rio_ci.run.environment import scratch_dir, uv_binary
 from rio_ci.session import Session
 
-_PACKAGE = Path(__file__).parents[1]  # rio_ci/
+_PACKAGE = Path(__file__).parents[2]  # rio_ci/
 
 
 # Where a Cell folder may go: the first of these that exists and may hold programs.

@@ -24,11 +24,15 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rio_ci import programs
 from rio_ci.errors import RioError, UsageError
-from rio_ci.run.sudo import C_LOCALE, MARK, identify, on_standard_input
+from rio_ci.run.confinement.spawn import Spawn
+from rio_ci.run.confinement.sudo import C_LOCALE, MARK, identify, on_standard_input
+
+if TYPE_CHECKING:
+    from rio_ci.run.confinement.settings import ConfinementSettings
 
 NONE = "none"
 # The comment of every user rio-ci creates: the mark of a user whose HOME rio-ci may empty.
@@ -88,17 +92,17 @@ def separation_problem() -> str | None:
     return None
 
 
-def become_root(cell_user: str | None, argv: list[str]) -> None:
-    """Re-execute this Owner command as root through ``sudo -n`` when a Cell user is asked
-    for, this process is not root and passwordless sudo works (GitHub-hosted runners): only
-    root can run Cells as another user and keep them out of the Owner's reach. Classic sudo
-    and sudo-rs alike: the environment crosses as data on standard input
-    (rio_ci.run.sudo), never through sudo's own environment rules (``-E`` is what sudo-rs
-    ignores), so the re-executed command and its Cells see what they would have seen; the
-    credentials in it are moved out of the initial environment right after, as always.
-    Returns when there is nothing to do (then Cells may share the harness's user)."""
+def become_root(confinement: ConfinementSettings, argv: list[str]) -> None:
+    """Re-execute this Owner command as root through ``sudo -n`` when ``confinement`` needs
+    root (a Cell user), this process is not root and passwordless sudo works (GitHub-hosted
+    runners): only root can run Cells as another user and keep them out of the Owner's
+    reach. Classic sudo and sudo-rs alike: the environment crosses as data on standard input
+    (rio_ci.run.confinement.sudo), never through sudo's own environment rules (``-E`` is what
+    sudo-rs ignores), so the re-executed command and its Cells see what they would have
+    seen; the credentials in it are moved out of the initial environment right after, as
+    always. Returns when there is nothing to do (then Cells may share the harness's user)."""
     if (
-        cell_user is None
+        not confinement.needs_root()
         or not sys.platform.startswith("linux")
         or os.geteuid() == 0
         or os.environ.get(SUDO_MARK)
@@ -200,7 +204,7 @@ class CellUser:
         if others:
             return f"belongs to other groups ({others}); a Cell user has none"
         if self.comment != COMMENT:
-            # Its HOME is emptied at every Owner's start (cell_home.py): never a user whose
+            # Its HOME is emptied at every Owner's start (home.py): never a user whose
             # HOME holds anything but what Cells left.
             return (
                 f"was not created by rio-ci (its comment is not {COMMENT!r}), and rio-ci "
@@ -220,15 +224,16 @@ class CellUser:
             os.chown(home, self.uid, self.gid)
         home.chmod(0o700)
 
-    def spawn_options(self) -> dict[str, Any]:
-        """``subprocess.Popen`` arguments that start a process as this user: groups dropped,
-        group then user set, then ``no_new_privs``, all before the exec."""
-        return {
+    def spawn(self) -> Spawn:
+        """How a process starts as this user: groups dropped, group then user set, then
+        ``no_new_privs``, all before the exec; every process of this user is the Worker's."""
+        options = {
             "user": self.uid,
             "group": self.gid,
             "extra_groups": [],
             "preexec_fn": _no_new_privs,
         }
+        return Spawn(options=options, uid=self.uid)
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with this user's own HOME, name and caches in place of the harness's."""

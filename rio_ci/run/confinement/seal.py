@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import rio_ci
 from rio_ci.errors import RioError
-from rio_ci.run.cell_user import CellUser
+from rio_ci.run.confinement.user import CellUser
 
 __all__ = ["Finding", "Install", "Survey", "harness_groups", "seal", "survey"]
 

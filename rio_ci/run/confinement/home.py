@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rio_ci.errors import RioError
-from rio_ci.run.cell_user import CellUser, separation_problem
+from rio_ci.run.confinement.user import CellUser, separation_problem
 from rio_ci.run.survivors import stop_user
 
 # The world-writable folders every Linux machine has; world-writable folders inside them
