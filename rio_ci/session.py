@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Receipt, Rejection, decide, decide_again
+from rio_ci.core.errors import Rejected, RunEnded
 from rio_ci.core.limits import Limits
 from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection
@@ -35,7 +36,6 @@ from rio_ci.core.state import (
 )
 from rio_ci.core.view import next_turn, render
 from rio_ci.crashpoints import crash_point
-from rio_ci.errors import Rejected, RunEnded
 from rio_ci.model.base import ModelReply
 from rio_ci.store.journal import Guard, Journal, Writer
 from rio_ci.store.sessionfile import Identity

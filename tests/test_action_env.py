@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rio_ci.core.errors import UsageError
 from rio_ci.core.limits import Limits
-from rio_ci.errors import UsageError
 from rio_ci.github.env import ActionEnv, Config, seal_state_dir
 
 REQUIRED = {

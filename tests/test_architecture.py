@@ -141,7 +141,6 @@ def test_only_the_store_runs_sql(module: Path) -> None:
 # imports them, so they import nothing of rio_ci.
 LAYERS = {
     "core": 0,
-    "errors": 0,
     "crashpoints": 0,
     "treefile": 0,
     "redirects": 0,

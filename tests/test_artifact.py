@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fakes.github_api import FakeGitHub
 
-from rio_ci.errors import ArtifactError, ForgeError, StorageError
+from rio_ci.core.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.forge.github import GitHubForge
 from rio_ci.github.newest import EXPIRED, restore_newest
 from rio_ci.github.provenance import Provenance

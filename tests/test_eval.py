@@ -17,7 +17,7 @@ import yaml
 
 from rio_ci.commands.eval_cases import find_cases, load_case
 from rio_ci.commands.eval_report import measure, summarise, write_reports
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import complete, load_script
 from tests.fakes.anthropic_api import FakeAnthropic

@@ -30,7 +30,7 @@ from conftest import (
     succeed,
 )
 
-from rio_ci.errors import OwnershipError, StorageError
+from rio_ci.core.errors import OwnershipError, StorageError
 from rio_ci.session import Receipt, Session
 from rio_ci.store.journal import SAVE_EVERY
 from tests.kit import Patch, cli_env
@@ -393,7 +393,7 @@ def test_concurrent_appends_lose_and_duplicate_nothing(
 
 UNCERTAIN = textwrap.dedent("""
     import json, resource, signal, sys
-    from rio_ci.errors import UncertainCommit
+    from rio_ci.core.errors import UncertainCommit
     from rio_ci.session import Session
 
     session = Session.open(sys.argv[1])

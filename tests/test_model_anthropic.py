@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model import table
 from rio_ci.model.anthropic import STEP_TOOL, AnthropicModel, system_prompt
 from rio_ci.model.base import Model, ModelRequest, Price, Usage

@@ -13,7 +13,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model import table
 from rio_ci.model.anthropic import AnthropicModel, system_prompt
 from rio_ci.model.base import ModelRequest, Price

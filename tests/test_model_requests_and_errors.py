@@ -16,7 +16,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 from rio_ci.model import table
 from rio_ci.model.anthropic import (
     STEP_TOOL,

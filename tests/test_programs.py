@@ -353,6 +353,6 @@ def test_the_uv_installed_with_rio_ci_is_refused_where_anyone_else_could_replace
     )
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1] == (
-        f"rio_ci.errors.RioError: rio-ci will not run {uv}: {python.parent} is writable by "
+        f"rio_ci.core.errors.RioError: rio-ci will not run {uv}: {python.parent} is writable by "
         "its group or others; install rio-ci elsewhere"
     )

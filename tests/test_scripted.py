@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import ScriptedModel, complete, load_script
 from tests.kit import cli_env, events

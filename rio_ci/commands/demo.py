@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
 from rio_ci.forge.issues import goal_for
 from rio_ci.forge.local import LocalForge
 from rio_ci.reports import progress

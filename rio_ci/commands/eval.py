@@ -37,7 +37,7 @@ from typing import IO, Any
 from rio_ci import programs
 from rio_ci.commands.eval_cases import Case, find_cases
 from rio_ci.commands.eval_report import measure, write_reports
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
 from rio_ci.session import Session
 
 EXECUTABLE = ("code", "cmd")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.harness import Harness
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports.live import LiveLog

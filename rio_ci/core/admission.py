@@ -104,7 +104,7 @@ class Rejection:
     """A patch admission will not accept: ``reason``, the first rule it breaks (the words the
     model and the CLI read), and what the Journal records of the patch, its ``digest`` and
     ``size`` (a ``patch_rejected`` event: never the patch itself). Where an API raises instead
-    of returning, the same idea is the exception ``rio_ci.errors.Rejected``."""
+    of returning, the same idea is the exception ``rio_ci.core.errors.Rejected``."""
 
     reason: str
     digest: str

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from http.client import HTTPResponse
 from pathlib import Path
 
+from rio_ci.core.errors import ForgeError, StorageError
 from rio_ci.core.state import ascii_int
-from rio_ci.errors import ForgeError, StorageError
 from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 _MAX_HOPS = 5  # requests, the API's included

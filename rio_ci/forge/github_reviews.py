@@ -17,7 +17,7 @@ from github.PullRequest import PullRequest
 from github.PullRequestComment import PullRequestComment
 from github.Requester import Requester
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.forge.base import Review, ReviewComment
 
 

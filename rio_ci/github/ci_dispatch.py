@@ -13,7 +13,7 @@ either is a warning saying what to change, never a failed job.
 
 from __future__ import annotations
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.forge.base import Forge
 from rio_ci.github.env import ActionEnv, log, warn
 

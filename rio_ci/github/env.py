@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
+from rio_ci.core.errors import UsageError
 from rio_ci.core.limits import Limits
 from rio_ci.core.state import ascii_int
 from rio_ci.core.text import escape_control
-from rio_ci.errors import UsageError
 from rio_ci.run.cell_user import requested
 from rio_ci.treefile import read_tree_file
 

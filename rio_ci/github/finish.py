@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.errors import RioError
 from rio_ci.core.state import ascii_int
 from rio_ci.crashpoints import crash_point
-from rio_ci.errors import RioError
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
 from rio_ci.github import timers, workspace

@@ -48,7 +48,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from rio_ci import programs
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.gitenv import git_environment
 
 NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"

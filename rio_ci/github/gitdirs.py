@@ -39,7 +39,7 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.github.survey import survey
 from rio_ci.treefile import read_tree_file
 

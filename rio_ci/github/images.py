@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rio_ci.errors import Rejected
+from rio_ci.core.errors import Rejected
 from rio_ci.model import pictures, table
 from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
 

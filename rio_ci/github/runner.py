@@ -18,8 +18,8 @@ from importlib import resources
 from typing import Any
 
 from rio_ci import programs
+from rio_ci.core.errors import UsageError
 from rio_ci.core.text import escape_control
-from rio_ci.errors import UsageError
 from rio_ci.gitenv import git_environment
 from rio_ci.github.env import ActionEnv, log
 from rio_ci.run.cell_user import separation_problem

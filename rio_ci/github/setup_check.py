@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
 from rio_ci.github.env import ActionEnv, Config, log
 from rio_ci.github.setup_workflows import (
     OK,

@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.errors import RioError
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
-from rio_ci.errors import RioError
 from rio_ci.forge.base import Comment, Forge, IssueEvent, Review
 from rio_ci.forge.issues import goal_for, requested_goal
 from rio_ci.github import images

@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rio_ci.errors import ForgeError, RioError
+from rio_ci.core.errors import ForgeError, RioError
 from rio_ci.github import gitdirs
 from rio_ci.github.env import log
 from rio_ci.github.git import Git

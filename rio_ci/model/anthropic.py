@@ -34,7 +34,7 @@ import anthropic
 import httpx2
 from anthropic.types import Message, ThinkingConfigParam
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model import pictures, table
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 from rio_ci.model.failures import status_error

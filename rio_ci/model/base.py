@@ -138,7 +138,7 @@ class Model(Protocol):
         ...
 
     def ask(self, request: ModelRequest) -> ModelReply:
-        """Return a complete reply or raise ``rio_ci.errors.ModelError``. Must not retry by
+        """Return a complete reply or raise ``rio_ci.core.errors.ModelError``. Must not retry by
         itself: the harness persists attempts and backoff."""
         ...
 

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 from rio_ci.model.base import Model, Price
 
 __all__ = [

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable, Iterator
 
 from rio_ci import jsonio
+from rio_ci.core.errors import RioError
 from rio_ci.core.state import MAX_SEQ
-from rio_ci.errors import RioError
 from rio_ci.session import Session
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci import programs
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
 from rio_ci.run.sudo import MARK, identify, on_standard_input
 
 NONE = "none"

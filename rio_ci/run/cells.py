@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.run import cell_folder, cell_home, channel
 from rio_ci.run import cell_user as cu
 from rio_ci.run.cell_folder import CellFolder

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Mapping
 
 from rio_ci.core.credentials import SECRET_NAME
-from rio_ci.errors import RioError, StorageError
+from rio_ci.core.errors import RioError, StorageError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see above)
 if TYPE_CHECKING:

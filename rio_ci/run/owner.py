@@ -18,8 +18,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from rio_ci.core.errors import RecoveryError, RioError, StorageError
 from rio_ci.crashpoints import crash_point
-from rio_ci.errors import RecoveryError, RioError, StorageError
 from rio_ci.run.capture import Capture
 from rio_ci.run.cells import Cells
 from rio_ci.run.launch import BeforeSpawn, Launch

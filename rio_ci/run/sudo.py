@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 
 from rio_ci import programs
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
 
 MARK = "RIO_AS_ROOT"  # set on the command rio-ci re-executes through sudo (once)
 FORMAT = "rio-ci hand-over 1"

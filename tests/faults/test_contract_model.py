@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from rio_ci.core.admission import Rejection
-from rio_ci.errors import Rejected
+from rio_ci.core.errors import Rejected
 from rio_ci.run.owner import Owner
 from rio_ci.session import Receipt, Session
 from tests.faults import checks, runner

@@ -21,7 +21,7 @@ from typing import Any
 import apsw
 import pytest
 
-from rio_ci.errors import UncertainCommit
+from rio_ci.core.errors import UncertainCommit
 from rio_ci.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.vfs import RecordingVFS, recorded_session

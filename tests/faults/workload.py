@@ -269,7 +269,7 @@ class AdaptiveModel:
 def send_external(db: Path, directory: Path, stop: threading.Event) -> None:
     """The Inbox client: another connection committing external messages while the Owner
     works. Each acknowledgement is logged only after ``receive`` returned."""
-    from rio_ci.errors import Rejected, RunEnded
+    from rio_ci.core.errors import Rejected, RunEnded
     from rio_ci.session import Session
 
     session = Session.open(db)
@@ -348,7 +348,7 @@ def recover_twice(directory: Path) -> int:
     Exit 3 with ``{"failed_closed": reason}`` when recovery refuses to go on (docs/sessions.md: a
     lost
     leader with a surviving group, a recycled pid, processes that will not die)."""
-    from rio_ci.errors import RecoveryError
+    from rio_ci.core.errors import RecoveryError
     from rio_ci.run.owner import Owner
 
     counts = []

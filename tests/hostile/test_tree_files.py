@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 from rio_ci.github.env import CONFIG_MAX_BYTES, Config
 from rio_ci.harness import GUIDANCE_BYTES, read_guidance
 from rio_ci.treefile import read_tree_file

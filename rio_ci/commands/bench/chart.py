@@ -16,7 +16,7 @@ from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 
 Series = dict[str, list[tuple[int, int]]]
 CONTENT = "the rounds' new content"
