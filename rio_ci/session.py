@@ -35,7 +35,7 @@ from rio_ci.core.state import (
     timer_problem,
 )
 from rio_ci.core.view import next_turn, render
-from rio_ci.crashpoints import crash_point
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.model.base import ModelReply
 from rio_ci.store.journal import Guard, Journal, Writer
 from rio_ci.store.sessionfile import Identity

@@ -141,7 +141,7 @@ def test_only_the_store_runs_sql(module: Path) -> None:
 # imports them, so they import nothing of rio_ci.
 LAYERS = {
     "core": 0,
-    "crashpoints": 0,
+    "faults": 0,
     "treefile": 0,
     "redirects": 0,
     "programs": 0,

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from rio_ci.core import events as ev
 from rio_ci.core.errors import RecoveryError
 from rio_ci.core.output import joined
-from rio_ci.crashpoints import crash_point
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.worker import Stream, Worker
 from rio_ci.session import Session
 

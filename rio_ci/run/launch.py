@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
-from rio_ci.crashpoints import crash_point
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
 from rio_ci.run.cells import Cells
 from rio_ci.run.environment import redacted_values, worker_env

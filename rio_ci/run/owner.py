@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from rio_ci.core.errors import RecoveryError, RioError, StorageError
-from rio_ci.crashpoints import crash_point
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.capture import Capture
 from rio_ci.run.cells import Cells
 from rio_ci.run.launch import BeforeSpawn, Launch

@@ -14,10 +14,10 @@ Cell runs), and two append-only, fsynced logs the Session never sees:
   Everything acknowledged must survive any crash, and a State shown must be the one the
   Journal committed for that Turn.
 
-The driver reads ``RIO_CRASH_AT`` once, when ``rio_ci.crashpoints`` is imported, and removes it
-from its environment, so only the driver itself can hit a crash point (never a Worker). With
-``RIO_FAULT_COUNT=FILE`` it writes how often it passed each crash point (observed with
-``sys.setprofile``; nothing of rio_ci is replaced).
+The driver reads ``RIO_CRASH_AT`` once, when ``rio_ci.faults.crashpoints`` is imported, and
+removes it from its environment, so only the driver itself can hit a crash point (never a
+Worker). With ``RIO_FAULT_COUNT=FILE`` it writes how often it passed each crash point (observed
+with ``sys.setprofile``; nothing of rio_ci is replaced).
 
 The model is deterministic and adaptive: it reads only its Turn's State, like an agent would,
 so a run resumed after any crash carries on to a successful conclusion. Its plan: a ``code``
@@ -297,7 +297,7 @@ def _count_crash_points(out: Path) -> None:
     """Count passes through crash_point by name, without replacing anything."""
     import atexit
 
-    from rio_ci import crashpoints
+    from rio_ci.faults import crashpoints
 
     code = crashpoints.crash_point.__code__
     counts: collections.Counter[str] = collections.Counter()
@@ -312,7 +312,7 @@ def _count_crash_points(out: Path) -> None:
 
 
 def run(directory: Path) -> int:
-    import rio_ci.crashpoints  # noqa: F401  (reads RIO_CRASH_AT now)
+    import rio_ci.faults.crashpoints  # noqa: F401  (reads RIO_CRASH_AT now)
     from rio_ci.harness import Harness
     from rio_ci.run.owner import Owner
 
