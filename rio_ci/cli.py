@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import rio_ci.sdk_preload  # (first: starts the SDK import for `run`)
-from rio_ci import jsonio, programs
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.errors import Rejected, RioError, UsageError
@@ -35,6 +34,7 @@ from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
 from rio_ci.run.sudo import arrive
 from rio_ci.session import Session
+from rio_ci.untrusted import jsonio, programs
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
 MAX_INPUT_BYTES = 64 * 2**20  # a PATCH larger than this cannot fit any context budget
@@ -537,7 +537,7 @@ OWNER_COMMANDS = frozenset({"work", "run", "action"})
 
 def _working_trees(args: argparse.Namespace) -> list[str]:
     """The working tree an Owner command's Cells write: no program in it ever runs as the
-    harness's (rio_ci.programs), whatever ``PATH`` says."""
+    harness's (rio_ci.untrusted.programs), whatever ``PATH`` says."""
     if args.command == "action":
         from rio_ci.github.env import checkout_of
 

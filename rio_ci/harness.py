@@ -28,7 +28,7 @@ from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, s
 from rio_ci.model.environment import environment_block
 from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner
-from rio_ci.treefile import read_tree_file
+from rio_ci.untrusted.treefile import read_tree_file
 
 # An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
 # at least two bytes of JSON; the system prompt and tool are far below PROMPT_TOKENS).
@@ -412,8 +412,8 @@ class Harness:
 def read_guidance(cwd: Path, warn: Callable[[str], None] | None = None) -> str | None:
     """The repository's guidance for agents (the first of ``GUIDANCE_FILES`` found), clipped
     at ``GUIDANCE_BYTES``, or None. Only a regular file inside ``cwd`` counts, and at most
-    ``GUIDANCE_BYTES + 1`` bytes of it are read (rio_ci.treefile); one that links out of the
-    tree, a FIFO or a device is skipped and ``warn`` told why."""
+    ``GUIDANCE_BYTES + 1`` bytes of it are read (rio_ci.untrusted.treefile); one that links out of
+    the tree, a FIFO or a device is skipped and ``warn`` told why."""
     for name in GUIDANCE_FILES:
         found = read_tree_file(cwd, name, GUIDANCE_BYTES)
         if found.skipped is not None and warn is not None:

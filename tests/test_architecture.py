@@ -142,11 +142,7 @@ def test_only_the_store_runs_sql(module: Path) -> None:
 LAYERS = {
     "core": 0,
     "faults": 0,
-    "treefile": 0,
-    "redirects": 0,
-    "programs": 0,
-    "jsonio": 1,
-    "gitenv": 1,
+    "untrusted": 1,
     "sdk_preload": 1,
     "store": 2,
     "forge": 2,

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rio_ci import programs
 from rio_ci.commands.eval_cases import Case, find_cases
 from rio_ci.commands.eval_report import measure, write_reports
 from rio_ci.core.errors import RioError, UsageError
 from rio_ci.session import Session
+from rio_ci.untrusted import programs
 
 EXECUTABLE = ("code", "cmd")
 POLL = 0.02  # seconds between looks at the Journal while waiting to crash the Owner
@@ -183,7 +183,7 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
 def make_repository(repo: Path, env: dict[str, str]) -> None:
     """``git init`` with one commit of the whole tree, and an identity the model can commit
     with; the model's ``git diff``/``git status`` then show exactly what changed. git is
-    the one rio-ci runs everywhere (rio_ci.programs), not one on the case's ``PATH``."""
+    the one rio-ci runs everywhere (rio_ci.untrusted.programs), not one on the case's ``PATH``."""
     git = programs.find("git")
     if git is None:
         raise RioError(programs.missing("git"))

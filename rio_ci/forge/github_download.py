@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rio_ci.core.errors import ForgeError, StorageError
 from rio_ci.core.state import ascii_int
-from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
+from rio_ci.untrusted.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 _MAX_HOPS = 5  # requests, the API's included
 _CHUNK = 1024 * 1024

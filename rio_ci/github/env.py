@@ -24,7 +24,7 @@ from rio_ci.core.limits import Limits
 from rio_ci.core.state import ascii_int
 from rio_ci.core.text import escape_control
 from rio_ci.run.cell_user import requested
-from rio_ci.treefile import read_tree_file
+from rio_ci.untrusted.treefile import read_tree_file
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
@@ -209,8 +209,8 @@ class Config:
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
         """Read the configuration as a regular file inside the checkout, at most
-        ``CONFIG_MAX_BYTES`` (rio_ci.treefile): absent, or skipped (a link out of the tree,
-        a FIFO, a device: ``skipped`` says why), it is the defaults; too big or not YAML, a
+        ``CONFIG_MAX_BYTES`` (rio_ci.untrusted.treefile): absent, or skipped (a link out of the
+        tree, a FIFO, a device: ``skipped`` says why), it is the defaults; too big or not YAML, a
         UsageError."""
         found = read_tree_file(workspace, relative, CONFIG_MAX_BYTES)
         if found.data is None:
@@ -311,7 +311,7 @@ def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
 
 def checkout_of(environ: Mapping[str, str]) -> str | None:
     """The checkout the job's Cells write (``GITHUB_WORKSPACE``), named before the harness
-    looks up any program so that none of the checkout's ever runs (rio_ci.programs); None
+    looks up any program so that none of the checkout's ever runs (rio_ci.untrusted.programs); None
     when unset (``ActionEnv`` then reports it)."""
     return environ.get("GITHUB_WORKSPACE", "").strip() or None
 

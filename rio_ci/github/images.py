@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from rio_ci.core.errors import Rejected
 from rio_ci.model import pictures, table
-from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
+from rio_ci.untrusted.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 if TYPE_CHECKING:
     from rio_ci.session import Session

@@ -17,13 +17,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from rio_ci import programs
 from rio_ci.core.errors import UsageError
 from rio_ci.core.text import escape_control
-from rio_ci.gitenv import git_environment
 from rio_ci.github.env import ActionEnv, log
 from rio_ci.run.cell_user import separation_problem
 from rio_ci.run.sudo import SudoFound, find_sudo
+from rio_ci.untrusted import programs
+from rio_ci.untrusted.gitenv import git_environment
 
 __all__ = [
     "Runner",

@@ -15,7 +15,7 @@ import yaml
 from rio_ci.forge.github_probe import Answer
 from rio_ci.github.env import ActionEnv
 from rio_ci.github.timers import SWEEP_WORKFLOW, WAKE_EVENT
-from rio_ci.treefile import read_tree_file
+from rio_ci.untrusted.treefile import read_tree_file
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 WORKFLOW_MAX_BYTES = 512 * 1024
@@ -40,7 +40,7 @@ class Finding:
 
 def workflow_file(env: ActionEnv, name: str) -> dict[str, Any] | None:
     """``.github/workflows/<name>`` of the checkout, parsed; None when absent or unreadable
-    (read as ``rio_ci.treefile`` reads what the repository holds: no link out of it)."""
+    (read as ``rio_ci.untrusted.treefile`` reads what the repository holds: no link out of it)."""
     found = read_tree_file(env.workspace, f".github/workflows/{name}", WORKFLOW_MAX_BYTES)
     if found.data is None or found.over:
         return None

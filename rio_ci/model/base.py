@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from rio_ci.jsonio import dumps, finite_copy
+from rio_ci.untrusted.jsonio import dumps, finite_copy
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rio_ci import programs
 from rio_ci.core.errors import RioError, UsageError
 from rio_ci.run.sudo import MARK, identify, on_standard_input
+from rio_ci.untrusted import programs
 
 NONE = "none"
 # The comment of every user rio-ci creates: the mark of a user whose HOME rio-ci may empty.

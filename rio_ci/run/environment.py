@@ -187,7 +187,7 @@ def session_secret_names(db: str) -> list[str]:
 
 def session_tree(db: str) -> str | None:
     """The working directory a Session's Cells run in, read before an Owner command looks
-    up any program (rio_ci.programs); None when the Session cannot be read here."""
+    up any program (rio_ci.untrusted.programs); None when the Session cannot be read here."""
     settings = _session_settings(db)
     return str(settings["cwd"]) if settings else None
 
@@ -249,10 +249,10 @@ def scratch_dir(session: Session) -> Path:
 @functools.cache  # finding it searches several install locations (~0.3 ms a launch)
 def uv_binary() -> str:
     """The uv installed with rio-ci, which every code Cell starts with: never one on the
-    Cells' ``PATH``, and refused where a Cell could have replaced it (rio_ci.programs)."""
+    Cells' ``PATH``, and refused where a Cell could have replaced it (rio_ci.untrusted.programs)."""
     from uv import find_uv_bin
 
-    from rio_ci import programs
+    from rio_ci.untrusted import programs
 
     try:
         found = str(find_uv_bin())
