@@ -7,10 +7,13 @@ bounded, text arguments must be UTF-8, and stdout is always valid UTF-8 strict J
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # `python -m rio_ci.cli`: the entry point first, before any import
-    from rio_ci.entry import main as _entry
+if __name__ == "__main__":  # `python -m rio_ci`: not an entry (rio-ci's is `-m rio_ci`)
+    import sys
 
-    raise SystemExit(_entry())
+    sys.stdout.write(
+        '{"error": "usage: run python -m rio_ci (the rio-ci command), not rio_ci.cli"}\n'
+    )
+    raise SystemExit(2)
 
 import argparse
 import math
@@ -24,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-import rio_ci.sdk_preload  # (first: starts the SDK import for `run`)
+import rio_ci
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.errors import Rejected, RioError, UsageError

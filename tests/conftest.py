@@ -176,11 +176,11 @@ class CliResult:
 def run_cli(
     *args: Any, input: Any = None, cwd: str | Path | None = None, timeout: float = 60
 ) -> CliResult:
-    """Run ``python -m rio_ci.cli ARGS`` as a subprocess. ``input`` that is not a string is
+    """Run ``python -m rio_ci ARGS`` as a subprocess. ``input`` that is not a string is
     sent as JSON (handy for ``step DB TURN -``)."""
     text = input if input is None or isinstance(input, str) else json.dumps(input)
     done = subprocess.run(
-        [PY, "-m", "rio_ci.cli", *map(str, args)],
+        [PY, "-m", "rio_ci", *map(str, args)],
         input=text,
         capture_output=True,
         text=True,

@@ -711,7 +711,7 @@ def test_resolving_a_real_unknown_execution_after_a_killed_owner(rio: Any, tmp_p
         == 0
     )
     owner = subprocess.Popen(
-        [PY, "-m", "rio_ci.cli", "work", str(db)],
+        [PY, "-m", "rio_ci", "work", str(db)],
         cwd=tmp_path,
         env=cli_env(),
         stdout=subprocess.DEVNULL,

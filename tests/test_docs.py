@@ -23,7 +23,7 @@ ROOT = DOCS.parent
 
 def rio(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", *args],
+        [sys.executable, "-m", "rio_ci", *args],
         input=stdin,
         capture_output=True,
         text=True,

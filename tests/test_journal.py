@@ -469,7 +469,7 @@ def test_concurrent_news_on_one_name_make_exactly_one_session(tmp_path: Path) ->
     path = tmp_path / "s.db"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "rio_ci.cli", "new", str(path), "--goal", f"g{n}"],
+            [sys.executable, "-m", "rio_ci", "new", str(path), "--goal", f"g{n}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )

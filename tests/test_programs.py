@@ -320,7 +320,7 @@ def test_the_cell_user_is_created_with_the_systems_useradd_not_the_working_trees
         env = cli_env()
         env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
         done = subprocess.run(
-            [sys.executable, "-m", "rio_ci.cli", "work", str(db), "--cell-user", name],
+            [sys.executable, "-m", "rio_ci", "work", str(db), "--cell-user", name],
             env=env,
             capture_output=True,
             text=True,

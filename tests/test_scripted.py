@@ -293,7 +293,7 @@ def test_sigkill_during_a_cell_then_placeholders_resolve_it(tmp_path: Path) -> N
     script = write_script(
         tmp_path, [[echo("r1")], [slow], [echo("inspect")], [resolve], [CONCLUDE]]
     )
-    command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model", f"scripted:{script}"]
+    command = [sys.executable, "-m", "rio_ci", "run", str(db), "--model", f"scripted:{script}"]
     first = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env()
     )

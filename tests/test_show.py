@@ -29,7 +29,7 @@ def test_clipped_output_is_marked_with_the_bytes_left_out_and_the_command(
     assert f"[… {left} bytes not shown: {command}]" in shown
     # The command it names prints all of it.
     done = subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", *command.split()[1:]],
+        [sys.executable, "-m", "rio_ci", *command.split()[1:]],
         capture_output=True,
         text=True,
         check=False,

@@ -127,7 +127,7 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
         sys.executable,
         "-I",
         "-m",
-        "rio_ci.cli",
+        "rio_ci",
         "run",
         str(db),
         "--model",

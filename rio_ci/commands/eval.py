@@ -215,7 +215,7 @@ def new_session(db: Path, case: Case, repo: Path, env: dict[str, str]) -> None:
 
 
 def rio_ci() -> list[str]:
-    return [sys.executable, "-I", "-m", "rio_ci.cli"]
+    return [sys.executable, "-I", "-m", "rio_ci"]
 
 
 def drive(db: Path, spec: str, settings: Settings, log: IO[str]) -> tuple[str, bool]:

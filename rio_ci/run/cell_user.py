@@ -135,7 +135,7 @@ def become_root(cell_user: str | None, argv: list[str]) -> None:
                 sys.executable,
                 "-I",  # isolated: not PYTHONPATH, the user site or the working directory (a Cell's)
                 "-m",
-                "rio_ci.cli",
+                "rio_ci",
                 *argv,
             ],
         )

@@ -338,7 +338,7 @@ class ContractMachine(RuleBasedStateMachine):
         self.calls["kill"] += 1
         slow = self.ref.dispatch_order()[0]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rio_ci.cli", "work", str(self.db)],
+            [sys.executable, "-m", "rio_ci", "work", str(self.db)],
             cwd=self.dir,
             env=cli_env(),
             stdout=subprocess.DEVNULL,

@@ -182,7 +182,7 @@ def test_a_read_only_file_system_gives_one_line_errors(tmp_path: Path) -> None:
     Session.create(data / "s.db", "read-only file system", cwd=str(data)).close()
     script = (
         f"mount --bind {data} {view} && mount -o remount,bind,ro {view} && "
-        f'exec {sys.executable} -m rio_ci.cli "$@"'
+        f'exec {sys.executable} -m rio_ci "$@"'
     )
     before = listing(data)
     for command, code in (
