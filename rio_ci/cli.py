@@ -36,7 +36,7 @@ from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
 from rio_ci.run.sudo import arrive
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.untrusted import jsonio, programs
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout

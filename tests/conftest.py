@@ -30,7 +30,7 @@ from fakes.github_api import FakeGitHub
 from rio_ci.core.events import OutputPiece, Result
 from rio_ci.forge.github import GitHubForge
 from rio_ci.run.cell_home import SHARED_PLACES
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.kit import Patch, cli_env
 from tests.runners import PROFILES, RunnerUser, fresh_cell_user, runner_user
 

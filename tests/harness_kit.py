@@ -14,7 +14,7 @@ from typing import Any
 
 from rio_ci.model import table
 from rio_ci.model.base import Price, Usage
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
 from tests.kit import Patch, cli_env, events
 from tests.run_cli import rio

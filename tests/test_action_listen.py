@@ -23,7 +23,7 @@ from rio_ci.github.env import ActionEnv
 from rio_ci.github.job import run
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 

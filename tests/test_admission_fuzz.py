@@ -41,7 +41,7 @@ from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
 from rio_ci.core.state import EXECUTABLE, encoded_size, validate_cell
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 
 # --- building patches from a snapshot ------------------------------------------------------
 

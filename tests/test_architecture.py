@@ -1,7 +1,8 @@
 """The architecture, checked: one write path, SQL in one folder, the Journal behind the
 Session, data flowing one way, and each folder's rule (stated in its ``__init__``).
 
-- only ``rio_ci/session.py`` writes events (opens ``journal.write()`` or holds a ``Writer``);
+- only ``rio_ci/session/session.py`` writes events (opens ``journal.write()`` or holds a
+  ``Writer``);
 - only ``rio_ci/store/`` imports ``sqlite3``, with one documented exception: bench's bare
   baseline commit (it measures SQLite itself);
 - nothing outside the Session and the store reaches ``session.journal``;
@@ -63,7 +64,7 @@ def writes_events(source: str) -> list[str]:
 
 @pytest.mark.parametrize("module", MODULES, ids=relative)
 def test_only_the_session_writes_events(module: Path) -> None:
-    if relative(module) in ("rio_ci/session.py", "rio_ci/store/journal.py"):
+    if relative(module) in ("rio_ci/session/session.py", "rio_ci/store/journal.py"):
         return
     assert writes_events(module.read_text()) == []
 
@@ -178,7 +179,9 @@ def test_every_import_runs_down_the_layers(module: Path) -> None:
 
 
 def test_the_layer_check_catches_an_import_up_or_across() -> None:
-    assert imports_up("from rio_ci.session import Session\n", "store") == ["rio_ci.session"]
+    assert imports_up("from rio_ci.session.session import Session\n", "store") == [
+        "rio_ci.session.session"
+    ]
     assert imports_up("from rio_ci.store import journal\n", "forge") == ["rio_ci.store"]
     assert imports_up("from rio_ci import harness\n", "reports") == ["rio_ci.harness"]
     assert imports_up("import rio_ci.core.state\n", "api") == ["rio_ci.core.state"]
@@ -297,7 +300,7 @@ def test_no_forge_module_serves_two_hosts() -> None:
 
 # Only the Session and the store reach the Journal. The Owner too asks the Session for what
 # it needs of the file it guards: its identity, the guard, the check, the WAL checkpoint.
-JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/store/journal.py"}
+JOURNAL_READERS = {"rio_ci/session/session.py", "rio_ci/store/journal.py"}
 
 
 def reaches_the_journal(source: str) -> bool:
@@ -334,7 +337,7 @@ def test_tests_ask_the_session_for_what_it_offers() -> None:
     """A test reaches through ``session.journal`` only for what is the Journal's own (a
     replay, a reopen, dropped derived data, a write as another process makes one); the
     Journal's tests excepted."""
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     tests = PACKAGE.parent / "tests"
     found = {

@@ -35,7 +35,7 @@ from rio_ci.commands.bench.cells import measure_cells
 from rio_ci.run.cell_folder import prefix_of as prefix_of_folder
 from rio_ci.run.channel import Channel, prefix_of
 from rio_ci.run.environment import uv_binary
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.hostile.support import (
     NOBODY,
     shared_folder,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rio_ci.run.environment import worker_environment
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.kit import Patch, cli_env
 
 RIO = [sys.executable, "-m", "rio_ci"]

@@ -229,7 +229,7 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
 ) -> None:
     from rio_ci.forge.base import Review, ReviewComment
     from rio_ci.github.intake import review_message
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     hunk = "@@ -1,400 +1,400 @@\n" + "".join(f" line {n}\n" for n in range(400)) + "+the line"
     comments = tuple(

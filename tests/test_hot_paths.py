@@ -19,7 +19,7 @@ from rio_ci.core.errors import StorageError
 from rio_ci.core.state import compact, encoded_size
 from rio_ci.core.view import _unbounded, next_turn, render, select_inbox, unbounded_size
 from rio_ci.run.owner import Owner, in_doubt
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 @pytest.fixture

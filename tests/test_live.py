@@ -23,7 +23,7 @@ import pytest
 from rio_ci.commands.show import render_text
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.faults import checks, runner
 from tests.harness_kit import DONE, ECHO, MODEL, WatchedFake, cmd, cost, kinds, patch
 from tests.kit import cli_env, events, until

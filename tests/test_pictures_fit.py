@@ -26,7 +26,7 @@ from rio_ci.model.base import Picture
 from rio_ci.model.pictures import encoded_size, fit, megabytes, too_large
 from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
 from tests.harness_kit import DONE, KEY, MODEL, patch
 

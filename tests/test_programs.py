@@ -24,7 +24,7 @@ import pytest
 
 from rio_ci.github.git import Git
 from rio_ci.run.cell_user import CellUser
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.untrusted import programs
 from rio_ci.untrusted.gitenv import git_environment
 from rio_ci.untrusted.programs import Lookup, Rules, harness_users

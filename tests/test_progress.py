@@ -17,7 +17,7 @@ from rio_ci.model.scripted import ScriptedModel
 from rio_ci.reports import diagram, progress
 from rio_ci.reports.history import descriptions, read_history
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests import mermaid
 from tests.harness_kit import DONE
 

@@ -22,7 +22,7 @@ from rio_ci.cli import OWNER_COMMANDS, build_parser
 from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.run import cell_user
 from rio_ci.run.environment import session_secret_names
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.start import early, preload
 from rio_ci.start.invocation import OWNER_OPTIONS, Invocation
 from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
@@ -211,7 +211,7 @@ def test_an_owner_holding_a_credential_re_executes_before_importing_the_command_
     assert json.loads(done.stdout)["ran"] == []
     first = imported(done.stderr)
     assert "rio_ci.start.early" in first
-    assert not {"argparse", "rio_ci.session", "rio_ci.store.journal", "rio_ci.cli"} & first
+    assert not {"argparse", "rio_ci.session.session", "rio_ci.store.journal", "rio_ci.cli"} & first
 
 
 def test_without_a_credential_the_sdk_import_starts_before_the_command_lines_imports(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.journal import Journal
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,7 +33,7 @@ from rio_ci.reports.publish import (
     remember_pull_request,
 )
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 ISSUE_TITLE = "add() returns the difference"
 ISSUE_BODY = "test_calc.py fails: add(2, 3) gives -1. It must return the sum."

@@ -20,7 +20,7 @@ from rio_ci.harness import Harness
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner, handle_signals
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def work_command(

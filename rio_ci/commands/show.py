@@ -19,7 +19,7 @@ from rio_ci.core.text import clip, escape_control
 from rio_ci.core.view import retained
 from rio_ci.reports.history import RECENT_EVENTS, recent_history, result_text, seconds, took
 from rio_ci.reports.live import describe
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 SHOWN_LINES = 5  # of each output stream
 SHOWN_CHARS = 400

@@ -12,7 +12,7 @@ from rio_ci.forge.base import Forge
 from rio_ci.github.env import ActionEnv, log
 from rio_ci.reports import progress
 from rio_ci.reports.publish import progress_body
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def publish_progress(

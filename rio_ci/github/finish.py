@@ -40,7 +40,7 @@ from rio_ci.reports import progress
 from rio_ci.reports.publish import check_success, open_pull_request, remember_pull_request
 from rio_ci.run import cell_home
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store import artifact
 
 FIRST_OUTPUTS = ("artifact-name", "retention-days")

@@ -19,7 +19,7 @@ from rio_ci.github.env import ActionEnv, log, warn
 from rio_ci.github.provenance import Provenance
 from rio_ci.github.record import LaunchRecord, tail_events
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.at_rest import SCHEMA_VERSION
 from rio_ci.store.launch_record import Record
 

@@ -37,7 +37,7 @@ from rio_ci.model import pictures, table
 from rio_ci.untrusted.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 if TYPE_CHECKING:
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
 __all__ = [
     "MAX_BYTES",

@@ -46,7 +46,7 @@ from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
 from rio_ci.run.owner import Owner, handle_signals
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 TIMER_REFUSALS = 5  # rounds of "that Timer is too far" a job gives the model before it stops
 Start = Literal["created", "restored", "republish"]

@@ -34,7 +34,7 @@ from rio_ci.github.events import Standing, Trigger, standing_trigger, steer_comm
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import is_ours, may_steer, review_text, watched
 from rio_ci.reports.progress import MARKER, PUBLISHED
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 CONCLUSION_CHARS = 2000
 

@@ -10,7 +10,7 @@ from typing import Any
 from rio_ci.core.history import KINDS, History, Run, Validation, fold_history
 from rio_ci.core.projection import Projection
 from rio_ci.reports.live import describe
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def read_history(session: Session, upto: int | None = None) -> History:

@@ -23,7 +23,7 @@ from rio_ci.reports import progress
 from rio_ci.reports.history import read_history
 from rio_ci.reports.pull_request import pull_request_body
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 # What a pull request's URL ends with on each forge (the local one writes a page).
 _PULL_NUMBER = re.compile(r"/pull/([0-9]+)(?:\.html)?\Z")

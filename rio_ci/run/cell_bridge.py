@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 from rio_ci.core.errors import RioError
 from rio_ci.core.state import MAX_SEQ
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.untrusted import jsonio
 
 

@@ -25,7 +25,7 @@ from rio_ci.run.cell_folder import CellFolder
 from rio_ci.run.channel import SOCKET_VAR, Channel
 from rio_ci.run.environment import scratch_dir, worker_environment
 from rio_ci.run.survivors import stop_user
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.at_rest import SIDECARS
 
 SHARED_NOTICE = "Cells share the harness's user"

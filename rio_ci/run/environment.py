@@ -31,7 +31,7 @@ from rio_ci.start.handover import reexec_without, take_over
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
 # Harness plumbing that must not reach a Worker either.
 PRIVATE_VARS = frozenset({"RIO_CRASH_AT", "RIO_SECRETS_FD", "RIO_SCRUBBED"})
@@ -105,7 +105,7 @@ def session_tree(db: str) -> str | None:
 
 @functools.lru_cache(maxsize=2)  # an Owner command asks for both: one open
 def _session_settings(db: str) -> dict[str, Any] | None:
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     try:
         session = Session.open(db)

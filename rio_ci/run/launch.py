@@ -21,7 +21,7 @@ from rio_ci.run.capture import Capture, Watch, run_to_end
 from rio_ci.run.cells import Cells
 from rio_ci.run.environment import redacted_values, worker_env
 from rio_ci.run.worker import Worker
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 # Called with (cell id, token) after ``started`` is committed and before the Worker is
 # spawned: a place to make the launch durable elsewhere too (GitHub: a write-ahead record

@@ -25,7 +25,7 @@ from rio_ci.run.cells import Cells
 from rio_ci.run.launch import BeforeSpawn, Launch
 from rio_ci.run.ownership import FileGuard, FileOwnership
 from rio_ci.run.survivors import WorkerIdentity, stop_session_leftovers, stop_survivors
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store import sessionfile
 
 

@@ -29,7 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from rio_ci.core.admission import Rejection
 from rio_ci.core.errors import Rejected
 from rio_ci.run.owner import Owner
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.kit import cli_env, until
 

@@ -22,7 +22,7 @@ import apsw
 import pytest
 
 from rio_ci.core.errors import UncertainCommit
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.vfs import RecordingVFS, recorded_session
 from tests.faults.workload import Plan

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.workload import DB, Plan, setup
 from tests.kit import cli_env, until

@@ -105,7 +105,7 @@ def append_line(path: Path, text: str) -> None:
 def setup(directory: Path) -> Path:
     """A fresh workload directory with its Session; returns the Session path."""
     from rio_ci.core.limits import Limits
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "effect.py").write_text(EFFECT)
@@ -270,7 +270,7 @@ def send_external(db: Path, directory: Path, stop: threading.Event) -> None:
     """The Inbox client: another connection committing external messages while the Owner
     works. Each acknowledgement is logged only after ``receive`` returned."""
     from rio_ci.core.errors import Rejected, RunEnded
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     session = Session.open(db)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.hostile.support import (
     listing,
     one_error,

@@ -30,7 +30,7 @@ from rio_ci.commands.bench.common import (
 )
 from rio_ci.run.environment import uv_binary
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict[str, Any]:

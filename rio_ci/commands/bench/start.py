@@ -20,7 +20,7 @@ from typing import Any
 
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.commands.bench.tokens import volatile_part
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 __all__ = ["measure_start"]
 

@@ -27,7 +27,7 @@ from rio_ci.harness import Harness
 from rio_ci.model.anthropic import AnthropicModel
 from rio_ci.model.layout import VOLATILE_HEADER
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 __all__ = ["ROUNDS", "SessionScript", "measure_tokens"]
 
