@@ -55,7 +55,7 @@ SLOW_MODULES = frozenset(
         "test_controls.py",
         "test_demo.py",
         "test_fresh_install.py",
-        "test_harness.py",
+        "test_round_loop.py",
         "test_owner.py",
         "test_owner_crash.py",
         "test_process.py",

@@ -133,7 +133,7 @@ LAYERS = {
     "session": 4,
     "run": 5,
     "reports": 6,
-    "harness": 7,
+    "rounds": 7,
     "github": 8,
     "commands": 9,
     "cli": 10,
@@ -183,7 +183,7 @@ def test_the_layer_check_catches_an_import_up_or_across() -> None:
         "rio_ci.session.session"
     ]
     assert imports_up("from rio_ci.store import journal\n", "forge") == ["rio_ci.store"]
-    assert imports_up("from rio_ci import harness\n", "reports") == ["rio_ci.harness"]
+    assert imports_up("from rio_ci import rounds\n", "reports") == ["rio_ci.rounds"]
     assert imports_up("import rio_ci.core.state\n", "api") == ["rio_ci.core.state"]
     assert imports_up("from rio_ci.core.state import compact\n", "store") == []
     assert imports_up("from rio_ci.store.journal import Journal\n", "store") == []
@@ -195,7 +195,7 @@ def test_the_layer_check_catches_an_import_up_or_across() -> None:
     assert imports_up("from ..session import Session\n", "store", "rio_ci.store") == [
         "rio_ci.session"
     ]
-    assert imports_up("from .. import harness\n", "reports", "rio_ci.reports") == ["rio_ci.harness"]
+    assert imports_up("from .. import rounds\n", "reports", "rio_ci.reports") == ["rio_ci.rounds"]
     assert imports_up("from . import journal\n", "store", "rio_ci.store") == []
     assert imports_up("from .journal import Journal\n", "store") == ["<relative>"]
 

@@ -347,7 +347,7 @@ def test_the_sdk_meets_the_bench_provider_and_its_400(tmp_path: Path) -> None:
 
 
 def test_the_scripted_session_is_billed_through_the_adapter(tmp_path: Path) -> None:
-    """The 50-round Session runs through the Harness and the real adapter; the usage the
+    """The 50-round Session runs through the RoundLoop and the real adapter; the usage the
     Session committed is exactly what the provider billed, request by request."""
     played = tokens.play(tmp_path)
     usage, billed = played["usage"], played["billed"]

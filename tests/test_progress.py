@@ -12,14 +12,14 @@ import yaml
 from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
 
 from rio_ci.github.comment import Pacer
-from rio_ci.harness import Harness
 from rio_ci.model.scripted import ScriptedModel
 from rio_ci.reports import diagram, progress
 from rio_ci.reports.history import descriptions, read_history
+from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 from tests import mermaid
-from tests.harness_kit import DONE
+from tests.round_loop_kit import DONE
 
 # What a model or an issue could put in an argv to escape the chart or the comment.
 HOSTILE = (
@@ -137,7 +137,7 @@ def test_the_pacer_rewrites_at_most_every_15_seconds() -> None:
 
 
 @pytest.mark.slow
-def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Path) -> None:
+def test_the_round_loop_calls_back_after_each_round_and_marks_its_job(tmp_path: Path) -> None:
     """The seam the GitHub job paces its progress rewrites with: called after each round is
     committed; the job's name is in the Session's history."""
     db = tmp_path / "s.db"
@@ -149,13 +149,13 @@ def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Pat
     owner = Owner(str(db))
     seen: list[int] = []
     try:
-        harness = Harness(
+        loop = RoundLoop(
             owner,
             ScriptedModel(script),
             between_rounds=lambda: seen.append(owner.session.refresh().accepted_turns),
             job_label="job under test",
         )
-        assert harness.run().status == "succeeded"
+        assert loop.run().status == "succeeded"
         history = read_history(owner.session)
     finally:
         owner.close()

@@ -32,6 +32,7 @@ RETIRED = {
     "checkpoint_full": "wal_checkpoint_full (a bare checkpoint is the working tree's)",
     "checkpoint_wal": "wal_checkpoint",
     "_checkpoint_then_spawn": "_wal_checkpoint_then_spawn",
+    "Harness": "RoundLoop (rio_ci/rounds/loop.py); the harness is rio-ci's whole trusted side",
     "_History": "JournalFacts (what admission asks of the Journal: rio_ci/session/facts.py)",
 }
 # Prose that gives a retired meaning to a word.

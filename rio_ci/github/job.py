@@ -41,10 +41,10 @@ from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.listen import Listener
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
-from rio_ci.harness import Harness
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
+from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session.session import Session
 
@@ -406,7 +406,7 @@ def _rounds(
         listener()
         pacer()
 
-    harness = Harness(
+    loop = RoundLoop(
         owner,
         model,
         live=live,
@@ -417,7 +417,7 @@ def _rounds(
     )
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
-        outcome = harness.run(deadline)
+        outcome = loop.run(deadline)
         if outcome.status != "waiting" or not timers.refuse_far_timers(
             session, job["retention_days"]
         ):
@@ -432,7 +432,7 @@ def _rounds(
 
 
 def quiet(session: Session, base: int) -> bool:
-    """Nothing new since seq ``base`` but watermarks, and nothing the harness would do."""
+    """Nothing new since seq ``base`` but watermarks, and nothing the round loop would do."""
     proj = session.refresh()
     now = time.time()
     kinds = {e["kind"] for e in session.events(after=base)}

@@ -1,7 +1,7 @@
-"""The fault suite's workload: one mixed run of the real harness, Owner, Inbox and Timers,
+"""The fault suite's workload: one mixed run of the real round loop, Owner, Inbox and Timers,
 with everything the checks need recorded *outside* SQLite.
 
-    python -m tests.faults.workload run DIR      the driver: Owner + harness + Inbox client
+    python -m tests.faults.workload run DIR      the driver: Owner + round loop + Inbox client
     python -m tests.faults.workload recover DIR  two Owner recoveries in a row; prints counts
 
 ``DIR`` holds ``session.db`` (made by :func:`setup`), ``effect.py`` (the script every ``cmd``
@@ -313,7 +313,7 @@ def _count_crash_points(out: Path) -> None:
 
 def run(directory: Path) -> int:
     import rio_ci.faults.crashpoints  # noqa: F401  (reads RIO_CRASH_AT now)
-    from rio_ci.harness import Harness
+    from rio_ci.rounds.loop import RoundLoop
     from rio_ci.run.owner import Owner
 
     os.environ.pop("RIO_CRASH_AT", None)  # Workers and validators never crash on purpose
@@ -327,10 +327,10 @@ def run(directory: Path) -> int:
     client.start()
     status = "deadline"
     try:
-        harness = Harness(owner, AdaptiveModel(directory))
+        loop = RoundLoop(owner, AdaptiveModel(directory))
         give_up = time.monotonic() + 120
         while time.monotonic() < give_up:
-            outcome = harness.run(time.monotonic() + 20)
+            outcome = loop.run(time.monotonic() + 20)
             status = outcome.status
             if status in ("succeeded", "failed", "interrupted"):
                 break

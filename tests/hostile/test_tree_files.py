@@ -14,7 +14,7 @@ import pytest
 
 from rio_ci.core.errors import UsageError
 from rio_ci.github.env import CONFIG_MAX_BYTES, Config
-from rio_ci.harness import GUIDANCE_BYTES, read_guidance
+from rio_ci.rounds.guidance import GUIDANCE_BYTES, read_guidance
 from rio_ci.untrusted.treefile import read_tree_file
 from tests.run_cli import interrupt, new_session, spawn, status, write_script
 

@@ -1,4 +1,4 @@
-"""Shared tools for the harness tests: a ``FakeAnthropic`` that also notes when each request
+"""Shared tools for the round loop's tests: a ``FakeAnthropic`` that also notes when each request
 came and what the Session had committed by then, ``rio-ci run`` against it as a real
 subprocess, and complete patches written the way a real model must write them."""
 
