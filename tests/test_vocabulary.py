@@ -33,6 +33,10 @@ RETIRED = {
     "checkpoint_wal": "wal_checkpoint",
     "_checkpoint_then_spawn": "_wal_checkpoint_then_spawn",
     "Harness": "RoundLoop (rio_ci/rounds/loop.py); the harness is rio-ci's whole trusted side",
+    "History": "Timeline (rio_ci/core/timeline.py: what reports read; the Journal is the record)",
+    "fold_history": "fold_timeline",
+    "read_history": "read_timeline",
+    "recent_history": "recent_timeline",
     "_History": "JournalFacts (what admission asks of the Journal: rio_ci/session/facts.py)",
 }
 # Prose that gives a retired meaning to a word.

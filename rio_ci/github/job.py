@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rio_ci.core.errors import RioError
-from rio_ci.core.history import JOB_MARK
 from rio_ci.core.projection import Projection
+from rio_ci.core.timeline import JOB_MARK
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace

@@ -1,6 +1,7 @@
 """What people read about a Session, made only from committed facts, and publishing it:
 
-- ``history``: every Execution, round, validator and job, read from the Journal once;
+- ``timeline``: the Timeline (every Execution, round, validator and job), read from the
+  Journal once;
 - ``live``: the live log of a run (stderr), a line per committed event;
 - ``progress``, ``diagram``, ``markdown``: the progress comment, its Gantt chart, and untrusted
   text made safe in Markdown;

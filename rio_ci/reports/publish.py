@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
 from rio_ci.reports import progress
-from rio_ci.reports.history import read_history
 from rio_ci.reports.pull_request import pull_request_body
+from rio_ci.reports.timeline import read_timeline
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 
@@ -78,7 +78,7 @@ def progress_body(
         operation=f"{proj.session['id']}:{proj.last_seq}",
         note=note,
         pull_request=pull_request,
-        history=read_history(session, proj.last_seq),
+        timeline=read_timeline(session, proj.last_seq),
     )
 
 
@@ -93,7 +93,7 @@ def open_pull_request(
     not_on_branch: Sequence[str] = (),
 ) -> str:
     """Open the Session's pull request from its branch into ``base`` (or update the one it
-    has), described from its history and ``not_on_branch`` (paths of the working tree the
+    has), described from its timeline and ``not_on_branch`` (paths of the working tree the
     branch does not have, each with why); returns its URL, which the caller then commits with
     ``remember_pull_request`` (outside whatever handles the Forge's refusal: a pull request
     that was opened is never reported as not opened). A Forge that refuses raises
@@ -102,7 +102,7 @@ def open_pull_request(
     body = pull_request_body(
         issue,
         session.proj.session["id"],
-        read_history(session),
+        read_timeline(session),
         diffstat=diffstat,
         comment_url=found.url if found is not None else None,
         diff=diff,

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core.errors import ModelError, Rejected, RunEnded
-from rio_ci.core.history import JOB_MARK
 from rio_ci.core.text import escape_control
+from rio_ci.core.timeline import JOB_MARK
 from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, strict_reply
 from rio_ci.model.environment import environment_block
 from rio_ci.reports.live import LiveLog
