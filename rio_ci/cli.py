@@ -31,8 +31,8 @@ import rio_ci
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.errors import Rejected, RioError, UsageError
+from rio_ci.core.json_value import MAX_SEQ, is_text_safe
 from rio_ci.core.limits import DEFAULTS, Limits
-from rio_ci.core.state import MAX_SEQ, is_text_safe
 from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
 from rio_ci.run.sudo import arrive

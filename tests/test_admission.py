@@ -31,7 +31,7 @@ from conftest import (
 )
 
 from rio_ci.core.admission import Rejection, decide, digest
-from rio_ci.core.state import encoded_size
+from rio_ci.core.json_value import encoded_size
 from rio_ci.session.session import Receipt, Session
 from tests.kit import Patch, cli_env, until
 

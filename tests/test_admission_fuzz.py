@@ -37,10 +37,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from rio_ci.core.admission import Accepted, Rejection, decide, digest
 from rio_ci.core.errors import Rejected
 from rio_ci.core.events import OBSERVATION_KINDS
+from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
-from rio_ci.core.state import EXECUTABLE, encoded_size, validate_cell
+from rio_ci.core.state import EXECUTABLE, validate_cell
 from rio_ci.session.session import Receipt, Session
 
 # --- building patches from a snapshot ------------------------------------------------------

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
-from rio_ci.core.state import encoded_size
 from rio_ci.core.view import masked_marker
 from tests.kit import events
 from tests.round_loop_kit import DONE, WatchedFake, cmd, kinds, patch

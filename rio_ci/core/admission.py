@@ -17,19 +17,10 @@ from typing import Any, Protocol
 from jsonpointer import EndOfList, JsonPointer, JsonPointerException
 
 from rio_ci.core.events import OBSERVATION_KINDS, PatchAccepted
-from rio_ci.core.projection import Projection
+from rio_ci.core.json_value import NOT_FINITE, compact, encoded_size, json_equal, lenient
+from rio_ci.core.projection import Projection, is_unresolved
 from rio_ci.core.reducer import accepted_cells
-from rio_ci.core.state import (
-    EVIDENCE_REF,
-    EXECUTABLE,
-    NOT_FINITE,
-    compact,
-    encoded_size,
-    is_unresolved,
-    json_equal,
-    lenient,
-    validate_cell,
-)
+from rio_ci.core.state import EVIDENCE_REF, EXECUTABLE, validate_cell
 from rio_ci.core.view import render, unbounded_size
 
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")

@@ -13,7 +13,7 @@ from http.client import HTTPResponse
 from pathlib import Path
 
 from rio_ci.core.errors import ForgeError, StorageError
-from rio_ci.core.state import ascii_int
+from rio_ci.core.json_value import ascii_int
 from rio_ci.untrusted.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 _MAX_HOPS = 5  # requests, the API's included

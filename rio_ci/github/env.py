@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from rio_ci.core.errors import UsageError
+from rio_ci.core.json_value import ascii_int
 from rio_ci.core.limits import Limits
-from rio_ci.core.state import ascii_int
 from rio_ci.core.text import escape_control
 from rio_ci.run.cell_user import requested
 from rio_ci.untrusted.treefile import read_tree_file

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rio_ci.core.state import ascii_int
+from rio_ci.core.json_value import ascii_int
 from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import issue_of_branch
 

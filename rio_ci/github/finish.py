@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core.errors import RioError
-from rio_ci.core.state import ascii_int
+from rio_ci.core.json_value import ascii_int
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for

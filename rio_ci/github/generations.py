@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core.errors import OwnershipError, Rejected, RioError
+from rio_ci.core.json_value import json_equal
 from rio_ci.core.limits import Limits
-from rio_ci.core.state import json_equal
 from rio_ci.forge.base import Forge
 from rio_ci.github import newest
 from rio_ci.github.env import ActionEnv, log, warn

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rio_ci.core.errors import Rejected, RunEnded
-from rio_ci.core.state import encoded_size
+from rio_ci.core.json_value import encoded_size
 from rio_ci.forge.base import Check, Comment, Forge, Review, ReviewComment
 from rio_ci.forge.issues import branch_for, quote_untrusted
 from rio_ci.github.env import log

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core.errors import ArtifactError, ForgeError, StorageError
-from rio_ci.core.state import is_int
+from rio_ci.core.json_value import is_int
 from rio_ci.forge.base import Artifact, Forge
 from rio_ci.store.artifact import (
     DEFAULT_MAX_BYTES,

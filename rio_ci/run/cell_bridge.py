@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 from rio_ci.core.errors import RioError
-from rio_ci.core.state import MAX_SEQ
+from rio_ci.core.json_value import MAX_SEQ
 from rio_ci.session.session import Session
 from rio_ci.untrusted import jsonio
 

@@ -21,19 +21,12 @@ from typing import Any, Literal
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Receipt, Rejection, decide, decide_again
 from rio_ci.core.errors import Rejected, RunEnded
+from rio_ci.core.inbox import message_problem, timer_problem
+from rio_ci.core.json_value import NOT_TEXT, compact, encoded_size, is_text_safe, json_equal
 from rio_ci.core.limits import Limits
 from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import creation_problem
-from rio_ci.core.state import (
-    NOT_TEXT,
-    compact,
-    encoded_size,
-    is_text_safe,
-    json_equal,
-    message_problem,
-    timer_problem,
-)
 from rio_ci.core.view import next_turn, render
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.model.base import ModelReply

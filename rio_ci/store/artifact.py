@@ -32,7 +32,7 @@ from typing import TypedDict
 
 import rio_ci
 from rio_ci.core.errors import ArtifactError, StorageError
-from rio_ci.core.state import is_int
+from rio_ci.core.json_value import is_int
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.store.migrations import NEWER
 from rio_ci.store.sessionfile import copy_single_file, single_file_problem

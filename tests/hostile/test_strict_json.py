@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rio_ci.core.admission import Rejection
-from rio_ci.core.state import message_problem, timer_problem
+from rio_ci.core.inbox import message_problem, timer_problem
 from rio_ci.session.session import Session
 from rio_ci.store import sessionfile
 from rio_ci.untrusted import jsonio

@@ -13,7 +13,7 @@ from typing import Any
 from rio_ci.commands import show
 from rio_ci.commands.bench.common import NOTE, accept, ms
 from rio_ci.commands.bench.drive import execute, new_session, on_disk, play_round
-from rio_ci.core.state import encoded_size
+from rio_ci.core.json_value import encoded_size
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 from rio_ci.store import artifact
