@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from rio_ci.forge.base import Forge
 from rio_ci.github.env import JOB_FILE, RUN_OUTPUTS, ActionEnv, write_outputs
-from rio_ci.github.events import is_setup_check
 from rio_ci.github.runner import report
 from rio_ci.github.sweep import sweep
+from rio_ci.github.triggers import is_setup_check
 
 if TYPE_CHECKING:
     from rio_ci.forge.github import GitHubForge

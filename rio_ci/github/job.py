@@ -33,7 +33,6 @@ from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace
 from rio_ci.github.comment import Pacer, publish_progress
 from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, seal_state_dir, warn
-from rio_ci.github.events import Trigger, classify, request_of, steer_command
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
@@ -41,6 +40,7 @@ from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.listen import Listener
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
+from rio_ci.github.triggers import Trigger, classify, request_of, steer_command
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog

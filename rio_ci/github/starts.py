@@ -30,9 +30,9 @@ from rio_ci.forge.base import Comment, Forge, IssueEvent, Review
 from rio_ci.forge.issues import goal_for, requested_goal
 from rio_ci.github import images
 from rio_ci.github.env import ActionEnv, Config, log, warn
-from rio_ci.github.events import Standing, Trigger, standing_trigger, steer_command
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import is_ours, may_steer, review_text, watched
+from rio_ci.github.triggers import Standing, Trigger, standing_trigger, steer_command
 from rio_ci.reports.progress import MARKER, PUBLISHED
 from rio_ci.session.session import Session
 

@@ -9,7 +9,13 @@ import pytest
 from rio_ci.core.projection import Projection
 from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import branch_for, goal_for, issue_of_branch, quote_untrusted
-from rio_ci.github.events import Standing, classify, is_setup_check, standing_trigger, steer_command
+from rio_ci.github.triggers import (
+    Standing,
+    classify,
+    is_setup_check,
+    standing_trigger,
+    steer_command,
+)
 from rio_ci.reports.progress import status_of
 
 REPO = "octo/demo"
