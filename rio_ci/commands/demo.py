@@ -27,11 +27,11 @@ from rio_ci.forge.issues import goal_for
 from rio_ci.forge.local import LocalForge
 from rio_ci.reports import progress
 from rio_ci.reports.publish import (
-    check_success,
     open_pull_request,
     progress_body,
     remember_pull_request,
 )
+from rio_ci.run.gate import pull_request_gate
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 
@@ -205,7 +205,7 @@ def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | N
             forge.upsert_comment(number, progress.MARKER, body)
 
         comment(None)
-        problem = check_success(owner)
+        problem = pull_request_gate(owner)
         if problem is not None:
             if session.proj.ended and session.proj.ended["result"] == "success":
                 comment(None, note=f"no pull request: {problem}")

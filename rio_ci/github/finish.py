@@ -37,8 +37,9 @@ from rio_ci.github.generations import newer_generations, rejections_note, take_o
 from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
 from rio_ci.reports import progress
-from rio_ci.reports.publish import check_success, open_pull_request, remember_pull_request
+from rio_ci.reports.publish import open_pull_request, remember_pull_request
 from rio_ci.run import cell_home
+from rio_ci.run.gate import pull_request_gate
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 from rio_ci.store import artifact
@@ -123,7 +124,7 @@ def _publish(
     session = owner.session
     issue = int(job["issue"])
     out: dict[str, Any] = {}
-    problem = check_success(owner) if _succeeded(session) else None
+    problem = pull_request_gate(owner) if _succeeded(session) else None
     forge = None
     try:
         forge = connect()

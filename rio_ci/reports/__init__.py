@@ -6,7 +6,8 @@
 - ``progress``, ``diagram``, ``markdown``: the progress comment, its Gantt chart, and untrusted
   text made safe in Markdown;
 - ``pull_request``: the pull request's description;
-- ``publish``: the pull-request gate, and writing the comment and the pull request to a Forge.
+- ``publish``: writing the comment and the pull request to a Forge (the pull request once the
+  pull-request gate, ``rio_ci.run.gate``, lets it).
 
 The rule of this folder: the same on every code host and every machine — nothing here reads
 the CI environment or imports the GitHub layer (a caller passes the run's link), and nothing

@@ -4,6 +4,8 @@
 - ``launch``, ``worker``, ``capture``: the launch protocol, the gated Worker, bounded and
   redacted output up to the result;
 - ``survivors``, ``pidrange``: finding and stopping what is left of Workers;
+- ``gate``: the pull-request gate — a success checked again, its validators run again as
+  Workers, before anything is published;
 - ``cell_user``, ``cells``, ``channel``, ``cell_bridge``: Cells under their own user, and
   ``rio_ci.api`` served to them over a socket; ``sudo``: becoming root for them through
   whichever sudo the runner has;
