@@ -24,7 +24,7 @@ from rio_ci.model.anthropic import (
     strict_obstacle,
     tool_for,
 )
-from rio_ci.model.environment import (
+from rio_ci.model.environment_block import (
     ENVIRONMENT_HEADER,
     STATUS_BYTES,
     STATUS_LINES,
@@ -213,7 +213,7 @@ def test_the_environment_block_follows_the_last_breakpoint_and_keeps_the_prefix(
     for now in (1_800_000_000, 1_800_000_600):
         fake.reply_patch(PATCH)
         block = environment_block(Path("/work/repo"), now=now)
-        model.ask(replace(request(), environment=block))
+        model.ask(replace(request(), environment_block=block))
     bodies = [r.body for r in fake.requests]
     prefixes = []
     for body, now in zip(bodies, (1_800_000_000, 1_800_000_600), strict=True):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.model.environment import ENVIRONMENT_HEADER
+from rio_ci.model.environment_block import ENVIRONMENT_HEADER
 from tests.kit import events
 from tests.round_loop_kit import DONE, MODEL, UNPRICED, WatchedFake, kinds, patch
 from tests.run_cli import new_session, rio, status

@@ -105,8 +105,8 @@ class ModelRequest:
     # .github/copilot-instructions.md in the working directory), clipped; None when absent.
     guidance: str | None = None
     # Where the model is (date, Unix time, OS, Python, working directory, git status): built
-    # for each request (rio_ci/model/environment.py), sent after the cached prefix; None: none.
-    environment: str | None = None
+    # for each request (rio_ci/model/environment_block.py), sent after the cached prefix.
+    environment_block: str | None = None
     # Pictures of the goal and of the Inbox messages in this Turn's State, sent as image
     # blocks (the goal's with the stable part, the messages' after the volatile part).
     images: tuple[Picture, ...] = ()

@@ -14,7 +14,7 @@ ordered from what never changes to what changes every round:
 3. the volatile part: ``revision`` and the rest of ``runtime`` (unfinished Executions, Inbox,
    usage, limits, validators, pause), then the Turn header and the feedback on the previous
    attempt, and the environment block (date and time, OS, Python, working directory, git
-   status: rio_ci/model/environment.py). Nothing here is cached.
+   status: rio_ci/model/environment_block.py). Nothing here is cached.
 
 Outputs are shown as fenced raw text (a fence longer than any backtick run inside), so a
 traceback reads as it printed; everything else is JSON. Each piece is its own content block,
@@ -87,9 +87,9 @@ def user_content(request: ModelRequest) -> list[Any]:
         *_pictures(request, goal=False),  # pictures of the Inbox messages shown above
     ]
     # --- after the last breakpoint: what differs on every request (the environment
-    # block; see rio_ci/model/environment.py) ---
-    if request.environment:
-        changing.append(_text(request.environment))
+    # block; see rio_ci/model/environment_block.py) ---
+    if request.environment_block:
+        changing.append(_text(request.environment_block))
     return [*stable, *changing, _text(_turn_text(request))]
 
 

@@ -25,7 +25,7 @@ from rio_ci.core.errors import ModelError, Rejected, RunEnded
 from rio_ci.core.text import escape_control
 from rio_ci.core.timeline import JOB_MARK
 from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, strict_reply
-from rio_ci.model.environment import environment_block
+from rio_ci.model.environment_block import environment_block
 from rio_ci.reports.live import LiveLog
 from rio_ci.rounds.guidance import read_guidance
 from rio_ci.run.owner import Owner
@@ -159,7 +159,7 @@ class RoundLoop:
             feedback=open_turn["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
             guidance=read_guidance(Path(settings["cwd"]), self.warn_once),
-            environment=environment_block(
+            environment_block=environment_block(
                 Path(settings["cwd"]), secrets=settings.get("secrets", [])
             ),
             images=self.pictures(turn["state"]),

@@ -11,7 +11,7 @@ on git's command scope (``GIT_CONFIG_COUNT``), which outranks every configuratio
 still read, starting with ``HARDENED``: no hooks, no fsmonitor, no untracked cache.
 
 git itself is the one ``rio_ci.untrusted.programs`` found. Each caller adds what its own git needs
-on top: the model's ``git status`` (``rio_ci/model/environment.py``) also refuses a tree that
+on top: the model's ``git status`` (``rio_ci/model/environment_block.py``) also refuses a tree that
 declares filter drivers; the harness's own git (``rio_ci/github/git.py``) has a git directory
 and a home of its own and many more settings.
 """
