@@ -542,7 +542,7 @@ def _working_trees(args: argparse.Namespace) -> list[str]:
     """The working tree an Owner command's Cells write: no program in it ever runs as the
     harness's (rio_ci.untrusted.programs), whatever ``PATH`` says."""
     if args.command == "action":
-        from rio_ci.github.env import checkout_of
+        from rio_ci.github.contract import checkout_of
 
         tree = checkout_of(os.environ)
     else:
@@ -588,7 +588,7 @@ def _start_owner(args: argparse.Namespace, argv: list[str]) -> None:
     root for a Cell user, move the credentials out of the initial environment."""
     needed: tuple[str, ...] = ()
     if args.command == "action":
-        from rio_ci.github.env import REQUIRED
+        from rio_ci.github.contract import REQUIRED
 
         needed = REQUIRED
     arrive(needed)
@@ -606,6 +606,6 @@ def _start_owner(args: argparse.Namespace, argv: list[str]) -> None:
 def _annotate(command: str | None, line: str) -> None:
     """``rio-ci action``'s error is also an error annotation on the workflow run."""
     if command == "action":
-        from rio_ci.github.env import log_error
+        from rio_ci.github.contract import log_error
 
         log_error(line)

@@ -33,6 +33,7 @@ RETIRED = {
     "checkpoint_wal": "wal_checkpoint",
     "_checkpoint_then_spawn": "_wal_checkpoint_then_spawn",
     "Harness": "RoundLoop (rio_ci/rounds/loop.py); the harness is rio-ci's whole trusted side",
+    "ActionEnv": "ActionInputs (rio_ci/github/contract.py: GitHub's variables and the inputs)",
     "check_success": "pull_request_gate (rio_ci/run/gate.py: supervision, not a report)",
     "History": "Timeline (rio_ci/core/timeline.py: what reports read; the Journal is the record)",
     "fold_history": "fold_timeline",

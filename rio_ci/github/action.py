@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import JOB_FILE, RUN_OUTPUTS, ActionEnv, write_outputs
+from rio_ci.github.contract import JOB_FILE, RUN_OUTPUTS, ActionInputs, write_outputs
 from rio_ci.github.runner import report
 from rio_ci.github.sweep import sweep
 from rio_ci.github.triggers import is_setup_check
@@ -40,7 +40,7 @@ FAILING = frozenset({"failed", "error", "interrupted"})
 
 
 def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | None = None) -> int:
-    env = ActionEnv.from_environ(os.environ)
+    env = ActionInputs.from_environ(os.environ)
     if phase == "run":
         report(env, os.environ)  # before anything: a git too old ends the step here
     if phase == "finish" and not (env.state_dir / JOB_FILE).exists():
@@ -76,12 +76,12 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
     return 1 if result.get("status") in failing else 0
 
 
-def asks_for_setup_check(env: ActionEnv) -> bool:
+def asks_for_setup_check(env: ActionInputs) -> bool:
     """``rio.yml`` dispatched with ``check`` as its issue: the set-up check, in the rio job."""
     return env.event_name == "workflow_dispatch" and is_setup_check(env.event())
 
 
-def github_forge(env: ActionEnv) -> GitHubForge:
+def github_forge(env: ActionInputs) -> GitHubForge:
     from rio_ci.forge.github import GitHubForge
 
     # PyGithub's spacing between requests is GitHub's advice against its secondary rate

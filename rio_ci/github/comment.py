@@ -9,14 +9,14 @@ from collections.abc import Callable
 
 from rio_ci.core.errors import RioError
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.contract import ActionInputs, log
 from rio_ci.reports import progress
 from rio_ci.reports.publish import progress_body
 from rio_ci.session.session import Session
 
 
 def publish_progress(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     session: Session,
     issue: int,

@@ -32,7 +32,7 @@ from rio_ci.forge.issues import branch_for
 from rio_ci.github import timers, workspace
 from rio_ci.github.ci_dispatch import dispatch_ci
 from rio_ci.github.comment import publish_progress
-from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
+from rio_ci.github.contract import JOB_FILE, ActionInputs, log, warn, write_outputs
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
 from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
@@ -47,7 +47,7 @@ from rio_ci.store import artifact
 FIRST_OUTPUTS = ("artifact-name", "retention-days")
 
 
-def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
+def finish(env: ActionInputs, connect: Callable[[], Forge]) -> dict[str, Any]:
     job = json.loads((env.state_dir / JOB_FILE).read_text())
     issue, generation = int(job["issue"]), int(job["generation"])
     notes = [n for n in [rejections_note(job)] if n]
@@ -96,7 +96,7 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
     return result
 
 
-def _remove_cell_home(env: ActionEnv) -> None:
+def _remove_cell_home(env: ActionInputs) -> None:
     """The job's steps end here: the Cell user's HOME and what it left in the machine's
     world-writable folders go, so nothing this Session's Cells left reaches the next job's
     Cells (docs/security.md, "A fresh Cell home"). Every Owner of the job has closed, and
@@ -114,7 +114,7 @@ def _remove_cell_home(env: ActionEnv) -> None:
 
 
 def _publish(
-    env: ActionEnv,
+    env: ActionInputs,
     connect: Callable[[], Forge],
     owner: Owner,
     job: dict[str, Any],
@@ -193,7 +193,7 @@ def _publish(
     return out
 
 
-def _wake_sweep(env: ActionEnv, forge: Forge) -> None:
+def _wake_sweep(env: ActionInputs, forge: Forge) -> None:
     """A Timer waits: the sweep must be on (timers.py). A repository without one gets a
     warning: nothing will fire the Timer on time."""
     try:
@@ -207,7 +207,7 @@ def _wake_sweep(env: ActionEnv, forge: Forge) -> None:
         log(f"rio-ci: {said}")
 
 
-def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
+def _supersede(env: ActionInputs, job: dict[str, Any]) -> None:
     """Generation + 1 is written: the launch record is history now (record.py), and must
     never rebuild the Session once that generation is gone. A failure here is a warning:
     the record then still merges as before, into a generation that already holds it."""
@@ -225,7 +225,7 @@ def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
 
 
 def _checkpoint(
-    env: ActionEnv,
+    env: ActionInputs,
     session: Session,
     job: dict[str, Any],
     notes: list[str],
@@ -269,7 +269,7 @@ LISTED = 50  # paths named in one message (the rest are counted)
 
 
 def _tell_left_out(
-    env: ActionEnv, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
+    env: ActionInputs, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
 ) -> None:
     shown = done.left_out[:LISTED]
     more = len(done.left_out) - len(shown)
@@ -299,7 +299,7 @@ def _tell_left_out(
 
 
 def _tell_refused(
-    env: ActionEnv, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
+    env: ActionInputs, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
 ) -> None:
     reason = done.reason
     warn(
@@ -334,7 +334,7 @@ def _not_on_branch(done: workspace.Checkpoint | None) -> list[str]:
 
 
 def _pull_request(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     session: Session,
     issue: int,
@@ -367,7 +367,7 @@ def _diffstat(repo: Git, base: str) -> str | None:
 
 
 def _persist(
-    env: ActionEnv, db: str, result: dict[str, Any], generation: int, job: dict[str, Any]
+    env: ActionInputs, db: str, result: dict[str, Any], generation: int, job: dict[str, Any]
 ) -> int:
     """Write generation + 1 into the artifact directory (no network); returns the seq it
     holds. The Owner may hold the Session meanwhile: the snapshot is SQLite's backup."""

@@ -15,7 +15,7 @@ from rio_ci.core.json_value import json_equal
 from rio_ci.core.limits import Limits
 from rio_ci.forge.base import Forge
 from rio_ci.github import newest
-from rio_ci.github.env import ActionEnv, log, warn
+from rio_ci.github.contract import ActionInputs, log, warn
 from rio_ci.github.provenance import Provenance
 from rio_ci.github.record import LaunchRecord, tail_events
 from rio_ci.run.owner import Owner
@@ -25,7 +25,7 @@ from rio_ci.store.launch_record import Record
 
 
 def restore(
-    env: ActionEnv, forge: Forge, issue: int, db: Path, launches: LaunchRecord
+    env: ActionInputs, forge: Forge, issue: int, db: Path, launches: LaunchRecord
 ) -> dict[str, Any]:
     """Put the newest valid generation at ``db``, merged with the launch record. Returns
     ``{"generation", "artifact_id", "seen", "saved_at", "rejected", "record_after", "notes"}``
@@ -285,7 +285,7 @@ def take_over(db: Path, patience: float = 10.0, cell_user: str | None = None) ->
             time.sleep(0.2)
 
 
-def newer_generations(env: ActionEnv, forge: Forge, name: str, seen: set[int]) -> list[int]:
+def newer_generations(env: ActionInputs, forge: Forge, name: str, seen: set[int]) -> list[int]:
     """Artifact ids of ``name`` that this job did not see when it restored: another of
     rio's own jobs published after us (an artifact from anywhere else is skipped with a
     warning, so a fork cannot stop a job from publishing). An optional check: the per-issue

@@ -32,7 +32,7 @@ from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace
 from rio_ci.github.comment import Pacer, publish_progress
-from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, seal_state_dir, warn
+from rio_ci.github.contract import JOB_FILE, ActionInputs, Config, log, seal_state_dir, warn
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
@@ -53,7 +53,7 @@ Start = Literal["created", "restored", "republish"]
 
 
 def run(
-    env: ActionEnv, forge: Forge, *, clock: Callable[[], float] = time.monotonic
+    env: ActionInputs, forge: Forge, *, clock: Callable[[], float] = time.monotonic
 ) -> dict[str, Any]:
     """The run step. ``clock`` paces the job's listening for new comments (listen.py); a
     test passes its own so that "30 s later" takes no time."""
@@ -125,7 +125,7 @@ def _triage(forge: Forge, trigger: Trigger) -> tuple[int, int | None, bool] | di
 
 
 def _restore_failed(
-    env: ActionEnv, forge: Forge, issue: int, restored: dict[str, Any]
+    env: ActionInputs, forge: Forge, issue: int, restored: dict[str, Any]
 ) -> dict[str, Any]:
     log(f"::error::rio-ci: {restored['problem']}")
     with contextlib.suppress(RioError):
@@ -138,7 +138,7 @@ def _restore_failed(
     return {"status": "error", "reason": restored["problem"], "issue": issue}
 
 
-def _check_out(env: ActionEnv, repo: Git, remote: str, issue: int, job: dict[str, Any]) -> None:
+def _check_out(env: ActionInputs, repo: Git, remote: str, issue: int, job: dict[str, Any]) -> None:
     log("::group::rio-ci: working tree")
     existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
     workspace.lend(repo, branch_for(issue))
@@ -152,7 +152,7 @@ def _check_out(env: ActionEnv, repo: Git, remote: str, issue: int, job: dict[str
 class _Work:
     """The job's Owner and rounds, once the Session and the branch are in place."""
 
-    env: ActionEnv
+    env: ActionInputs
     forge: Forge
     trigger: Trigger
     writer: bool
@@ -208,7 +208,7 @@ class _Work:
 
 
 def _start(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     trigger: Trigger,
     writer: bool,
@@ -254,7 +254,7 @@ def _start(
 
 
 def _start_new(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     trigger: Trigger,
     issue: int,
@@ -331,7 +331,7 @@ def _ended(proj: Projection, issue: int) -> Start | dict[str, Any]:
 
 
 def _work(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     listener: Listener,
     job: dict[str, Any],
@@ -379,7 +379,7 @@ def _result(status: str, proj: Projection, issue: int, reason: str | None) -> di
 
 
 def _rounds(
-    env: ActionEnv, forge: Forge, listener: Listener, job: dict[str, Any]
+    env: ActionInputs, forge: Forge, listener: Listener, job: dict[str, Any]
 ) -> dict[str, Any]:
     """The job's model rounds, within its time budget, with the listener and the paced
     progress comment between them."""
@@ -445,7 +445,7 @@ def quiet(session: Session, base: int) -> bool:
     )
 
 
-def write_job(env: ActionEnv, job: dict[str, Any]) -> None:
+def write_job(env: ActionInputs, job: dict[str, Any]) -> None:
     path = env.state_dir / JOB_FILE
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(job))

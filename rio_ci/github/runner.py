@@ -19,7 +19,7 @@ from typing import Any
 
 from rio_ci.core.errors import UsageError
 from rio_ci.core.text import escape_control
-from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.contract import ActionInputs, log
 from rio_ci.run.cell_user import separation_problem
 from rio_ci.run.sudo import SudoFound, find_sudo
 from rio_ci.untrusted import programs
@@ -119,7 +119,7 @@ def sudo_line(found: SudoFound, image: dict[str, Any] | None) -> str:
     return text
 
 
-def _cells(env: ActionEnv) -> str:
+def _cells(env: ActionInputs) -> str:
     # Where the Cells' own network will be said too, once they have one.
     if env.cell_user is None:
         return "run as the harness's user (cell-user: none)"
@@ -133,7 +133,7 @@ def _cell(value: str) -> str:
     return value.replace("|", "\\|")  # a table cell of the step summary
 
 
-def report(env: ActionEnv, environ: Mapping[str, str]) -> Runner:
+def report(env: ActionInputs, environ: Mapping[str, str]) -> Runner:
     """Find the runner, say it in the log and the step summary, and refuse a git older
     than ``minimum_git()`` (a UsageError: the run step ends with that one line)."""
     image, known = image_of(environ)

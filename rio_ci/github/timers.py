@@ -21,7 +21,7 @@ import time
 
 from rio_ci.core.errors import RioError
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import log
+from rio_ci.github.contract import log
 from rio_ci.reports import progress
 from rio_ci.session.session import Session
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rio_ci.core.errors import ForgeError, RioError
 from rio_ci.github import gitdirs
-from rio_ci.github.env import log
+from rio_ci.github.contract import log
 from rio_ci.github.git import Git
 from rio_ci.github.survey import LeftOut, survey
 

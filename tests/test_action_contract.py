@@ -10,7 +10,7 @@ import pytest
 
 from rio_ci.core.errors import UsageError
 from rio_ci.core.limits import Limits
-from rio_ci.github.env import ActionEnv, Config, seal_state_dir
+from rio_ci.github.contract import ActionInputs, Config, seal_state_dir
 
 REQUIRED = {
     "GITHUB_EVENT_NAME": "issues",
@@ -23,7 +23,7 @@ REQUIRED = {
 
 
 def test_unset_inputs_take_their_defaults() -> None:
-    env = ActionEnv.from_environ(REQUIRED)
+    env = ActionInputs.from_environ(REQUIRED)
     assert (env.model, env.trigger_label, env.config, env.budget_minutes) == (
         "anthropic:claude-sonnet-5-5",
         "rio",
@@ -36,7 +36,7 @@ def test_unset_inputs_take_their_defaults() -> None:
 
 
 def test_inputs_and_runner_variables_are_read() -> None:
-    env = ActionEnv.from_environ(
+    env = ActionInputs.from_environ(
         {
             **REQUIRED,
             "RIO_MODEL": "scripted:/s.yaml",
@@ -73,7 +73,7 @@ def test_a_broken_environment_is_a_usage_error_naming_the_variable(
     name: str, value: str, message: str
 ) -> None:
     with pytest.raises(UsageError, match=message):
-        ActionEnv.from_environ({**REQUIRED, name: value})
+        ActionInputs.from_environ({**REQUIRED, name: value})
 
 
 def test_the_configuration_is_optional(tmp_path: Path) -> None:
@@ -123,20 +123,20 @@ def test_a_bad_configuration_says_what_is_wrong(tmp_path: Path, text: str, messa
 
 def test_a_retention_of_zero_days_says_nothing_and_counts_as_unset() -> None:
     """Local runners (act) pass GITHUB_RETENTION_DAYS=0; GitHub's own never do."""
-    zero = ActionEnv.from_environ({**REQUIRED, "GITHUB_RETENTION_DAYS": "0"})
-    unset = ActionEnv.from_environ(REQUIRED)
+    zero = ActionInputs.from_environ({**REQUIRED, "GITHUB_RETENTION_DAYS": "0"})
+    unset = ActionInputs.from_environ(REQUIRED)
     assert zero.runner_retention_days is None and zero == unset
 
 
 # --- the job's state directory (seal_state_dir) -----------------------------------------------
 
 
-def sealing(tmp_path: Path, mode: int, cell_user: str) -> ActionEnv:
+def sealing(tmp_path: Path, mode: int, cell_user: str) -> ActionInputs:
     temp = tmp_path / "runner-temp"
     (temp / "rio").mkdir(parents=True)  # left open by someone: sealing closes it again
     (temp / "rio").chmod(0o755)
     temp.chmod(mode)
-    return ActionEnv.from_environ(
+    return ActionInputs.from_environ(
         {
             **REQUIRED,
             "RUNNER_TEMP": str(temp),

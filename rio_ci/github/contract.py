@@ -1,7 +1,11 @@
-"""The GitHub Actions environment contract (docs/github.md), read once and validated.
+"""The action's contract with its workflow (docs/github.md): what a step of it is given —
+``ActionInputs``, GitHub's variables (``GITHUB_*``, ``RUNNER_*``) and the action's inputs
+(``RIO_*``, which action.yml sets from ``with:``), read once and validated; ``Config``, the
+repository's ``.github/rio.yml`` — and what it gives back: its outputs, log commands and
+annotations, the step summary.
 
-Only these variables are read. Unset action inputs take their defaults. Nothing here is
-ever printed whole: the token and the API key stay inside this object.
+Only these variables are read. Unset action inputs take their defaults. Nothing here is ever
+printed whole: the token and the API key stay inside ``ActionInputs``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ REQUIRED = (
 
 
 @dataclass(frozen=True)
-class ActionEnv:
+class ActionInputs:
     event_name: str
     event_path: Path
     repository: str
@@ -82,7 +86,7 @@ class ActionEnv:
     job: str = ""  # GITHUB_JOB: the id of the workflow's job this step runs in
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
+    def from_environ(cls, environ: Mapping[str, str]) -> ActionInputs:
         def need(name: str) -> str:
             value = environ.get(name, "").strip()
             if not value:
@@ -193,7 +197,7 @@ class Config:
     and more variables to treat as secrets (``secrets``), applied when a Session is created;
     ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts
     (a Session's saved generations), so the artifact outlives every Timer and a Timer past it
-    is refused. It can only lower what the runner says (``ActionEnv.retention_days``); None
+    is refused. It can only lower what the runner says (``ActionInputs.retention_days``); None
     when the file does not set it. ``ci_workflow``, read by every job: the repository's CI
     workflow, which the finish step dispatches on the agent's branch after a push (pushes
     made with the job token start no workflow; docs/github.md)."""
@@ -312,7 +316,7 @@ def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
 def checkout_of(environ: Mapping[str, str]) -> str | None:
     """The checkout the job's Cells write (``GITHUB_WORKSPACE``), named before the harness
     looks up any program so that none of the checkout's ever runs (rio_ci.untrusted.programs); None
-    when unset (``ActionEnv`` then reports it)."""
+    when unset (``ActionInputs`` then reports it)."""
     return environ.get("GITHUB_WORKSPACE", "").strip() or None
 
 
@@ -326,7 +330,7 @@ def log_error(message: str) -> None:
     log(f"::error::rio-ci: {escape_control(' '.join(message.split()))}")
 
 
-def warn(env: ActionEnv, message: str) -> None:
+def warn(env: ActionInputs, message: str) -> None:
     """A warning in the log (an annotation on the run) and in the step summary: one line
     (no workflow command can follow it), control and bidi characters escaped."""
     line = escape_control(" ".join(message.split()))
@@ -336,7 +340,7 @@ def warn(env: ActionEnv, message: str) -> None:
             stream.write(f"> **Warning** (rio-ci): {line}\n\n")
 
 
-def seal_state_dir(env: ActionEnv) -> None:
+def seal_state_dir(env: ActionInputs) -> None:
     """Make the job's state directory (``$RUNNER_TEMP/rio``: ``job.json``, the Session and
     its sidecars, the harness's git directory and its home, the launch-record repository)
     the harness's alone: mode 0700, so the Cell user can neither list nor enter it. Then
@@ -362,7 +366,7 @@ def seal_state_dir(env: ActionEnv) -> None:
             warn(env, f"RUNNER_TEMP ({env.runner_temp}) stays open to others: {exc.strerror}")
 
 
-def write_outputs(env: ActionEnv, result: dict[str, Any], only: tuple[str, ...] = ()) -> None:
+def write_outputs(env: ActionInputs, result: dict[str, Any], only: tuple[str, ...] = ()) -> None:
     """Append the step's outputs to ``GITHUB_OUTPUT`` (all of them, or the names in
     ``only``). Written twice in one step, a name takes its last value."""
     if env.output is None:
