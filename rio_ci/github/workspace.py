@@ -1,4 +1,4 @@
-"""The working environment on GitHub: the agent's files live on branch ``rio/issue-<n>``.
+"""The working tree on GitHub: the agent's files live on branch ``rio/issue-<n>``.
 
 At the start of a job the branch is checked out (if it exists); at the end of every job —
 also a cancelled one — the working tree is committed to it and pushed.

@@ -68,7 +68,7 @@ def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict
             "cell_user": owner.cells.user.name if owner.cells.user else None,
             "code_cell_ms_owner_first": ms(through_owner(CODE)),
             "code_cell_ms_uv_first": ms(bare(uv_argv)),
-        }  # uv builds envs
+        }  # the first of each: uv builds the script's venv
         pairs: dict[str, list[tuple[float, float]]] = {"code": [], "cmd": []}
         floors: list[float] = []
         for i in range(-2, 12 if quick else 40):  # two rounds of warm-up
