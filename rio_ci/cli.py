@@ -33,6 +33,8 @@ from rio_ci.core.admission import Receipt, Rejection
 from rio_ci.core.errors import Rejected, RioError, UsageError
 from rio_ci.core.json_value import MAX_SEQ, is_text_safe
 from rio_ci.core.limits import DEFAULTS, Limits
+from rio_ci.model.providers import DEFAULT_SPEC
+from rio_ci.model.table import DEFAULT_EFFORT, EFFORTS
 from rio_ci.run import cell_user
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
 from rio_ci.run.sudo import arrive
@@ -446,8 +448,8 @@ def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
     p.add_argument("db")
     p.add_argument(
         "--model",
-        default="anthropic",
-        help="anthropic[:MODEL] (default: the current Sonnet), bedrock:MODEL, "
+        default=DEFAULT_SPEC,
+        help="anthropic[:MODEL] (default: the model table's default model), bedrock:MODEL, "
         "vertex:MODEL or scripted:FILE (a YAML list of patches)",
     )
     p.add_argument("--deadline", type=_seconds, help="stop after S seconds")
@@ -469,9 +471,9 @@ def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
         )
         q.add_argument(
             "--effort",
-            default="high",
-            help="how hard the model thinks: low, "
-            "medium, high (default), xhigh or max, where the model offers it",
+            default=DEFAULT_EFFORT,
+            help=f"how hard the model thinks: {', '.join(EFFORTS)}, where the model offers it "
+            f"(default: {DEFAULT_EFFORT})",
         )
         q.add_argument(
             "--fallback-model",

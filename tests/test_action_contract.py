@@ -1,5 +1,5 @@
-"""The environment contract and ``.github/rio.yml`` (docs/github.md), read in-process: pure
-parsing with clear errors."""
+"""The action's contract (GitHub's variables, the action's inputs) and ``.github/rio.yml``
+(docs/github.md), read in-process: pure parsing with clear errors."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from rio_ci.cli import build_parser
 from rio_ci.core.errors import UsageError
 from rio_ci.core.limits import Limits
 from rio_ci.github.contract import ActionInputs, Config, seal_state_dir
+from rio_ci.model import table
+from rio_ci.model.providers import DEFAULT_SPEC, build_model
+from rio_ci.model.table import DEFAULT_EFFORT
 
 REQUIRED = {
     "GITHUB_EVENT_NAME": "issues",
@@ -25,7 +29,7 @@ REQUIRED = {
 def test_unset_inputs_take_their_defaults() -> None:
     env = ActionInputs.from_environ(REQUIRED)
     assert (env.model, env.trigger_label, env.config, env.budget_minutes) == (
-        "anthropic:claude-sonnet-5-5",
+        DEFAULT_SPEC,
         "rio",
         ".github/rio.yml",
         50.0,
@@ -33,6 +37,19 @@ def test_unset_inputs_take_their_defaults() -> None:
     assert env.api_url == "https://api.github.com" and env.output is None
     assert env.state_dir == Path("/rt/rio") and env.artifact_dir == Path("/rt/rio-artifact")
     assert env.workflow_file == "rio.yml"
+
+
+@pytest.mark.parametrize("given", [{}, {"RIO_MODEL": "", "RIO_EFFORT": " "}])
+def test_the_action_and_the_command_line_share_one_default_model(given: dict[str, str]) -> None:
+    """The action with its ``model`` and ``effort`` inputs unset or empty asks for what
+    ``rio-ci run`` without ``--model`` and ``--effort`` asks for: the model table's default
+    model at rio-ci's default level, both read from rio_ci/model."""
+    env = ActionInputs.from_environ({**REQUIRED, **given})
+    args = build_parser().parse_args(["run", "s.db"])
+    assert (env.model, env.effort) == (args.model, args.effort) == (DEFAULT_SPEC, DEFAULT_EFFORT)
+    model = build_model(env.model, effort=env.effort, connect=False)
+    assert model.name == table.default_model()
+    assert getattr(model, "effort", None) == DEFAULT_EFFORT
 
 
 def test_inputs_and_runner_variables_are_read() -> None:

@@ -25,8 +25,8 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 INPUTS = {  # input → (environment variable, default)
     "anthropic-api-key": ("ANTHROPIC_API_KEY", ""),
     "github-token": ("GITHUB_TOKEN", "${{ github.token }}"),
-    "model": ("RIO_MODEL", action_contract.DEFAULT_MODEL),
-    "effort": ("RIO_EFFORT", "high"),
+    "model": ("RIO_MODEL", ""),  # empty: rio-ci's one default model (rio_ci/model)
+    "effort": ("RIO_EFFORT", ""),
     "price": ("RIO_PRICE", ""),
     "fallback-model": ("RIO_FALLBACK_MODEL", ""),
     "trigger-label": ("RIO_TRIGGER_LABEL", action_contract.DEFAULT_LABEL),

@@ -37,6 +37,7 @@ from typing import IO, Any
 from rio_ci.commands.eval_cases import Case, find_cases
 from rio_ci.commands.eval_report import measure, write_reports
 from rio_ci.core.errors import RioError, UsageError
+from rio_ci.model.table import DEFAULT_EFFORT
 from rio_ci.session.session import Session
 from rio_ci.untrusted import programs
 
@@ -75,7 +76,7 @@ def eval_command(
     timeout: float,
     emit: Callable[[Any], None],
     price: str | None = None,
-    effort: str = "high",
+    effort: str = DEFAULT_EFFORT,
     fallback: str | None = None,
     keep: bool = False,
 ) -> int:

@@ -27,10 +27,11 @@ from rio_ci.core.errors import UsageError
 from rio_ci.core.json_value import ascii_int
 from rio_ci.core.limits import Limits
 from rio_ci.core.text import escape_control
+from rio_ci.model.providers import DEFAULT_SPEC
+from rio_ci.model.table import DEFAULT_EFFORT
 from rio_ci.run.cell_user import requested
 from rio_ci.untrusted.treefile import read_tree_file
 
-DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
@@ -121,8 +122,8 @@ class ActionInputs:
                 Path(optional["GITHUB_STEP_SUMMARY"]) if optional["GITHUB_STEP_SUMMARY"] else None
             ),
             runner_temp=Path(given["RUNNER_TEMP"]),
-            model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
-            effort=environ.get("RIO_EFFORT", "").strip() or "high",
+            model=environ.get("RIO_MODEL", "").strip() or DEFAULT_SPEC,
+            effort=environ.get("RIO_EFFORT", "").strip() or DEFAULT_EFFORT,
             price=environ.get("RIO_PRICE", "").strip() or None,
             fallback_model=environ.get("RIO_FALLBACK_MODEL", "").strip() or None,
             trigger_label=environ.get("RIO_TRIGGER_LABEL", "").strip() or DEFAULT_LABEL,

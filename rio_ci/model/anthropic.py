@@ -87,7 +87,7 @@ class AnthropicModel:
         model: str,
         *,
         provider: str = "anthropic",
-        effort: str = "high",
+        effort: str = table.DEFAULT_EFFORT,
         price: Price | None = None,
         api_key: str | None = None,
         base_url: str | None = None,

@@ -17,8 +17,10 @@ from collections.abc import Mapping
 
 from rio_ci.core.errors import UsageError
 from rio_ci.model.base import Model, Price
+from rio_ci.model.table import DEFAULT_EFFORT
 
 __all__ = [
+    "DEFAULT_EFFORT",
     "DEFAULT_SPEC",
     "build_model",
     "fallback_spec",
@@ -27,6 +29,8 @@ __all__ = [
     "priced_models",
 ]
 
+# The spec a run without ``--model`` (the action without ``model``) uses: the model table's
+# default model (``table.default_model()``) on the Claude API. rio_ci's one default model.
 DEFAULT_SPEC = "anthropic"
 _CLAUDE = ("anthropic", "bedrock", "vertex")
 _PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)\Z")
@@ -35,7 +39,7 @@ _PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)\Z")
 def build_model(
     spec: str | None = None,
     *,
-    effort: str = "high",
+    effort: str = DEFAULT_EFFORT,
     price: Price | None = None,
     connect: bool = True,
 ) -> Model:
