@@ -274,6 +274,46 @@ def test_the_circle_check_catches_a_circle() -> None:
     }
 
 
+# The package's top holds only the entry points docs/design.md names: the one entry
+# (``python -m rio_ci``), the command line, and what Cells import; everything else is in a
+# folder whose ``__init__`` states its rule.
+TOP = {"__init__.py", "__main__.py", "api.py", "cli.py"}
+
+
+def test_the_package_top_holds_only_its_entry_points() -> None:
+    assert {module.name for module in PACKAGE.glob("*.py")} == TOP
+    table = (PACKAGE.parent / "docs" / "design.md").read_text()
+    assert all(f"`{name}`" in table for name in TOP - {"__init__.py"})
+
+
+# What start-up may import of rio_ci (rio_ci/start/__init__.py): it runs in a process that
+# may be thrown away at once, before the command line's imports.
+START_IMPORTS = ("rio_ci.core", "rio_ci.start", "rio_ci.store.at_rest")
+
+
+def start_up_imports(source: str) -> list[str]:
+    """The rio_ci modules ``source`` (a module of rio_ci/start) imports beyond its rule."""
+    return sorted(
+        name
+        for name in imports_of(source, "rio_ci.start")
+        if name.startswith("rio_ci.")
+        and not any(name == allowed or name.startswith(f"{allowed}.") for allowed in START_IMPORTS)
+    )
+
+
+@pytest.mark.parametrize("module", sorted((PACKAGE / "start").glob("*.py")), ids=relative)
+def test_start_up_imports_only_the_core_and_the_session_at_rest(module: Path) -> None:
+    assert start_up_imports(module.read_text()) == []
+
+
+def test_the_start_up_check_catches_a_heavier_import() -> None:
+    assert start_up_imports("from rio_ci.store.journal import Journal\n") == [
+        "rio_ci.store.journal"
+    ]
+    assert start_up_imports("from rio_ci.store.at_rest import SIDECARS\n") == []
+    assert start_up_imports("from . import preload\n") == []
+
+
 FORGES = PACKAGE / "forge"
 
 
