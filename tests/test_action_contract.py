@@ -48,7 +48,7 @@ def test_the_action_and_the_command_line_share_one_default_model(given: dict[str
     args = build_parser().parse_args(["run", "s.db"])
     assert (env.model, env.effort) == (args.model, args.effort) == (DEFAULT_SPEC, DEFAULT_EFFORT)
     model = build_model(env.model, effort=env.effort, connect=False)
-    assert model.name == table.default_model()
+    assert model.name == f"{DEFAULT_SPEC}:{table.default_model()}"
     assert getattr(model, "effort", None) == DEFAULT_EFFORT
 
 
