@@ -7,10 +7,13 @@ bounded, text arguments must be UTF-8, and stdout is always valid UTF-8 strict J
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # `python -m rio_ci.cli`: the entry point first, before any import
-    from rio_ci.entry import main as _entry
+if __name__ == "__main__":  # `python -m rio_ci`: not an entry (rio-ci's is `-m rio_ci`)
+    import sys
 
-    raise SystemExit(_entry())
+    sys.stdout.write(
+        '{"error": "usage: run python -m rio_ci (the rio-ci command), not rio_ci.cli"}\n'
+    )
+    raise SystemExit(2)
 
 import argparse
 import math
@@ -24,19 +27,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-import rio_ci.sdk_preload  # (first: starts the SDK import for `run`)
-from rio_ci import jsonio, programs
+import rio_ci
 from rio_ci.commands.human import add_output_flags, render
 from rio_ci.core.admission import Receipt, Rejection
+from rio_ci.core.errors import Rejected, RioError, UsageError
+from rio_ci.core.json_value import MAX_SEQ, is_text_safe
 from rio_ci.core.limits import DEFAULTS, Limits
-from rio_ci.core.state import MAX_SEQ, is_text_safe
-from rio_ci.errors import Rejected, RioError, UsageError
 from rio_ci.model import providers
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.confinement.sudo import arrive
 from rio_ci.run.confinement.user import become_root
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
-from rio_ci.session import Session
+from rio_ci.session.session import Session
+from rio_ci.untrusted import jsonio, programs
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
 MAX_INPUT_BYTES = 64 * 2**20  # a PATCH larger than this cannot fit any context budget
@@ -476,8 +479,9 @@ def _run_options(specs: dict[str, argparse.ArgumentParser]) -> None:
         )
         q.add_argument(
             "--effort",
-            default="high",
-            help=f"how hard the model thinks: {_efforts()}, where the model offers it",
+            default=providers.DEFAULT_EFFORT,
+            help=f"how hard the model thinks: {_efforts()}, where the model offers it "
+            f"(default: {providers.DEFAULT_EFFORT})",
         )
         q.add_argument(
             "--fallback-model",
@@ -546,9 +550,9 @@ OWNER_COMMANDS = frozenset({"work", "run", "action"})
 
 def _working_trees(args: argparse.Namespace) -> list[str]:
     """The working tree an Owner command's Cells write: no program in it ever runs as the
-    harness's (rio_ci.programs), whatever ``PATH`` says."""
+    harness's (rio_ci.untrusted.programs), whatever ``PATH`` says."""
     if args.command == "action":
-        from rio_ci.github.env import checkout_of
+        from rio_ci.github.contract import checkout_of
 
         tree = checkout_of(os.environ)
     else:
@@ -594,7 +598,7 @@ def _start_owner(args: argparse.Namespace, argv: list[str]) -> None:
     root for a Cell user, move the credentials out of the initial environment."""
     needed: tuple[str, ...] = ()
     if args.command == "action":
-        from rio_ci.github.env import REQUIRED
+        from rio_ci.github.contract import REQUIRED
 
         needed = REQUIRED
     arrive(needed)
@@ -612,6 +616,6 @@ def _start_owner(args: argparse.Namespace, argv: list[str]) -> None:
 def _annotate(command: str | None, line: str) -> None:
     """``rio-ci action``'s error is also an error annotation on the workflow run."""
     if command == "action":
-        from rio_ci.github.env import log_error
+        from rio_ci.github.contract import log_error
 
         log_error(line)

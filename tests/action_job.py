@@ -225,7 +225,7 @@ class Repository:
         self.url = str(self.origin)
         # How a step starts rio-ci: this checkout's, as a module; a test of the installed
         # command (the action's `rio-ci`) puts that here.
-        self.command = [sys.executable, "-m", "rio_ci.cli"]
+        self.command = [sys.executable, "-m", "rio_ci"]
         if http:
             self.url = gh.serve_git(self.origin)
             if max_file_bytes is not None:
@@ -380,7 +380,7 @@ class Repository:
         copy = job.directory / "inspect.sqlite3"
         copy.write_bytes(self.session_file(job).read_bytes())
         done = subprocess.run(
-            [sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
+            [sys.executable, "-m", "rio_ci", "events", str(copy)],
             capture_output=True,
             text=True,
             env=job.env,
@@ -393,7 +393,7 @@ class Repository:
         copy = job.directory / "inspect.sqlite3"
         copy.write_bytes(self.session_file(job).read_bytes())
         return subprocess.run(
-            [sys.executable, "-m", "rio_ci.cli", "events", str(copy)],
+            [sys.executable, "-m", "rio_ci", "events", str(copy)],
             capture_output=True,
             text=True,
             env=job.env,

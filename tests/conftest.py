@@ -30,7 +30,7 @@ from fakes.github_api import FakeGitHub
 from rio_ci.core.events import OutputPiece, Result
 from rio_ci.forge.github import GitHubForge
 from rio_ci.run.confinement.home import SHARED_PLACES
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.kit import Patch, cli_env
 from tests.runners import PROFILES, RunnerUser, fresh_cell_user, runner_user
 
@@ -55,7 +55,7 @@ SLOW_MODULES = frozenset(
         "test_controls.py",
         "test_demo.py",
         "test_fresh_install.py",
-        "test_harness.py",
+        "test_round_loop.py",
         "test_owner.py",
         "test_owner_crash.py",
         "test_process.py",
@@ -176,11 +176,11 @@ class CliResult:
 def run_cli(
     *args: Any, input: Any = None, cwd: str | Path | None = None, timeout: float = 60
 ) -> CliResult:
-    """Run ``python -m rio_ci.cli ARGS`` as a subprocess. ``input`` that is not a string is
+    """Run ``python -m rio_ci ARGS`` as a subprocess. ``input`` that is not a string is
     sent as JSON (handy for ``step DB TURN -``)."""
     text = input if input is None or isinstance(input, str) else json.dumps(input)
     done = subprocess.run(
-        [PY, "-m", "rio_ci.cli", *map(str, args)],
+        [PY, "-m", "rio_ci", *map(str, args)],
         input=text,
         capture_output=True,
         text=True,

@@ -151,7 +151,7 @@ class Patch:
 
 def events(db: str | Path) -> list[dict[str, Any]]:
     """Every event of the Session file ``db``, as rio_ci reads them."""
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     session = Session.open(Path(db))
     try:

@@ -20,7 +20,7 @@ def rio(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", *args],
+        [sys.executable, "-m", "rio_ci", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -30,7 +30,7 @@ def rio(
 
 def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rio_ci.cli", *args],
+        [sys.executable, "-m", "rio_ci", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

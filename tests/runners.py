@@ -133,9 +133,9 @@ class RunnerUser:
         )
 
     def rio(self, *args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-        """``python -m rio_ci.cli ARGS`` as this user, with an interpreter that imports
+        """``python -m rio_ci ARGS`` as this user, with an interpreter that imports
         this checkout's rio_ci also when rio-ci re-executes it isolated (through sudo)."""
-        return self.run([everyone_python(), "-m", "rio_ci.cli", *args], env, cwd)
+        return self.run([everyone_python(), "-m", "rio_ci", *args], env, cwd)
 
     def sudo_command_lines(self) -> list[list[str]]:
         """Every command line the sudo-rs stand-in was given (what sudo would log)."""

@@ -1,7 +1,7 @@
 """Drive a Session through the ``rio-ci`` command line, the way a user or a script would.
 
 Used by the Owner tests (test_owner*.py, test_controls.py, test_timers.py). Every call is a
-real ``python -m rio_ci.cli`` process on a real SQLite file; Cells really run (code Cells
+real ``python -m rio_ci`` process on a real SQLite file; Cells really run (code Cells
 with ``uv run --script``). Cells that must leave a trace append to an external side-effect
 log (``CliSession.log``): one line per write, ``<unix time> <pid> <words...>``.
 """
@@ -24,7 +24,7 @@ import pytest
 
 from tests.kit import Patch, cli_env
 
-RIO = [sys.executable, "-m", "rio_ci.cli"]
+RIO = [sys.executable, "-m", "rio_ci"]
 HEADER = "# /// script\n# dependencies = []\n# ///\n"
 TOKEN_VAR = "RIO_WORKER_TOKEN"
 

@@ -118,7 +118,7 @@ def test_where_no_cell_user_is_possible_the_job_goes_on_and_says_so(gh: FakeGitH
         prefix, python = unprivileged_command()
 
         run = subprocess.run(
-            [*prefix, python, "-m", "rio_ci.cli", "action"],
+            [*prefix, python, "-m", "rio_ci", "action"],
             cwd=job.workspace,
             env=job.env,
             capture_output=True,
@@ -134,7 +134,7 @@ def test_where_no_cell_user_is_possible_the_job_goes_on_and_says_so(gh: FakeGitH
             [
                 sys.executable,
                 "-m",
-                "rio_ci.cli",
+                "rio_ci",
                 "events",
                 str(job.runner_temp / "rio" / "session.sqlite3"),
             ],

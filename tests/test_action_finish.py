@@ -25,7 +25,7 @@ from action_job import (
 )
 from fakes.github_api import FakeGitHub, Recorded
 
-from rio_ci.crashpoints import FINISH_POINTS
+from rio_ci.faults.crashpoints import FINISH_POINTS
 from rio_ci.github.workspace import refused_paths
 from rio_ci.store.artifact import MANIFEST, SNAPSHOT, archive, unpack
 

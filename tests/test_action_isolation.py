@@ -60,7 +60,7 @@ src = Path("src")
 (src / "rio_ci").mkdir(parents=True)
 (src / "sitecustomize.py").write_text(mark.format(mark={markers!r} + "/sitecustomize"))
 (src / "rio_ci" / "__init__.py").write_text(mark.format(mark={markers!r} + "/rio_ci"))
-for name in ("cli.py", "entry.py", "__main__.py"):
+for name in ("cli.py", "__main__.py"):
     (src / "rio_ci" / name).write_text(mark.format(mark={markers!r} + "/rio_ci." + name))
 shutil.copytree(
     Path(encodings.__file__).parent, src / "encodings", ignore=shutil.ignore_patterns("*.pyc")

@@ -19,12 +19,12 @@ from conftest import journal_rows
 from fakes.github_api import FakeGitHub, Recorded
 
 from rio_ci.forge.github import GitHubForge
-from rio_ci.github.env import ActionEnv
+from rio_ci.github.contract import ActionInputs
 from rio_ci.github.intake import take_in
 from rio_ci.github.job import run
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 
@@ -60,7 +60,7 @@ def comment_on_look(
 
 
 def run_in_process(repo: Repository, job: Job, clock: Callable[[], float]) -> dict[str, Any]:
-    env = ActionEnv.from_environ(job.env)
+    env = ActionInputs.from_environ(job.env)
     forge = GitHubForge(env.repository, env.token, env.api_url, throttle=False, retries=0)
     try:
         return run(env, forge, clock=clock)

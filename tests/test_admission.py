@@ -31,8 +31,8 @@ from conftest import (
 )
 
 from rio_ci.core.admission import Rejection, decide, digest
-from rio_ci.core.state import encoded_size
-from rio_ci.session import Receipt, Session
+from rio_ci.core.json_value import encoded_size
+from rio_ci.session.session import Receipt, Session
 from tests.kit import Patch, cli_env, until
 
 Build = Callable[[Patch], Any]
@@ -711,7 +711,7 @@ def test_resolving_a_real_unknown_execution_after_a_killed_owner(rio: Any, tmp_p
         == 0
     )
     owner = subprocess.Popen(
-        [PY, "-m", "rio_ci.cli", "work", str(db)],
+        [PY, "-m", "rio_ci", "work", str(db)],
         cwd=tmp_path,
         env=cli_env(),
         stdout=subprocess.DEVNULL,

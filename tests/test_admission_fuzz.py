@@ -35,13 +35,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from rio_ci.core.admission import Accepted, Rejection, decide, digest
+from rio_ci.core.errors import Rejected
 from rio_ci.core.events import OBSERVATION_KINDS
+from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
-from rio_ci.core.state import EXECUTABLE, encoded_size, validate_cell
-from rio_ci.errors import Rejected
-from rio_ci.session import Receipt, Session
+from rio_ci.core.state import EXECUTABLE, validate_cell
+from rio_ci.session.session import Receipt, Session
 
 # --- building patches from a snapshot ------------------------------------------------------
 
@@ -88,7 +89,7 @@ BAD_PATHS = [
 
 
 @dataclass(frozen=True)
-class Shown:
+class TurnState:
     """What a patch author can read off a Turn's State."""
 
     state: dict[str, Any]
@@ -165,7 +166,7 @@ EXTRA_KEY = st.sampled_from(
 
 
 @st.composite
-def cells(draw: st.DrawFn, snap: Shown, new_id: int, previous: int | None) -> Any:
+def cells(draw: st.DrawFn, seen: TurnState, new_id: int, previous: int | None) -> Any:
     """A Cell value, usually valid, with the given id and previous_id (usually)."""
     shape = draw(SHAPE)
     if shape == "garbage":
@@ -173,7 +174,7 @@ def cells(draw: st.DrawFn, snap: Shown, new_id: int, previous: int | None) -> An
     cell: dict[str, Any] = {
         "id": new_id,
         "previous_id": previous,
-        **draw(bodies(snap, shape, new_id)),
+        **draw(bodies(seen, shape, new_id)),
     }
     defect = draw(CELL_DEFECT)
     if defect == "id":
@@ -188,9 +189,9 @@ def cells(draw: st.DrawFn, snap: Shown, new_id: int, previous: int | None) -> An
 
 
 @st.composite
-def bodies(draw: st.DrawFn, snap: Shown, shape: str, new_id: int) -> dict[str, Any]:
+def bodies(draw: st.DrawFn, seen: TurnState, shape: str, new_id: int) -> dict[str, Any]:
     """A Cell's fields but ``id`` and ``previous_id``, of the given shape."""
-    targets = snap.executions + snap.heads + [new_id - 1, 999]
+    targets = seen.executions + seen.heads + [new_id - 1, 999]
     if shape == "note":
         return note(draw(NOTE_TEXT))
     if shape == "cmd":
@@ -200,8 +201,8 @@ def bodies(draw: st.DrawFn, snap: Shown, shape: str, new_id: int) -> dict[str, A
     if shape == "cancel":
         return note("stop", role="cancel", target_cell_id=draw(st.sampled_from(targets)))
     if shape == "resolution":
-        refs = draw(st.lists(st.sampled_from(snap.refs), min_size=0, max_size=2))
-        target = draw(st.sampled_from((snap.unresolved * 3) + targets))
+        refs = draw(st.lists(st.sampled_from(seen.refs), min_size=0, max_size=2))
+        target = draw(st.sampled_from((seen.unresolved * 3) + targets))
         return note("resolved", role="resolution", target_cell_id=target, evidence_refs=refs)
     return note(
         "end", role="conclusion", result=draw(st.sampled_from(["success", "failure", "done"]))
@@ -218,19 +219,19 @@ class _Drafting:
 
 
 @st.composite
-def patches(draw: st.DrawFn, snap: Shown) -> Any:
+def patches(draw: st.DrawFn, seen: TurnState) -> Any:
     """A patch for the snapshot: mostly well-formed, sometimes subtly or grossly wrong."""
     defect = draw(PATCH_DEFECT)
     if defect == "json":
         return draw(JSON)
-    state = snap.state
-    drafting = _Drafting(list(snap.heads), state["runtime"]["next_cell_id"])
+    state = seen.state
+    drafting = _Drafting(list(seen.heads), state["runtime"]["next_cell_id"])
     ops: list[Any] = []
     if defect != "no test":
         value = state["revision"] if defect != "bad revision" else draw(JSON)
         ops.append({"op": "test", "path": "/revision", "value": value})
     for _ in range(draw(st.integers(0, 4))):
-        ops += draw(operations(snap, drafting, draw(OP_KIND)))
+        ops += draw(operations(seen, drafting, draw(OP_KIND)))
     if defect == "swap" and len(ops) > 1:
         i = draw(st.integers(0, len(ops) - 1))
         j = draw(st.integers(0, len(ops) - 1))
@@ -239,17 +240,17 @@ def patches(draw: st.DrawFn, snap: Shown) -> Any:
 
 
 @st.composite
-def operations(draw: st.DrawFn, snap: Shown, drafting: _Drafting, kind: str) -> list[Any]:
+def operations(draw: st.DrawFn, seen: TurnState, drafting: _Drafting, kind: str) -> list[Any]:
     """One operation of ``kind`` as a list (empty when the array has no Cell it could name)."""
     ids = drafting.ids
     if kind == "add":
-        cell = draw(cells(snap, drafting.next_id, None))
+        cell = draw(cells(seen, drafting.next_id, None))
         ids.append(drafting.next_id)
         drafting.next_id += 1
         return [{"op": "add", "path": "/cells/-", "value": cell}]
     if kind == "replace" and ids:
         index = draw(st.integers(0, len(ids) - 1))
-        cell = draw(cells(snap, drafting.next_id, ids[index]))
+        cell = draw(cells(seen, drafting.next_id, ids[index]))
         ids[index] = drafting.next_id
         drafting.next_id += 1
         return [{"op": "replace", "path": f"/cells/{index}", "value": cell}]
@@ -261,7 +262,7 @@ def operations(draw: st.DrawFn, snap: Shown, drafting: _Drafting, kind: str) -> 
         drafting.last_removed = index
         return [{"op": "remove", "path": f"/cells/{index}"}]
     if kind == "test":
-        path, value = draw(st.sampled_from(snap.pointers()))
+        path, value = draw(st.sampled_from(seen.pointers()))
         if rarely(draw, 5):
             value = draw(JSON)
         return [{"op": "test", "path": path, "value": value}]
@@ -345,8 +346,8 @@ class Base:
     facts: Known
 
     @property
-    def snap(self) -> Shown:
-        return Shown(self.turn["state"], self.proj.last_seq)
+    def seen(self) -> TurnState:
+        return TurnState(self.turn["state"], self.proj.last_seq)
 
 
 def freeze(session: Session) -> Base:
@@ -411,7 +412,7 @@ def fuzz_decide(bases: list[Base], patches_wanted: int, *, derandomize: bool) ->
     def run(data: st.DataObject) -> None:
         base = data.draw(st.sampled_from(bases))
         for _ in range(PER_EXAMPLE):
-            check_one(base, data.draw(patches(base.snap)), outcomes)
+            check_one(base, data.draw(patches(base.seen)), outcomes)
 
     run()
     # The generator must reach both outcomes often, or the test proves little.
@@ -477,7 +478,7 @@ class StepMachine(RuleBasedStateMachine):
     def step(self, data: st.DataObject) -> None:
         session = self.session
         turn = session.prepare_turn()
-        patch = data.draw(patches(Shown(turn["state"], session.proj.last_seq)))
+        patch = data.draw(patches(TurnState(turn["state"], session.proj.last_seq)))
         rows, state = journal_rows(session.path), session.state()
         result = session.step(turn["turn_id"], patch)
         after_rows, after = journal_rows(session.path), session.state()

@@ -1,12 +1,14 @@
 """The architecture, checked: one write path, SQL in one folder, the Journal behind the
 Session, data flowing one way, and each folder's rule (stated in its ``__init__``).
 
-- only ``rio_ci/session.py`` writes events (opens ``journal.write()`` or holds a ``Writer``);
+- only ``rio_ci/session/session.py`` writes events (opens ``journal.write()`` or holds a
+  ``Writer``);
 - only ``rio_ci/store/`` imports ``sqlite3``, with one documented exception: bench's bare
   baseline commit (it measures SQLite itself);
 - nothing outside the Session and the store reaches ``session.journal``;
 - every import runs down the layers (``LAYERS``): nothing imports what stands above it, and
-  parts on one level (``store``, ``forge``, ``model``) do not import each other;
+  parts on one level (``store``, ``forge``, ``model``) do not import each other; no module
+  imports itself through a circle, inside a part either;
 - only ``rio_ci/forge/github*.py`` imports PyGithub, and no Forge module serves two hosts;
 - a model provider's SDK is imported by its own module only (``rio_ci/model/claude/`` for
   ``anthropic``: the providers table names both), and nothing but the bench reaches into a
@@ -65,7 +67,7 @@ def writes_events(source: str) -> list[str]:
 
 @pytest.mark.parametrize("module", MODULES, ids=relative)
 def test_only_the_session_writes_events(module: Path) -> None:
-    if relative(module) in ("rio_ci/session.py", "rio_ci/store/journal.py"):
+    if relative(module) in ("rio_ci/session/session.py", "rio_ci/store/journal.py"):
         return
     assert writes_events(module.read_text()) == []
 
@@ -81,32 +83,13 @@ def test_the_write_check_catches_writers() -> None:
     )
 
 
-def _run_as_a_program(node: ast.AST) -> bool:
-    """``if __name__ == "__main__":`` — what ``python -m`` runs, never an importer."""
-    return isinstance(node, ast.If) and ast.unparse(node.test) in (
-        "__name__ == '__main__'",
-        "'__main__' == __name__",
-    )
-
-
 def imports_of(source: str, package: str | None = None) -> set[str]:
     """Every module ``source`` imports (``from rio_ci import x`` counts as ``rio_ci.x``; a
     relative import is resolved against ``package``, the one the module lives in, or kept as
-    ``<relative>`` when none is given), except in the body of ``if __name__ ==
-    "__main__":``, which runs only when the module is the program (``python -m rio_ci.cli``
-    hands over to ``rio_ci.entry`` there)."""
-    tree = ast.parse(source)
-    skipped = {
-        id(inner)
-        for node in ast.walk(tree)
-        if _run_as_a_program(node)
-        for statement in node.body  # type: ignore[attr-defined]
-        for inner in ast.walk(statement)
-    }
+    ``<relative>`` when none is given), wherever the import stands: at the top, in a function,
+    or in the body of ``if __name__ == "__main__":``."""
     imported = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -140,31 +123,26 @@ def test_only_the_store_runs_sql(module: Path) -> None:
 
 
 # Each part of rio_ci and its level: a module may import its own part and any part on a
-# lower level, nothing on its own level or above. ``api`` and ``tools`` stand apart: a Cell
-# imports them, so they import nothing of rio_ci.
+# lower level, nothing on its own level or above (``run`` and ``reports`` share one: what
+# people read never supervises, and supervision never renders). ``api`` and ``tools`` stand
+# apart: a Cell imports them, so they import nothing of rio_ci.
 LAYERS = {
     "core": 0,
-    "errors": 0,
-    "crashpoints": 0,
-    "treefile": 0,
-    "redirects": 0,
-    "programs": 0,
-    "jsonio": 1,
-    "gitenv": 1,
+    "faults": 0,
+    "untrusted": 1,
     "store": 2,
     "forge": 2,
     "model": 2,
     "egress": 2,
-    "session": 3,
-    "sdk_preload": 3,
-    "run": 4,
+    "start": 3,
+    "session": 4,
+    "run": 5,
     "reports": 5,
-    "harness": 6,
+    "rounds": 6,
     "github": 7,
     "commands": 8,
     "cli": 9,
-    "entry": 10,
-    "__main__": 11,
+    "__main__": 10,
     "api": None,
     "tools": None,
 }
@@ -206,23 +184,145 @@ def test_every_import_runs_down_the_layers(module: Path) -> None:
 
 
 def test_the_layer_check_catches_an_import_up_or_across() -> None:
-    assert imports_up("from rio_ci.session import Session\n", "store") == ["rio_ci.session"]
+    assert imports_up("from rio_ci.session.session import Session\n", "store") == [
+        "rio_ci.session.session"
+    ]
     assert imports_up("from rio_ci.store import journal\n", "forge") == ["rio_ci.store"]
-    assert imports_up("from rio_ci import harness\n", "reports") == ["rio_ci.harness"]
+    assert imports_up("from rio_ci import rounds\n", "reports") == ["rio_ci.rounds"]
     assert imports_up("import rio_ci.core.state\n", "api") == ["rio_ci.core.state"]
     assert imports_up("from rio_ci.core.state import compact\n", "store") == []
     assert imports_up("from rio_ci.store.journal import Journal\n", "store") == []
-    program = 'if __name__ == "__main__":\n    from rio_ci.entry import main\n'
+    program = 'if __name__ == "__main__":\n    from rio_ci.start.early import begin\n'
     assert imports_up(program, "cli") == []
-    assert imports_up(program.replace("__main__", "rio_ci.cli"), "cli") == ["rio_ci.entry"]
-    otherwise = program.replace("    from", "    pass\nelse:\n    from")
-    assert imports_up(otherwise, "cli") == ["rio_ci.entry"]  # only the program's body is skipped
+    assert imports_up(program, "start") == []
+    assert imports_up(program.replace("start.early", "cli"), "start") == ["rio_ci.cli"]
+    assert imports_up("def main():\n    from rio_ci import cli\n", "start") == ["rio_ci.cli"]
     assert imports_up("from ..session import Session\n", "store", "rio_ci.store") == [
         "rio_ci.session"
     ]
-    assert imports_up("from .. import harness\n", "reports", "rio_ci.reports") == ["rio_ci.harness"]
+    assert imports_up("from .. import rounds\n", "reports", "rio_ci.reports") == ["rio_ci.rounds"]
     assert imports_up("from . import journal\n", "store", "rio_ci.store") == []
     assert imports_up("from .journal import Journal\n", "store") == ["<relative>"]
+
+
+def dotted_name(module: Path) -> str:
+    """``rio_ci/store/journal.py`` -> ``rio_ci.store.journal``; a package's ``__init__`` is
+    the package."""
+    return relative(module).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def module_imports(source: str, package: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``source`` imports, wherever the import stands: for
+    ``from X import a``, ``X.a`` when it is a module, else ``X``."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            names = [n for n in names[:-1] if n in known] or [base]
+        else:
+            continue
+        found |= {name for name in names if name in known}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of rio_ci, and the modules of rio_ci it imports."""
+    known = {dotted_name(module) for module in MODULES}
+    graph = {}
+    for module in MODULES:
+        name = dotted_name(module)
+        package = name if module.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = module_imports(module.read_text(), package, known) - {name}
+    return graph
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every node an arrow path from ``start`` reaches (``start`` itself only through a loop)."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo += graph.get(node, ())
+    return seen
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of ``graph``: each set of two or more modules that reach each other, each
+    sorted."""
+    reach = {node: reachable(graph, node) for node in graph}
+    found = {
+        tuple(sorted({node} | {other for other in reach[node] if node in reach.get(other, ())}))
+        for node in graph
+    }
+    return sorted(list(circle) for circle in found if len(circle) > 1)
+
+
+def test_no_module_imports_itself_through_a_circle() -> None:
+    """The layers forbid an import up or across; inside one part, modules still import each
+    other one way only (an import inside a function or under ``__main__`` counts too)."""
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_check_catches_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert circles(graph) == [["a", "b", "c"], ["d", "e"]]
+    known = {"rio_ci.cli", "rio_ci.start", "rio_ci.start.early"}
+    source = "def main():\n    from rio_ci import cli\n    from rio_ci.start import early\n"
+    assert module_imports(source, "rio_ci.start", known) == {"rio_ci.cli", "rio_ci.start.early"}
+    assert module_imports("from rio_ci.start.early import begin\n", "rio_ci", known) == {
+        "rio_ci.start.early"
+    }
+
+
+# The package's top holds only the entry points docs/design.md names: the one entry
+# (``python -m rio_ci``), the command line, and what Cells import; everything else is in a
+# folder whose ``__init__`` states its rule.
+TOP = {"__init__.py", "__main__.py", "api.py", "cli.py"}
+
+
+def test_the_package_top_holds_only_its_entry_points() -> None:
+    assert {module.name for module in PACKAGE.glob("*.py")} == TOP
+    table = (PACKAGE.parent / "docs" / "design.md").read_text()
+    assert all(f"`{name}`" in table for name in TOP - {"__init__.py"})
+
+
+# What start-up may import of rio_ci (rio_ci/start/__init__.py): it runs in a process that
+# may be thrown away at once, before the command line's imports; the providers table names
+# the SDK to import early (a table of named tuples, no SDK).
+START_IMPORTS = (
+    "rio_ci.core",
+    "rio_ci.start",
+    "rio_ci.store.at_rest",
+    "rio_ci.model.providers",
+)
+
+
+def start_up_imports(source: str) -> list[str]:
+    """The rio_ci modules ``source`` (a module of rio_ci/start) imports beyond its rule."""
+    return sorted(
+        name
+        for name in imports_of(source, "rio_ci.start")
+        if name.startswith("rio_ci.")
+        and not any(name == allowed or name.startswith(f"{allowed}.") for allowed in START_IMPORTS)
+    )
+
+
+@pytest.mark.parametrize("module", sorted((PACKAGE / "start").glob("*.py")), ids=relative)
+def test_start_up_imports_only_the_core_and_the_session_at_rest(module: Path) -> None:
+    assert start_up_imports(module.read_text()) == []
+
+
+def test_the_start_up_check_catches_a_heavier_import() -> None:
+    assert start_up_imports("from rio_ci.store.journal import Journal\n") == [
+        "rio_ci.store.journal"
+    ]
+    assert start_up_imports("from rio_ci.store.at_rest import SIDECARS\n") == []
+    assert start_up_imports("from . import preload\n") == []
 
 
 FORGES = PACKAGE / "forge"
@@ -298,7 +398,7 @@ def test_the_provider_check_catches_a_reach_into_a_provider() -> None:
 
 # Only the Session and the store reach the Journal. The Owner too asks the Session for what
 # it needs of the file it guards: its identity, the guard, the check, the WAL checkpoint.
-JOURNAL_READERS = {"rio_ci/session.py", "rio_ci/store/journal.py"}
+JOURNAL_READERS = {"rio_ci/session/session.py", "rio_ci/store/journal.py"}
 
 
 def reaches_the_journal(source: str) -> bool:
@@ -335,7 +435,7 @@ def test_tests_ask_the_session_for_what_it_offers() -> None:
     """A test reaches through ``session.journal`` only for what is the Journal's own (a
     replay, a reopen, dropped derived data, a write as another process makes one); the
     Journal's tests excepted."""
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     tests = PACKAGE.parent / "tests"
     found = {

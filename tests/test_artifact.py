@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from fakes.github_api import FakeGitHub
 
-from rio_ci.errors import ArtifactError, ForgeError, StorageError
+from rio_ci.core.errors import ArtifactError, ForgeError, StorageError
 from rio_ci.forge.github import GitHubForge
 from rio_ci.github.newest import EXPIRED, restore_newest
 from rio_ci.github.provenance import Provenance
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.artifact import (
     MANIFEST,
     SCHEMA,

@@ -2,8 +2,8 @@
 measured number (its value is not checked: that is the bench's job, not the test's); the
 storage chart is drawn; no Worker survives an idle Owner; a memory-backed file system is
 refused. The caching provider's billing rules are tested on their own, and the scripted
-Session's committed usage against what that provider billed; the early SDK import and the
-Journal-size chart too. No test here times anything: speed goals are the bench's."""
+Session's committed usage against what that provider billed; the Journal-size chart too (the
+early SDK import: tests/test_start.py). No test here times anything: speed goals are the bench's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import itertools
 import json
 import math
 import os
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -22,12 +21,10 @@ import psutil
 import pytest
 from conftest import run_cli
 
-from rio_ci import sdk_preload
 from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system, journal_chart, tokens
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache, minimum_tokens
 from rio_ci.commands.bench.egress import measure_egress
 from rio_ci.commands.bench.provider import LoopbackProvider
-from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.model.claude.client import AnthropicModel
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import ROOT
@@ -385,7 +382,7 @@ def test_the_sdk_meets_the_bench_provider_and_its_400(tmp_path: Path) -> None:
 
 
 def test_the_scripted_session_is_billed_through_the_adapter(tmp_path: Path) -> None:
-    """The 50-round Session runs through the Harness and the real adapter; the usage the
+    """The 50-round Session runs through the RoundLoop and the real adapter; the usage the
     Session committed is exactly what the provider billed, request by request."""
     played = tokens.play(tmp_path)
     usage, billed = played["usage"], played["billed"]
@@ -418,63 +415,6 @@ def test_the_tests_fake_bills_the_adapters_layout_with_the_same_rules() -> None:
     assert first.cache_read_tokens == 0 and first.cache_write_tokens > 0
     assert appended.cache_read_tokens == first.cache_write_tokens
     assert 0 < changed.cache_read_tokens < appended.cache_read_tokens
-
-
-# --- the start of a run: the SDK import begins at once (rio_ci/sdk_preload.py) -------------
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["rio-ci", "run", "s.db"], True),
-        (["/usr/bin/rio-ci", "run", "s.db", "--model", "bedrock:claude-sonnet-5-5"], True),
-        (["/x/rio_ci/cli.py", "run", "s.db", "--model=anthropic:claude-opus-5-5"], True),
-        (["rio-ci", "run", "s.db", "--model", "scripted:plan.yaml"], False),
-        (["rio-ci", "show", "s.db"], False),
-        (["rio-ci", "action"], True),
-        (["rio-ci", "action", "run"], True),
-        (["rio-ci", "action", "finish"], False),
-        (["rio-ci", "action", "sweep"], False),
-        (["pytest", "run"], False),
-        ([], False),
-    ],
-)
-def test_the_sdk_is_imported_early_only_for_a_run_that_talks_to_claude(
-    argv: list[str], expected: bool
-) -> None:
-    assert sdk_preload.wanted(argv, {}) is expected
-    if argv[1:2] == ["action"]:  # the job's model comes from the environment there
-        assert sdk_preload.wanted(argv, {"RIO_MODEL": "scripted:plan.yaml"}) is False
-
-
-def test_a_run_process_has_the_sdk_importing_before_its_own_modules() -> None:
-    """In a process whose argv is a ``rio-ci run``, importing the CLI starts the SDK import
-    in a thread (it completes on its own); for a scripted model nothing is imported."""
-    code = (
-        "import sys; sys.argv = ['rio-ci', 'run', 's.db'] + sys.argv[1:]\n"
-        "import rio_ci.cli, rio_ci.sdk_preload as p\n"
-        "started = p.PRELOAD is not None\n"
-        "p.PRELOAD and p.PRELOAD.join(120)\n"
-        "print(started, 'anthropic' in sys.modules)\n"
-    )
-    clean = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
-    key = {"ANTHROPIC_API_KEY": "sk-ant-test"}
-    for extra, env, printed in (
-        ([], clean, "True True"),
-        (["--model", "scripted:x.yaml"], clean, "False False"),
-        # Holding a key, the Owner re-executes itself without it first: no import here...
-        ([], {**clean, **key}, "False False"),
-        # ...but in the re-executed process, which carries the mark.
-        ([], {**clean, **key, "RIO_SCRUBBED": "1"}, "True True"),
-    ):
-        done = subprocess.run(
-            [sys.executable, "-c", code, *extra],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            env=env,
-        )
-        assert done.stdout.strip() == printed, done.stderr[-2000:]
 
 
 def test_the_journal_chart_draws_each_family_from_bench_figures(tmp_path: Path) -> None:

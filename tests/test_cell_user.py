@@ -35,7 +35,7 @@ from rio_ci.commands.bench.cells import measure_cells
 from rio_ci.run.confinement.channel import Channel, prefix_of
 from rio_ci.run.confinement.folder import prefix_of as prefix_of_folder
 from rio_ci.run.environment import uv_binary
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.hostile.support import (
     NOBODY,
     shared_folder,
@@ -317,7 +317,7 @@ def test_where_no_temporary_folder_may_hold_programs_cells_run_rio_cis_own_uv(
             }
         )
         noexec = "mount -t tmpfs -o noexec tmpfs /tmp && mount -t tmpfs -o noexec tmpfs /var/tmp"
-        shell = f'{noexec} && exec "$0" -m rio_ci.cli "$@"'
+        shell = f'{noexec} && exec "$0" -m rio_ci "$@"'
         argv = [sys.executable, "work", str(sess.db), "--cell-user", cell_user]
         done = subprocess.run(
             ["unshare", "--mount", "sh", "-c", shell, *argv],
@@ -604,7 +604,7 @@ def test_an_owner_with_passwordless_sudo_becomes_root_for_its_cell_user(
         "--init-groups",
         unprivileged_python(),  # a venv: the re-execution through sudo is `python -I`
         "-m",
-        "rio_ci.cli",
+        "rio_ci",
     ]
 
     def rio(*args: str) -> subprocess.CompletedProcess[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from rio_ci.run.confinement.channel import Channel
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.kit import cli_env, python_with
 from tests.session_cli import gone
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from action_job import git
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.github import gitdirs, workspace
 from rio_ci.github.git import Git
 from rio_ci.github.survey import SIZE_CAP, Bounds, survey

@@ -17,7 +17,7 @@ from rio_ci.commands.show import executions, summary
 from rio_ci.core.projection import DEPARTED_KEPT
 from rio_ci.core.reducer import short_cell
 from rio_ci.reports.live import describe
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.kit import Patch
 from tests.run_cli import write_script
 

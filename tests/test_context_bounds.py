@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
-from rio_ci.core.state import encoded_size
 from rio_ci.core.view import masked_marker
-from tests.harness_kit import DONE, WatchedFake, cmd, kinds, patch
 from tests.kit import events
+from tests.round_loop_kit import DONE, WatchedFake, cmd, kinds, patch
 from tests.run_cli import new_session, rio, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
-# tests/conftest.py marks test_harness.py.
+# tests/conftest.py marks test_round_loop.py.
 pytestmark = pytest.mark.slow
 
 PY = sys.executable

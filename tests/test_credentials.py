@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from rio_ci.run.environment import worker_environment
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.kit import Patch, cli_env
 
-RIO = [sys.executable, "-m", "rio_ci.cli"]
+RIO = [sys.executable, "-m", "rio_ci"]
 CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canary-github-9c2d"}
 
 
@@ -121,18 +121,18 @@ def test_a_rio_ci_planted_in_the_working_directory_never_gets_the_credentials(
     """A Cell can write a ``rio_ci/`` package into the checkout the finish step runs in. The
     Owner that re-executes itself to carry its credentials in a memfd imports rio-ci's own,
     never that one (``python -P``), whether it was started as the ``rio-ci`` script or with
-    ``python -P -m rio_ci.cli``."""
+    ``python -P -m rio_ci``."""
     checkout, marker = tmp_path / "checkout", tmp_path / "the-planted-code-ran"
     (checkout / "rio_ci").mkdir(parents=True)
     plant = f"open({str(marker)!r}, 'a').write(repr(__import__('os').environ) + '\\n')\n"
-    for name in ("__init__.py", "cli.py", "entry.py"):
+    for name in ("__init__.py", "__main__.py", "cli.py"):
         (checkout / "rio_ci" / name).write_text(plant)
     db = tmp_path / "s.db"
     Session.create(db, "goal", cwd=str(tmp_path)).close()
     start = (
         [str(Path(sys.executable).with_name("rio-ci"))]
         if how == "script"
-        else [sys.executable, "-P", "-m", "rio_ci.cli"]
+        else [sys.executable, "-P", "-m", "rio_ci"]
     )
     env = cli_env(GITHUB_TOKEN=CANARIES["GITHUB_TOKEN"])
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # this checkout's rio_ci

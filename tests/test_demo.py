@@ -236,7 +236,7 @@ def test_the_demo_without_a_directory_leaves_nothing_behind(tmp_path: Path) -> N
     names no path in it."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", "demo", "--human"],
+        [sys.executable, "-m", "rio_ci", "demo", "--human"],
         capture_output=True,
         text=True,
         env=env,

@@ -23,7 +23,7 @@ ROOT = DOCS.parent
 
 def rio(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", *args],
+        [sys.executable, "-m", "rio_ci", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -109,7 +109,7 @@ def test_step_help_points_at_the_patches_page() -> None:
 def test_show_json_keys_are_the_documented_ones(tmp_path: Path) -> None:
     """docs/cli.md names every key of ``show --json``, and no key it does not have."""
     from rio_ci.commands.show import summary
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     text = (DOCS / "cli.md").read_text().split("## show", 1)[1].split("\n## ", 1)[0]
     paragraph = text.split("The JSON object's keys:", 1)[1].split("\n\n", 1)[0]
@@ -127,7 +127,7 @@ def test_show_json_keys_are_the_documented_ones(tmp_path: Path) -> None:
 def test_show_json_ended_keys_are_the_documented_ones(tmp_path: Path) -> None:
     """docs/cli.md's ``ended`` object names the keys ``show --json`` prints for an ended run."""
     from rio_ci.commands.show import summary
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     text = (DOCS / "cli.md").read_text().split("## show", 1)[1].split("\n## ", 1)[0]
     shape = re.search(r"`ended` \(`\{([^}]*)\}`", text)

@@ -1,7 +1,7 @@
 """The docs stand alone and agree with the tree.
 
 Every path and module they name exists (``rio_ci/run/owner.py``, ``rio_ci/commands/bench/``,
-``rio_ci/reports/history.py::read_history``, ``rio_ci.run.owner.in_doubt``,
+``rio_ci/reports/timeline.py::read_timeline``, ``rio_ci.run.owner.in_doubt``,
 ``tests/test_lock.py``), every relative link reaches its file and heading, and no moment of
 the project's history is left in them: a tracker number ("issue 26", "#26"), a commit, a
 "stop 19" or a "second round". What changed, and when, is the CHANGELOG's.

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from rio_ci.core.errors import UsageError
 from rio_ci.egress import default_allow, heads
 from rio_ci.egress.policy import (
     BAD_HOST,
@@ -24,7 +25,6 @@ from rio_ci.egress.policy import (
     parse,
     parse_mode,
 )
-from rio_ci.errors import UsageError
 from tests.kit import ROOT
 
 

@@ -17,13 +17,13 @@ import yaml
 
 from rio_ci.commands.eval_cases import find_cases, load_case
 from rio_ci.commands.eval_report import measure, summarise, write_reports
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import complete, load_script
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.harness_kit import DONE, KEY, UNPRICED
-from tests.harness_kit import patch as first_patch
 from tests.kit import cli_env, events
+from tests.round_loop_kit import DONE, KEY, UNPRICED
+from tests.round_loop_kit import patch as first_patch
 from tests.run_cli import rio
 
 ROOT = Path(__file__).resolve().parents[1]

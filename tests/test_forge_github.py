@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fakes.github_api import FakeGitHub
 
-from rio_ci.errors import ForgeError, StorageError
+from rio_ci.core.errors import ForgeError, StorageError
 from rio_ci.forge.github import GitHubForge
 
 MARKER = "<!-- rio:progress -->"

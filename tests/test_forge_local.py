@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.forge.local import FILE, LocalForge
 
 MARKER = "<!-- rio-ci:progress -->"

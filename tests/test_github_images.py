@@ -29,7 +29,7 @@ from rio_ci.github.images import (
     image_refs,
     kept,
 )
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import Patch
 

@@ -12,7 +12,7 @@ import pytest
 from fakes.github_api import FakeGitHub
 
 from rio_ci.commands.bench.github_jobs import Site
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.forge.github import GitHubForge
 from rio_ci.forge.github_limits import Patience, Refusal, refusal
 

@@ -20,7 +20,7 @@ from fakes.github_api import FakeGitHub
 from rio_ci.commands.bench.github_api import LoopbackGitHub
 from rio_ci.commands.bench.github_jobs import Site, listen
 from rio_ci.commands.bench.rate_limit import Counted
-from rio_ci.github.env import JOB_FILE
+from rio_ci.github.contract import JOB_FILE
 from rio_ci.github.prune import prune
 
 pytestmark = pytest.mark.slow

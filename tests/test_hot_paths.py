@@ -15,11 +15,11 @@ from conftest import run_cli
 from rio_ci.commands.bench.drive import new_session, patch_for, play_round
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Receipt
-from rio_ci.core.state import compact, encoded_size
+from rio_ci.core.errors import StorageError
+from rio_ci.core.json_value import compact, encoded_size
 from rio_ci.core.view import _unbounded, next_turn, render, select_inbox, unbounded_size
-from rio_ci.errors import StorageError
 from rio_ci.run.owner import Owner, in_doubt
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ from conftest import (
     succeed,
 )
 
-from rio_ci.errors import OwnershipError, StorageError
-from rio_ci.session import Receipt, Session
+from rio_ci.core.errors import OwnershipError, StorageError
+from rio_ci.session.session import Receipt, Session
 from rio_ci.store.journal import SAVE_EVERY
 from tests.kit import Patch, cli_env
 
@@ -132,7 +132,7 @@ PURE_REBUILD = textwrap.dedent("""
     except AssertionError:
         guarded = True
 
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     session = Session.open(sys.argv[1])
     print(json.dumps({"guarded": guarded, "open": session.proj.to_dict(),
@@ -393,8 +393,8 @@ def test_concurrent_appends_lose_and_duplicate_nothing(
 
 UNCERTAIN = textwrap.dedent("""
     import json, resource, signal, sys
-    from rio_ci.errors import UncertainCommit
-    from rio_ci.session import Session
+    from rio_ci.core.errors import UncertainCommit
+    from rio_ci.session.session import Session
 
     session = Session.open(sys.argv[1])
     session.journal.wal_checkpoint()  # an empty WAL: the next COMMIT must grow it
@@ -445,7 +445,7 @@ def test_an_uncertain_commit_stops_everything_until_a_reopen(session: Session, d
 def test_a_saved_projection_in_another_format_is_ignored_and_the_journal_replayed(
     tmp_path: Path,
 ) -> None:
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
     from rio_ci.store.journal import SAVE_EVERY
 
     path = tmp_path / "s.db"
@@ -469,7 +469,7 @@ def test_concurrent_news_on_one_name_make_exactly_one_session(tmp_path: Path) ->
     path = tmp_path / "s.db"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "rio_ci.cli", "new", str(path), "--goal", f"g{n}"],
+            [sys.executable, "-m", "rio_ci", "new", str(path), "--goal", f"g{n}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )

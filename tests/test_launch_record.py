@@ -17,7 +17,7 @@ from rio_ci.core import events as ev
 from rio_ci.github.generations import Merge, merge
 from rio_ci.github.record import Fenced, LaunchRecord
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.launch_record import Record, parse
 
 MakeSession = Callable[..., Session]

@@ -23,14 +23,14 @@ import pytest
 from rio_ci.commands.show import render_text
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.faults import checks, runner
-from tests.harness_kit import DONE, ECHO, MODEL, WatchedFake, cmd, cost, kinds, patch
 from tests.kit import cli_env, events, until
+from tests.round_loop_kit import DONE, ECHO, MODEL, WatchedFake, cmd, cost, kinds, patch
 from tests.run_cli import new_session, rio, spawn, status, write_script
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
-# tests/conftest.py marks test_harness.py.
+# tests/conftest.py marks test_round_loop.py.
 pytestmark = pytest.mark.slow
 
 PY = sys.executable

@@ -131,7 +131,7 @@ def test_the_install_step_lands_the_locked_versions_where_cells_cannot_write(
     venv = runner_temp / "rio-ci-venv"
     assert (venv / "bin" / "rio-ci").read_bytes() == (ROOT / "bin" / "rio-ci").read_bytes()
     listed = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "rio_ci.cli", "--version"],
+        [str(venv / "bin" / "python"), "-m", "rio_ci", "--version"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import rio_ci
-from rio_ci.errors import StorageError
-from rio_ci.session import Session
+from rio_ci.core.errors import StorageError
+from rio_ci.session.session import Session
 from rio_ci.store import migrations
 from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
 from rio_ci.store.sessionfile import SCHEMA_OBJECTS, single_file_problem

@@ -19,12 +19,12 @@ import pytest
 from rio_ci import sdk_preload
 from rio_ci.commands.run import run_command
 from rio_ci.core.credentials import SECRET_NAME
-from rio_ci.errors import UsageError
-from rio_ci.github.env import Config, harness_secrets
+from rio_ci.core.errors import UsageError
+from rio_ci.github.contract import Config, harness_secrets
 from rio_ci.model import providers
 from rio_ci.model.claude import table
 from rio_ci.run.confinement.settings import ConfinementSettings
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.fakes import tiny_provider
 from tests.kit import events
 

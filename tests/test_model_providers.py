@@ -13,7 +13,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.claude import table
 from rio_ci.model.claude.client import AnthropicModel

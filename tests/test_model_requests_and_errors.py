@@ -16,11 +16,11 @@ from typing import Any
 import anthropic
 import pytest
 
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 from rio_ci.model.claude import table
 from rio_ci.model.claude.client import AnthropicModel
 from rio_ci.model.claude.tool import STEP_TOOL, tool_for
-from rio_ci.model.environment import (
+from rio_ci.model.environment_block import (
     ENVIRONMENT_HEADER,
     STATUS_BYTES,
     STATUS_LINES,
@@ -210,7 +210,7 @@ def test_the_environment_block_follows_the_last_breakpoint_and_keeps_the_prefix(
     for now in (1_800_000_000, 1_800_000_600):
         fake.reply_patch(PATCH)
         block = environment_block(Path("/work/repo"), now=now)
-        model.ask(replace(request(), environment=block))
+        model.ask(replace(request(), environment_block=block))
     bodies = [r.body for r in fake.requests]
     prefixes = []
     for body, now in zip(bodies, (1_800_000_000, 1_800_000_600), strict=True):

@@ -1,7 +1,7 @@
 """Pictures fit the provider's limits (docs/models.md "Pictures"): one picture's base64 form,
 the number of pictures in a request and the request's whole size stay under what the
 provider documents; a picture over a limit is left out with a note the model reads, and the
-Turn succeeds. The Harness runs in-process with the real SDK against ``FakeAnthropic``, which
+Turn succeeds. The RoundLoop runs in-process with the real SDK against ``FakeAnthropic``, which
 answers as the API does: 400 for a picture over 5 MB once encoded or for more than 100
 pictures, 413 for a body over 32 MB. Every picture here is stored straight into the Session,
 as a release from before these checks could have stored it."""
@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from rio_ci.harness import Harness
 from rio_ci.model.base import Picture
 from rio_ci.model.claude import table
 from rio_ci.model.claude.client import AnthropicModel
 from rio_ci.model.pictures import encoded_size, fit, megabytes, too_large
 from rio_ci.reports.live import LiveLog
+from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
-from tests.harness_kit import DONE, KEY, MODEL, patch
+from tests.round_loop_kit import DONE, KEY, MODEL, patch
 
 LIMITS = table.request_limits()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -66,7 +66,7 @@ def one_turn(
         owner = Owner(str(db))
         try:
             model = AnthropicModel(MODEL, api_key=KEY, base_url=fake.base_url)
-            outcome = Harness(owner, model, live=LiveLog(owner.session, io.StringIO())).run(
+            outcome = RoundLoop(owner, model, live=LiveLog(owner.session, io.StringIO())).run(
                 time.monotonic() + 120
             )
         finally:

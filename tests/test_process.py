@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rio_ci.errors import RecoveryError
+from rio_ci.core.errors import RecoveryError
 from rio_ci.run.confinement import spawn as spawning
 from rio_ci.run.survivors import StopReport, WorkerIdentity, find_token_holders, stop_survivors
 from rio_ci.run.worker import GATE_REFUSED, Worker

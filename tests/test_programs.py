@@ -1,6 +1,6 @@
-"""The rules by which the harness finds the programs it runs (rio_ci/programs.py): a program
-on ``PATH`` is skipped when its entry is relative, when it lies inside the working tree (links
-resolved), or when anyone but root or the harness's own users could replace it or a folder
+"""The rules by which the harness finds the programs it runs (rio_ci/untrusted/programs.py): a
+program on ``PATH`` is skipped when its entry is relative, when it lies inside the working tree
+(links resolved), or when anyone but root or the harness's own users could replace it or a folder
 above it; the harness's subprocesses get a ``PATH`` of system folders only.
 
 Each test plants a program ``tool`` in a folder it then makes unfit, with a fit one further on
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci import programs
-from rio_ci.gitenv import git_environment
 from rio_ci.github.git import Git
-from rio_ci.programs import Lookup, Rules, harness_users
 from rio_ci.run.confinement.user import CellUser
-from rio_ci.session import Session
+from rio_ci.session.session import Session
+from rio_ci.untrusted import programs
+from rio_ci.untrusted.gitenv import git_environment
+from rio_ci.untrusted.programs import Lookup, Rules, harness_users
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_env, unprivileged_rio
 from tests.kit import cli_env, python_with
 
@@ -322,7 +322,7 @@ def test_the_cell_user_is_created_with_the_systems_useradd_not_the_working_trees
         env = cli_env()
         env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
         done = subprocess.run(
-            [sys.executable, "-m", "rio_ci.cli", "work", str(db), "--cell-user", name],
+            [sys.executable, "-m", "rio_ci", "work", str(db), "--cell-user", name],
             env=env,
             capture_output=True,
             text=True,
@@ -355,6 +355,6 @@ def test_the_uv_installed_with_rio_ci_is_refused_where_anyone_else_could_replace
     )
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1] == (
-        f"rio_ci.errors.RioError: rio-ci will not run {uv}: {python.parent} is writable by "
+        f"rio_ci.core.errors.RioError: rio-ci will not run {uv}: {python.parent} is writable by "
         "its group or others; install rio-ci elsewhere"
     )

@@ -12,14 +12,14 @@ import yaml
 from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
 
 from rio_ci.github.comment import Pacer
-from rio_ci.harness import Harness
 from rio_ci.model.scripted import ScriptedModel
 from rio_ci.reports import diagram, progress
-from rio_ci.reports.history import descriptions, read_history
+from rio_ci.reports.timeline import descriptions, read_timeline
+from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests import mermaid
-from tests.harness_kit import DONE
+from tests.round_loop_kit import DONE
 
 # What a model or an issue could put in an argv to escape the chart or the comment.
 HOSTILE = (
@@ -44,10 +44,10 @@ def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
         accept(session, lambda p: [p.add(cmd("echo", HOSTILE, str(i))) for i in range(size)])
         for cell_id in range(batch * size + 1, (batch + 1) * size + 1):
             succeed(session, cell_id)
-    history = read_history(session)
-    every = diagram.rows(history, descriptions(history))
+    timeline = read_timeline(session)
+    every = diagram.rows(timeline, descriptions(timeline))
     assert len(every) == batches * (size + 1) > diagram.MAX_ITEMS  # each round, each Execution
-    text = diagram.block(history, descriptions(history))
+    text = diagram.block(timeline, descriptions(timeline))
     assert f"{len(every) - diagram.MAX_ITEMS} earlier ones are left out" in text
     (chart,) = mermaid.blocks(text)
     assert "%%" not in chart and "<" not in chart and "`" not in chart and "#" not in chart
@@ -69,11 +69,11 @@ def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
         run_url=None,
         generation=1,
         operation="op",
-        history=history,
+        timeline=timeline,
     )
     rows = [line for line in body.splitlines() if re.match(r"\| [0-9]+ \|", line)]
-    assert len(rows) == progress.CELL_ROWS < len(history.runs)
-    assert f"The last {progress.CELL_ROWS} of {len(history.runs)} Executions" in body
+    assert len(rows) == progress.CELL_ROWS < len(timeline.runs)
+    assert f"The last {progress.CELL_ROWS} of {len(timeline.runs)} Executions" in body
 
 
 def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> None:
@@ -86,7 +86,7 @@ def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> No
         run_url=None,
         generation=1,
         operation="op",
-        history=read_history(session),
+        timeline=read_timeline(session),
     )
     (row,) = [line for line in body.splitlines() if line.startswith("| 1 |")]
     assert row.count(" | ") == 4  # five columns: the argv's pipes are escaped
@@ -113,7 +113,7 @@ def test_recent_output_cut_anywhere_cannot_close_its_fence(session: Session, off
         run_url=None,
         generation=1,
         operation="op",
-        history=read_history(session),
+        timeline=read_timeline(session),
     )
     block = body.split("```text\n", 1)[1]
     inside, _, rest = block.partition("\n```\n")
@@ -137,9 +137,9 @@ def test_the_pacer_rewrites_at_most_every_15_seconds() -> None:
 
 
 @pytest.mark.slow
-def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Path) -> None:
+def test_the_round_loop_calls_back_after_each_round_and_marks_its_job(tmp_path: Path) -> None:
     """The seam the GitHub job paces its progress rewrites with: called after each round is
-    committed; the job's name is in the Session's history."""
+    committed; the job's name is in the Session's timeline."""
     db = tmp_path / "s.db"
     Session.create(db, "goal", cwd=str(tmp_path)).close()
     rounds = [[{"op": "add", "path": "/cells/-", "value": cmd("true")}]] * 2
@@ -149,17 +149,17 @@ def test_the_harness_calls_back_after_each_round_and_marks_its_job(tmp_path: Pat
     owner = Owner(str(db))
     seen: list[int] = []
     try:
-        harness = Harness(
+        loop = RoundLoop(
             owner,
             ScriptedModel(script),
             between_rounds=lambda: seen.append(owner.session.refresh().accepted_turns),
             job_label="job under test",
         )
-        assert harness.run().status == "succeeded"
-        history = read_history(owner.session)
+        assert loop.run().status == "succeeded"
+        timeline = read_timeline(owner.session)
     finally:
         owner.close()
     # Called before the first round, after each one, and while Cells run (the GitHub job
     # listens for comments then too): every round was seen committed, in order.
     assert set(range(1, len(rounds) + 1)) <= set(seen) and seen == sorted(seen)
-    assert [job.label for job in history.jobs] == ["job under test"]
+    assert [job.label for job in timeline.jobs] == ["job under test"]

@@ -23,10 +23,10 @@ from conftest import accept, cmd, note
 import rio_ci.api
 import rio_ci.tools
 from rio_ci.model.turn import system_prompt
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from rio_ci.tools.__main__ import attach_values, build_parser
-from tests.harness_kit import kinds
 from tests.kit import ROOT, events
+from tests.round_loop_kit import kinds
 from tests.run_cli import new_session, rio, status, write_script
 
 PROMPT = system_prompt()

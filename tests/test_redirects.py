@@ -1,5 +1,5 @@
-"""Redirects followed by hand (rio_ci/redirects.py), against a real loopback server: each hop
-sends what the caller built for it, the limit holds, and no request is built for a hop that
+"""Redirects followed by hand (rio_ci/untrusted/redirects.py), against a real loopback server: each
+hop sends what the caller built for it, the limit holds, and no request is built for a hop that
 will not be made."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from rio_ci.commands.bench.loopback import LoopbackServer
-from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
+from rio_ci.untrusted.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 
 class _Hops(BaseHTTPRequestHandler):

@@ -152,7 +152,7 @@ def pushed(repo: Repository, branch: str, path: str) -> str:
 def step(
     runner: RunnerUser, job: Job, env: dict[str, str], phase: str
 ) -> subprocess.CompletedProcess[str]:
-    argv = [everyone_python(), "-m", "rio_ci.cli", "action", phase]
+    argv = [everyone_python(), "-m", "rio_ci", "action", phase]
     return runner.run(argv, env, job.workspace, timeout=180)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import ScriptedModel, complete, load_script
 from tests.kit import cli_env, events
@@ -293,7 +293,7 @@ def test_sigkill_during_a_cell_then_placeholders_resolve_it(tmp_path: Path) -> N
     script = write_script(
         tmp_path, [[echo("r1")], [slow], [echo("inspect")], [resolve], [CONCLUDE]]
     )
-    command = [sys.executable, "-m", "rio_ci.cli", "run", str(db), "--model", f"scripted:{script}"]
+    command = [sys.executable, "-m", "rio_ci", "run", str(db), "--model", f"scripted:{script}"]
     first = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env()
     )

@@ -28,7 +28,7 @@ from action_job import WAIT, Repository, add, cmd_cell, labeled, script
 from fakes.github_api import FakeGitHub
 
 import rio_ci
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.run.confinement.seal import Install, seal
 from rio_ci.run.confinement.user import CellUser
 from tests.kit import ROOT, cli_env, python_with

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import end_run, journal_rows, note, sha256
 
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.at_rest import SCHEMA_VERSION
 from tests.kit import Patch
 from tests.run_cli import rio

@@ -11,7 +11,7 @@ import sys
 from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
 
 from rio_ci.commands.show import SHOWN_LINES, render_text, summary
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def test_clipped_output_is_marked_with_the_bytes_left_out_and_the_command(
@@ -29,7 +29,7 @@ def test_clipped_output_is_marked_with_the_bytes_left_out_and_the_command(
     assert f"[… {left} bytes not shown: {command}]" in shown
     # The command it names prints all of it.
     done = subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", *command.split()[1:]],
+        [sys.executable, "-m", "rio_ci", *command.split()[1:]],
         capture_output=True,
         text=True,
         check=False,

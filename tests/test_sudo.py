@@ -136,7 +136,7 @@ def test_a_hand_over_that_did_not_arrive_ends_the_command_in_one_line(stdin: Any
     with on_standard_input({**STEP, "OTHER": "1"}, RS) as other_mark:
         mark = other_mark.replace(other_mark[:32], "0" * 32) if stdin == "other" else other_mark
         done = subprocess.run(
-            [sys.executable, "-m", "rio_ci.cli", "action"],
+            [sys.executable, "-m", "rio_ci", "action"],
             env={**RESET, MARK: mark, "PYTHONPATH": str(ROOT)},
             stdin=subprocess.DEVNULL if stdin != "other" else None,
             capture_output=True,

@@ -44,7 +44,7 @@ API_CELL = """
     report["seqs"] = [r["seq"] for r in everything]
     report["tail"] = [r["seq"] for r in records(after=3)]
     try:
-        import rio_ci.session  # noqa: F401  only the API is importable inside a Cell
+        import rio_ci.session.session  # noqa: F401  only the API is importable inside a Cell
         report["harness_importable"] = True
     except ImportError:
         report["harness_importable"] = False

@@ -1,4 +1,5 @@
-"""One word per idea (docs/concepts.md): the names a word used to share are gone for good.
+"""One word per idea (docs/concepts.md): the names a word used to share are gone for good,
+and so are the modules named after a retired meaning.
 
 "fold" is only the reducer's (a WAL checkpoint copies the WAL into the file; a ``<details>``
 section is collapsed), "snapshot" only a single-file copy of a Session (the Turn shows its
@@ -10,12 +11,14 @@ State's (how an Owner confines them is its ``Confinement``).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
-from rio_ci.session import Session
+from rio_ci.model.base import ModelRequest
+from rio_ci.session.session import Session
 from rio_ci.store.journal import Journal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +38,26 @@ RETIRED = {
     "_checkpoint_then_spawn": "_wal_checkpoint_then_spawn",
     "Cells": "Confinement (how an Owner confines its Cells; the State's Cells keep the word)",
     "fresh_cell_home": "ConfinementSettings.fresh_home",
+    "Harness": "RoundLoop (rio_ci/rounds/loop.py); the harness is rio-ci's whole trusted side",
+    "DEFAULT_MODEL": "DEFAULT_SPEC (rio_ci/model/providers.py): the model table's default model",
+    "ActionEnv": "ActionInputs (rio_ci/github/contract.py: GitHub's variables and the inputs)",
+    "check_success": "pull_request_gate (rio_ci/run/gate.py: supervision, not a report)",
+    "History": "Timeline (rio_ci/core/timeline.py: what reports read; the Journal is the record)",
+    "fold_history": "fold_timeline",
+    "read_history": "read_timeline",
+    "recent_history": "recent_timeline",
+    "_History": "JournalFacts (what admission asks of the Journal: rio_ci/session/facts.py)",
+}
+# Modules retired when their name was given to one idea only, and where what they held went.
+RETIRED_MODULES = {
+    "rio_ci/harness.py": "rio_ci/rounds/loop.py (the round loop; the harness is the trusted side)",
+    "rio_ci/core/history.py": "rio_ci/core/timeline.py (the reports' Timeline)",
+    "rio_ci/reports/history.py": "rio_ci/reports/timeline.py",
+    "rio_ci/github/events.py": "rio_ci/github/triggers.py (events are the Journal's)",
+    "rio_ci/github/env.py": "rio_ci/github/contract.py (ActionInputs, the config, the outputs)",
+    "rio_ci/model/environment.py": "rio_ci/model/environment_block.py",
+    "rio_ci/entry.py": "rio_ci/start/early.py (rio_ci/__main__.py is the one entry)",
+    "rio_ci/sdk_preload.py": "rio_ci/start/preload.py",
 }
 # Prose that gives a retired meaning to a word.
 MISUSED = re.compile(
@@ -81,6 +104,18 @@ def test_the_session_records_a_result_and_the_journal_checkpoints() -> None:
     assert hasattr(Session, "record_result") and not hasattr(Session, "finish")
     assert hasattr(Journal, "wal_checkpoint_full") and not hasattr(Journal, "fold")
     assert not hasattr(Session, "checkpoint") and not hasattr(Journal, "checkpoint")
+
+
+@pytest.mark.parametrize("path", sorted(RETIRED_MODULES))
+def test_no_retired_module_comes_back(path: str) -> None:
+    assert not (ROOT / path).exists(), f"{path}: its name was retired; {RETIRED_MODULES[path]}"
+
+
+def test_a_request_names_its_environment_block() -> None:
+    """A request's block about where the model is, is its ``environment_block``; a bare
+    ``environment`` is a process's variables."""
+    fields = {field.name for field in dataclasses.fields(ModelRequest)}
+    assert "environment_block" in fields and "environment" not in fields
 
 
 def test_the_checks_catch_a_retired_name_and_a_retired_meaning() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rio_ci.github import env as action_env
+from rio_ci.github import contract as action_contract
 from rio_ci.model.providers import PROVIDERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,15 +26,18 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 INPUTS = {  # input → (environment variable, default)
     "anthropic-api-key": ("ANTHROPIC_API_KEY", ""),
     "github-token": ("GITHUB_TOKEN", "${{ github.token }}"),
-    "model": ("RIO_MODEL", action_env.DEFAULT_MODEL),
-    "effort": ("RIO_EFFORT", "high"),
+    "model": ("RIO_MODEL", ""),  # empty: rio-ci's one default model (rio_ci/model)
+    "effort": ("RIO_EFFORT", ""),
     "price": ("RIO_PRICE", ""),
     "fallback-model": ("RIO_FALLBACK_MODEL", ""),
-    "trigger-label": ("RIO_TRIGGER_LABEL", action_env.DEFAULT_LABEL),
+    "trigger-label": ("RIO_TRIGGER_LABEL", action_contract.DEFAULT_LABEL),
     "assignee-trigger": ("RIO_ASSIGNEE_TRIGGER", ""),
-    "config": ("RIO_CONFIG", action_env.DEFAULT_CONFIG),
-    "time-budget-minutes": ("RIO_TIME_BUDGET_MINUTES", f"{action_env.DEFAULT_BUDGET_MINUTES:g}"),
-    "cell-user": ("RIO_CELL_USER", action_env.ACTION_CELL_USER),
+    "config": ("RIO_CONFIG", action_contract.DEFAULT_CONFIG),
+    "time-budget-minutes": (
+        "RIO_TIME_BUDGET_MINUTES",
+        f"{action_contract.DEFAULT_BUDGET_MINUTES:g}",
+    ),
+    "cell-user": ("RIO_CELL_USER", action_contract.ACTION_CELL_USER),
 }
 OUTPUTS = {"status", "session", "next-wake", "pull-request", "artifact-name"}
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")

@@ -22,18 +22,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
 from rio_ci.forge.issues import goal_for
 from rio_ci.forge.local import LocalForge
 from rio_ci.reports import progress
 from rio_ci.reports.publish import (
-    check_success,
     open_pull_request,
     progress_body,
     remember_pull_request,
 )
+from rio_ci.run.gate import pull_request_gate
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 ISSUE_TITLE = "add() returns the difference"
 ISSUE_BODY = "test_calc.py fails: add(2, 3) gives -1. It must return the sum."
@@ -127,7 +127,7 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
         sys.executable,
         "-I",
         "-m",
-        "rio_ci.cli",
+        "rio_ci",
         "run",
         str(db),
         "--model",
@@ -205,7 +205,7 @@ def _publish(forge: LocalForge, number: int, db: Path, project: Path) -> str | N
             forge.upsert_comment(number, progress.MARKER, body)
 
         comment(None)
-        problem = check_success(owner)
+        problem = pull_request_gate(owner)
         if problem is not None:
             if session.proj.ended and session.proj.ended["result"] == "success":
                 comment(None, note=f"no pull request: {problem}")

@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rio_ci import programs
 from rio_ci.commands.eval_cases import Case, find_cases
 from rio_ci.commands.eval_report import measure, write_reports
-from rio_ci.errors import RioError, UsageError
-from rio_ci.session import Session
+from rio_ci.core.errors import RioError, UsageError
+from rio_ci.model.claude.table import DEFAULT_EFFORT
+from rio_ci.session.session import Session
+from rio_ci.untrusted import programs
 
 EXECUTABLE = ("code", "cmd")
 POLL = 0.02  # seconds between looks at the Journal while waiting to crash the Owner
@@ -75,7 +76,7 @@ def eval_command(
     timeout: float,
     emit: Callable[[Any], None],
     price: str | None = None,
-    effort: str = "high",
+    effort: str = DEFAULT_EFFORT,
     fallback: str | None = None,
     keep: bool = False,
 ) -> int:
@@ -183,7 +184,7 @@ def run_trial(case: Case, index: int, spec: str, settings: Settings) -> dict[str
 def make_repository(repo: Path, env: dict[str, str]) -> None:
     """``git init`` with one commit of the whole tree, and an identity the model can commit
     with; the model's ``git diff``/``git status`` then show exactly what changed. git is
-    the one rio-ci runs everywhere (rio_ci.programs), not one on the case's ``PATH``."""
+    the one rio-ci runs everywhere (rio_ci.untrusted.programs), not one on the case's ``PATH``."""
     git = programs.find("git")
     if git is None:
         raise RioError(programs.missing("git"))
@@ -215,7 +216,7 @@ def new_session(db: Path, case: Case, repo: Path, env: dict[str, str]) -> None:
 
 
 def rio_ci() -> list[str]:
-    return [sys.executable, "-I", "-m", "rio_ci.cli"]
+    return [sys.executable, "-I", "-m", "rio_ci"]
 
 
 def drive(db: Path, spec: str, settings: Settings, log: IO[str]) -> tuple[str, bool]:

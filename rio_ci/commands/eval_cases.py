@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
+from rio_ci.core.errors import UsageError
 from rio_ci.core.limits import Limits
-from rio_ci.errors import UsageError
 
 CASE_FILE = "case.yml"
 FIELDS = ("goal", "validators", "check", "limits", "oracle")

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from rio_ci.errors import RioError
-from rio_ci.harness import Harness
+from rio_ci.core.errors import RioError
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports.live import LiveLog
+from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.owner import Owner, handle_signals
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def work_command(
@@ -72,7 +72,7 @@ def run_command(
         if given is not None:
             owner.session.set_price(model.name, asdict(given))
         label = f"rio-ci run, pid {os.getpid()}, {time.strftime('%H:%M:%S', time.gmtime())} UTC"
-        outcome = Harness(owner, model, live=live, fallback=other, job_label=label).run(limit)
+        outcome = RoundLoop(owner, model, live=live, fallback=other, job_label=label).run(limit)
         if owner.running is not None:
             owner.stop_running(
                 "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"

@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rio_ci.core.history import History, Run
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip, escape_control
+from rio_ci.core.timeline import Run, Timeline
 from rio_ci.core.view import retained
-from rio_ci.reports.history import RECENT_EVENTS, recent_history, result_text, seconds, took
 from rio_ci.reports.live import describe
-from rio_ci.session import Session
+from rio_ci.reports.timeline import RECENT_EVENTS, recent_timeline, result_text, seconds, took
+from rio_ci.session.session import Session
 
 SHOWN_LINES = 5  # of each output stream
 SHOWN_CHARS = 400
@@ -58,17 +58,17 @@ class Shown:
 
     proj: Projection
     executions: dict[str, dict[str, Any]]
-    history: History
+    timeline: Timeline
 
 
 def gather(session: Session) -> Shown:
     """The facts ``show`` prints, committed up to one seq: the Projection, the Executions it
-    lists (``executions``) and their times and the latest validators (``recent_history``): a
+    lists (``executions``) and their times and the latest validators (``recent_timeline``): a
     bounded number of indexed reads, so ``show`` costs the same on a long Session."""
     proj = session.refresh()
     listed = executions(session, proj)
     cell_ids = [int(k) for k in listed]
-    return Shown(proj, listed, recent_history(session, proj, cell_ids))
+    return Shown(proj, listed, recent_timeline(session, proj, cell_ids))
 
 
 def summary(session: Session) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def summary(session: Session) -> dict[str, Any]:
         "events": proj.last_seq,
         "validators": [
             {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at}
-            for v in shown.history.validations
+            for v in shown.timeline.validations
         ],
         "executions_not_listed": proj.departed_before,
     }
@@ -123,14 +123,14 @@ def cell_user_line(mode: dict[str, Any] | None) -> str | None:
 
 def render_text(session: Session) -> str:
     shown = gather(session)
-    proj, history = shown.proj, shown.history
+    proj, timeline = shown.proj, shown.timeline
     db = str(session.path)
     lines = [
         f"Session {proj.session['id']}  ({escape_control(db)})",
         f"goal: {escape_control(clip(proj.session['goal'], 300))}",
         f"working directory: {escape_control(proj.session['cwd'])}",
         f"revision {proj.revision}, {proj.last_seq} events, next cell id {proj.next_cell_id}",
-        _times(history),
+        _times(timeline),
     ]
     if (line := cell_user_line(proj.cell_user)) is not None:
         lines.append(line)
@@ -149,7 +149,7 @@ def render_text(session: Session) -> str:
         lines.append(f"  [{cell['id']}] {describe(cell)}")
         ex = every.get(str(cell["id"]))
         if ex:
-            lines.extend(_execution_lines(ex, history.runs.get(cell["id"]), db))
+            lines.extend(_execution_lines(ex, timeline.runs.get(cell["id"]), db))
     heads = {c["id"] for c in proj.cells}
     others = [ex for k, ex in every.items() if int(k) not in heads]
     if others:
@@ -161,24 +161,24 @@ def render_text(session: Session) -> str:
             )
         for ex in others:
             lines.append(f"  [{ex['cell_id']}] {describe(ex['cell'])}")
-            lines.extend(_execution_lines(ex, history.runs.get(ex["cell_id"]), db))
-    lines += _validator_lines(history)
+            lines.extend(_execution_lines(ex, timeline.runs.get(ex["cell_id"]), db))
+    lines += _validator_lines(timeline)
     lines += _rest(session, proj, db)
     return "\n".join(lines)
 
 
-def _times(history: History) -> str:
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(history.started_at))
-    last = seconds(history.last_at - history.started_at)
-    rounds = history.round_count if history.round_count is not None else len(history.rounds)
+def _times(timeline: Timeline) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timeline.started_at))
+    last = seconds(timeline.last_at - timeline.started_at)
+    rounds = timeline.round_count if timeline.round_count is not None else len(timeline.rounds)
     return f"created {started}, last event {last} later; {rounds} round{'s' if rounds != 1 else ''}"
 
 
-def _validator_lines(history: History) -> list[str]:
-    if not history.validations:
+def _validator_lines(timeline: Timeline) -> list[str]:
+    if not timeline.validations:
         return []
     lines = ["", "validators:"]
-    for v in history.validations:
+    for v in timeline.validations:
         lines.append(
             f"  {escape_control(' '.join(v.argv))} → {result_text(v.result)} "
             f"(for conclusion note {v.note_id}, at "

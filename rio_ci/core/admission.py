@@ -2,7 +2,7 @@
 function that takes a patch as it was submitted and, in one pass, unwraps it, encodes it once,
 checks it and either accepts it (an ``Accepted`` holding the event the commit stores) or names
 the first rule it breaks (a ``Rejection``, with what the Journal records of the patch). What it
-needs of committed history beyond the projection it asks ``facts``, only when a rule needs it.
+needs of the Journal beyond the projection it asks ``facts``, only when a rule needs it.
 ``decide_again`` answers a patch for a Turn that already accepted one. Nothing is changed
 either way: the Session commits the outcome.
 """
@@ -17,19 +17,10 @@ from typing import Any, Protocol
 from jsonpointer import EndOfList, JsonPointer, JsonPointerException
 
 from rio_ci.core.events import OBSERVATION_KINDS, PatchAccepted
-from rio_ci.core.projection import Projection
+from rio_ci.core.json_value import NOT_FINITE, compact, encoded_size, json_equal, lenient
+from rio_ci.core.projection import Projection, is_unresolved
 from rio_ci.core.reducer import accepted_cells
-from rio_ci.core.state import (
-    EVIDENCE_REF,
-    EXECUTABLE,
-    NOT_FINITE,
-    compact,
-    encoded_size,
-    is_unresolved,
-    json_equal,
-    lenient,
-    validate_cell,
-)
+from rio_ci.core.state import EVIDENCE_REF, EXECUTABLE, validate_cell
 from rio_ci.core.view import render, unbounded_size
 
 _INDEX_PATH = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")
@@ -43,15 +34,16 @@ OPS = tuple(_OP_KEYS)  # the operations a patch may use (the model's step schema
 
 
 class Facts(Protocol):
-    """What admission asks of committed history beyond the projection, and only when a rule
-    needs it: the Session answers from the Journal inside the step's transaction."""
+    """What admission asks of the Journal beyond the projection, and only when a rule needs
+    it: the Session answers (``rio_ci.session.facts.JournalFacts``) inside the step's
+    transaction."""
 
     def kinds_of(self, seqs: set[int]) -> dict[int, str]:
         """The kind of each committed event among ``seqs`` (a seq that names none: absent)."""
         ...
 
     def execution_recorded(self, cell_id: int) -> bool:
-        """Whether history holds a finished Execution of Cell ``cell_id`` (the projection
+        """Whether the Journal holds a finished Execution of Cell ``cell_id`` (the projection
         drops settled ones)."""
         ...
 
@@ -104,7 +96,7 @@ class Rejection:
     """A patch admission will not accept: ``reason``, the first rule it breaks (the words the
     model and the CLI read), and what the Journal records of the patch, its ``digest`` and
     ``size`` (a ``patch_rejected`` event: never the patch itself). Where an API raises instead
-    of returning, the same idea is the exception ``rio_ci.errors.Rejected``."""
+    of returning, the same idea is the exception ``rio_ci.core.errors.Rejected``."""
 
     reason: str
     digest: str
@@ -395,7 +387,7 @@ class _Work:
 
     def _cancel_problem(self, cell: dict[str, Any]) -> str | None:
         target = cell["target_cell_id"]
-        # History is asked last, and only about a target the projection no longer holds.
+        # The Journal is asked last, and only about a target the projection no longer holds.
         if (
             str(target) in self.proj.executions
             or target in self.executions

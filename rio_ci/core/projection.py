@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rio_ci.core.limits import Limits
-from rio_ci.core.state import is_unresolved
 
 # The shape of a Projection. Raise it whenever the fold changes what it keeps: a saved
 # projection written in another format is ignored and the Journal replayed.
@@ -88,3 +87,12 @@ class Projection:
         if self.inbox:
             problems.append(f"observations are unconsumed ({[m['id'] for m in self.inbox]})")
         return problems
+
+
+def is_unresolved(execution: dict[str, Any]) -> bool:
+    result = execution.get("result")
+    return (
+        isinstance(result, dict)
+        and result.get("type") == "UnknownExecution"
+        and execution.get("resolved_by") is None
+    )

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from rio_ci.core import events as ev
+from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
-from rio_ci.core.projection import DEPARTED_KEPT, Projection
-from rio_ci.core.state import EXECUTABLE, encoded_size, is_unresolved
+from rio_ci.core.projection import DEPARTED_KEPT, Projection, is_unresolved
+from rio_ci.core.state import EXECUTABLE
 from rio_ci.core.text import clip
 from rio_ci.core.view import render
 

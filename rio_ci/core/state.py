@@ -6,11 +6,11 @@ None. ``rio_ci.core.view`` builds the State a Turn shows from the fold's project
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import tomllib
-from typing import Any, TypeGuard
+from typing import Any
+
+from rio_ci.core.json_value import is_int
 
 SCHEMA = "rio.state/1"
 ROLES = ("cancel", "resolution", "conclusion")
@@ -25,68 +25,6 @@ _FIELDS = {
 _OPTIONAL = {"note": {"role", "target_cell_id", "evidence_refs", "result"}}
 # PEP 723: a block opens with "# /// TYPE", holds "#" or "# ..." lines, closes with "# ///".
 _PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
-
-
-LAST_UNIX_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z: every clock and formatter takes it
-RESERVED_PREFIXES = ("execution:", "control:", "timer:", "idle:")
-# Kinds only the harness writes: an outside message must not pass for one of its own.
-HARNESS_KINDS = frozenset({"execution", "timer", "control_rejected", "invalid_idle"})
-_KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}\Z")
-
-
-def message_problem(message_id: Any, kind: Any, payload: Any) -> str | None:
-    """Why an outside message may not enter the Inbox (its size aside), or None."""
-    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > 200:
-        return "a message id must be a non-empty string of at most 200 characters"
-    if message_id.startswith(RESERVED_PREFIXES):
-        return f"message ids starting {message_id.split(':')[0]}: are reserved for the harness"
-    if not isinstance(kind, str) or not _KIND.match(kind):
-        return "a message kind must be a lowercase word (a-z, 0-9, _ . -)"
-    if kind in HARNESS_KINDS:
-        return f"message kind {kind} is reserved for the harness"
-    return _carried_problem(message_id, payload)
-
-
-def timer_problem(timer_id: Any, deadline: Any, payload: Any) -> str | None:
-    """Why a Timer may not be set (its payload's size aside), or None."""
-    if not isinstance(timer_id, str) or not timer_id.strip() or len(timer_id) > 200:
-        return "a Timer id must be a non-empty string of at most 200 characters"
-    if (
-        isinstance(deadline, bool)
-        or not isinstance(deadline, int | float)
-        or not math.isfinite(deadline)
-        or not 0 <= deadline <= LAST_UNIX_TIME
-    ):
-        return (
-            "a Timer deadline must be a Unix time in seconds, from 0 to "
-            f"{LAST_UNIX_TIME} (9999-12-31)"
-        )
-    return _carried_problem(timer_id, payload)
-
-
-def _carried_problem(identifier: str, payload: Any) -> str | None:
-    """Why a message's or a Timer's id and payload cannot be stored as they are, or None."""
-    if not is_text_safe([identifier, payload]):
-        return NOT_TEXT
-    if not is_finite_json(payload):
-        return NOT_FINITE
-    return None
-
-
-MAX_SEQ = 2**63 - 1  # SQLite's largest integer: no seq or id can be larger
-
-
-def ascii_int(text: str, digits: int = 18) -> int | None:
-    """``text`` as a whole number if it is at most ``digits`` ASCII digits, else None:
-    ``"²".isdigit()`` is true and ``int("²")`` fails, so digits are never taken on trust."""
-    if text.isascii() and text.isdigit() and len(text) <= digits:
-        return int(text)
-    return None
-
-
-def is_int(value: Any) -> TypeGuard[int]:
-    """An integer that is not a bool (JSON has no such thing as ``true == 1``)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def validate_cell(cell: Any) -> str | None:
@@ -190,62 +128,3 @@ def _validate_cmd(cell: dict[str, Any]) -> str | None:
     if any("\x00" in a for a in argv):
         return "argv must not contain NUL characters"
     return None
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """RFC 6902 equality: types matter (true is not 1), numbers compare by value."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and bool(a == b)
-
-
-# Compact UTF-8 JSON, the encoding of every stored event and of every budget; one encoder
-# made once (json.dumps with options builds a new one at every call).
-# Strict: ValueError on NaN or Infinity, so nothing non-standard is ever stored or printed.
-compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-# For fingerprinting input that may still hold NaN (it is then rejected, never stored).
-lenient = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-def is_text_safe(value: Any) -> bool:
-    """False when a string in ``value`` holds a lone surrogate: JSON can spell one
-    (``"\\ud800"``) but UTF-8, SQLite and the model cannot carry it."""
-    try:
-        (value if isinstance(value, str) else lenient(value)).encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-NOT_TEXT = "a string holds a lone surrogate (\\ud800-\\udfff), which is not text"
-NOT_FINITE = "a number is NaN or Infinity, which is not JSON"
-
-
-def is_finite_json(value: Any) -> bool:
-    """False when ``value`` holds NaN or an infinity (JSON has neither; NaN is not even
-    equal to itself, so an idempotent re-send could never match)."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        return False
-    return True
-
-
-def encoded_size(value: Any) -> int:
-    """Bytes of ``value`` as compact UTF-8 JSON: the unit of every context budget."""
-    return len(lenient(value).encode())
-
-
-def is_unresolved(execution: dict[str, Any]) -> bool:
-    result = execution.get("result")
-    return (
-        isinstance(result, dict)
-        and result.get("type") == "UnknownExecution"
-        and execution.get("resolved_by") is None
-    )

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rio_ci.core.json_value import encoded_size
 from rio_ci.core.output import joined
-from rio_ci.core.projection import Projection
-from rio_ci.core.state import SCHEMA, encoded_size, is_unresolved
+from rio_ci.core.projection import Projection, is_unresolved
+from rio_ci.core.state import SCHEMA
 
 MAX_DELIVERED = 64  # messages folded into one Turn, at most
 

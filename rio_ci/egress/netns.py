@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from rio_ci.errors import NamespaceError
+from rio_ci.core.errors import NamespaceError
 
 CLONE_NEWNET = 0x40000000  # <linux/sched.h>
 PORT = 3128  # the proxy's port in every namespace: each one is empty, so one number serves all

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal, NamedTuple, get_args
 
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 
 Mode = Literal["allowlist", "open", "none"]
 MODES: tuple[Mode, ...] = get_args(Mode)

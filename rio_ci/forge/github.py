@@ -1,6 +1,6 @@
 """The Forge on GitHub, through PyGithub (and plain ``urllib`` for artifact downloads).
 
-Every PyGithub or network failure leaves this module as ``rio_ci.errors.ForgeError`` with a
+Every PyGithub or network failure leaves this module as ``rio_ci.core.errors.ForgeError`` with a
 message naming the operation that failed; an oversized artifact download raises
 ``StorageError``. Writes are made idempotent by reading first (a marker for comments, the head
 branch for pull requests) and are never retried blindly: the retry policy below only repeats
@@ -36,7 +36,7 @@ from github.Repository import Repository
 from github.TimelineEvent import TimelineEvent
 from urllib3.util.retry import Retry
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.forge.base import (
     Artifact,
     Check,

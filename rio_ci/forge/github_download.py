@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from http.client import HTTPResponse
 from pathlib import Path
 
-from rio_ci.core.state import ascii_int
-from rio_ci.errors import ForgeError, StorageError
+from rio_ci.core.errors import ForgeError, StorageError
+from rio_ci.core.json_value import ascii_int
 from rio_ci.forge.github_limits import Limited, refusal
-from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
+from rio_ci.untrusted.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 _MAX_HOPS = 5  # requests, the API's included
 _CHUNK = 1024 * 1024

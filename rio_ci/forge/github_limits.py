@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 
 SECONDARY_WAIT = 60.0  # "wait for at least one minute before retrying"
 TRIES = 5  # waits in a row for one request before giving up

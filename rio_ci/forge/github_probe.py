@@ -12,7 +12,7 @@ from typing import Any
 from github.GithubException import GithubException
 from github.Requester import Requester
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 
 ACCEPTED = "x-accepted-github-permissions"
 

@@ -4,7 +4,7 @@ a field that is missing or of the wrong type reads as None (or empty) and never 
 
 from __future__ import annotations
 
-from rio_ci.core.state import is_int
+from rio_ci.core.json_value import is_int
 from rio_ci.forge.base import WorkflowRun
 
 

@@ -1,6 +1,6 @@
 """The GitHub layer (docs/github.md): the action's phases (``action``, ``job``, ``finish``,
 ``prune``),
-intake of events, comments and reviews (``events``, ``intake``, ``listen``, ``starts``), the
+intake of events, comments and reviews (``triggers``, ``intake``, ``listen``, ``starts``), the
 Session artifact's generations (``generations``, ``newest``, ``provenance``), the launch record's
 pushes (``record``), the working tree on a branch (``workspace``, ``git``; what of it git may
 open, ``survey``; the checkout's ``.git`` rebuilt when a step ends, ``gitdirs``), pictures from

@@ -31,10 +31,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import JOB_FILE, KEPT_FILE, RUN_OUTPUTS, ActionEnv, log, write_outputs
-from rio_ci.github.events import is_setup_check
+from rio_ci.github.contract import (
+    JOB_FILE,
+    KEPT_FILE,
+    RUN_OUTPUTS,
+    ActionInputs,
+    log,
+    write_outputs,
+)
 from rio_ci.github.runner import report
 from rio_ci.github.sweep import sweep
+from rio_ci.github.triggers import is_setup_check
 
 if TYPE_CHECKING:
     from rio_ci.forge.github import GitHubForge
@@ -47,7 +54,7 @@ STEP_WAIT_SECONDS = 120.0
 
 
 def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | None = None) -> int:
-    env = ActionEnv.from_environ(os.environ)
+    env = ActionInputs.from_environ(os.environ)
     if phase == "run":
         report(env, os.environ)  # before anything: a git too old ends the step here
         (env.state_dir / KEPT_FILE).unlink(missing_ok=True)  # no other job's answers
@@ -88,13 +95,13 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
     return 1 if result.get("status") in failing else 0
 
 
-def asks_for_setup_check(env: ActionEnv) -> bool:
+def asks_for_setup_check(env: ActionInputs) -> bool:
     """``rio.yml`` dispatched with ``check`` as its issue: the set-up check, in the rio job."""
     return env.event_name == "workflow_dispatch" and is_setup_check(env.event())
 
 
 def step_forge(
-    env: ActionEnv, phase: str, *, sleep: Callable[[float], None] = time.sleep
+    env: ActionInputs, phase: str, *, sleep: Callable[[float], None] = time.sleep
 ) -> GitHubForge:
     """The GitHub of the step ``phase``: the run step waits out rate limits within its time
     budget, the others (after it) within ``STEP_WAIT_SECONDS``; ``sleep`` is how it waits."""
@@ -103,7 +110,7 @@ def step_forge(
 
 
 def github_forge(
-    env: ActionEnv,
+    env: ActionInputs,
     wait_seconds: float = STEP_WAIT_SECONDS,
     *,
     sleep: Callable[[float], None] = time.sleep,

@@ -13,16 +13,16 @@ either is a warning saying what to change, never a failed job.
 
 from __future__ import annotations
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import ActionEnv, log, warn
+from rio_ci.github.contract import ActionInputs, log, warn
 
 NO_TRIGGER = 422  # GitHub: "Workflow does not have 'workflow_dispatch' trigger"
 FORBIDDEN = 403
 MISSING = 404
 
 
-def dispatch_ci(env: ActionEnv, forge: Forge, workflow: str | None, branch: str) -> bool:
+def dispatch_ci(env: ActionInputs, forge: Forge, workflow: str | None, branch: str) -> bool:
     """Dispatch ``workflow`` on ``branch`` (just pushed); whether it was. Nothing to do when
     no CI workflow is configured."""
     if workflow is None:

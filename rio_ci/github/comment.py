@@ -7,16 +7,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.contract import ActionInputs, log
 from rio_ci.reports import progress
 from rio_ci.reports.publish import progress_body
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def publish_progress(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     session: Session,
     issue: int,

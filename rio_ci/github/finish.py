@@ -24,29 +24,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.state import ascii_int
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
+from rio_ci.core.json_value import ascii_int
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
 from rio_ci.github import timers, workspace
 from rio_ci.github.ci_dispatch import dispatch_ci
 from rio_ci.github.comment import publish_progress
-from rio_ci.github.env import JOB_FILE, ActionEnv, log, warn, write_outputs
+from rio_ci.github.contract import JOB_FILE, ActionInputs, log, warn, write_outputs
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
 from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
 from rio_ci.reports import progress
-from rio_ci.reports.publish import check_success, open_pull_request, remember_pull_request
+from rio_ci.reports.publish import open_pull_request, remember_pull_request
 from rio_ci.run.confinement import home as cell_home
+from rio_ci.run.gate import pull_request_gate
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store import artifact
 
 FIRST_OUTPUTS = ("artifact-name", "retention-days")
 
 
-def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
+def finish(env: ActionInputs, connect: Callable[[], Forge]) -> dict[str, Any]:
     job = json.loads((env.state_dir / JOB_FILE).read_text())
     issue, generation = int(job["issue"]), int(job["generation"])
     notes = [n for n in [rejections_note(job)] if n]
@@ -95,7 +96,7 @@ def finish(env: ActionEnv, connect: Callable[[], Forge]) -> dict[str, Any]:
     return result
 
 
-def _remove_cell_home(env: ActionEnv) -> None:
+def _remove_cell_home(env: ActionInputs) -> None:
     """The job's steps end here: the Cell user's HOME and what it left in the machine's
     world-writable folders go, so nothing this Session's Cells left reaches the next job's
     Cells (docs/security.md, "A fresh Cell home"). Every Owner of the job has closed, and
@@ -114,7 +115,7 @@ def _remove_cell_home(env: ActionEnv) -> None:
 
 
 def _publish(
-    env: ActionEnv,
+    env: ActionInputs,
     connect: Callable[[], Forge],
     owner: Owner,
     job: dict[str, Any],
@@ -124,7 +125,7 @@ def _publish(
     session = owner.session
     issue = int(job["issue"])
     out: dict[str, Any] = {}
-    problem = check_success(owner) if _succeeded(session) else None
+    problem = pull_request_gate(owner) if _succeeded(session) else None
     forge = None
     try:
         forge = connect()
@@ -193,7 +194,7 @@ def _publish(
     return out
 
 
-def _wake_sweep(env: ActionEnv, forge: Forge) -> None:
+def _wake_sweep(env: ActionInputs, forge: Forge) -> None:
     """A Timer waits: the sweep must be on (timers.py). A repository without one gets a
     warning: nothing will fire the Timer on time."""
     try:
@@ -207,7 +208,7 @@ def _wake_sweep(env: ActionEnv, forge: Forge) -> None:
         log(f"rio-ci: {said}")
 
 
-def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
+def _supersede(env: ActionInputs, job: dict[str, Any]) -> None:
     """Generation + 1 is written: the launch record is history now (record.py), and must
     never rebuild the Session once that generation is gone. A failure here is a warning:
     the record then still merges as before, into a generation that already holds it."""
@@ -225,7 +226,7 @@ def _supersede(env: ActionEnv, job: dict[str, Any]) -> None:
 
 
 def _checkpoint(
-    env: ActionEnv,
+    env: ActionInputs,
     session: Session,
     job: dict[str, Any],
     notes: list[str],
@@ -269,7 +270,7 @@ LISTED = 50  # paths named in one message (the rest are counted)
 
 
 def _tell_left_out(
-    env: ActionEnv, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
+    env: ActionInputs, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
 ) -> None:
     shown = done.left_out[:LISTED]
     more = len(done.left_out) - len(shown)
@@ -299,7 +300,7 @@ def _tell_left_out(
 
 
 def _tell_refused(
-    env: ActionEnv, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
+    env: ActionInputs, session: Session, issue: int, done: workspace.Checkpoint, notes: list[str]
 ) -> None:
     reason = done.reason
     warn(
@@ -334,7 +335,7 @@ def _not_on_branch(done: workspace.Checkpoint | None) -> list[str]:
 
 
 def _pull_request(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     session: Session,
     issue: int,
@@ -370,7 +371,7 @@ def _diffstat(repo: Git, base: str) -> str | None:
 
 
 def _persist(
-    env: ActionEnv, db: str, result: dict[str, Any], generation: int, job: dict[str, Any]
+    env: ActionInputs, db: str, result: dict[str, Any], generation: int, job: dict[str, Any]
 ) -> int:
     """Write generation + 1 into the artifact directory (no network); returns the seq it
     holds. The Owner may hold the Session meanwhile: the snapshot is SQLite's backup."""

@@ -10,23 +10,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.errors import OwnershipError, Rejected, RioError
+from rio_ci.core.json_value import json_equal
 from rio_ci.core.limits import Limits
-from rio_ci.core.state import json_equal
-from rio_ci.errors import OwnershipError, Rejected, RioError
 from rio_ci.forge.base import Forge
 from rio_ci.github import newest
-from rio_ci.github.env import ActionEnv, log, warn
+from rio_ci.github.contract import ActionInputs, log, warn
 from rio_ci.github.provenance import Provenance
 from rio_ci.github.record import LaunchRecord, tail_events
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.at_rest import SCHEMA_VERSION
 from rio_ci.store.launch_record import Record
 
 
 def restore(
-    env: ActionEnv, forge: Forge, issue: int, db: Path, launches: LaunchRecord
+    env: ActionInputs, forge: Forge, issue: int, db: Path, launches: LaunchRecord
 ) -> dict[str, Any]:
     """Put the newest valid generation at ``db``, merged with the launch record. Returns
     ``{"generation", "artifact_id", "seen", "saved_at", "rejected", "record_after", "notes"}``
@@ -289,7 +289,7 @@ def take_over(
             time.sleep(0.2)
 
 
-def newer_generations(env: ActionEnv, forge: Forge, name: str, seen: set[int]) -> list[int]:
+def newer_generations(env: ActionInputs, forge: Forge, name: str, seen: set[int]) -> list[int]:
     """Artifact ids of ``name`` that this job did not see when it restored: another of
     rio's own jobs published after us (an artifact from anywhere else is skipped with a
     warning, so a fork cannot stop a job from publishing). An optional check: the per-issue

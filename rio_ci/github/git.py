@@ -11,13 +11,13 @@ command rio-ci runs on GitHub runs with
   checkout), so the checkout's ``.git`` — config, hooks, ``info/attributes``, index — is
   never read;
 - git itself as found once at the command's start where no Cell can write
-  (``rio_ci.programs``), never by name on the job's ``PATH``, which may name the checkout;
+  (``rio_ci.untrusted.programs``), never by name on the job's ``PATH``, which may name the checkout;
 - no system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` is the
-  null device; the environment every git of rio-ci's gets, ``rio_ci.gitenv``), ``HOME`` and
-  ``XDG_CONFIG_HOME`` a directory of the harness's (no ``~/.gitconfig``, no ``~/.netrc``), no
+  null device; the environment every git of rio-ci's gets, ``rio_ci.untrusted.gitenv``), ``HOME``
+  and ``XDG_CONFIG_HOME`` a directory of the harness's (no ``~/.gitconfig``, no ``~/.netrc``), no
   system attributes (``GIT_ATTR_NOSYSTEM``), and no ``GIT_*`` variable inherited from the job
   (a step's ``$GITHUB_ENV`` could have set one);
-- the settings of ``rio_ci.gitenv.HARDENED`` and ``SETTINGS`` given on git's command scope
+- the settings of ``rio_ci.untrusted.gitenv.HARDENED`` and ``SETTINGS`` given on git's command scope
   (``GIT_CONFIG_COUNT``): no hooks, no fsmonitor, no credential helper, no signing, no
   redirects, certificates verified, and only the origin's transport allowed. With no filter
   driver configured anywhere, a ``filter=`` attribute in the working tree names nothing and
@@ -47,13 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from rio_ci import programs
-from rio_ci.errors import ForgeError
-from rio_ci.gitenv import git_environment
+from rio_ci.core.errors import ForgeError
+from rio_ci.untrusted import programs
+from rio_ci.untrusted.gitenv import git_environment
 
 NAME, EMAIL = "rio-ci", "rio-ci@users.noreply.github.com"
 TIMEOUT = 300.0  # seconds one git command may run
-# Command-scope settings, after rio_ci.gitenv.HARDENED: they outrank every configuration
+# Command-scope settings, after rio_ci.untrusted.gitenv.HARDENED: they outrank every configuration
 # file git could still read.
 SETTINGS: tuple[tuple[str, str], ...] = (
     ("core.attributesFile", os.devnull),

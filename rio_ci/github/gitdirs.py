@@ -39,9 +39,9 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 from rio_ci.github.survey import survey
-from rio_ci.treefile import read_tree_file
+from rio_ci.untrusted.treefile import read_tree_file
 
 KEPT = "kept-git"  # under the job's state directory
 MANIFEST = "manifest.json"

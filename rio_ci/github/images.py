@@ -33,12 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rio_ci.errors import Rejected
+from rio_ci.core.errors import Rejected
 from rio_ci.model import pictures, providers
-from rio_ci.redirects import SurfaceRedirects, TooManyRedirects, follow
+from rio_ci.untrusted.redirects import SurfaceRedirects, TooManyRedirects, follow
 
 if TYPE_CHECKING:
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
 __all__ = [
     "MAX_BYTES",

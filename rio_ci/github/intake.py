@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rio_ci.core.state import encoded_size
-from rio_ci.errors import Rejected, RunEnded
+from rio_ci.core.errors import Rejected, RunEnded
+from rio_ci.core.json_value import encoded_size
 from rio_ci.forge.base import Check, Comment, Forge, Review, ReviewComment
 from rio_ci.forge.issues import branch_for, quote_untrusted
-from rio_ci.github.env import log
-from rio_ci.github.events import NEVER_WRITERS, steer_command
+from rio_ci.github.contract import log
 from rio_ci.github.images import ImageFetcher, kept
+from rio_ci.github.triggers import NEVER_WRITERS, steer_command
 from rio_ci.reports import progress
 from rio_ci.run.owner import Owner
 

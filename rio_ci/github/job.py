@@ -25,15 +25,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rio_ci.core.history import JOB_MARK
+from rio_ci.core.errors import RioError
 from rio_ci.core.projection import Projection
-from rio_ci.errors import RioError
+from rio_ci.core.timeline import JOB_MARK
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace
 from rio_ci.github.comment import Pacer, publish_progress
-from rio_ci.github.env import JOB_FILE, ActionEnv, Config, log, seal_state_dir, warn
-from rio_ci.github.events import Trigger, classify, request_of, steer_command
+from rio_ci.github.contract import JOB_FILE, ActionInputs, Config, log, seal_state_dir, warn
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
@@ -41,19 +40,20 @@ from rio_ci.github.intake import may_steer, take_in
 from rio_ci.github.listen import Listener
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
-from rio_ci.harness import Harness
+from rio_ci.github.triggers import Trigger, classify, request_of, steer_command
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
+from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner, handle_signals
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 TIMER_REFUSALS = 5  # rounds of "that Timer is too far" a job gives the model before it stops
 Start = Literal["created", "restored", "republish"]
 
 
 def run(
-    env: ActionEnv, forge: Forge, *, clock: Callable[[], float] = time.monotonic
+    env: ActionInputs, forge: Forge, *, clock: Callable[[], float] = time.monotonic
 ) -> dict[str, Any]:
     """The run step. ``clock`` paces the job's listening for new comments (listen.py); a
     test passes its own so that "30 s later" takes no time."""
@@ -128,7 +128,7 @@ def _triage(forge: Forge, trigger: Trigger) -> tuple[int, int | None, bool] | di
 
 
 def _restore_failed(
-    env: ActionEnv, forge: Forge, issue: int, restored: dict[str, Any]
+    env: ActionInputs, forge: Forge, issue: int, restored: dict[str, Any]
 ) -> dict[str, Any]:
     log(f"::error::rio-ci: {restored['problem']}")
     with contextlib.suppress(RioError):
@@ -141,7 +141,7 @@ def _restore_failed(
     return {"status": "error", "reason": restored["problem"], "issue": issue}
 
 
-def _check_out(env: ActionEnv, repo: Git, remote: str, issue: int, job: dict[str, Any]) -> None:
+def _check_out(env: ActionInputs, repo: Git, remote: str, issue: int, job: dict[str, Any]) -> None:
     log("::group::rio-ci: working tree")
     existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
     workspace.lend(repo, branch_for(issue))
@@ -156,7 +156,7 @@ def _check_out(env: ActionEnv, repo: Git, remote: str, issue: int, job: dict[str
 class _Work:
     """The job's Owner and rounds, once the Session and the branch are in place."""
 
-    env: ActionEnv
+    env: ActionInputs
     forge: Forge
     trigger: Trigger
     writer: bool
@@ -217,7 +217,7 @@ class _Work:
 
 
 def _start(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     trigger: Trigger,
     writer: bool,
@@ -263,7 +263,7 @@ def _start(
 
 
 def _start_new(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     trigger: Trigger,
     issue: int,
@@ -340,7 +340,7 @@ def _ended(proj: Projection, issue: int) -> Start | dict[str, Any]:
 
 
 def _work(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     listener: Listener,
     job: dict[str, Any],
@@ -386,7 +386,7 @@ def _result(status: str, proj: Projection, issue: int, reason: str | None) -> di
 
 
 def _rounds(
-    env: ActionEnv, forge: Forge, listener: Listener, job: dict[str, Any]
+    env: ActionInputs, forge: Forge, listener: Listener, job: dict[str, Any]
 ) -> dict[str, Any]:
     """The job's model rounds, within its time budget, with the listener and the paced
     progress comment between them."""
@@ -413,7 +413,7 @@ def _rounds(
         listener()
         pacer()
 
-    harness = Harness(
+    loop = RoundLoop(
         owner,
         model,
         live=live,
@@ -424,7 +424,7 @@ def _rounds(
     )
     deadline = time.monotonic() + env.budget_minutes * 60
     for _ in range(TIMER_REFUSALS):
-        outcome = harness.run(deadline)
+        outcome = loop.run(deadline)
         if outcome.status != "waiting" or not timers.refuse_far_timers(
             session, job["retention_days"]
         ):
@@ -439,7 +439,7 @@ def _rounds(
 
 
 def quiet(session: Session, base: int) -> bool:
-    """Nothing new since seq ``base`` but watermarks, and nothing the harness would do."""
+    """Nothing new since seq ``base`` but watermarks, and nothing the round loop would do."""
     proj = session.refresh()
     now = time.time()
     kinds = {e["kind"] for e in session.events(after=base)}
@@ -452,7 +452,7 @@ def quiet(session: Session, base: int) -> bool:
     )
 
 
-def write_job(env: ActionEnv, job: dict[str, Any]) -> None:
+def write_job(env: ActionInputs, job: dict[str, Any]) -> None:
     path = env.state_dir / JOB_FILE
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(job))

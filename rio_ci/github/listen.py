@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.forge.base import Forge
 from rio_ci.github.intake import take_in
 from rio_ci.run.owner import Owner

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rio_ci import jsonio
-from rio_ci.core.state import is_int
-from rio_ci.errors import ArtifactError, ForgeError, StorageError
+from rio_ci.core.errors import ArtifactError, ForgeError, StorageError
+from rio_ci.core.json_value import is_int
 from rio_ci.forge.base import Artifact, Forge
 from rio_ci.store.artifact import (
     DEFAULT_MAX_BYTES,
@@ -25,6 +24,7 @@ from rio_ci.store.artifact import (
     remove_files,
     unpack,
 )
+from rio_ci.untrusted import jsonio
 
 EXPIRED = "expired"  # the reason given for an artifact past its retention
 GONE = 410  # how GitHub answers the download of an expired artifact

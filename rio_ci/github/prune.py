@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rio_ci.errors import ForgeError, RioError
+from rio_ci.core.errors import ForgeError, RioError
 from rio_ci.forge.base import Artifact, Forge
-from rio_ci.github.env import DEFAULT_KEEP_GENERATIONS, JOB_FILE, ActionEnv, log, warn
+from rio_ci.github.contract import DEFAULT_KEEP_GENERATIONS, JOB_FILE, ActionInputs, log, warn
 
 
-def prune(env: ActionEnv, forge: Forge) -> dict[str, Any]:
+def prune(env: ActionInputs, forge: Forge) -> dict[str, Any]:
     job = json.loads((env.state_dir / JOB_FILE).read_text())
     name = str(job["artifact_name"])
     if env.artifact_id is None or env.artifact_name != name:
@@ -64,7 +64,7 @@ def prune(env: ActionEnv, forge: Forge) -> dict[str, Any]:
 
 
 def unverified(
-    env: ActionEnv, name: str, uploaded: Artifact | None, ours: int | None
+    env: ActionInputs, name: str, uploaded: Artifact | None, ours: int | None
 ) -> str | None:
     """Why the artifact the upload step named is not this job's new generation, or None."""
     if uploaded is None:
@@ -78,7 +78,7 @@ def unverified(
     return None
 
 
-def delete(env: ActionEnv, forge: Forge, name: str, doomed: list[Artifact]) -> list[int]:
+def delete(env: ActionInputs, forge: Forge, name: str, doomed: list[Artifact]) -> list[int]:
     """Delete ``doomed``, oldest last; stop at the first refusal (the others would meet the
     same one), with a warning."""
     deleted = []

@@ -32,10 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.state import ascii_int
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
+from rio_ci.core.json_value import ascii_int
 from rio_ci.github.git import EMAIL, NAME, Git
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.launch_record import (
     HEADER,
     MAX_HEADER_BYTES,

@@ -17,13 +17,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from rio_ci import programs
+from rio_ci.core.errors import UsageError
 from rio_ci.core.text import escape_control
-from rio_ci.errors import UsageError
-from rio_ci.gitenv import git_environment
-from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.contract import ActionInputs, log
 from rio_ci.run.confinement.sudo import SudoFound, find_sudo
 from rio_ci.run.confinement.user import separation_problem
+from rio_ci.untrusted import programs
+from rio_ci.untrusted.gitenv import git_environment
 
 __all__ = [
     "Runner",
@@ -119,7 +119,7 @@ def sudo_line(found: SudoFound, image: dict[str, Any] | None) -> str:
     return text
 
 
-def _cells(env: ActionEnv) -> str:
+def _cells(env: ActionInputs) -> str:
     # Where the Cells' own network will be said too, once they have one.
     cell_user = env.confinement.cell_user
     if cell_user is None:
@@ -134,7 +134,7 @@ def _cell(value: str) -> str:
     return value.replace("|", "\\|")  # a table cell of the step summary
 
 
-def report(env: ActionEnv, environ: Mapping[str, str]) -> Runner:
+def report(env: ActionInputs, environ: Mapping[str, str]) -> Runner:
     """Find the runner, say it in the log and the step summary, and refuse a git older
     than ``minimum_git()`` (a UsageError: the run step ends with that one line)."""
     image, known = image_of(environ)

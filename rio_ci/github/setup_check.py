@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rio_ci.errors import RioError, UsageError
-from rio_ci.github.env import ActionEnv, Config, log
+from rio_ci.core.errors import RioError, UsageError
+from rio_ci.github.contract import ActionInputs, Config, log
 from rio_ci.github.setup_workflows import (
     OK,
     PROBLEM,
@@ -46,7 +46,7 @@ NEEDED = {
 LEVELS = {"none": 0, "read": 1, "write": 2}
 
 
-def check_setup(env: ActionEnv, connect: Callable[[], Probe]) -> dict[str, Any]:
+def check_setup(env: ActionInputs, connect: Callable[[], Probe]) -> dict[str, Any]:
     """Run every check and report them (step summary and log); the job's result."""
     config, findings = _configuration(env)
     findings.append(_model_key(env))
@@ -73,7 +73,7 @@ def check_setup(env: ActionEnv, connect: Callable[[], Probe]) -> dict[str, Any]:
 # --- the configuration and the model ------------------------------------------------------
 
 
-def _configuration(env: ActionEnv) -> tuple[Config | None, list[Finding]]:
+def _configuration(env: ActionInputs) -> tuple[Config | None, list[Finding]]:
     what = f"the configuration {env.config}"
     try:
         config = Config.load(env.workspace, env.config)
@@ -91,7 +91,7 @@ def _configuration(env: ActionEnv) -> tuple[Config | None, list[Finding]]:
     return config, [Finding(what, OK, found)]
 
 
-def _model_key(env: ActionEnv) -> Finding:
+def _model_key(env: ActionInputs) -> Finding:
     from rio_ci.model.base import KeyCheck
     from rio_ci.model.providers import build_model
 
@@ -149,7 +149,7 @@ def _token(forge: Probe) -> list[Finding]:
     return findings
 
 
-def _declared(env: ActionEnv, workflow: dict[str, Any] | None, config: Config | None) -> Finding:
+def _declared(env: ActionInputs, workflow: dict[str, Any] | None, config: Config | None) -> Finding:
     """What no read can try — the writes: the permissions the rio job declares for the job
     token (a token of its own, ``github-token``, was tried by the reads instead)."""
     what = "the rio job's permissions"
@@ -204,7 +204,7 @@ def _cell(text: str) -> str:
     return md.one_line(text).replace("|", "\\|")
 
 
-def _report(env: ActionEnv, findings: list[Finding]) -> None:
+def _report(env: ActionInputs, findings: list[Finding]) -> None:
     prefixes = {PROBLEM: "::error::", WARNING: "::warning::", OK: ""}
     for f in findings:
         line = f"rio-ci check: {f.what}: {f.found}" + (f" — {f.fix}" if f.fix else "")

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 import yaml
 
 from rio_ci.forge.github_probe import Answer
-from rio_ci.github.env import ActionEnv
+from rio_ci.github.contract import ActionInputs
 from rio_ci.github.timers import SWEEP_WORKFLOW, WAKE_EVENT
-from rio_ci.treefile import read_tree_file
+from rio_ci.untrusted.treefile import read_tree_file
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 WORKFLOW_MAX_BYTES = 512 * 1024
@@ -38,9 +38,9 @@ class Finding:
     fix: str = ""
 
 
-def workflow_file(env: ActionEnv, name: str) -> dict[str, Any] | None:
+def workflow_file(env: ActionInputs, name: str) -> dict[str, Any] | None:
     """``.github/workflows/<name>`` of the checkout, parsed; None when absent or unreadable
-    (read as ``rio_ci.treefile`` reads what the repository holds: no link out of it)."""
+    (read as ``rio_ci.untrusted.treefile`` reads what the repository holds: no link out of it)."""
     found = read_tree_file(env.workspace, f".github/workflows/{name}", WORKFLOW_MAX_BYTES)
     if found.data is None or found.over:
         return None
@@ -76,7 +76,7 @@ def listed(forge: Probe) -> dict[str, dict[str, Any]]:
     }
 
 
-def unread(env: ActionEnv) -> Finding:
+def unread(env: ActionInputs) -> Finding:
     """The workflow that runs rio-ci is not in the checkout (``rio-ci action check`` run
     outside it): what only its file says is not checked."""
     path = f".github/workflows/{env.workflow_file}"
@@ -88,7 +88,7 @@ def unread(env: ActionEnv) -> Finding:
     )
 
 
-def label(env: ActionEnv, forge: Probe) -> Finding:
+def label(env: ActionInputs, forge: Probe) -> Finding:
     what = f"the trigger label {env.trigger_label}"
     answer = forge.probe(f"/labels/{env.trigger_label}")
     if answer.ok:
@@ -98,7 +98,7 @@ def label(env: ActionEnv, forge: Probe) -> Finding:
 
 
 def waking_workflows(
-    env: ActionEnv, forge: Probe, workflow: dict[str, Any] | None
+    env: ActionInputs, forge: Probe, workflow: dict[str, Any] | None
 ) -> list[Finding]:
     """The workflows ``workflow_run`` names (by their ``name:``) must exist."""
     if workflow is None:
@@ -123,7 +123,7 @@ def waking_workflows(
     return findings
 
 
-def sweep(env: ActionEnv, forge: Probe, workflow: dict[str, Any] | None) -> list[Finding]:
+def sweep(env: ActionInputs, forge: Probe, workflow: dict[str, Any] | None) -> list[Finding]:
     """Timers: any Session may set one, so the sweep must be installed, dispatch this
     workflow, and be switched back on by it (``repository_dispatch`` rio-timer)."""
     what = f"the sweep {SWEEP_WORKFLOW} (Timers)"
@@ -160,7 +160,7 @@ def _dispatched_by(sweep_file: dict[str, Any] | None) -> set[str]:
     return {str(step["env"]["WORKFLOW"]) for step in steps if "WORKFLOW" in step["env"]}
 
 
-def ci_dispatch(env: ActionEnv, forge: Probe, name: str | None) -> Finding:
+def ci_dispatch(env: ActionInputs, forge: Probe, name: str | None) -> Finding:
     """``ci_workflow``: a workflow of this repository that accepts ``workflow_dispatch``."""
     what = "CI on the agent's branch"
     if name is None:

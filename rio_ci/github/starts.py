@@ -23,23 +23,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.errors import RioError
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
-from rio_ci.errors import RioError
 from rio_ci.forge.base import Comment, Forge, IssueEvent, Review
 from rio_ci.forge.issues import goal_for, requested_goal
 from rio_ci.github import images
-from rio_ci.github.env import ActionEnv, Config, log, warn
-from rio_ci.github.events import Standing, Trigger, standing_trigger, steer_command
+from rio_ci.github.contract import ActionInputs, Config, log, warn
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import is_ours, may_steer, review_text, watched
+from rio_ci.github.triggers import Standing, Trigger, standing_trigger, steer_command
 from rio_ci.reports.progress import MARKER, PUBLISHED
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 CONCLUSION_CHARS = 2000
 
 
-def create(env: ActionEnv, db: Path, config: Config, goal: str) -> Session:
+def create(env: ActionInputs, db: Path, config: Config, goal: str) -> Session:
     """A new Session at ``db`` working in this job's checkout, with the configuration read
     now (validators, limits, credentials Cells may see)."""
     db.unlink(missing_ok=True)
@@ -55,7 +55,7 @@ def create(env: ActionEnv, db: Path, config: Config, goal: str) -> Session:
 
 
 def from_issue(
-    env: ActionEnv,
+    env: ActionInputs,
     forge: Forge,
     db: Path,
     config: Config,
@@ -86,7 +86,7 @@ def from_issue(
 
 
 def lost_start(
-    env: ActionEnv, forge: Forge, trigger: Trigger, issue: int, saved_at: str | None
+    env: ActionInputs, forge: Forge, trigger: Trigger, issue: int, saved_at: str | None
 ) -> Standing | None:
     """The trigger label (or the assignment to the trigger login) on ``issue``, which has no
     Session, when a user with write access put it there after the last sign of a Session on
@@ -126,7 +126,7 @@ def _progress(timeline: list[IssueEvent]) -> list[IssueEvent]:
     return [e for e in timeline if e.kind == "commented" and MARKER in e.subject]
 
 
-def _shown_bare(env: ActionEnv, trigger: Trigger) -> bool:
+def _shown_bare(env: ActionInputs, trigger: Trigger) -> bool:
     """Whether this job's event shows the issue without the trigger label and without the
     assignment (a comment's payload carries the issue's labels and assignees)."""
     labels, assignees = trigger.data.get("labels"), trigger.data.get("assignees")
@@ -175,7 +175,7 @@ def _review_request(forge: Forge, proj: Projection) -> Review | None:
 
 
 def follow_up(
-    env: ActionEnv, db: Path, config: Config, previous: Projection, request: Comment | Review
+    env: ActionInputs, db: Path, config: Config, previous: Projection, request: Comment | Review
 ) -> None:
     """Replace the ended Session at ``db`` with its follow-up (the previous one stays in the
     older generations of the artifact). A comment is the request itself; a review is named
@@ -199,7 +199,7 @@ def follow_up(
 
 
 def relabel(
-    env: ActionEnv, forge: Forge, db: Path, config: Config, previous: Projection, issue: int
+    env: ActionInputs, forge: Forge, db: Path, config: Config, previous: Projection, issue: int
 ) -> None:
     """The trigger label put on an issue whose Session ended: a new Session on the issue as
     it reads now, on the same branch and pull request, told how the previous one ended."""
@@ -212,7 +212,12 @@ def relabel(
 
 
 def _succeed(
-    env: ActionEnv, db: Path, config: Config, goal: str, previous: Projection, marks: dict[str, Any]
+    env: ActionInputs,
+    db: Path,
+    config: Config,
+    goal: str,
+    previous: Projection,
+    marks: dict[str, Any],
 ) -> None:
     """Replace the ended Session at ``db`` with a new one for ``goal`` (the previous one
     stays in the older generations of the artifact), which keeps its watermarks (the same

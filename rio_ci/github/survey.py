@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rio_ci.errors import ForgeError
+from rio_ci.core.errors import ForgeError
 
 SIZE_CAP = 100 * 1024 * 1024  # GitHub blocks a file over 100 MB ("About large files on GitHub")
 CONTROL_CAP = 1024 * 1024  # a .gitignore or .gitattributes git would read whole

@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import ActionEnv, log
+from rio_ci.github.contract import ActionInputs, log
 from rio_ci.reports import progress
 
 
-def sweep(env: ActionEnv, forge: Forge) -> dict[str, Any]:
+def sweep(env: ActionInputs, forge: Forge) -> dict[str, Any]:
     """Resume every labelled Session whose Timer is due, each in its own job. Decided from
     the progress comment's metadata alone: no journal is downloaded. (The shipped sweep is
     rio-sweep.yml, a few lines of shell that also switch it off; this is the same decision

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import time
 
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.forge.base import Forge
-from rio_ci.github.env import log
+from rio_ci.github.contract import log
 from rio_ci.reports import progress
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 DAY = 86_400.0
 MARGIN_DAYS = 1

@@ -1,4 +1,4 @@
-"""The working environment on GitHub: the agent's files live on branch ``rio/issue-<n>``.
+"""The working tree on GitHub: the agent's files live on branch ``rio/issue-<n>``.
 
 At the start of a job the branch is checked out (if it exists); at the end of every job —
 also a cancelled one — the working tree is committed to it and pushed.
@@ -26,9 +26,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rio_ci.errors import ForgeError, RioError
+from rio_ci.core.errors import ForgeError, RioError
 from rio_ci.github import gitdirs
-from rio_ci.github.env import log
+from rio_ci.github.contract import log
 from rio_ci.github.git import Git
 from rio_ci.github.survey import LeftOut, survey
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from rio_ci.jsonio import dumps, finite_copy
+from rio_ci.untrusted.jsonio import dumps, finite_copy
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ class ModelRequest:
     # .github/copilot-instructions.md in the working directory), clipped; None when absent.
     guidance: str | None = None
     # Where the model is (date, Unix time, OS, Python, working directory, git status): built
-    # for each request (rio_ci/model/environment.py), sent after the cached prefix; None: none.
-    environment: str | None = None
+    # for each request (rio_ci/model/environment_block.py), sent after the cached prefix.
+    environment_block: str | None = None
     # Pictures of the goal and of the Inbox messages in this Turn's State, sent as image
     # blocks (the goal's with the stable part, the messages' after the volatile part).
     images: tuple[Picture, ...] = ()
@@ -135,7 +135,7 @@ class Model(Protocol):
         ...
 
     def ask(self, request: ModelRequest) -> ModelReply:
-        """Return a complete reply or raise ``rio_ci.errors.ModelError``. Must not retry by
+        """Return a complete reply or raise ``rio_ci.core.errors.ModelError``. Must not retry by
         itself: the harness persists attempts and backoff."""
         ...
 

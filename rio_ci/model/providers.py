@@ -30,13 +30,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from rio_ci.core.credentials import SECRET_NAME
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 
 if TYPE_CHECKING:
     from rio_ci.model.base import Model, Price
     from rio_ci.model.pictures import RequestLimits
 
 __all__ = [
+    "DEFAULT_EFFORT",
     "DEFAULT_SPEC",
     "PROVIDERS",
     "Provider",
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 SCRIPTED = "scripted"
+# How hard a model thinks when nobody says (``--effort``, the action's ``effort``): rio_ci's
+# one default effort, offered by every provider whose models take an effort.
+DEFAULT_EFFORT = "high"
 _PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)\Z")
 
 
@@ -117,6 +121,8 @@ PROVIDERS: list[Provider] = [
         action_input="anthropic-api-key",
     ),
 ]
+# The spec a run without ``--model`` (the action without ``model``) uses: the first
+# provider's default model. rio_ci's one default model.
 DEFAULT_SPEC = PROVIDERS[0].prefixes[0]
 
 
@@ -183,7 +189,7 @@ def picture_limits(spec: str | None = None) -> RequestLimits:
 def build_model(
     spec: str | None = None,
     *,
-    effort: str = "high",
+    effort: str = DEFAULT_EFFORT,
     price: Price | None = None,
     connect: bool = True,
 ) -> Model:

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 
 _INDEX = re.compile(r"^/cells/(0|[1-9][0-9]*)\Z")

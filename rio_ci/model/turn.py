@@ -11,7 +11,7 @@ every round (docs/models.md, "What the model sees, and why"):
    piece the same;
 3. the changing part: ``revision`` and the rest of ``runtime`` (unfinished Executions, Inbox,
    usage, limits, validators, pause) and the pictures of the Inbox messages, then the
-   environment block (rio_ci/model/environment.py);
+   environment block (rio_ci/model/environment_block.py);
 4. the Turn itself: its id and round, the messages delivered, why the previous attempt was
    not admitted, and what to do.
 
@@ -101,8 +101,10 @@ def read_turn(request: ModelRequest) -> Reading:
         VOLATILE_HEADER + "\n" + _json(volatile),
         *_pictures(request, goal=False),  # pictures of the Inbox messages shown above
     ]
-    if request.environment:  # what differs on every request (rio_ci/model/environment.py)
-        changing.append(request.environment)
+    if (
+        request.environment_block
+    ):  # what differs on every request (rio_ci/model/environment_block.py)
+        changing.append(request.environment_block)
     return Reading(stable, changing, _turn_text(request))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rio_ci.core.history import History, Run
+from rio_ci.core.timeline import Run, Timeline
 
 MAX_ITEMS = 40
 LABEL_CHARS = 48
@@ -35,21 +35,21 @@ def label(text: str) -> str:
     return cleaned[:LABEL_CHARS].rstrip() or "-"
 
 
-def rows(history: History, describe: dict[int, str]) -> list[Row]:
+def rows(timeline: Timeline, describe: dict[int, str]) -> list[Row]:
     """The chart's rows in time order: per job, its rounds and Executions, and the marks.
     ``describe``: Cell id -> a short text of what it ran."""
     out: list[Row] = []
-    for job in history.jobs:
+    for job in timeline.jobs:
         section = f"job {job.number}"
-        for r in history.rounds:
+        for r in timeline.rounds:
             if r.job == job.number:
                 end = r.decided_at or r.answered_at or job.ended_at
                 tags = "active" if r.outcome == "open" else "done"
                 out.append(Row(section, f"round {r.number} model", tags, r.prepared_at, end))
-        for run in history.runs.values():
+        for run in timeline.runs.values():
             if run.job == job.number and run.started_at is not None:
                 out.append(_run_row(section, run, describe.get(run.cell_id, ""), job.ended_at))
-        out.extend(_marks(history, job.number))
+        out.extend(_marks(timeline, job.number))
     out.sort(key=lambda row: (row.start, row.end))
     return out
 
@@ -64,20 +64,20 @@ def _run_row(section: str, run: Run, text: str, job_end: float) -> Row:
     return Row(section, name, tags, run.started_at, run.finished_at or job_end)
 
 
-def _marks(history: History, number: int) -> list[Row]:
+def _marks(timeline: Timeline, number: int) -> list[Row]:
     """Where job ``number`` was cut off, and the resolutions committed in it. A job whose
     Execution the next job found unfinished was cut off at its last event; one that was
     stopped (a signal, its time budget) recorded the UnknownExecution itself, at the cut."""
     marks = []
-    job = history.jobs[number - 1]
+    job = timeline.jobs[number - 1]
     cuts = {
         job.ended_at if (r.finished_job or 0) > number else (r.finished_at or job.ended_at)
-        for r in history.unknown()
+        for r in timeline.unknown()
         if r.job == number
     }
     for at in sorted(cuts)[:1]:  # one cut-off a job
         marks.append(Row(f"job {number}", "cut off", "milestone", at, at))
-    for run in history.unknown():
+    for run in timeline.unknown():
         res = run.resolution
         if res is not None and job.started_at <= res.at <= job.ended_at:
             marks.append(
@@ -92,9 +92,9 @@ def _marks(history: History, number: int) -> list[Row]:
     return marks
 
 
-def gantt(history: History, describe: dict[int, str], *, limit: int = MAX_ITEMS) -> str:
+def gantt(timeline: Timeline, describe: dict[int, str], *, limit: int = MAX_ITEMS) -> str:
     """The Mermaid source (without the fence) and the note of rows left out ("" if none)."""
-    every = rows(history, describe)
+    every = rows(timeline, describe)
     shown = every[-limit:] if limit > 0 else []
     span = max((r.end for r in shown), default=0.0) - min((r.start for r in shown), default=0.0)
     lines = ["gantt", "    dateFormat x", f"    axisFormat {_axis_format(span)}"]
@@ -122,15 +122,15 @@ def _axis_format(span: float) -> str:
     return "%m-%d %H:%M"
 
 
-def left_out(history: History, describe: dict[int, str], *, limit: int = MAX_ITEMS) -> int:
-    return max(0, len(rows(history, describe)) - limit)
+def left_out(timeline: Timeline, describe: dict[int, str], *, limit: int = MAX_ITEMS) -> int:
+    return max(0, len(rows(timeline, describe)) - limit)
 
 
-def block(history: History, describe: dict[int, str], *, limit: int = MAX_ITEMS) -> str:
+def block(timeline: Timeline, describe: dict[int, str], *, limit: int = MAX_ITEMS) -> str:
     """The chart as a fenced ``mermaid`` block, with a line under it saying how many rows
     were left out (the earliest ones) when there are more than ``limit``."""
-    text = "```mermaid\n" + gantt(history, describe, limit=limit) + "\n```"
-    skipped = left_out(history, describe, limit=limit)
+    text = "```mermaid\n" + gantt(timeline, describe, limit=limit) + "\n```"
+    skipped = left_out(timeline, describe, limit=limit)
     if skipped:
         text += (
             f"\n\n_The chart shows the last {limit} items; {skipped} earlier ones are left out._"

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from rio_ci.core.output import elided_marker
 from rio_ci.core.text import clip, escape_control
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 class LiveLog:

@@ -12,13 +12,13 @@ import re
 import time
 from typing import Any
 
-from rio_ci.core.history import History
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
+from rio_ci.core.timeline import Timeline
 from rio_ci.reports import diagram
 from rio_ci.reports import markdown as md
-from rio_ci.reports.history import descriptions, result_text, took
 from rio_ci.reports.live import describe
+from rio_ci.reports.timeline import descriptions, result_text, took
 
 MARKER = "<!-- rio-ci:progress -->"
 # The watermark an ended Session gets once its last progress comment (and, on success, its
@@ -56,10 +56,10 @@ def render(
     operation: str,
     note: str | None = None,
     pull_request: str | None = None,
-    history: History | None = None,
+    timeline: Timeline | None = None,
 ) -> str:
     """The comment: a maintainer's dashboard of the Session, from committed facts only.
-    ``history`` (``rio_ci.reports.history.read_history``) gives every Execution, round and
+    ``timeline`` (``rio_ci.reports.timeline.read_timeline``) gives every Execution, round and
     job; without it only what the Projection holds is shown."""
     meta = {
         "status": status,
@@ -68,27 +68,27 @@ def render(
         "next_wake": min((t["deadline"] for t in proj.timers.values()), default=None),
         "ended": bool(proj.ended),
     }
-    history = history or History()
+    timeline = timeline or Timeline()
     lines = [
         MARKER,
         f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
         f"### rio-ci: {status}",
         "",
-        _where(proj, history),
+        _where(proj, timeline),
         "",
     ]
     if note:
         lines += [f"> {md.one_line(note)}", ""]
     if pull_request:
         lines += [f"**Pull request:** {md.link(pull_request)}", ""]
-    lines += _conclusion(proj, history)
+    lines += _conclusion(proj, timeline)
     # The goal quotes the issue (untrusted): collapsed, clipped, escaped, with no mentions.
     lines += _details("goal", md.quoted(proj.session["goal"]))
-    lines += _cells(proj, history)
-    lines += _uncertainty(history)
-    lines += _validators(history)
-    if history.runs or history.rounds:
-        lines += ["", "#### Timeline", "", diagram.block(history, descriptions(history))]
+    lines += _cells(proj, timeline)
+    lines += _uncertainty(timeline)
+    lines += _validators(timeline)
+    if timeline.runs or timeline.rounds:
+        lines += ["", "#### Timeline", "", diagram.block(timeline, descriptions(timeline))]
     recent = _recent_output(proj)
     if recent:
         lines += ["", *_details("recent output", md.fence("text", recent))]
@@ -105,10 +105,10 @@ def _details(summary: str, body: str) -> list[str]:
     return [f"<details><summary>{summary}</summary>", "", body, "", "</details>", ""]
 
 
-def _where(proj: Projection, history: History) -> str:
+def _where(proj: Projection, timeline: Timeline) -> str:
     """Jobs and rounds so far, and what the Session waits for next."""
     rounds = proj.usage.get("rounds", 0)
-    text = f"Job {max(history.job, 1)} · {rounds} model round{'s' if rounds != 1 else ''}"
+    text = f"Job {max(timeline.job, 1)} · {rounds} model round{'s' if rounds != 1 else ''}"
     if proj.ended:
         return text + f" · ended: {md.one_line(proj.ended['reason'])}"
     wake = proj.next_wake()
@@ -121,8 +121,8 @@ def _where(proj: Projection, history: History) -> str:
     return text
 
 
-def _conclusion(proj: Projection, history: History) -> list[str]:
-    conclusion = history.conclusion
+def _conclusion(proj: Projection, timeline: Timeline) -> list[str]:
+    conclusion = timeline.conclusion
     if conclusion is None:
         return []
     lines = [f"**Conclusion ({md.one_line(str(conclusion['result']))}):**", ""]
@@ -131,12 +131,12 @@ def _conclusion(proj: Projection, history: History) -> list[str]:
     return lines
 
 
-def _cells(proj: Projection, history: History) -> list[str]:
+def _cells(proj: Projection, timeline: Timeline) -> list[str]:
     """One row per Execution (every one the Journal holds, replaced and removed ones too);
-    without a History, the Projection's."""
+    without a Timeline, the Projection's."""
     rows = ["#### Cells", "", "| cell | ran | result | duration | job · round |"]
     rows.append("| --- | --- | --- | --- | --- |")
-    runs = list(history.runs.values())
+    runs = list(timeline.runs.values())
     for run in runs[-CELL_ROWS:]:
         result = result_text(run.result)
         if run.result is None:
@@ -151,7 +151,7 @@ def _cells(proj: Projection, history: History) -> list[str]:
             f"| {run.cell_id} | {md.code(describe(run.cell))} | {md.cell_text(result)} | "
             f"{took(run).removeprefix('took ')} | {run.job} · {run.round} |"
         )
-    if not history.runs:
+    if not timeline.runs:
         for key, ex in proj.executions.items():
             cell = ex.get("cell") or {"kind": "?"}
             rows.append(
@@ -163,9 +163,9 @@ def _cells(proj: Projection, history: History) -> list[str]:
     return rows if len(rows) > 2 else []
 
 
-def _uncertainty(history: History) -> list[str]:
+def _uncertainty(timeline: Timeline) -> list[str]:
     """Every UnknownExecution, kept whatever became of its Cell, with how it was resolved."""
-    unknown = history.unknown()
+    unknown = timeline.unknown()
     if not unknown:
         return []
     lines = ["", "#### UnknownExecutions", ""]
@@ -191,11 +191,11 @@ def _uncertainty(history: History) -> list[str]:
     return lines
 
 
-def _validators(history: History) -> list[str]:
-    if not history.validations:
+def _validators(timeline: Timeline) -> list[str]:
+    if not timeline.validations:
         return []
     lines = ["", "#### Validators", "", "| validator | result | for note |", "| --- | --- | --- |"]
-    for v in history.validations:
+    for v in timeline.validations:
         lines.append(
             f"| {md.code(' '.join(v.argv))} | {md.cell_text(result_text(v.result))} | {v.note_id} |"
         )

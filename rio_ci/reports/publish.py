@@ -1,15 +1,7 @@
 """Publishing a Session on its code host (any Forge): the progress comment, and — only once
-the gate lets it — the pull request. The GitHub job's finish step and ``rio-ci demo`` (on the
-local forge) publish through these same functions; what is GitHub's alone (the run's link,
-the step summary, the branch push) stays with their callers.
-
-The pull-request gate: a success is believed only after it is checked again here. The
-Session file lives where the Cells run, and a Cell can write to it like any file when Cells
-share the harness's user. So before a pull request is opened or updated, the publisher
-checks, in its own process (which no Cell started), that the run ended the way only the
-Owner ends it — the ``conclusion`` Control applied and the run ended in one transaction —
-and runs every validator once more under the same supervision (their results are committed
-as ``validator_result``s). Any failure means no pull request.
+the pull-request gate lets it (``rio_ci.run.gate``) — the pull request. The GitHub job's finish
+step and ``rio-ci demo`` (on the local forge) publish through these same functions; what is
+GitHub's alone (the run's link, the step summary, the branch push) stays with their callers.
 """
 
 from __future__ import annotations
@@ -20,42 +12,12 @@ from collections.abc import Sequence
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
 from rio_ci.reports import progress
-from rio_ci.reports.history import read_history
 from rio_ci.reports.pull_request import pull_request_body
-from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.reports.timeline import read_timeline
+from rio_ci.session.session import Session
 
 # What a pull request's URL ends with on each forge (the local one writes a page).
 _PULL_NUMBER = re.compile(r"/pull/([0-9]+)(?:\.html)?\Z")
-
-
-def check_success(owner: Owner) -> str | None:
-    """The gate: None when the success stands; otherwise why no pull request may be opened."""
-    session = owner.session
-    proj = session.refresh()
-    ended = proj.ended
-    if not ended or ended["result"] != "success":
-        return "the run did not end in success"
-    seq = int(ended["seq"])
-    before, last = [*session.events(after=seq - 2, limit=2), {}, {}][:2]
-    note = last.get("note_id")
-    if last.get("kind") != "run_ended" or not (
-        before.get("kind") == "control_applied"
-        and before.get("role") == "conclusion"
-        and before.get("result") == "success"
-        and isinstance(note, int)
-        and before.get("note_id") == note
-    ):
-        return (
-            "the Journal's success was not committed by the Owner (no applied "
-            "success conclusion right before it): the Session file was changed"
-        )
-    for index, argv in enumerate(proj.session["validators"]):
-        result = owner.launch.validator(note, index, argv, owner.interrupted)
-        if result["type"] != "success":
-            why = result.get("reason") or f"exit {result.get('exit_code')}"
-            return f"validator {index} ({' '.join(argv)}) failed in the finish step: {why}"
-    return None
 
 
 def progress_body(
@@ -78,7 +40,7 @@ def progress_body(
         operation=f"{proj.session['id']}:{proj.last_seq}",
         note=note,
         pull_request=pull_request,
-        history=read_history(session, proj.last_seq),
+        timeline=read_timeline(session, proj.last_seq),
     )
 
 
@@ -93,16 +55,16 @@ def open_pull_request(
     not_on_branch: Sequence[str] = (),
 ) -> str:
     """Open the Session's pull request from its branch into ``base`` (or update the one it
-    has), described from its history and ``not_on_branch`` (paths of the working tree the
+    has), described from its timeline and ``not_on_branch`` (paths of the working tree the
     branch does not have, each with why); returns its URL, which the caller then commits with
     ``remember_pull_request`` (outside whatever handles the Forge's refusal: a pull request
     that was opened is never reported as not opened). A Forge that refuses raises
-    ``RioError``. Call it only after ``check_success``."""
+    ``RioError``. Call it only after ``rio_ci.run.gate.pull_request_gate`` let it."""
     found = forge.find_comment(issue, progress.MARKER)
     body = pull_request_body(
         issue,
         session.proj.session["id"],
-        read_history(session),
+        read_timeline(session),
         diffstat=diffstat,
         comment_url=found.url if found is not None else None,
         diff=diff,

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rio_ci.core.history import History
+from rio_ci.core.timeline import Timeline
 from rio_ci.reports import markdown as md
-from rio_ci.reports.history import result_text
+from rio_ci.reports.timeline import result_text
 
 
 def pull_request_body(
     issue: int,
     session_id: str,
-    history: History,
+    timeline: Timeline,
     *,
     diffstat: str | None,
     comment_url: str | None,
@@ -38,13 +38,13 @@ def pull_request_body(
             md.fence("text", "\n".join(not_on_branch)),
         ]
     lines += ["", "### How it was verified", ""]
-    for v in history.validations:
+    for v in timeline.validations:
         lines.append(f"- {md.code(' '.join(v.argv))}: {md.cell_text(result_text(v.result))}")
-    if not history.validations:
+    if not timeline.validations:
         lines.append("- no validator is configured (`.github/rio.yml`)")
-    if history.conclusion and history.conclusion["text"]:
-        lines += ["", "The model's conclusion:", "", md.quoted(history.conclusion["text"])]
-    unknown = history.unknown()
+    if timeline.conclusion and timeline.conclusion["text"]:
+        lines += ["", "The model's conclusion:", "", md.quoted(timeline.conclusion["text"])]
+    unknown = timeline.unknown()
     if unknown:
         lines += [
             "",

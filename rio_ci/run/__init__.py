@@ -4,6 +4,8 @@
 - ``launch``, ``worker``, ``capture``: the launch protocol, the gated Worker, bounded and
   redacted output up to the result;
 - ``survivors``, ``pidrange``: finding and stopping what is left of Workers;
+- ``gate``: the pull-request gate — a success checked again, its validators run again as
+  Workers, before anything is published;
 - ``confinement/``: where and as whom a Cell runs and what it can reach (the Cell user,
   becoming root for it, its HOME and Cell folder, and ``rio_ci.api`` served to Cells over a
   socket);

@@ -19,11 +19,11 @@ import time
 from collections.abc import Sequence
 
 from rio_ci.core import events as ev
+from rio_ci.core.errors import RecoveryError
 from rio_ci.core.output import joined
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import RecoveryError
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.worker import Stream, Worker
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 STREAMS: tuple[Stream, Stream] = ("stdout", "stderr")
 EXIT_GRACE = 1.0  # seconds to wait for pipes held by leftovers after the script exited

@@ -12,43 +12,31 @@ itself not dumpable, which makes its ``/proc`` entries (environ, mem, fd …) un
 other processes of the same user unless they are root or hold ``CAP_SYS_PTRACE``. Values
 set after exec live on the heap, where ``/proc/<pid>/environ`` does not look.
 
-``rio_ci.entry`` imports this module before the command line, in the process that will throw
-its imports away when it re-executes: only the standard library's lightest modules load here
-at import; the Session, pathlib, ctypes and tempfile load where they are used.
+The re-execution and the hand-over are ``rio_ci.start.handover``'s: start-up does them before
+the command line is imported where it can, and ``scrub_own_environment`` here, after the
+command line's checks, for whatever is left.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import os
-import sys
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from rio_ci.core.credentials import SECRET_NAME
-from rio_ci.errors import RioError, StorageError
+from rio_ci.core.credentials import secret_names
+from rio_ci.core.errors import RioError, StorageError
+from rio_ci.start.handover import reexec_without, take_over
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see above)
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any
 
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
 # Harness plumbing that must not reach a Worker either.
 PRIVATE_VARS = frozenset({"RIO_CRASH_AT", "RIO_SECRETS_FD", "RIO_SCRUBBED"})
 _MIN_SECRET = 6  # shorter values would match innocent text
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
-
-
-def secret_names(
-    environ: Mapping[str, str], keep: Iterable[str] = (), extra: Iterable[str] = ()
-) -> set[str]:
-    """Names of the credentials in ``environ``: credential-looking names and the names in
-    ``extra`` (a Session's ``--secret``), except those in ``keep``."""
-    kept, named = set(keep), set(extra)
-    return {k for k in environ if (SECRET_NAME.search(k) or k in named) and k not in kept}
 
 
 def worker_environment(
@@ -74,94 +62,17 @@ def scrub_own_environment(argv: list[str], extra: Iterable[str] = ()) -> None:
     Called by Owner commands before anything else. The re-executed process reads the
     secrets back into ``os.environ`` from an anonymous file, so the harness can still use
     them. It checks its own initial environment too: what re-executed it may have judged
-    from less than this command line (``scrub_before_imports``), so a secret it missed is
+    from less than this command line (``rio_ci.start.early``), so a secret it missed is
     moved out by one more re-execution, carrying both. Never skipped: a secret that cannot
     be moved out of the initial environment stops the command with a RioError."""
     fd = os.environ.pop("RIO_SECRETS_FD", None)
     os.environ.pop("RIO_SCRUBBED", None)
     left = secret_names(os.environ, extra=extra)  # what this process's initial environment holds
-    carried = _read_secrets(fd) if fd is not None else {}
+    carried = take_over(fd) if fd is not None else {}
     os.environ.update(carried)
     if left:
-        _reexec_without(left | carried.keys(), argv)  # does not return
+        reexec_without(left | carried.keys(), argv)  # does not return
     protect_own_memory()
-
-
-def scrub_before_imports(argv: list[str], extra: Iterable[str]) -> None:
-    """``scrub_own_environment``'s re-execution, done before the command line is imported
-    (rio_ci.entry) so that the process which is thrown away imports next to nothing:
-    ``extra`` are the ``--secret`` names of the Session the command in ``argv`` names, read
-    at rest. When this process holds a secret, it re-executes without it now; when that
-    fails it returns, and the command line meets the same failure and reports it."""
-    names = secret_names(os.environ, extra=extra)
-    if names:
-        with contextlib.suppress(RioError):
-            _reexec_without(names, argv)  # does not return
-
-
-def _reexec_without(names: set[str], argv: list[str]) -> None:
-    secrets = {k: os.environ[k] for k in names}
-    try:
-        fd = _anonymous_file(json.dumps(secrets).encode("utf-8", "surrogateescape"))
-    except OSError as exc:
-        raise RioError(
-            f"cannot move the credentials out of this process's initial "
-            f"environment ({exc.strerror}); refusing to start an Owner that a "
-            "script could read them from"
-        ) from None
-    env = {k: v for k, v in os.environ.items() if k not in names}
-    env.update(RIO_SECRETS_FD=str(fd), RIO_SCRUBBED="1")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        # -I: neither PYTHONPATH nor the working directory (a checkout a Cell may have written
-        # a rio_ci/ or a sitecustomize.py into) nor the user site is on sys.path, so the
-        # process that gets the credentials runs rio-ci's own code only.
-        os.execve(sys.executable, [sys.executable, "-I", "-m", "rio_ci.cli", *argv], env)
-    except OSError as exc:
-        os.close(fd)  # a caller that tries again must not leave a copy of the secrets open
-        raise RioError(
-            f"cannot re-execute {sys.executable} without the credentials "
-            f"({exc.strerror}); refusing to start"
-        ) from None
-
-
-def _anonymous_file(payload: bytes) -> int:
-    """A descriptor, inheritable and at offset 0, of a file holding ``payload`` that no
-    name reaches: a memfd where Linux offers one, else an unlinked temporary file."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("rio-ci-secrets", 0)
-    else:
-        import tempfile
-
-        with tempfile.TemporaryFile() as spare:
-            fd = os.dup(spare.fileno())
-    try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.set_inheritable(fd, True)
-    except OSError:
-        os.close(fd)  # part of the secrets must not stay open, to be inherited later
-        raise
-    return fd
-
-
-def _read_secrets(fd: str) -> dict[str, str]:
-    try:
-        with os.fdopen(int(fd), "rb") as stream:
-            values = json.loads(stream.read().decode("utf-8", "surrogateescape"))
-    except (OSError, ValueError) as exc:
-        raise RioError(
-            f"RIO_SECRETS_FD={fd!r} does not carry rio-ci's credentials ({exc}); "
-            "it is set only by rio-ci itself"
-        ) from None
-    if not isinstance(values, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in values.items()
-    ):
-        raise RioError("RIO_SECRETS_FD does not carry rio-ci's credentials")
-    return values
 
 
 def protect_own_memory() -> bool:
@@ -187,14 +98,14 @@ def session_secret_names(db: str) -> list[str]:
 
 def session_tree(db: str) -> str | None:
     """The working directory a Session's Cells run in, read before an Owner command looks
-    up any program (rio_ci.programs); None when the Session cannot be read here."""
+    up any program (rio_ci.untrusted.programs); None when the Session cannot be read here."""
     settings = _session_settings(db)
     return str(settings["cwd"]) if settings else None
 
 
 @functools.lru_cache(maxsize=2)  # an Owner command asks for both: one open
 def _session_settings(db: str) -> dict[str, Any] | None:
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     try:
         session = Session.open(db)
@@ -249,10 +160,10 @@ def scratch_dir(session: Session) -> Path:
 @functools.cache  # finding it searches several install locations (~0.3 ms a launch)
 def uv_binary() -> str:
     """The uv installed with rio-ci, which every code Cell starts with: never one on the
-    Cells' ``PATH``, and refused where a Cell could have replaced it (rio_ci.programs)."""
+    Cells' ``PATH``, and refused where a Cell could have replaced it (rio_ci.untrusted.programs)."""
     from uv import find_uv_bin
 
-    from rio_ci import programs
+    from rio_ci.untrusted import programs
 
     try:
         found = str(find_uv_bin())

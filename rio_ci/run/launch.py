@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
-from rio_ci.crashpoints import crash_point
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
 from rio_ci.run.confinement.confinement import Confinement
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.environment import redacted_values, worker_env
 from rio_ci.run.worker import Worker
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 # Called with (cell id, token) after ``started`` is committed and before the Worker is
 # spawned: a place to make the launch durable elsewhere too (GitHub: a write-ahead record

@@ -18,15 +18,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import RecoveryError, RioError, StorageError
+from rio_ci.core.errors import RecoveryError, RioError, StorageError
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.capture import Capture
 from rio_ci.run.confinement.confinement import Confinement
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.launch import BeforeSpawn, Launch
 from rio_ci.run.ownership import FileGuard, FileOwnership
 from rio_ci.run.survivors import WorkerIdentity, stop_session_leftovers, stop_survivors
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store import sessionfile
 
 

@@ -27,7 +27,7 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-from rio_ci.errors import OwnershipError, StorageError
+from rio_ci.core.errors import OwnershipError, StorageError
 from rio_ci.store.sessionfile import Identity, os_problem
 
 _HELD: dict[Identity, int] = {}  # one descriptor per file, kept open (see the docstring)

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from rio_ci.errors import RecoveryError
+from rio_ci.core.errors import RecoveryError
 from rio_ci.run import pidrange
 
 TOKEN_VAR = "RIO_WORKER_TOKEN"

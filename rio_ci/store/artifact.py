@@ -31,12 +31,12 @@ from pathlib import Path, PurePosixPath
 from typing import TypedDict
 
 import rio_ci
-from rio_ci import jsonio
-from rio_ci.core.state import is_int
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import ArtifactError, StorageError
+from rio_ci.core.errors import ArtifactError, StorageError
+from rio_ci.core.json_value import is_int
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.store.migrations import NEWER
 from rio_ci.store.sessionfile import copy_single_file, single_file_problem
+from rio_ci.untrusted import jsonio
 
 MANIFEST_VERSION = 1  # the manifest's own schema (the snapshot's format is in its meta table)
 SCHEMA = f"rio.artifact/{MANIFEST_VERSION}"

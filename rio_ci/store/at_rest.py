@@ -1,5 +1,5 @@
 """A Session file read at rest, by a process that has imported almost nothing yet: the
-``--secret`` names its first event holds, for ``rio_ci.entry``, which must know them before it
+``--secret`` names its first event holds, for ``rio_ci.start``, which must know them before it
 re-executes an Owner without its credentials (and before the command line's imports, which
 that process would throw away). The standard library's lightest modules and ``sqlite3`` only;
 ``sessionfile`` takes the format's constants from here, so the two cannot drift apart.

@@ -16,12 +16,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.errors import StorageError, UncertainCommit
 from rio_ci.core.events import KINDS, Event
+from rio_ci.core.json_value import compact
 from rio_ci.core.projection import PROJECTION_FORMAT, Projection
 from rio_ci.core.reducer import apply, readable
-from rio_ci.core.state import compact
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import StorageError, UncertainCommit
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.store import migrations, sessionfile
 from rio_ci.store.at_rest import SCHEMA_VERSION
 from rio_ci.store.sessionfile import resolve

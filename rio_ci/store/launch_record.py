@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rio_ci.core.events import KINDS
-from rio_ci.core.state import is_int
+from rio_ci.core.json_value import is_int
 from rio_ci.store.sessionfile import DECODER
 
 SCHEMA = "rio.launch/1"

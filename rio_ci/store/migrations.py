@@ -26,8 +26,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 import rio_ci
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import StorageError
+from rio_ci.core.errors import StorageError
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.store.at_rest import SCHEMA_VERSION
 
 Objects = frozenset[tuple[str, str, str]]  # (type, name, table) as sqlite_master lists them

@@ -23,13 +23,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.errors import StorageError
+from rio_ci.core.json_value import ascii_int
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
-from rio_ci.core.state import ascii_int
-from rio_ci.errors import StorageError
-from rio_ci.jsonio import strict_decoder
 from rio_ci.store import migrations
 from rio_ci.store.at_rest import SCHEMA_VERSION, SIDECARS
+from rio_ci.untrusted.jsonio import strict_decoder
 
 # Every object a Session file of this rio-ci's format holds in sqlite_master: (type, name,
 # table); ``migrations.objects`` gives an older format's. A copy from elsewhere (an artifact)

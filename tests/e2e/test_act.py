@@ -269,9 +269,8 @@ def rio_ci_processes(cache: Path, phase: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         line = process.info["cmdline"] or []
-        # `rio-ci action` (`python -I -m rio_ci action`), or what it re-executes itself as:
-        # `python -I -m rio_ci.cli action`
-        launcher = any(part in ("rio_ci", "rio_ci.cli") for part in line)
+        # `rio-ci action` (`python -I -m rio_ci action`), or what it re-executes itself as
+        launcher = "rio_ci" in line
         if launcher and line[-1] == phase:
             try:
                 if str(cache) in process.environ().get("RUNNER_TEMP", ""):

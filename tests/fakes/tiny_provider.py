@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rio_ci.errors import ModelError
+from rio_ci.core.errors import ModelError
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 from rio_ci.model.pictures import RequestLimits
 from rio_ci.model.providers import Provider

@@ -29,7 +29,7 @@ from rio_ci.core import events as ev
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
 from rio_ci.run.survivors import TOKEN_VAR
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.faults.workload import DB, EXTERNAL, state_digest
 
 

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from rio_ci.core.admission import Rejection
-from rio_ci.errors import Rejected
+from rio_ci.core.errors import Rejected
 from rio_ci.run.owner import Owner
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.kit import cli_env, until
 
@@ -338,7 +338,7 @@ class ContractMachine(RuleBasedStateMachine):
         self.calls["kill"] += 1
         slow = self.ref.dispatch_order()[0]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rio_ci.cli", "work", str(self.db)],
+            [sys.executable, "-m", "rio_ci", "work", str(self.db)],
             cwd=self.dir,
             env=cli_env(),
             stdout=subprocess.DEVNULL,

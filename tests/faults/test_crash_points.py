@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rio_ci.crashpoints import POINTS
+from rio_ci.faults.crashpoints import POINTS
 from tests.faults import checks, runner
 from tests.faults.workload import setup
 

@@ -21,8 +21,8 @@ from typing import Any
 import apsw
 import pytest
 
-from rio_ci.errors import UncertainCommit
-from rio_ci.session import Receipt, Session
+from rio_ci.core.errors import UncertainCommit
+from rio_ci.session.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.vfs import RecordingVFS, recorded_session
 from tests.faults.workload import Plan
@@ -148,7 +148,7 @@ def fiu() -> str:
 
 def cli(*args: str, prefix: tuple[str, ...] = (), cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "rio_ci.cli", *args],
+        [*prefix, sys.executable, "-m", "rio_ci", *args],
         cwd=cwd,
         env=cli_env(),
         capture_output=True,
@@ -210,7 +210,7 @@ def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
     session.close()
     ctrl = str(disk_path / "fiu-ctrl")
     owner = subprocess.Popen(
-        [fiu_run, "-x", "-f", ctrl, sys.executable, "-m", "rio_ci.cli", "work", str(db)],
+        [fiu_run, "-x", "-f", ctrl, sys.executable, "-m", "rio_ci", "work", str(db)],
         cwd=disk_path,
         env=cli_env(),
         stdout=subprocess.PIPE,

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from rio_ci.errors import StorageError
+from rio_ci.core.errors import StorageError
 from rio_ci.run.launch import Launch
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.faults.vfs import Op, RecordingVFS, crash_images, materialise, recorded_session
 from tests.faults.workload import Plan
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rio_ci.session import Receipt, Session
+from rio_ci.session.session import Receipt, Session
 from tests.faults import checks, runner
 from tests.faults.workload import DB, Plan, setup
 from tests.kit import cli_env, until
@@ -160,7 +160,7 @@ def test_a_lost_leader_with_a_surviving_child_fails_recovery_closed(disk_path: P
     assert isinstance(session.step(turn["turn_id"], plan.ops), Receipt)
     session.close()
     owner = subprocess.Popen(
-        [sys.executable, "-m", "rio_ci.cli", "work", str(db)], cwd=disk_path, env=cli_env()
+        [sys.executable, "-m", "rio_ci", "work", str(db)], cwd=disk_path, env=cli_env()
     )
     until(lambda: checks.started_cells(disk_path) and checks.effects(disk_path), 20)
     session_id, _ = checks.identity(disk_path)

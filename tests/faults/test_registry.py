@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rio_ci.crashpoints import FINISH_POINTS, MIGRATION_POINTS, POINTS
+from rio_ci.faults.crashpoints import FINISH_POINTS, MIGRATION_POINTS, POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ from typing import Any
 import apsw
 
 from rio_ci.core.projection import Projection
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.journal import Journal, _configure
 
 _names = itertools.count()

@@ -1,7 +1,7 @@
-"""The fault suite's workload: one mixed run of the real harness, Owner, Inbox and Timers,
+"""The fault suite's workload: one mixed run of the real round loop, Owner, Inbox and Timers,
 with everything the checks need recorded *outside* SQLite.
 
-    python -m tests.faults.workload run DIR      the driver: Owner + harness + Inbox client
+    python -m tests.faults.workload run DIR      the driver: Owner + round loop + Inbox client
     python -m tests.faults.workload recover DIR  two Owner recoveries in a row; prints counts
 
 ``DIR`` holds ``session.db`` (made by :func:`setup`), ``effect.py`` (the script every ``cmd``
@@ -14,10 +14,10 @@ Cell runs), and two append-only, fsynced logs the Session never sees:
   Everything acknowledged must survive any crash, and a State shown must be the one the
   Journal committed for that Turn.
 
-The driver reads ``RIO_CRASH_AT`` once, when ``rio_ci.crashpoints`` is imported, and removes it
-from its environment, so only the driver itself can hit a crash point (never a Worker). With
-``RIO_FAULT_COUNT=FILE`` it writes how often it passed each crash point (observed with
-``sys.setprofile``; nothing of rio_ci is replaced).
+The driver reads ``RIO_CRASH_AT`` once, when ``rio_ci.faults.crashpoints`` is imported, and
+removes it from its environment, so only the driver itself can hit a crash point (never a
+Worker). With ``RIO_FAULT_COUNT=FILE`` it writes how often it passed each crash point (observed
+with ``sys.setprofile``; nothing of rio_ci is replaced).
 
 The model is deterministic and adaptive: it reads only its Turn's State, like an agent would,
 so a run resumed after any crash carries on to a successful conclusion. Its plan: a ``code``
@@ -105,7 +105,7 @@ def append_line(path: Path, text: str) -> None:
 def setup(directory: Path) -> Path:
     """A fresh workload directory with its Session; returns the Session path."""
     from rio_ci.core.limits import Limits
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "effect.py").write_text(EFFECT)
@@ -269,8 +269,8 @@ class AdaptiveModel:
 def send_external(db: Path, directory: Path, stop: threading.Event) -> None:
     """The Inbox client: another connection committing external messages while the Owner
     works. Each acknowledgement is logged only after ``receive`` returned."""
-    from rio_ci.errors import Rejected, RunEnded
-    from rio_ci.session import Session
+    from rio_ci.core.errors import Rejected, RunEnded
+    from rio_ci.session.session import Session
 
     session = Session.open(db)
     try:
@@ -297,7 +297,7 @@ def _count_crash_points(out: Path) -> None:
     """Count passes through crash_point by name, without replacing anything."""
     import atexit
 
-    from rio_ci import crashpoints
+    from rio_ci.faults import crashpoints
 
     code = crashpoints.crash_point.__code__
     counts: collections.Counter[str] = collections.Counter()
@@ -312,8 +312,8 @@ def _count_crash_points(out: Path) -> None:
 
 
 def run(directory: Path) -> int:
-    import rio_ci.crashpoints  # noqa: F401  (reads RIO_CRASH_AT now)
-    from rio_ci.harness import Harness
+    import rio_ci.faults.crashpoints  # noqa: F401  (reads RIO_CRASH_AT now)
+    from rio_ci.rounds.loop import RoundLoop
     from rio_ci.run.owner import Owner
 
     os.environ.pop("RIO_CRASH_AT", None)  # Workers and validators never crash on purpose
@@ -327,10 +327,10 @@ def run(directory: Path) -> int:
     client.start()
     status = "deadline"
     try:
-        harness = Harness(owner, AdaptiveModel(directory))
+        loop = RoundLoop(owner, AdaptiveModel(directory))
         give_up = time.monotonic() + 120
         while time.monotonic() < give_up:
-            outcome = harness.run(time.monotonic() + 20)
+            outcome = loop.run(time.monotonic() + 20)
             status = outcome.status
             if status in ("succeeded", "failed", "interrupted"):
                 break
@@ -348,7 +348,7 @@ def recover_twice(directory: Path) -> int:
     Exit 3 with ``{"failed_closed": reason}`` when recovery refuses to go on (docs/sessions.md: a
     lost
     leader with a surviving group, a recycled pid, processes that will not die)."""
-    from rio_ci.errors import RecoveryError
+    from rio_ci.core.errors import RecoveryError
     from rio_ci.run.owner import Owner
 
     counts = []

@@ -62,9 +62,9 @@ def rio(
     input: bytes | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[bytes]:
-    """``python -m rio_ci.cli ARGS`` with bytes in and out (arguments may be raw bytes)."""
+    """``python -m rio_ci ARGS`` with bytes in and out (arguments may be raw bytes)."""
     return subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", *args],
+        [sys.executable, "-m", "rio_ci", *args],
         env=env or cli_env(),
         cwd=cwd,
         input=input,
@@ -135,7 +135,7 @@ def unprivileged_rio(
     assert found is not None
     prefix, python = found
     return subprocess.run(
-        [*prefix, python, "-m", "rio_ci.cli", *args],
+        [*prefix, python, "-m", "rio_ci", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 from rio_ci.core.admission import _INDEX_PATH
-from rio_ci.core.state import EVIDENCE_REF, message_problem
+from rio_ci.core.inbox import message_problem
+from rio_ci.core.state import EVIDENCE_REF
 from rio_ci.forge.issues import issue_of_branch
 
 ROOT = Path(__file__).resolve().parents[2]

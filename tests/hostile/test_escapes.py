@@ -14,7 +14,7 @@ from conftest import accept, cmd, succeed
 
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.hostile.support import rio
 
 HOSTILE = (

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.errors import OwnershipError
+from rio_ci.core.errors import OwnershipError
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests import session_cli
 from tests.hostile.support import one_error, rio
 from tests.kit import until

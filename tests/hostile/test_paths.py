@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.hostile.support import (
     listing,
     one_error,
@@ -182,7 +182,7 @@ def test_a_read_only_file_system_gives_one_line_errors(tmp_path: Path) -> None:
     Session.create(data / "s.db", "read-only file system", cwd=str(data)).close()
     script = (
         f"mount --bind {data} {view} && mount -o remount,bind,ro {view} && "
-        f'exec {sys.executable} -m rio_ci.cli "$@"'
+        f'exec {sys.executable} -m rio_ci "$@"'
     )
     before = listing(data)
     for command, code in (

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from rio_ci import jsonio
 from rio_ci.core.admission import Rejection
-from rio_ci.core.state import message_problem, timer_problem
-from rio_ci.session import Session
+from rio_ci.core.inbox import message_problem, timer_problem
+from rio_ci.session.session import Session
 from rio_ci.store import sessionfile
+from rio_ci.untrusted import jsonio
 from tests.hostile.support import one_error, rio, strict
 
 NOT_JSON = ["NaN", "Infinity", "-Infinity", "1e400", "-1e999", "9" * 5000]

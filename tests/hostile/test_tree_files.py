@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.errors import UsageError
-from rio_ci.github.env import CONFIG_MAX_BYTES, Config
-from rio_ci.harness import GUIDANCE_BYTES, read_guidance
-from rio_ci.treefile import read_tree_file
+from rio_ci.core.errors import UsageError
+from rio_ci.github.contract import CONFIG_MAX_BYTES, Config
+from rio_ci.rounds.guidance import GUIDANCE_BYTES, read_guidance
+from rio_ci.untrusted.treefile import read_tree_file
 from tests.run_cli import interrupt, new_session, spawn, status, write_script
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rio_ci.cli import COMMANDS
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.hostile.support import listing, rio, strict
 
 pytestmark = pytest.mark.slow

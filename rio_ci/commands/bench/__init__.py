@@ -42,7 +42,7 @@ from rio_ci.commands.bench.launches import measure_launch_record
 from rio_ci.commands.bench.start import measure_start
 from rio_ci.commands.bench.storage import measure_artifact, measure_open, measure_storage
 from rio_ci.commands.bench.tokens import measure_tokens
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 
 MEMORY_FILE_SYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
 # (figure, comparison, goal); the figures are never assumed (docs/performance.md).

@@ -31,7 +31,7 @@ from rio_ci.commands.bench.common import (
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.environment import uv_binary
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict
             "cell_user": cells_user.name if cells_user else None,
             "code_cell_ms_owner_first": ms(through_owner(CODE)),
             "code_cell_ms_uv_first": ms(bare(uv_argv)),
-        }  # uv builds envs
+        }  # the first of each: uv builds the script's venv
         pairs: dict[str, list[tuple[float, float]]] = {"code": [], "cmd": []}
         floors: list[float] = []
         for i in range(-2, 12 if quick else 40):  # two rounds of warm-up

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
-from rio_ci.errors import UsageError
+from rio_ci.core.errors import UsageError
 
 Series = dict[str, list[tuple[int, int]]]
 CONTENT = "the rounds' new content"
@@ -31,7 +31,7 @@ def parse_before(specs: list[str]) -> dict[str, Path]:
     for spec in specs:
         label, sep, folder = spec.partition("=")
         tree = Path(folder).expanduser().resolve()
-        if not sep or not label.strip() or not (tree / "rio_ci" / "session.py").is_file():
+        if not sep or not label.strip() or not (tree / "rio_ci" / "cli.py").is_file():
             raise UsageError(
                 f"--before expects LABEL=DIR with DIR a rio_ci source tree, got {spec!r}"
             )

@@ -13,7 +13,7 @@ from rio_ci.commands.bench.baseline import BareCommits, BareSteps
 from rio_ci.commands.bench.common import NOTE, accept, ms, patch_for, pct
 from rio_ci.commands.bench.drive import execute
 from rio_ci.core.admission import Rejection
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 WARM_UP = 20
 

@@ -52,7 +52,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) ->
 
 def cli(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-I", "-m", "rio_ci.cli", *args],
+        [sys.executable, "-I", "-m", "rio_ci", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 NOTE = "A note of ordinary length, standing in for what a model writes between rounds. " * 4
 # A trivial PEP 723 script of about 1 KB and the 2 KB a short test run prints.

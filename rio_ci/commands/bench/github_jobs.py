@@ -45,11 +45,11 @@ from rio_ci.commands.bench.github_api import LoopbackGitHub
 from rio_ci.commands.bench.rate_limit import Counted
 from rio_ci.forge.base import Forge
 from rio_ci.github import action, finish, job, prune
-from rio_ci.github.env import ActionEnv
+from rio_ci.github.contract import ActionInputs
 from rio_ci.github.intake import take_in
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 __all__ = ["CountingGitHub", "Site", "measure_github"]
 
@@ -142,7 +142,7 @@ class Site:
         self.uploads = itertools.count(1)
         self.logs: list[str] = []
         self.results: list[dict[str, Any]] = []
-        self.envs: list[ActionEnv] = []
+        self.envs: list[ActionInputs] = []
         seed = root / "seed"
         seed.mkdir(parents=True)
         git(root, "init", "--quiet", "--bare", "--initial-branch=main", str(self.origin))
@@ -160,7 +160,7 @@ class Site:
         """The scripted model's replies, one per round of a Session (its k-th Turn)."""
         self.model.write_text(yaml.safe_dump(rounds))
 
-    def action_env(self, event_name: str, payload: dict[str, Any]) -> ActionEnv:
+    def action_env(self, event_name: str, payload: dict[str, Any]) -> ActionInputs:
         """The next job's environment, as the runner gives it to the steps (docs/github.md,
         the environment contract): a fresh runner temp, a fresh clone at the same path (as
         on a hosted runner), the event, a run of rio.yml."""
@@ -174,7 +174,7 @@ class Site:
         run_id = 1000 + number
         self.github.add_rio_run(run_id, event=event_name)
         repo = self.github.repo
-        return ActionEnv(
+        return ActionInputs(
             event_name=event_name,
             event_path=directory / "event.json",
             repository=repo,
@@ -223,7 +223,7 @@ class Site:
                     self.results.append({"step": "prune", **pruned})
         return self.github.counted[before:]
 
-    def forge(self, env: ActionEnv, phase: str) -> Forge:
+    def forge(self, env: ActionInputs, phase: str) -> Forge:
         return action.step_forge(env, phase, sleep=self.sleep)
 
     @contextlib.contextmanager
@@ -237,12 +237,12 @@ class Site:
             self.logs.append(stream.getvalue())
 
     @staticmethod
-    def uploaded_name(env: ActionEnv) -> str:
+    def uploaded_name(env: ActionInputs) -> str:
         """The ``artifact-name`` the finish step wrote to its outputs (its last value)."""
         lines = (env.output or Path()).read_text().splitlines()
         return dict(line.split("=", 1) for line in lines if "=" in line).get("artifact-name", "")
 
-    def upload(self, env: ActionEnv) -> int | None:
+    def upload(self, env: ActionInputs) -> int | None:
         """``actions/upload-artifact``: the artifact directory, zipped, under the name the
         finish step wrote to its outputs; the artifact's id."""
         name = self.uploaded_name(env)
@@ -324,7 +324,7 @@ def listen(
     return site.github.counted[before:]
 
 
-def _session_with_pull(db: Path, env: ActionEnv, pull: int, marks: dict[str, Any]) -> None:
+def _session_with_pull(db: Path, env: ActionInputs, pull: int, marks: dict[str, Any]) -> None:
     """The listening job's Session: its pull request, and the comments it has taken in."""
     session = Session.create(db, "goal", cwd=str(env.workspace))
     try:

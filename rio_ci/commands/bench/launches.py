@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
 def push_samples(root: Path, launches: int) -> list[float]:

@@ -2,7 +2,7 @@
 loopback provider, against a bare ``python -c "import anthropic"`` on the same interpreter,
 timed from its start to the end of the import — the SDK import is the floor under any run
 that talks to Claude. The run holds a credential, so it re-executes itself first, as every
-job does (rio_ci.entry).
+job does (rio_ci.start).
 
 Pairs are interleaved (run, import, run, import …); the figure is the median of each side
 and their ratio. The scripted model concludes in its first patch, so each run ends at once.
@@ -20,7 +20,7 @@ from typing import Any
 
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.commands.bench.tokens import volatile_part
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 __all__ = ["measure_start"]
 
@@ -52,7 +52,7 @@ def _run_once(root: Path, number: int, provider: LoopbackProvider) -> float:
     seen = len(provider.arrivals)
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-m", "rio_ci.cli", "run", str(db)],
+        [sys.executable, "-I", "-m", "rio_ci", "run", str(db)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rio_ci import jsonio
 from rio_ci.commands import show
 from rio_ci.commands.bench.common import NOTE, accept, ms
 from rio_ci.commands.bench.drive import execute, new_session, on_disk, play_round
-from rio_ci.core.state import encoded_size
+from rio_ci.core.json_value import encoded_size
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store import artifact
+from rio_ci.untrusted import jsonio
 
 OPEN_SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
 

@@ -6,7 +6,7 @@ The Session is a coding job in small: a repository of three files; rounds that r
 (``rio_ci.tools view``, ``grep``), edit them (``rio_ci.tools replace``) and run the tests
 (a script printing a pytest-like report); in round 20 the plan note at the head of the list
 is replaced, in round 35 an earlier test run's Cell (and its output) is removed; round 50
-concludes. Everything goes through the ``Harness``: Turns, admission, real Executions
+concludes. Everything goes through the ``RoundLoop``: Turns, admission, real Executions
 through an Owner, usage committed from each reply.
 
 Figures: ``cache_read_share`` (input tokens read from the cache / all input tokens) and
@@ -23,11 +23,11 @@ from typing import Any
 
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.core.limits import Limits
-from rio_ci.harness import Harness
 from rio_ci.model.claude.client import AnthropicModel
 from rio_ci.model.turn import VOLATILE_HEADER
+from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 __all__ = ["ROUNDS", "SessionScript", "measure_tokens"]
 
@@ -160,7 +160,7 @@ def play(root: Path) -> dict[str, Any]:
         model = AnthropicModel(MODEL, api_key="bench-key", base_url=provider.base_url)
         owner = Owner(str(db))
         try:
-            outcome = Harness(owner, model).run()
+            outcome = RoundLoop(owner, model).run()
             usage = dict(owner.session.proj.usage)
         finally:
             owner.close()

@@ -32,7 +32,7 @@ import anthropic
 import httpx2
 from anthropic.types import Message, ThinkingConfigParam
 
-from rio_ci.errors import ModelError, UsageError
+from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model import pictures
 from rio_ci.model.base import ModelReply, ModelRequest, Price, Usage
 from rio_ci.model.claude import table
@@ -73,7 +73,7 @@ class AnthropicModel:
         model: str,
         *,
         provider: str = "anthropic",
-        effort: str = "high",
+        effort: str = table.DEFAULT_EFFORT,
         price: Price | None = None,
         api_key: str | None = None,
         base_url: str | None = None,

@@ -15,7 +15,7 @@ from typing import Any
 
 import anthropic
 
-from rio_ci.errors import ModelError
+from rio_ci.core.errors import ModelError
 from rio_ci.model.claude import table
 
 __all__ = ["status_error"]

@@ -8,10 +8,10 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 
-from rio_ci import jsonio
-from rio_ci.core.state import MAX_SEQ
-from rio_ci.errors import RioError
-from rio_ci.session import Session
+from rio_ci.core.errors import RioError
+from rio_ci.core.json_value import MAX_SEQ
+from rio_ci.session.session import Session
+from rio_ci.untrusted import jsonio
 
 
 def main(argv: list[str]) -> int:

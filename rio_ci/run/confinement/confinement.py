@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.run.confinement import channel, seal
 from rio_ci.run.confinement import folder as cell_folder
 from rio_ci.run.confinement import home as cell_home
@@ -30,7 +30,7 @@ from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.confinement.spawn import Spawn
 from rio_ci.run.environment import scratch_dir, worker_environment
 from rio_ci.run.survivors import stop_user
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from rio_ci.store.at_rest import SIDECARS
 
 SHARED_NOTICE = "Cells share the harness's user"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rio_ci.run.environment import scratch_dir, uv_binary
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 _PACKAGE = Path(__file__).parents[2]  # rio_ci/
 

@@ -28,7 +28,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.run.confinement.user import CellUser, separation_problem
 from rio_ci.run.survivors import stop_user
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import rio_ci
-from rio_ci.errors import RioError
+from rio_ci.core.errors import RioError
 from rio_ci.run.confinement.user import CellUser
 
 __all__ = ["Finding", "Install", "Survey", "harness_groups", "seal", "survey"]

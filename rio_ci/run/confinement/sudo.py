@@ -33,8 +33,8 @@ import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
-from rio_ci import programs
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
+from rio_ci.untrusted import programs
 
 MARK = "RIO_AS_ROOT"  # set on the command rio-ci re-executes through sudo (once)
 FORMAT = "rio-ci hand-over 1"

@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rio_ci import programs
-from rio_ci.errors import RioError, UsageError
+from rio_ci.core.errors import RioError, UsageError
 from rio_ci.run.confinement.spawn import Spawn
 from rio_ci.run.confinement.sudo import C_LOCALE, MARK, identify, on_standard_input
+from rio_ci.untrusted import programs
 
 if TYPE_CHECKING:
     from rio_ci.run.confinement.settings import ConfinementSettings
@@ -139,7 +139,7 @@ def become_root(confinement: ConfinementSettings, argv: list[str]) -> None:
                 sys.executable,
                 "-I",  # isolated: not PYTHONPATH, the user site or the working directory (a Cell's)
                 "-m",
-                "rio_ci.cli",
+                "rio_ci",
                 *argv,
             ],
             # sudo runs as root and would read its messages from /usr/share/locale, which a

@@ -1,11 +1,11 @@
-"""The harness with a real Claude model's behaviour (docs/models.md, docs/sessions.md,
+"""The round loop with a real Claude model's behaviour (docs/models.md, docs/sessions.md,
 docs/cli.md): whole runs with the default model, invalid replies, transient failures,
 provider errors, prices, effort, repository guidance, what the State shows, and
 cache-friendly requests.
 
 Everything goes through the real ``anthropic`` SDK to the strict ``FakeAnthropic``, which
 answers 400 to any request today's API would refuse. Runs are real ``rio-ci run``
-subprocesses, except the long retry test, which drives the same ``Harness`` in-process so
+subprocesses, except the long retry test, which drives the same ``RoundLoop`` in-process so
 that it can give the SDK a short timeout and meet a real client-side timeout.
 """
 
@@ -24,15 +24,17 @@ from typing import Any
 import pytest
 
 from rio_ci.core.limits import Limits
-from rio_ci.harness import GUIDANCE_BYTES, MAX_REPLY_TOKENS, PROMPT_TOKENS, Harness
 from rio_ci.model.base import Price, Usage
 from rio_ci.model.claude import table
 from rio_ci.model.claude.client import AnthropicModel
 from rio_ci.model.providers import parse_price
 from rio_ci.reports.live import LiveLog
+from rio_ci.rounds.guidance import GUIDANCE_BYTES
+from rio_ci.rounds.loop import MAX_REPLY_TOKENS, PROMPT_TOKENS, RoundLoop
 from rio_ci.run.owner import Owner
 from tests.fakes.anthropic_api import ReceivedRequest
-from tests.harness_kit import (
+from tests.kit import cli_env, events
+from tests.round_loop_kit import (
     DONE,
     ECHO,
     KEY,
@@ -49,11 +51,10 @@ from tests.harness_kit import (
     turn_text,
     usage,
 )
-from tests.kit import cli_env, events
 from tests.run_cli import new_session, rio, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
-# tests/conftest.py marks test_harness.py.
+# tests/conftest.py marks test_round_loop.py.
 pytestmark = pytest.mark.slow
 
 PY = sys.executable
@@ -234,7 +235,7 @@ def test_six_transient_errors_in_a_row_do_not_use_up_model_attempts(tmp_path: Pa
             model = AnthropicModel(
                 MODEL, api_key=KEY, base_url=fake.base_url, timeout=client_timeout
             )
-            outcome = Harness(owner, model, live=LiveLog(owner.session, log)).run(
+            outcome = RoundLoop(owner, model, live=LiveLog(owner.session, log)).run(
                 time.monotonic() + 200
             )
         finally:
@@ -499,11 +500,11 @@ def test_the_bound_of_an_attempt_uses_the_long_prompt_tier_when_the_context_reac
     db = new_session(tmp_path, f"context_bytes={context_bytes}")
     owner = Owner(str(db))
     try:
-        harness = Harness(owner, AnthropicModel("claude-haiku-5-5", connect=False))
+        loop = RoundLoop(owner, AnthropicModel("claude-haiku-5-5", connect=False))
         tokens = context_bytes // 2 + PROMPT_TOKENS
         assert tokens > threshold
         worst = Usage(cache_write_tokens=tokens, output_tokens=MAX_REPLY_TOKENS)
-        assert harness.attempt_bound() == pytest.approx(long_price.cost(worst))
+        assert loop.attempt_bound() == pytest.approx(long_price.cost(worst))
         assert long_price.cost(worst) > info.price.cost(worst)
     finally:
         owner.close()

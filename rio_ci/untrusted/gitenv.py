@@ -3,8 +3,9 @@
 A working tree the Cells ran in is theirs, ``.git/config`` included, and the process's own
 environment may hold a credential, a ``GIT_*`` variable a step set, or a ``PATH`` that names the
 checkout. So git gets none of the process's ``GIT_*`` variables and none of its credentials
-(``rio_ci.core.credentials``); the harness's own ``PATH`` (``rio_ci.programs.search_path``: the
-helpers git starts by name are found there, never in the checkout); no system or global
+(``rio_ci.core.credentials``); the harness's own ``PATH``
+(``rio_ci.untrusted.programs.search_path``: the helpers git starts by name are found there,
+never in the checkout); no system or global
 configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL`` the null device), no template
 directory and no translations (both are read from ``/usr/share``, which a runner image may
 leave writable by every user), no system attributes, no terminal prompt and no askpass
@@ -12,8 +13,8 @@ program; and its settings go on git's command scope (``GIT_CONFIG_COUNT``), whic
 every configuration file git could still read, starting with ``HARDENED``: no hooks, no
 fsmonitor, no untracked cache.
 
-git itself is the one ``rio_ci.programs`` found. Each caller adds what its own git needs on
-top: the model's ``git status`` (``rio_ci/model/environment.py``) also refuses a tree that
+git itself is the one ``rio_ci.untrusted.programs`` found. Each caller adds what its own git needs
+on top: the model's ``git status`` (``rio_ci/model/environment_block.py``) also refuses a tree that
 declares filter drivers; the harness's own git (``rio_ci/github/git.py``) has a git directory
 and a home of its own and many more settings.
 """
@@ -23,8 +24,8 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 
-from rio_ci import programs
 from rio_ci.core.credentials import SECRET_NAME
+from rio_ci.untrusted import programs
 
 __all__ = ["HARDENED", "git_environment"]
 

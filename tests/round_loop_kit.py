@@ -1,4 +1,4 @@
-"""Shared tools for the harness tests: a ``FakeAnthropic`` that also notes when each request
+"""Shared tools for the round loop's tests: a ``FakeAnthropic`` that also notes when each request
 came and what the Session had committed by then, ``rio-ci run`` against it as a real
 subprocess, and complete patches written the way a real model must write them."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from rio_ci.model.base import Price, Usage
 from rio_ci.model.claude import table
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
 from tests.kit import Patch, cli_env, events
 from tests.run_cli import rio

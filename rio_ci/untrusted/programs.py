@@ -49,8 +49,9 @@ __all__ = [
     "with_search_path",
 ]
 
-# Every program an Owner command may run by name (rio_ci.gitenv for git, rio_ci.run.confinement.user
-# for sudo and useradd); uv comes with rio-ci itself and is only checked (``trusted_file``).
+# Every program an Owner command may run by name (rio_ci.untrusted.gitenv for git,
+# rio_ci.run.confinement.user for sudo and useradd); uv comes with rio-ci itself and is only
+# checked (``trusted_file``).
 PROGRAMS = ("git", "sudo", "useradd")
 # Where a Linux system keeps its programs, in the order of Debian's and Ubuntu's default PATH.
 SYSTEM_FOLDERS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")

@@ -1,7 +1,11 @@
-"""The GitHub Actions environment contract (docs/github.md), read once and validated.
+"""The action's contract with its workflow (docs/github.md): what a step of it is given —
+``ActionInputs``, GitHub's variables (``GITHUB_*``, ``RUNNER_*``) and the action's inputs
+(``RIO_*``, which action.yml sets from ``with:``), read once and validated; ``Config``, the
+repository's ``.github/rio.yml`` — and what it gives back: its outputs, log commands and
+annotations, the step summary.
 
-Only these variables are read. Unset action inputs take their defaults. Nothing here is
-ever printed whole: the token and the API key stay inside this object.
+Only these variables are read. Unset action inputs take their defaults. Nothing here is ever
+printed whole: the token and the API key stay inside ``ActionInputs``.
 """
 
 from __future__ import annotations
@@ -19,15 +23,16 @@ from typing import Any
 
 import yaml
 
+from rio_ci.core.errors import UsageError
+from rio_ci.core.json_value import ascii_int
 from rio_ci.core.limits import Limits
-from rio_ci.core.state import ascii_int
 from rio_ci.core.text import escape_control
-from rio_ci.errors import UsageError
 from rio_ci.model import providers
+from rio_ci.model.claude.table import DEFAULT_EFFORT
+from rio_ci.model.providers import DEFAULT_SPEC
 from rio_ci.run.confinement.settings import ConfinementSettings
-from rio_ci.treefile import read_tree_file
+from rio_ci.untrusted.treefile import read_tree_file
 
-DEFAULT_MODEL = "anthropic:claude-sonnet-5-5"
 DEFAULT_LABEL = "rio"
 DEFAULT_CONFIG = ".github/rio.yml"
 DEFAULT_BUDGET_MINUTES = 50.0
@@ -57,7 +62,7 @@ REQUIRED = (
 
 
 @dataclass(frozen=True)
-class ActionEnv:
+class ActionInputs:
     event_name: str
     event_path: Path
     repository: str
@@ -88,7 +93,7 @@ class ActionEnv:
     artifact_name: str = ""  # RIO_ARTIFACT_NAME: the name finish gave it
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> ActionEnv:
+    def from_environ(cls, environ: Mapping[str, str]) -> ActionInputs:
         def need(name: str) -> str:
             value = environ.get(name, "").strip()
             if not value:
@@ -123,8 +128,8 @@ class ActionEnv:
                 Path(optional["GITHUB_STEP_SUMMARY"]) if optional["GITHUB_STEP_SUMMARY"] else None
             ),
             runner_temp=Path(given["RUNNER_TEMP"]),
-            model=environ.get("RIO_MODEL", "").strip() or DEFAULT_MODEL,
-            effort=environ.get("RIO_EFFORT", "").strip() or "high",
+            model=environ.get("RIO_MODEL", "").strip() or DEFAULT_SPEC,
+            effort=environ.get("RIO_EFFORT", "").strip() or DEFAULT_EFFORT,
             price=environ.get("RIO_PRICE", "").strip() or None,
             fallback_model=environ.get("RIO_FALLBACK_MODEL", "").strip() or None,
             trigger_label=environ.get("RIO_TRIGGER_LABEL", "").strip() or DEFAULT_LABEL,
@@ -224,7 +229,7 @@ class Config:
     and more variables to treat as secrets (``secrets``), applied when a Session is created;
     ``retention_days``, read by every job: how long GitHub keeps this repository's artifacts
     (a Session's saved generations), so the artifact outlives every Timer and a Timer past it
-    is refused. It can only lower what the runner says (``ActionEnv.retention_days``); None
+    is refused. It can only lower what the runner says (``ActionInputs.retention_days``); None
     when the file does not set it. ``ci_workflow``, read by every job: the repository's CI
     workflow, which the finish step dispatches on the agent's branch after a push (pushes
     made with the job token start no workflow; docs/github.md). ``keep_generations``, read by
@@ -245,8 +250,8 @@ class Config:
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
         """Read the configuration as a regular file inside the checkout, at most
-        ``CONFIG_MAX_BYTES`` (rio_ci.treefile): absent, or skipped (a link out of the tree,
-        a FIFO, a device: ``skipped`` says why), it is the defaults; too big or not YAML, a
+        ``CONFIG_MAX_BYTES`` (rio_ci.untrusted.treefile): absent, or skipped (a link out of the
+        tree, a FIFO, a device: ``skipped`` says why), it is the defaults; too big or not YAML, a
         UsageError."""
         found = read_tree_file(workspace, relative, CONFIG_MAX_BYTES)
         if found.data is None:
@@ -369,8 +374,8 @@ def _pass_env(relative: str, names: Any) -> tuple[str, ...]:
 
 def checkout_of(environ: Mapping[str, str]) -> str | None:
     """The checkout the job's Cells write (``GITHUB_WORKSPACE``), named before the harness
-    looks up any program so that none of the checkout's ever runs (rio_ci.programs); None
-    when unset (``ActionEnv`` then reports it)."""
+    looks up any program so that none of the checkout's ever runs (rio_ci.untrusted.programs); None
+    when unset (``ActionInputs`` then reports it)."""
     return environ.get("GITHUB_WORKSPACE", "").strip() or None
 
 
@@ -384,7 +389,7 @@ def log_error(message: str) -> None:
     log(f"::error::rio-ci: {escape_control(' '.join(message.split()))}")
 
 
-def warn(env: ActionEnv, message: str) -> None:
+def warn(env: ActionInputs, message: str) -> None:
     """A warning in the log (an annotation on the run) and in the step summary: one line
     (no workflow command can follow it), control and bidi characters escaped."""
     line = escape_control(" ".join(message.split()))
@@ -394,7 +399,7 @@ def warn(env: ActionEnv, message: str) -> None:
             stream.write(f"> **Warning** (rio-ci): {line}\n\n")
 
 
-def seal_state_dir(env: ActionEnv) -> None:
+def seal_state_dir(env: ActionInputs) -> None:
     """Make the job's state directory (``$RUNNER_TEMP/rio``: ``job.json``, the Session and
     its sidecars, the harness's git directory and its home, the launch-record repository)
     the harness's alone: mode 0700, so the Cell user can neither list nor enter it. Then
@@ -420,7 +425,7 @@ def seal_state_dir(env: ActionEnv) -> None:
             warn(env, f"RUNNER_TEMP ({env.runner_temp}) stays open to others: {exc.strerror}")
 
 
-def write_outputs(env: ActionEnv, result: dict[str, Any], only: tuple[str, ...] = ()) -> None:
+def write_outputs(env: ActionInputs, result: dict[str, Any], only: tuple[str, ...] = ()) -> None:
     """Append the step's outputs to ``GITHUB_OUTPUT`` (all of them, or the names in
     ``only``). Written twice in one step, a name takes its last value."""
     if env.output is None:

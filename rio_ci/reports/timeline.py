@@ -1,4 +1,4 @@
-"""What a report of a Session reads: its History (``rio_ci.core.history``), gathered in one
+"""What a report of a Session reads: its Timeline (``rio_ci.core.timeline``), gathered in one
 place so a faster source (derived data kept beside the Journal) can replace the scan."""
 
 from __future__ import annotations
@@ -7,34 +7,34 @@ from collections.abc import Iterable
 from pathlib import PurePath
 from typing import Any
 
-from rio_ci.core.history import KINDS, History, Run, Validation, fold_history
 from rio_ci.core.projection import Projection
+from rio_ci.core.timeline import KINDS, Run, Timeline, Validation, fold_timeline
 from rio_ci.reports.live import describe
-from rio_ci.session import Session
+from rio_ci.session.session import Session
 
 
-def read_history(session: Session, upto: int | None = None) -> History:
-    """The History of every event committed up to seq ``upto`` (all when None); one pass
+def read_timeline(session: Session, upto: int | None = None) -> Timeline:
+    """The Timeline of every event committed up to seq ``upto`` (all when None); one pass
     over the Journal's rows of the kinds the fold reads (never output)."""
     events = session.events(kinds=KINDS)
     if upto is not None:
         events = (e for e in events if e["seq"] <= upto)
-    return fold_history(events)
+    return fold_timeline(events)
 
 
-# How far back ``recent_history`` looks for validator results: those of the latest
+# How far back ``recent_timeline`` looks for validator results: those of the latest
 # conclusions, which come right before the run's end or a control_rejected message.
 RECENT_EVENTS = 2_000
 
 
-def recent_history(session: Session, proj: Projection, cell_ids: Iterable[int]) -> History:
-    """What ``rio-ci show`` needs of the History, read in a bounded number of indexed look-ups
+def recent_timeline(session: Session, proj: Projection, cell_ids: Iterable[int]) -> Timeline:
+    """What ``rio-ci show`` needs of the Timeline, read in a bounded number of indexed look-ups
     (never a scan of the Journal): the first and last event's times, the rounds from the
     usage, each listed Execution's start and end, and the validator results among the last
     ``RECENT_EVENTS`` events."""
     first = next(session.events(limit=1), None)
     last = next(session.events(after=max(0, proj.last_seq - 1), limit=1), None)
-    history = History(
+    timeline = Timeline(
         started_at=first["at"] if first else 0.0,
         last_at=last["at"] if last else 0.0,
         last_seq=proj.last_seq,
@@ -45,7 +45,7 @@ def recent_history(session: Session, proj: Projection, cell_ids: Iterable[int]) 
         finished = session.find(str(cell_id), "execution_finished")
         if started is not None and started["seq"] <= proj.last_seq:
             done = finished is not None and finished["seq"] <= proj.last_seq
-            history.runs[cell_id] = Run(
+            timeline.runs[cell_id] = Run(
                 cell_id,
                 {},
                 round=0,
@@ -58,16 +58,16 @@ def recent_history(session: Session, proj: Projection, cell_ids: Iterable[int]) 
     after = max(0, proj.last_seq - RECENT_EVENTS)
     for event in session.events(after=after, kinds=("validator_result",)):
         if event["seq"] <= proj.last_seq:
-            history.validations.append(
+            timeline.validations.append(
                 Validation(event["note_id"], event["argv"], event["result"], event["at"])
             )
-    return history
+    return timeline
 
 
-def descriptions(history: History) -> dict[int, str]:
+def descriptions(timeline: Timeline) -> dict[int, str]:
     """Cell id -> one short line saying what it ran (``rio_ci.reports.live.describe``; a command by
     its program's name, not its path, to fit a chart's label)."""
-    return {cell_id: describe(_short(run.cell)) for cell_id, run in history.runs.items()}
+    return {cell_id: describe(_short(run.cell)) for cell_id, run in timeline.runs.items()}
 
 
 def _short(cell: dict[str, Any]) -> dict[str, Any]:

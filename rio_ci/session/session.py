@@ -20,23 +20,17 @@ from typing import Any, Literal
 
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Receipt, Rejection, decide, decide_again
+from rio_ci.core.errors import Rejected, RunEnded
+from rio_ci.core.inbox import message_problem, timer_problem
+from rio_ci.core.json_value import NOT_TEXT, compact, encoded_size, is_text_safe, json_equal
 from rio_ci.core.limits import Limits
 from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import creation_problem
-from rio_ci.core.state import (
-    NOT_TEXT,
-    compact,
-    encoded_size,
-    is_text_safe,
-    json_equal,
-    message_problem,
-    timer_problem,
-)
 from rio_ci.core.view import next_turn, render
-from rio_ci.crashpoints import crash_point
-from rio_ci.errors import Rejected, RunEnded
+from rio_ci.faults.crashpoints import crash_point
 from rio_ci.model.base import ModelReply
+from rio_ci.session.facts import JournalFacts
 from rio_ci.store.journal import Guard, Journal, Writer
 from rio_ci.store.sessionfile import Identity
 
@@ -46,7 +40,7 @@ __all__ = ["Receipt", "Session"]
 class Session:
     def __init__(self, journal: Journal):
         self.journal = journal
-        self._history = _History(journal)
+        self._facts = JournalFacts(journal)
 
     @classmethod
     def create(
@@ -275,7 +269,7 @@ class Session:
                 return self._closed_turn(w, turn_id, patch)
             # One call: admission unwraps, encodes once, checks and decides, asking history
             # only what a rule needs; its text is stored as it is and its data folded uncopied.
-            outcome = decide(w.proj, turn, patch, self._history)
+            outcome = decide(w.proj, turn, patch, self._facts)
             if isinstance(outcome, Rejection):
                 return _record_rejection(w, turn_id, outcome)
             receipt = outcome.receipt(w.append(ev.patch_accepted(outcome.data), text=outcome.text))
@@ -540,20 +534,6 @@ class Session:
                     cleanup_error=cleanup_error,
                 )
             )
-
-
-class _History:
-    """What admission asks of committed history (``admission.Facts``), answered from the
-    Journal inside the step's transaction."""
-
-    def __init__(self, journal: Journal):
-        self._journal = journal
-
-    def kinds_of(self, seqs: set[int]) -> dict[int, str]:
-        return self._journal.kinds_of(seqs) if seqs else {}
-
-    def execution_recorded(self, cell_id: int) -> bool:
-        return self._journal.find(str(cell_id), "execution_finished") is not None
 
 
 def _record_rejection(w: Writer, turn_id: str, rejection: Rejection) -> Rejection:

@@ -1,5 +1,5 @@
-"""The environment contract and ``.github/rio.yml`` (docs/github.md), read in-process: pure
-parsing with clear errors."""
+"""The action's contract (GitHub's variables, the action's inputs) and ``.github/rio.yml``
+(docs/github.md), read in-process: pure parsing with clear errors."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from rio_ci.cli import build_parser
+from rio_ci.core.errors import UsageError
 from rio_ci.core.limits import Limits
-from rio_ci.errors import UsageError
-from rio_ci.github.env import ActionEnv, Config, seal_state_dir
+from rio_ci.github.contract import ActionInputs, Config, seal_state_dir
+from rio_ci.model import table
+from rio_ci.model.claude.table import DEFAULT_EFFORT
+from rio_ci.model.providers import DEFAULT_SPEC, build_model
 
 REQUIRED = {
     "GITHUB_EVENT_NAME": "issues",
@@ -23,9 +27,9 @@ REQUIRED = {
 
 
 def test_unset_inputs_take_their_defaults() -> None:
-    env = ActionEnv.from_environ(REQUIRED)
+    env = ActionInputs.from_environ(REQUIRED)
     assert (env.model, env.trigger_label, env.config, env.budget_minutes) == (
-        "anthropic:claude-sonnet-5-5",
+        DEFAULT_SPEC,
         "rio",
         ".github/rio.yml",
         50.0,
@@ -35,8 +39,21 @@ def test_unset_inputs_take_their_defaults() -> None:
     assert env.workflow_file == "rio.yml"
 
 
+@pytest.mark.parametrize("given", [{}, {"RIO_MODEL": "", "RIO_EFFORT": " "}])
+def test_the_action_and_the_command_line_share_one_default_model(given: dict[str, str]) -> None:
+    """The action with its ``model`` and ``effort`` inputs unset or empty asks for what
+    ``rio-ci run`` without ``--model`` and ``--effort`` asks for: the model table's default
+    model at rio-ci's default level, both read from rio_ci/model."""
+    env = ActionInputs.from_environ({**REQUIRED, **given})
+    args = build_parser().parse_args(["run", "s.db"])
+    assert (env.model, env.effort) == (args.model, args.effort) == (DEFAULT_SPEC, DEFAULT_EFFORT)
+    model = build_model(env.model, effort=env.effort, connect=False)
+    assert model.name == f"{DEFAULT_SPEC}:{table.default_model()}"
+    assert getattr(model, "effort", None) == DEFAULT_EFFORT
+
+
 def test_inputs_and_runner_variables_are_read() -> None:
-    env = ActionEnv.from_environ(
+    env = ActionInputs.from_environ(
         {
             **REQUIRED,
             "RIO_MODEL": "scripted:/s.yaml",
@@ -73,7 +90,7 @@ def test_a_broken_environment_is_a_usage_error_naming_the_variable(
     name: str, value: str, message: str
 ) -> None:
     with pytest.raises(UsageError, match=message):
-        ActionEnv.from_environ({**REQUIRED, name: value})
+        ActionInputs.from_environ({**REQUIRED, name: value})
 
 
 def test_the_configuration_is_optional(tmp_path: Path) -> None:
@@ -124,20 +141,20 @@ def test_a_bad_configuration_says_what_is_wrong(tmp_path: Path, text: str, messa
 
 def test_a_retention_of_zero_days_says_nothing_and_counts_as_unset() -> None:
     """Local runners (act) pass GITHUB_RETENTION_DAYS=0; GitHub's own never do."""
-    zero = ActionEnv.from_environ({**REQUIRED, "GITHUB_RETENTION_DAYS": "0"})
-    unset = ActionEnv.from_environ(REQUIRED)
+    zero = ActionInputs.from_environ({**REQUIRED, "GITHUB_RETENTION_DAYS": "0"})
+    unset = ActionInputs.from_environ(REQUIRED)
     assert zero.runner_retention_days is None and zero == unset
 
 
 # --- the job's state directory (seal_state_dir) -----------------------------------------------
 
 
-def sealing(tmp_path: Path, mode: int, cell_user: str) -> ActionEnv:
+def sealing(tmp_path: Path, mode: int, cell_user: str) -> ActionInputs:
     temp = tmp_path / "runner-temp"
     (temp / "rio").mkdir(parents=True)  # left open by someone: sealing closes it again
     (temp / "rio").chmod(0o755)
     temp.chmod(mode)
-    return ActionEnv.from_environ(
+    return ActionInputs.from_environ(
         {
             **REQUIRED,
             "RUNNER_TEMP": str(temp),
@@ -213,7 +230,7 @@ def test_the_ids_a_step_is_given_are_whole_numbers(tmp_path: Path) -> None:
         "GITHUB_WORKSPACE": str(tmp_path),
         "RUNNER_TEMP": str(tmp_path),
     }
-    env = ActionEnv.from_environ(
+    env = ActionInputs.from_environ(
         {
             **environ,
             "GITHUB_REPOSITORY_ID": "123",
@@ -222,6 +239,6 @@ def test_the_ids_a_step_is_given_are_whole_numbers(tmp_path: Path) -> None:
         }
     )
     assert (env.repository_id, env.artifact_id, env.artifact_name) == (123, 77, "n")
-    assert ActionEnv.from_environ(environ).repository_id is None
+    assert ActionInputs.from_environ(environ).repository_id is None
     with pytest.raises(UsageError, match="RIO_ARTIFACT_ID must be a whole number, got '7x'"):
-        ActionEnv.from_environ({**environ, "RIO_ARTIFACT_ID": "7x"})
+        ActionInputs.from_environ({**environ, "RIO_ARTIFACT_ID": "7x"})

@@ -1,4 +1,5 @@
-"""GitHub events → what a job should do. Pure: a payload in, a ``Trigger`` out.
+"""GitHub's webhook events → what a job should do: its ``Trigger``. Pure: a payload in, a
+``Trigger`` out (the Journal's events are another thing: ``rio_ci.core.events``).
 
 Which events reach a Session (docs/github.md): a trigger label starts one; comments on its issue
 or pull request, and finished workflow/check runs on its branch, become Inbox messages;
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rio_ci.core.state import ascii_int
+from rio_ci.core.json_value import ascii_int
 from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import issue_of_branch
 

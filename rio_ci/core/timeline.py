@@ -1,12 +1,12 @@
-"""A Session's history, folded from its Journal: the jobs, the model rounds and every
+"""A Session's Timeline, folded from its Journal: the jobs, the model rounds and every
 Execution with its times, result and resolution, the validators and the conclusion.
 
-The Projection keeps only what the harness needs to act and drops settled Executions of
-Cells that left the context; a report (the progress comment, its diagram, ``rio-ci show``)
+The Projection keeps only what the Owner and the round loop need to act and drops settled Executions
+of Cells that left the context; a report (the progress comment, its diagram, ``rio-ci show``)
 needs all of them, with when each started and ended. This fold reads every event but output
 and keeps a few numbers per Cell and per round, never output or patches.
 
-Jobs are told by the ``job`` watermark a harness writes when it starts working a Session
+Jobs are told by the ``job`` watermark the round loop writes when it starts working a Session
 (``rio-ci run``, the GitHub job); a Session written before that mark existed is one job.
 """
 
@@ -81,7 +81,7 @@ class Job:
 
 
 @dataclass
-class History:
+class Timeline:
     started_at: float = 0.0
     last_at: float = 0.0
     last_seq: int = 0
@@ -103,24 +103,24 @@ class History:
         return [r for r in self.runs.values() if (r.result or {}).get("type") == "UnknownExecution"]
 
 
-def fold_history(events: Iterable[dict[str, Any]]) -> History:
-    """The History of the events given (every kind may be passed; output is skipped)."""
-    history = History()
+def fold_timeline(events: Iterable[dict[str, Any]]) -> Timeline:
+    """The Timeline of the events given (every kind may be passed; output is skipped)."""
+    timeline = Timeline()
     for event in events:
         step = _STEPS.get(event["kind"])
         if step is not None:
-            if not history.jobs:
-                history.jobs.append(Job(1, "", event["at"], event["at"]))
-                history.started_at = event["at"]
-            step(history, event)
-        history.last_at = max(history.last_at, event["at"])
-        history.last_seq = event["seq"]
-        if history.jobs:
-            history.jobs[-1].ended_at = history.last_at
-    return history
+            if not timeline.jobs:
+                timeline.jobs.append(Job(1, "", event["at"], event["at"]))
+                timeline.started_at = event["at"]
+            step(timeline, event)
+        timeline.last_at = max(timeline.last_at, event["at"])
+        timeline.last_seq = event["seq"]
+        if timeline.jobs:
+            timeline.jobs[-1].ended_at = timeline.last_at
+    return timeline
 
 
-def _watermark(h: History, event: dict[str, Any]) -> None:
+def _watermark(h: Timeline, event: dict[str, Any]) -> None:
     if event["name"] != JOB_MARK:
         return
     first = h.jobs[-1]
@@ -130,19 +130,19 @@ def _watermark(h: History, event: dict[str, Any]) -> None:
     h.jobs.append(Job(len(h.jobs) + 1, str(event["value"]), event["at"], event["at"]))
 
 
-def _turn_prepared(h: History, event: dict[str, Any]) -> None:
+def _turn_prepared(h: Timeline, event: dict[str, Any]) -> None:
     number = int(event["turn_id"].split("-")[1])  # turn-<k>-<random>
     if h.rounds and h.rounds[-1].turn_id == event["turn_id"]:
         return
     h.rounds.append(Round(number, event["turn_id"], h.job, event["at"]))
 
 
-def _round(h: History, event: dict[str, Any]) -> Round | None:
+def _round(h: Timeline, event: dict[str, Any]) -> Round | None:
     last = h.rounds[-1] if h.rounds else None
     return last if last is not None and last.turn_id == event.get("turn_id") else None
 
 
-def _model_response(h: History, event: dict[str, Any]) -> None:
+def _model_response(h: Timeline, event: dict[str, Any]) -> None:
     if (r := _round(h, event)) is None:
         return
     r.answered_at = event["at"]
@@ -150,12 +150,12 @@ def _model_response(h: History, event: dict[str, Any]) -> None:
         r.outcome = "failed"
 
 
-def _patch_rejected(h: History, event: dict[str, Any]) -> None:
+def _patch_rejected(h: Timeline, event: dict[str, Any]) -> None:
     if (r := _round(h, event)) is not None:
         r.outcome, r.decided_at = "rejected", event["at"]
 
 
-def _patch_accepted(h: History, event: dict[str, Any]) -> None:
+def _patch_accepted(h: Timeline, event: dict[str, Any]) -> None:
     r = _round(h, event)
     number = r.number if r is not None else len(h.rounds)
     if r is not None:
@@ -178,7 +178,7 @@ def _patch_accepted(h: History, event: dict[str, Any]) -> None:
         _control(h, control, number, event["at"])
 
 
-def _control(h: History, control: dict[str, Any], number: int, at: float) -> None:
+def _control(h: Timeline, control: dict[str, Any], number: int, at: float) -> None:
     note = h.notes.get(control["note_id"], {})
     if control["role"] == "resolution":
         target = h.runs.get(control["target_cell_id"])
@@ -199,27 +199,27 @@ def _control(h: History, control: dict[str, Any], number: int, at: float) -> Non
         }
 
 
-def _execution_started(h: History, event: dict[str, Any]) -> None:
+def _execution_started(h: Timeline, event: dict[str, Any]) -> None:
     if (run := h.runs.get(event["cell_id"])) is not None:
         run.started_at = event["at"]
 
 
-def _execution_finished(h: History, event: dict[str, Any]) -> None:
+def _execution_finished(h: Timeline, event: dict[str, Any]) -> None:
     if (run := h.runs.get(event["cell_id"])) is not None:
         run.finished_at, run.result, run.finished_job = event["at"], event["result"], h.job
 
 
-def _validator_result(h: History, event: dict[str, Any]) -> None:
+def _validator_result(h: Timeline, event: dict[str, Any]) -> None:
     h.validations.append(
         Validation(event["note_id"], list(event["argv"]), event["result"], event["at"])
     )
 
 
-def _run_ended(h: History, event: dict[str, Any]) -> None:
+def _run_ended(h: Timeline, event: dict[str, Any]) -> None:
     h.ended = {"result": event["result"], "reason": event["reason"], "at": event["at"]}
 
 
-def _session_created(h: History, event: dict[str, Any]) -> None:
+def _session_created(h: Timeline, event: dict[str, Any]) -> None:
     h.started_at = event["at"]
 
 

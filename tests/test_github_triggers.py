@@ -9,7 +9,13 @@ import pytest
 from rio_ci.core.projection import Projection
 from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import branch_for, goal_for, issue_of_branch, quote_untrusted
-from rio_ci.github.events import Standing, classify, is_setup_check, standing_trigger, steer_command
+from rio_ci.github.triggers import (
+    Standing,
+    classify,
+    is_setup_check,
+    standing_trigger,
+    steer_command,
+)
 from rio_ci.reports.progress import status_of
 
 REPO = "octo/demo"
@@ -229,7 +235,7 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
 ) -> None:
     from rio_ci.forge.base import Review, ReviewComment
     from rio_ci.github.intake import review_message
-    from rio_ci.session import Session
+    from rio_ci.session.session import Session
 
     hunk = "@@ -1,400 +1,400 @@\n" + "".join(f" line {n}\n" for n in range(400)) + "+the line"
     comments = tuple(

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rio_ci.model.environment import ENVIRONMENT_HEADER
-from tests.harness_kit import DONE, MODEL, UNPRICED, WatchedFake, kinds, patch
+from rio_ci.model.environment_block import ENVIRONMENT_HEADER
 from tests.kit import events
+from tests.round_loop_kit import DONE, MODEL, UNPRICED, WatchedFake, kinds, patch
 from tests.run_cli import new_session, rio, status
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The harness: model rounds against the durable core.
+"""The round loop: model rounds against the durable core.
 
     supervise the work → prepare a Turn → ask the model → admit its patch → repeat
 
@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rio_ci.core.history import JOB_MARK
+from rio_ci.core.errors import ModelError, Rejected, RunEnded
 from rio_ci.core.text import escape_control
-from rio_ci.errors import ModelError, Rejected, RunEnded
+from rio_ci.core.timeline import JOB_MARK
 from rio_ci.model.base import Model, ModelReply, ModelRequest, Picture, Usage, strict_reply
-from rio_ci.model.environment import environment_block
+from rio_ci.model.environment_block import environment_block
 from rio_ci.reports.live import LiveLog
+from rio_ci.rounds.guidance import read_guidance
 from rio_ci.run.owner import Owner
-from rio_ci.treefile import read_tree_file
 
 # An upper bound of one attempt's size, for counting an attempt of unknown cost (a token is
 # at least two bytes of JSON; the system prompt and tool are far below PROMPT_TOKENS).
@@ -36,8 +36,6 @@ PROMPT_TOKENS = 20_000
 MAX_REPLY_TOKENS = 64_000  # the most max_tokens asks for (at xhigh and max)
 BACKOFF_FIRST = 1.0
 BACKOFF_CAP = 30.0
-GUIDANCE_FILES = ("AGENTS.md", "CLAUDE.md", ".github/copilot-instructions.md")
-GUIDANCE_BYTES = 16_000
 IDLE_REASON = (
     "the last patch left no work, no Timer and no external wake-up source: "
     "add work, set a Timer, or conclude"
@@ -54,7 +52,7 @@ class Outcome:
         return {"status": self.status, "next_wake": self.next_wake, "reason": self.reason}
 
 
-class Harness:
+class RoundLoop:
     def __init__(
         self,
         owner: Owner,
@@ -66,7 +64,7 @@ class Harness:
         between_rounds: Callable[[], object] | None = None,
         job_label: str | None = None,
     ):
-        """``between_rounds`` is called between rounds and while the harness waits for work
+        """``between_rounds`` is called between rounds and while the loop waits for work
         or a Timer (often: it must decide cheaply when to do something); it may commit Inbox
         messages or end the run, which the loop then sees. The GitHub layer listens for
         new comments there (docs/github.md "Steering a running job")."""
@@ -131,18 +129,18 @@ class Harness:
         """One Turn: ask (or re-use a committed reply) and admit."""
         turn = self.session.prepare_turn()
         self.tell()
-        state = self.session.proj.turn
-        assert state is not None
-        saved = state["response"]
+        open_turn = self.session.proj.turn
+        assert open_turn is not None
+        saved = open_turn["response"]
         if saved is not None and saved["ok"]:
             patch = saved["patch"]  # committed before a crash: admit, don't re-ask
         else:
-            if (problem := self.turn_spent(state)) is not None:
+            if (problem := self.turn_spent(open_turn)) is not None:
                 self.owner.end_in_failure(problem)
                 return None
-            if (stop := self.wait_until(state["not_before"])) is not None:
+            if (stop := self.wait_until(open_turn["not_before"])) is not None:
                 return stop
-            answer = self.ask(turn, state)
+            answer = self.ask(turn, open_turn)
             if not isinstance(answer, ModelReply) or answer.patch is None:
                 return answer if isinstance(answer, Outcome) else None
             patch = answer.patch
@@ -150,22 +148,23 @@ class Harness:
         self.tell()
         return None
 
-    def ask(self, turn: dict[str, Any], state: dict[str, Any]) -> ModelReply | Outcome | None:
-        """One attempt: committed first, then the request, then its outcome."""
+    def ask(self, turn: dict[str, Any], open_turn: dict[str, Any]) -> ModelReply | Outcome | None:
+        """One attempt of the open Turn (``open_turn``: its record in the projection):
+        committed first, then the request, then its outcome."""
         settings = self.session.proj.session
         request = ModelRequest(
             turn_id=turn["turn_id"],
             state=turn["state"],
             round_index=self.session.proj.accepted_turns + 1,
-            feedback=state["feedback"],
+            feedback=open_turn["feedback"],
             delivered_refs=[f"session:event:{m['seq']}" for m in turn["state"]["runtime"]["inbox"]],
             guidance=read_guidance(Path(settings["cwd"]), self.warn_once),
-            environment=environment_block(
+            environment_block=environment_block(
                 Path(settings["cwd"]), secrets=settings.get("secrets", [])
             ),
             images=self.pictures(turn["state"]),
         )
-        model = self.fallback if self.fallback is not None and state["refused"] else self.model
+        model = self.fallback if self.fallback is not None and open_turn["refused"] else self.model
         attempt = self.session.begin_attempt(
             turn["turn_id"],
             model.name,
@@ -186,7 +185,7 @@ class Harness:
             reply = strict_reply(box["reply"])
             self.session.record_reply(turn["turn_id"], attempt, reply)
             return reply
-        self.failed(turn["turn_id"], attempt, state, box["error"])
+        self.failed(turn["turn_id"], attempt, open_turn, box["error"])
         return None
 
     def pictures(self, state: dict[str, Any]) -> tuple[Picture, ...]:
@@ -228,14 +227,16 @@ class Harness:
         except Exception as exc:  # a provider bug must not kill the Owner
             box["error"] = ModelError(f"{type(exc).__name__}: {exc}", transient=True)
 
-    def failed(self, turn_id: str, attempt: int, state: dict[str, Any], error: ModelError) -> None:
+    def failed(
+        self, turn_id: str, attempt: int, open_turn: dict[str, Any], error: ModelError
+    ) -> None:
         """Commit a failed attempt; a transient one is retried after a persisted backoff
         (exponential from about a second, capped, with jitter; longer if the provider asks),
         unless that wait would pass ``provider_retry_seconds``: then the run ends at once,
         saying so, rather than waiting for nothing."""
         now = time.time()
-        since = state["retry_since"] or now
-        delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** state["transient"])
+        since = open_turn["retry_since"] or now
+        delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** open_turn["transient"])
         delay *= random.uniform(0.5, 1.0)
         delay = max(delay, error.retry_after or 0.0)
         gave_up = self.give_up(error, delay, now - since) if error.transient else None
@@ -287,24 +288,24 @@ class Harness:
             if proj.ended is None and proj.turn is not None and proj.turn["turn_id"] == turn_id:
                 raise
 
-    def turn_spent(self, state: dict[str, Any]) -> str | None:
+    def turn_spent(self, open_turn: dict[str, Any]) -> str | None:
         """Why this Turn may not be attempted again, or None."""
         limits = self.session.limits
-        if state["attempts"] >= limits.model_attempts:
+        if open_turn["attempts"] >= limits.model_attempts:
             return (
-                f"model_attempts exhausted for {state['turn_id']}: "
-                f"{state['feedback'] or (state['response'] or {}).get('error')}"
+                f"model_attempts exhausted for {open_turn['turn_id']}: "
+                f"{open_turn['feedback'] or (open_turn['response'] or {}).get('error')}"
             )
-        since = state["retry_since"]
+        since = open_turn["retry_since"]
         if (
-            state["transient"]
+            open_turn["transient"]
             and since is not None
-            and (state["not_before"] - since > limits.provider_retry_seconds)
+            and (open_turn["not_before"] - since > limits.provider_retry_seconds)
         ):
             return (
                 f"the model provider kept failing for over "
                 f"{limits.provider_retry_seconds:.0f} s: "
-                f"{(state['response'] or {}).get('error')}"
+                f"{(open_turn['response'] or {}).get('error')}"
             )
         return None
 
@@ -407,20 +408,3 @@ class Harness:
         if message not in self.warned:
             self.warned.add(message)
             print(f"rio-ci: warning: {escape_control(message)}", file=sys.stderr, flush=True)
-
-
-def read_guidance(cwd: Path, warn: Callable[[str], None] | None = None) -> str | None:
-    """The repository's guidance for agents (the first of ``GUIDANCE_FILES`` found), clipped
-    at ``GUIDANCE_BYTES``, or None. Only a regular file inside ``cwd`` counts, and at most
-    ``GUIDANCE_BYTES + 1`` bytes of it are read (rio_ci.treefile); one that links out of the
-    tree, a FIFO or a device is skipped and ``warn`` told why."""
-    for name in GUIDANCE_FILES:
-        found = read_tree_file(cwd, name, GUIDANCE_BYTES)
-        if found.skipped is not None and warn is not None:
-            warn(f"{found.skipped}; it is not shown to the model")
-        if found.data is None:
-            continue
-        text = found.data[:GUIDANCE_BYTES].decode("utf-8", "ignore")
-        more = found.size - GUIDANCE_BYTES
-        return f"{name}:\n{text}" + (f"\n[… {more} more bytes not shown]" if more > 0 else "")
-    return None

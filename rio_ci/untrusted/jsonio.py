@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any
 
-from rio_ci.core.state import is_text_safe
+from rio_ci.core.json_value import is_text_safe
 
 MAX_DEPTH = 100  # far beyond any patch or payload; keeps re-encoding off the stack limit
 _SURROGATE = re.compile(r"[\ud800-\udfff]")

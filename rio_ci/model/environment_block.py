@@ -6,11 +6,11 @@ the OS, the Python version, the working directory and the head of the working tr
 (rio_ci/model/turn.py), past the prefix a provider caches.
 
 The tree is writable by the Cells, ``.git/config`` included, so git runs as if that were
-hostile (``rio_ci.gitenv``: no system or global configuration, no fsmonitor, no untracked
+hostile (``rio_ci.untrusted.gitenv``: no system or global configuration, no fsmonitor, no untracked
 cache, no hooks, none of the process's secrets, the harness's own ``PATH``; git itself as
-``rio_ci.programs`` found it, never a ``git`` of the tree's), and here also with no optional
-locks, no submodules and a timeout; and when the tree's configuration declares filter drivers (a
-program git would run to read a file), status is not run at all. Any failure becomes one
+``rio_ci.untrusted.programs`` found it, never a ``git`` of the tree's), and here also with no
+optional locks, no submodules and a timeout; and when the tree's configuration declares filter
+drivers (a program git would run to read a file), status is not run at all. Any failure becomes one
 line, "git status unavailable: why", never an error of the run.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rio_ci import programs
-from rio_ci.gitenv import HARDENED, git_environment
+from rio_ci.untrusted import programs
+from rio_ci.untrusted.gitenv import HARDENED, git_environment
 
 __all__ = ["ENVIRONMENT_HEADER", "STATUS_BYTES", "STATUS_LINES", "environment_block", "git_status"]
 

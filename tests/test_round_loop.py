@@ -1,4 +1,4 @@
-"""``rio-ci run``: the harness loop and its durable-execution properties (docs/models.md,
+"""``rio-ci run``: the round loop and its durable-execution properties (docs/models.md,
 docs/sessions.md invalid idle, docs/cli.md).
 
 Every test runs the real CLI in a subprocess against a real Session file. Claude rounds use
@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness_kit import (
+from tests.kit import cli_env, events, until
+from tests.round_loop_kit import (
     DONE,
     ECHO,
     KEY,
@@ -38,7 +39,6 @@ from tests.harness_kit import (
     turn_text,
     usage,
 )
-from tests.kit import cli_env, events, until
 from tests.run_cli import interrupt, new_session, rio, spawn, status, write_script
 
 
@@ -277,7 +277,7 @@ def test_overloaded_then_good_reply_waits_out_retry_after(
     done = fake.run()
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     assert len(fake.requests) == 2
-    assert fake.gaps()[0] >= 1.5  # longer than the harness's own first backoff (≤ 1 s)
+    assert fake.gaps()[0] >= 1.5  # longer than the round loop's own first backoff (≤ 1 s)
     evs = events(session_db)
     assert [a["attempt"] for a in kinds(evs, "model_attempt")] == [1, 2]
     failed, good = kinds(evs, "model_response")
@@ -427,8 +427,8 @@ def test_cost_budget_counts_known_cost(tmp_path: Path) -> None:
 
 
 def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> None:
-    """docs/sessions.md ``storage_bytes``: the harness checks the Session's size before each model
-    round; past it the run ends in failure and no further round is asked."""
+    """docs/sessions.md ``storage_bytes``: the round loop checks the Session's size before each
+    model round; past it the run ends in failure and no further round is asked."""
     probe = tmp_path / "probe"
     probe.mkdir()
     fresh = new_session(probe)  # what a new Session weighs, and its page size

@@ -1,8 +1,8 @@
-"""``rio_ci.entry``: an Owner command holding a credential re-executes without it before the
-command line's imports; what it cannot decide there (an unknown option, a Cell user that may
-need sudo, a file that is not a Session at rest) it leaves to the command line, whose errors
-stay one JSON line. (What the re-executed Owner still finds in its environment it moves out
-itself: tests/test_credentials.py.)"""
+"""``rio_ci.start``: ``sys.argv`` read once; an Owner command holding a credential
+re-executes without it before the command line's imports; what it cannot decide there (an
+unknown option, a Cell user that may need sudo, a file that is not a Session at rest) it leaves
+to the command line, whose errors stay one JSON line; a run starts the SDK import. (What the
+re-executed Owner still finds in its environment it moves out itself: tests/test_credentials.py.)"""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
-from rio_ci import entry
 from rio_ci.cli import OWNER_COMMANDS, build_parser
+from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.run.confinement import user as cell_user
 from rio_ci.run.environment import session_secret_names
-from rio_ci.session import Session
+from rio_ci.session.session import Session
+from rio_ci.start import early, preload
+from rio_ci.start.invocation import OWNER_OPTIONS, Invocation
 from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
 from tests.kit import cli_env
 
@@ -32,7 +34,7 @@ ROOTED = os.geteuid() == 0  # become_root has nothing to do: a Cell user changes
 
 def rio(*args: str, env: dict[str, str], **options: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rio_ci.cli", *args],
+        [sys.executable, "-m", "rio_ci", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -56,17 +58,17 @@ def imported(importtime: str) -> set[str]:
 
 def test_the_owner_options_are_those_of_the_command_lines_parser() -> None:
     """Every option an Owner command's parser knows is either in OWNER_OPTIONS (it takes a
-    value) or a flag the entry knows (``--human``) or leaves to the parser (``-h``)."""
+    value) or a flag start-up knows (``--human``) or leaves to the parser (``-h``)."""
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(entry.OWNER_OPTIONS) == OWNER_COMMANDS
+    assert set(OWNER_OPTIONS) == OWNER_COMMANDS
     for command in OWNER_COMMANDS:
         actions = sub.choices[command]._actions
         valued = {o for a in actions if a.nargs != 0 for o in a.option_strings}
         flags = {o for a in actions if a.nargs == 0 for o in a.option_strings}
-        assert valued == entry.OWNER_OPTIONS[command], command
+        assert valued == OWNER_OPTIONS[command], command
         assert flags == {"-h", "--help", "--human"}, command
-    assert entry._SUDO_MARK == cell_user.SUDO_MARK
-    assert cell_user.NONE in entry._NO_CELL_USER
+    assert early._SUDO_MARK == cell_user.SUDO_MARK
+    assert cell_user.NONE in early._NO_CELL_USER
 
 
 @pytest.mark.parametrize(
@@ -103,7 +105,7 @@ def test_the_owner_options_are_those_of_the_command_lines_parser() -> None:
 def test_an_owner_command_re_executes_early_only_when_its_arguments_are_plain(
     argv: list[str], environ: dict[str, str], expected: list[str] | None
 ) -> None:
-    assert entry.owner_sessions(argv, environ) == expected
+    assert early.owner_sessions(Invocation.read(argv), environ) == expected
 
 
 def test_a_sessions_secret_names_read_at_rest_are_the_ones_the_owner_reads(
@@ -121,8 +123,9 @@ def test_a_sessions_secret_names_read_at_rest_are_the_ones_the_owner_reads(
     for path, expected in ((plain, names), (odd, []), (tmp_path / "link.db", names)):
         assert session_secret_names_at_rest(str(path)) == expected, path
         assert session_secret_names(str(path)) == expected, path
-    assert entry.early_secret_names(["run", str(plain)], KEY) == names
-    assert entry.early_secret_names(["run", str(tmp_path / "absent.db")], KEY) is None
+    assert early.early_secret_names(Invocation.read(["run", str(plain)]), KEY) == names
+    absent = Invocation.read(["run", str(tmp_path / "absent.db")])
+    assert early.early_secret_names(absent, KEY) is None
     assert sorted(os.listdir(tmp_path)) == before  # nothing created, not even for a moment
 
 
@@ -187,7 +190,7 @@ def test_what_is_no_session_at_rest_is_left_to_the_command_line(tmp_path: Path) 
 # --- the processes --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("launch", ["python -m rio_ci.cli", "python -I -m rio_ci"])
+@pytest.mark.parametrize("launch", ["python -m rio_ci", "python -I -m rio_ci"])
 def test_an_owner_holding_a_credential_re_executes_before_importing_the_command_line(
     tmp_path: Path, launch: str
 ) -> None:
@@ -207,29 +210,32 @@ def test_an_owner_holding_a_credential_re_executes_before_importing_the_command_
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert json.loads(done.stdout)["ran"] == []
     first = imported(done.stderr)
-    assert "rio_ci.entry" in first
-    assert not {"argparse", "rio_ci.session", "rio_ci.store.journal", "rio_ci.cli"} & first
+    assert "rio_ci.start.early" in first
+    assert not {"argparse", "rio_ci.session.session", "rio_ci.store.journal", "rio_ci.cli"} & first
 
 
 def test_without_a_credential_the_sdk_import_starts_before_the_command_lines_imports(
     tmp_path: Path,
 ) -> None:
-    """The process that does the work (no credential left in its environment) starts the
-    SDK import thread before importing argparse and the rest of the command line."""
+    """The process that does the work (no credential left in its environment), run as the
+    rio-ci command runs it (``rio_ci`` as ``__main__``, whose program name is
+    ``__main__.py``), starts the SDK import thread before importing argparse and the rest of
+    the command line."""
     order = (
-        "import sys\n"
+        "import runpy, sys\n"
         "class Order:\n"
         "    seen = []\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        Order.seen.append(name)\n"
         "sys.meta_path.insert(0, Order())\n"
-        "sys.argv = ['rio-ci', 'run', sys.argv[1]]\n"
-        "from rio_ci.entry import main\n"
+        "sys.argv = ['/x/rio_ci/__main__.py', 'run', sys.argv[1]]\n"
         "try:\n"
-        "    main()\n"
+        "    runpy.run_module('rio_ci', run_name='__main__', alter_sys=True)\n"
         "finally:\n"
+        "    from rio_ci.start import preload\n"
         "    seen = Order.seen\n"
-        "    print(seen.index('rio_ci.sdk_preload') < seen.index('argparse'))\n"
+        "    first = seen.index('rio_ci.start.preload') < seen.index('argparse')\n"
+        "    print(first, preload.PRELOAD is not None)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", order, str(tmp_path / "absent.db")],
@@ -239,7 +245,110 @@ def test_without_a_credential_the_sdk_import_starts_before_the_command_lines_imp
         timeout=120,
         check=False,
     )
-    assert done.stdout.splitlines()[-1] == "True", done.stdout + done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "True True", done.stdout + done.stderr[-2000:]
+
+
+# --- argv read once ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "positionals", "options"),
+    [
+        (["run", "s.db"], ("s.db",), {}),
+        (["run", "--model", "a", "s.db", "--model=b", "--human"], ("s.db",), {"--model": "b"}),
+        (["work", "-", "--timeout", "-1"], ("-",), {"--timeout": "-1"}),
+        (["action"], (), {}),
+        (["action", "finish", "--human"], ("finish",), {}),
+        (["run", "--mod", "x", "s.db"], None, {}),  # abbreviated: the parser's to read
+        (["run", "s.db", "--model"], None, {}),  # a missing value
+        (["run", "-h"], None, {}),
+        (["run", "--", "s.db"], None, {}),
+        (["action", "--cell-user", "x"], None, {}),  # not one of action's options
+        (["show", "s.db"], None, {}),  # not an Owner command
+        ([], None, {}),
+    ],
+)
+def test_argv_is_read_once_into_an_invocation(
+    argv: list[str], positionals: tuple[str, ...] | None, options: dict[str, str]
+) -> None:
+    invocation = Invocation.read(argv)
+    assert invocation.command == (argv[0] if argv else "")
+    assert invocation.positionals == positionals
+    assert dict(invocation.options) == options
+    assert invocation.argv == tuple(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", "s.db"], True),
+        (["run", "s.db", "--model", "bedrock:claude-sonnet-5-5"], True),
+        (["run", "s.db", "--model=anthropic:claude-opus-5-5"], True),
+        (["run", "s.db", "--model", "scripted:plan.yaml"], False),
+        (["run", "s.db", "--mod", "bedrock:m"], False),  # the parser's to read: nothing early
+        (["show", "s.db"], False),
+        (["work", "s.db"], False),
+        (["action"], True),
+        (["action", "run"], True),
+        (["action", "finish"], False),
+        (["action", "sweep"], False),
+        ([], False),
+    ],
+)
+def test_the_sdk_is_imported_early_only_for_a_run_that_talks_to_a_model(
+    argv: list[str], expected: bool
+) -> None:
+    invocation = Invocation.read(argv)
+    assert preload.wanted(invocation, {}) is expected
+    if argv[:1] == ["action"]:  # the job's model comes from the environment there
+        assert preload.wanted(invocation, {"RIO_MODEL": "scripted:plan.yaml"}) is False
+
+
+@pytest.mark.slow
+def test_a_run_process_starts_the_sdk_import_unless_it_re_executes_first() -> None:
+    """Started for a run, the SDK import thread completes on its own; for a scripted model
+    nothing is imported, nor in a process still holding a key (it re-executes first), but in
+    the re-executed one, which carries the mark."""
+    code = (
+        "import sys\n"
+        "from rio_ci.start import early, preload\n"
+        "early.begin(['run', 'absent.db', *sys.argv[1:]])\n"
+        "started = preload.PRELOAD is not None\n"
+        "preload.PRELOAD and preload.PRELOAD.join(120)\n"
+        "print(started, 'anthropic' in sys.modules)\n"
+    )
+    clean = {k: v for k, v in cli_env().items() if not SECRET_NAME.search(k)}
+    key = {"ANTHROPIC_API_KEY": "sk-ant-test"}
+    for extra, env, printed in (
+        ([], clean, "True True"),
+        (["--model", "scripted:x.yaml"], clean, "False False"),
+        ([], {**clean, **key}, "False False"),
+        ([], {**clean, **key, "RIO_SCRUBBED": "1"}, "True True"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *extra],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+        )
+        assert done.stdout.strip() == printed, done.stderr[-2000:]
+
+
+def test_the_command_line_module_is_not_an_entry() -> None:
+    """``python -m rio_ci`` is the one entry; ``python -m rio_ci.cli`` says so in one JSON
+    line instead of doing nothing."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rio_ci.cli", "show", "s.db"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    [line] = done.stdout.splitlines()
+    assert "python -m rio_ci" in json.loads(line)["error"]
 
 
 @pytest.mark.parametrize(
