@@ -12,9 +12,8 @@ from rio_ci.cli import build_parser
 from rio_ci.core.errors import UsageError
 from rio_ci.core.limits import Limits
 from rio_ci.github.contract import ActionInputs, Config, seal_state_dir
-from rio_ci.model import table
-from rio_ci.model.claude.table import DEFAULT_EFFORT
-from rio_ci.model.providers import DEFAULT_SPEC, build_model
+from rio_ci.model.claude import table
+from rio_ci.model.providers import DEFAULT_EFFORT, DEFAULT_SPEC, build_model
 
 REQUIRED = {
     "GITHUB_EVENT_NAME": "issues",

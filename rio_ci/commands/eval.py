@@ -37,7 +37,7 @@ from typing import IO, Any
 from rio_ci.commands.eval_cases import Case, find_cases
 from rio_ci.commands.eval_report import measure, write_reports
 from rio_ci.core.errors import RioError, UsageError
-from rio_ci.model.claude.table import DEFAULT_EFFORT
+from rio_ci.model.providers import DEFAULT_EFFORT
 from rio_ci.session.session import Session
 from rio_ci.untrusted import programs
 

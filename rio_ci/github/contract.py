@@ -28,8 +28,7 @@ from rio_ci.core.json_value import ascii_int
 from rio_ci.core.limits import Limits
 from rio_ci.core.text import escape_control
 from rio_ci.model import providers
-from rio_ci.model.claude.table import DEFAULT_EFFORT
-from rio_ci.model.providers import DEFAULT_SPEC
+from rio_ci.model.providers import DEFAULT_EFFORT, DEFAULT_SPEC
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.untrusted.treefile import read_tree_file
 

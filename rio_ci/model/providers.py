@@ -58,8 +58,10 @@ __all__ = [
 ]
 
 SCRIPTED = "scripted"
-# How hard a model thinks when nobody says (``--effort``, the action's ``effort``): rio_ci's
-# one default effort, offered by every provider whose models take an effort.
+# The level rio_ci asks for unless ``--effort`` (the action's ``effort``) names another, with
+# every model that takes one (docs/models.md, "Choosing a model and effort"): rio_ci's one
+# default effort. Not a model's own default (what its API does when no level is sent, which
+# rio_ci never lets happen).
 DEFAULT_EFFORT = "high"
 _PRICE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/([0-9]+(?:\.[0-9]+)?)\Z")
 

@@ -39,6 +39,7 @@ from rio_ci.model.claude import table
 from rio_ci.model.claude.failures import status_error
 from rio_ci.model.claude.layout import system_blocks, user_content
 from rio_ci.model.claude.tool import STEP_TOOL, step_patch, tool_for
+from rio_ci.model.providers import DEFAULT_EFFORT
 from rio_ci.model.turn import system_prompt
 
 __all__ = ["PROVIDERS", "AnthropicModel"]
@@ -73,7 +74,7 @@ class AnthropicModel:
         model: str,
         *,
         provider: str = "anthropic",
-        effort: str = table.DEFAULT_EFFORT,
+        effort: str = DEFAULT_EFFORT,
         price: Price | None = None,
         api_key: str | None = None,
         base_url: str | None = None,

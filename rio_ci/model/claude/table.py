@@ -21,7 +21,6 @@ from rio_ci.model.base import Price, Usage
 from rio_ci.model.pictures import RequestLimits
 
 __all__ = [
-    "DEFAULT_EFFORT",
     "EFFORTS",
     "Features",
     "ModelInfo",
@@ -37,11 +36,6 @@ __all__ = [
 ]
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
-# The level rio_ci asks for unless ``--effort`` (the action's ``effort``) names another, with
-# every model (docs/models.md, "Choosing a model and effort"). Not a model's
-# ``features.default_effort``: that is what its API does when no level is sent, which rio_ci
-# never lets happen. The default model is data: ``default_model()``.
-DEFAULT_EFFORT = "high"
 
 # Bedrock and Vertex ids wrap the Claude API id: "global.anthropic.claude-opus-5-5",
 # "anthropic.claude-haiku-4-5-20251001-v1:0", "claude-opus-4-5@20251101".
