@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from rio_ci import sdk_preload
 from rio_ci.commands.run import run_command
 from rio_ci.core.credentials import SECRET_NAME
 from rio_ci.core.errors import UsageError
@@ -25,6 +24,8 @@ from rio_ci.model import providers
 from rio_ci.model.claude import table
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.session.session import Session
+from rio_ci.start import preload
+from rio_ci.start.invocation import Invocation
 from tests.fakes import tiny_provider
 from tests.kit import events
 
@@ -80,9 +81,10 @@ def test_everyone_that_names_providers_reads_the_table(
     assert "tiny[:MODEL]" in providers.spec_forms()
     assert providers.build_model("tiny:tiny-2").name == "tiny:tiny-2"
     # no SDK to import early for it; Claude's rows still import theirs
-    assert sdk_preload.sdk_wanted(["rio-ci", "run", "s.db", "--model", "tiny"], {}) is None
-    assert sdk_preload.sdk_wanted(["rio-ci", "action"], {"RIO_MODEL": "tiny:x"}) is None
-    assert sdk_preload.sdk_wanted(["rio-ci", "run", "s.db"], {}) == "anthropic"
+    wanted = preload.sdk_wanted
+    assert wanted(Invocation.read(["run", "s.db", "--model", "tiny"]), {}) is None
+    assert wanted(Invocation.read(["action"]), {"RIO_MODEL": "tiny:x"}) is None
+    assert wanted(Invocation.read(["run", "s.db"]), {}) == "anthropic"
     # its key is the harness's own: a Session may not hand it to its Cells
     assert tiny_provider.KEY in harness_secrets()
     with pytest.raises(UsageError, match=f"may not name {tiny_provider.KEY}"):

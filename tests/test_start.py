@@ -20,6 +20,7 @@ import pytest
 
 from rio_ci.cli import OWNER_COMMANDS, build_parser
 from rio_ci.core.credentials import SECRET_NAME
+from rio_ci.run.confinement import settings as confinement_settings
 from rio_ci.run.confinement import user as cell_user
 from rio_ci.run.environment import session_secret_names
 from rio_ci.session.session import Session
@@ -68,7 +69,7 @@ def test_the_owner_options_are_those_of_the_command_lines_parser() -> None:
         assert valued == OWNER_OPTIONS[command], command
         assert flags == {"-h", "--help", "--human"}, command
     assert early._SUDO_MARK == cell_user.SUDO_MARK
-    assert cell_user.NONE in early._NO_CELL_USER
+    assert confinement_settings.NONE in early._NO_CELL_USER
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,29 @@ Session or the Owner.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from rio_ci.run.confinement.user import requested
+from rio_ci.core.errors import UsageError
 
-__all__ = ["ConfinementSettings"]
+__all__ = ["NONE", "ConfinementSettings", "requested"]
+
+NONE = "none"  # --cell-user none: Cells run as the harness's user
+_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
+
+
+def requested(text: str | None) -> str | None:
+    """The Cell user a command asks for: a user name, or None for ``none`` or nothing.
+    UsageError for a name that is not a plain system user name."""
+    value = (text or "").strip()
+    if value in ("", NONE):
+        return None
+    if not _NAME.fullmatch(value):
+        raise UsageError(
+            f"--cell-user {value!r}: a Cell user is a plain user name (lower-case letters, "
+            "digits, '-' and '_', at most 31) or none"
+        )
+    return value
 
 
 @dataclass(frozen=True)

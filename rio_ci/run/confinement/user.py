@@ -18,27 +18,22 @@ import ctypes
 import dataclasses
 import os
 import pwd
-import re
 import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rio_ci.core.errors import RioError, UsageError
+from rio_ci.core.errors import RioError
+from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.confinement.spawn import Spawn
 from rio_ci.run.confinement.sudo import C_LOCALE, MARK, identify, on_standard_input
 from rio_ci.untrusted import programs
 
-if TYPE_CHECKING:
-    from rio_ci.run.confinement.settings import ConfinementSettings
-
-NONE = "none"
 # The comment of every user rio-ci creates: the mark of a user whose HOME rio-ci may empty.
 COMMENT = "rio-ci Cells"
 SUDO_MARK = MARK  # set on the command rio-ci re-executes through sudo (once)
-_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
 _PR_SET_NO_NEW_PRIVS = 38  # <linux/prctl.h>
 # Per-user places a Cell user gets its own of (or none): the harness's would be unreachable
 # or, worse, writable by the harness only.
@@ -67,20 +62,6 @@ _PER_USER = frozenset(
         "SUDO_COMMAND",
     }
 )
-
-
-def requested(text: str | None) -> str | None:
-    """The Cell user a command asks for: a user name, or None for ``none`` or nothing.
-    UsageError for a name that is not a plain system user name."""
-    value = (text or "").strip()
-    if value in ("", NONE):
-        return None
-    if not _NAME.fullmatch(value):
-        raise UsageError(
-            f"--cell-user {value!r}: a Cell user is a plain user name (lower-case letters, "
-            "digits, '-' and '_', at most 31) or none"
-        )
-    return value
 
 
 def separation_problem() -> str | None:
