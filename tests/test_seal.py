@@ -453,7 +453,7 @@ def test_an_owner_closes_its_open_interpreter_before_the_first_cell_and_says_so(
 ) -> None:
     sess = CliSession.create(place / "s")
     probe = cell_probe(opened)
-    rio = [str(opened.venv_python), "-m", "rio_ci.cli", "work", str(sess.db)]
+    rio = [str(opened.venv_python), "-m", "rio_ci", "work", str(sess.db)]
     assert as_user(CellUser.ensure(cell_user), probe) == WRITTEN  # the control
     count = len(open_entries(opened))
 
@@ -488,7 +488,7 @@ def test_the_action_warns_in_its_log_and_step_summary_and_finish_finds_it_closed
     place: Path, gh: FakeGitHub, cell_user: str, opened: OpenPython
 ) -> None:
     repo = Repository(place, gh)
-    repo.command = [str(opened.venv_python), "-m", "rio_ci.cli"]
+    repo.command = [str(opened.venv_python), "-m", "rio_ci"]
     repo.set_script(script([add(cmd_cell("sh", "-c", cell_probe(opened)))], WAIT))
     issue = gh.add_issue("Fix", labels=("rio",))
     job = repo.prepare("issues", labeled(issue))
