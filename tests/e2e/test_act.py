@@ -57,6 +57,7 @@ REPOSITORY = {
 # it (docs/github.md, "Concurrency"). So the copy act runs lacks that one line, and only it:
 # tests/test_workflows.py holds the real file to it.
 QUEUE_LINE = "      queue: max\n"
+LONG = pytest.mark.long
 
 
 def for_act(workflow: str) -> str:
@@ -318,7 +319,17 @@ def test_act_runs_one_label_job_through_the_action_to_a_pull_request(
     assert "unused-key" not in log and gh.token not in log
 
 
-@pytest.mark.parametrize("runner", RUNNERS, indirect=True)
+# The default run plays the two runners that differ most: sudo-rs with a Cell user of its own
+# (today's ubuntu-latest) and a self-hosted runner that may not sudo. The classic-sudo ones
+# take the same path as ubuntu-26.04 through act; tests/test_runners.py runs the action on
+# all four without act. ``--long`` plays all four here.
+ACT_RUNNERS = [
+    runner if runner in ("ubuntu-26.04", "self-hosted") else pytest.param(runner, marks=LONG)
+    for runner in RUNNERS
+]
+
+
+@pytest.mark.parametrize("runner", ACT_RUNNERS, indirect=True)
 def test_act_runs_the_workflow_on_each_runner_as_its_runner_user(
     runner: RunnerUser, shared_place: Path, gh: FakeGitHub, cell_user_name: str
 ) -> None:

@@ -21,7 +21,7 @@ from tests.faults.workload import setup
 
 PARALLEL = 4  # drivers mostly wait on Workers and Timers; 4 at a time suit 2 cores
 GENERIC = ("journal_before_commit", "journal_after_commit")
-GENERIC_SAMPLE = 6  # commits sampled per generic point in the default run
+GENERIC_SAMPLE = 3  # commits sampled per generic point in the default run
 # Points a clean run never passes: they are reached by a recovery from an earlier crash
 # (the "prelude"), so they are crashed a second time while recovering.
 PRELUDE = "script_running:1"

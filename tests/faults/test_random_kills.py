@@ -1,5 +1,5 @@
 """SIGKILL the Owner — alone, or with its whole process tree (Workers included) — at random
-moments of the mixed workload, recover, check, carry on. 50 kills by default, 1,000 with
+moments of the mixed workload, recover, check, carry on. 30 kills by default, 1,000 with
 ``--long``; zero invariant violations; the report says where the kills landed.
 """
 
@@ -120,7 +120,7 @@ def run_stream(base: Path, index: int, wanted: int, seed: int) -> Stream:
 def test_random_kills_of_the_owner_and_its_tree(
     disk_path: Path, long_run: bool, fault_report: dict[str, Any]
 ) -> None:
-    total = 1000 if long_run else 50
+    total = 1000 if long_run else 30
     seed = int(os.environ.get("RIO_FAULT_SEED", time.time_ns() % 1_000_000))
     shares = [total // STREAMS + (i < total % STREAMS) for i in range(STREAMS)]
     with ThreadPoolExecutor(STREAMS) as pool:
