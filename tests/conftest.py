@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
+import os
 import pwd
 import secrets
 import shutil
@@ -84,10 +86,58 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "workflows(name, ...): workflows of the gh fixture")
 
 
+# The modules that take the better part of a minute or more (their module-scoped fixtures
+# included), with a rough weight in seconds: under pytest-xdist they start first, spread over
+# the workers, so none is left for the end of the run. The worksteal scheduler hands worker k
+# the k-th contiguous share of the collection and steals from the ends of the queues; the
+# order below puts each share's long modules at its front. Only the order changes.
+LONG_FIRST = {
+    "test_bench.py": 70,
+    "test_crash_points.py": 60,
+    "test_act.py": 60,
+    "test_fresh_install.py": 60,
+    "test_eval.py": 50,
+    "test_under_load.py": 40,
+    "test_random_kills.py": 35,
+    "test_walk.py": 30,
+    "test_contract_model.py": 30,
+    "test_admission_fuzz.py": 20,
+}
+
+
+def shares(total: int, workers: int) -> list[int]:
+    """The sizes of the contiguous shares worksteal hands out first (each idle worker gets
+    what is pending divided by the workers still without a share)."""
+    sizes: list[int] = []
+    for left in range(workers, 0, -1):
+        sizes.append((total - sum(sizes)) // left)
+    return sizes
+
+
+def long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    buckets: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    weights = [0] * workers
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if item.path.name in LONG_FIRST:
+            by_module.setdefault(item.path.name, []).append(item)
+    for name in sorted(by_module, key=lambda n: -LONG_FIRST[n]):
+        lightest = weights.index(min(weights))
+        buckets[lightest] += by_module[name]
+        weights[lightest] += LONG_FIRST[name]
+    rest = iter([item for item in items if item.path.name not in LONG_FIRST])
+    for bucket, size in zip(buckets, shares(len(items), workers), strict=True):
+        bucket += itertools.islice(rest, max(0, size - len(bucket)))
+    return [item for bucket in buckets for item in bucket] + list(rest)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SLOW_MODULES or item.path.name.startswith("test_action_"):
             item.add_marker(pytest.mark.slow)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and config.getoption("dist", "no") == "worksteal":
+        items[:] = long_first(items, workers)
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="stress test: run with --long")
