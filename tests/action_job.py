@@ -31,10 +31,9 @@ from fakes.git_origin import install_push_rules
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.events import message_of
-from tests.kit import cli_env, until
+from tests.kit import CliResult, add, cli_env, note_cell, run_cli, until
 
 ROOT = Path(__file__).resolve().parents[1]
-PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 WORKFLOW_REF = "{repo}/.github/workflows/rio.yml@refs/heads/main"
 
 
@@ -92,22 +91,6 @@ def dispatched(issue: int) -> dict[str, Any]:
 def script(*rounds: list[dict[str, Any]]) -> str:
     """A scripted model: one patch per round, as YAML."""
     return yaml.safe_dump([list(r) for r in rounds], sort_keys=False)
-
-
-def add(cell: dict[str, Any]) -> dict[str, Any]:
-    return {"op": "add", "path": "/cells/-", "value": cell}
-
-
-def code_cell(body: str) -> dict[str, Any]:
-    return {"kind": "code", "runtime": "python", "source": PEP723 + body}
-
-
-def cmd_cell(*argv: str) -> dict[str, Any]:
-    return {"kind": "cmd", "argv": list(argv)}
-
-
-def note_cell(text: str, **extra: Any) -> dict[str, Any]:
-    return {"kind": "note", "text": text, **extra}
 
 
 WAIT = [add(note_cell("waiting for a comment"))]  # a round that leaves nothing to run
@@ -377,29 +360,18 @@ class Repository:
 
     def events(self, job: Job) -> list[dict[str, Any]]:
         """``rio-ci events`` on a copy of the job's packed Session."""
-        copy = job.directory / "inspect.sqlite3"
-        copy.write_bytes(self.session_file(job).read_bytes())
-        done = subprocess.run(
-            [sys.executable, "-m", "rio_ci", "events", str(copy)],
-            capture_output=True,
-            text=True,
-            env=job.env,
-            timeout=60,
-            check=True,
-        )
-        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        lines: list[dict[str, Any]] = self._events(job).lines
+        return lines
 
     def events_text(self, job: Job) -> str:
+        return self._events(job).stdout
+
+    def _events(self, job: Job) -> CliResult:
         copy = job.directory / "inspect.sqlite3"
         copy.write_bytes(self.session_file(job).read_bytes())
-        return subprocess.run(
-            [sys.executable, "-m", "rio_ci", "events", str(copy)],
-            capture_output=True,
-            text=True,
-            env=job.env,
-            timeout=60,
-            check=True,
-        ).stdout
+        done = run_cli("events", copy, env=job.env)
+        assert done.returncode == 0, done.stderr
+        return done
 
     def progress_comments(self, issue: int) -> list[dict[str, Any]]:
         return [c for c in self.gh.comments_on(issue) if "<!-- rio-ci:progress -->" in c["body"]]

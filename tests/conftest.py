@@ -1,5 +1,5 @@
-"""Shared test tools: the CLI as a real subprocess, Sessions on real files in ``tmp_path``,
-a patch builder, and Owner-free ways to move an Execution through its phases.
+"""Shared test fixtures: the CLI run in ``tmp_path`` (tests/kit.py runs it), Sessions on real
+files in ``tmp_path``, and Owner-free ways to move an Execution through its phases.
 
 ``--long`` enables the stress tests marked ``long``.
 """
@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,11 +32,10 @@ from rio_ci.core.events import OutputPiece, Result
 from rio_ci.forge.github import GitHubForge
 from rio_ci.run.confinement.home import SHARED_PLACES
 from rio_ci.session.session import Receipt, Session
-from tests.kit import Patch, cli_env
+from tests.kit import CliResult, Patch, run_cli
 from tests.runners import PROFILES, RunnerUser, fresh_cell_user, runner_user
 
 PY = sys.executable
-PEP723 = "# /// script\n# dependencies = []\n# ///\n"
 
 
 # --- the --long flag and the slow marker ---------------------------------------------------
@@ -202,51 +200,6 @@ def mark(cell_user: str) -> Iterator[str]:
 # --- the CLI -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CliResult:
-    """What one ``rio-ci`` run produced. Unpacks as ``code, out, err``.
-
-    ``out`` is the JSON printed: one value for one line, a list for several (use ``lines``
-    when the count varies, as with ``events``), None when stdout was empty or not JSON.
-    """
-
-    code: int
-    out: Any
-    err: str
-    stdout: str
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.code, self.out, self.err))
-
-    @property
-    def lines(self) -> list[Any]:
-        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
-
-
-def run_cli(
-    *args: Any, input: Any = None, cwd: str | Path | None = None, timeout: float = 60
-) -> CliResult:
-    """Run ``python -m rio_ci ARGS`` as a subprocess. ``input`` that is not a string is
-    sent as JSON (handy for ``step DB TURN -``)."""
-    text = input if input is None or isinstance(input, str) else json.dumps(input)
-    done = subprocess.run(
-        [PY, "-m", "rio_ci", *map(str, args)],
-        input=text,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=cli_env(),
-        timeout=timeout,
-        check=False,
-    )
-    try:
-        parsed = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-        out: Any = parsed[0] if len(parsed) == 1 else (parsed or None)
-    except json.JSONDecodeError:
-        out = None
-    return CliResult(done.returncode, out, done.stderr, done.stdout)
-
-
 @pytest.fixture
 def rio(tmp_path: Path) -> Callable[..., CliResult]:
     """``rio(*args, input=None)``: the CLI run in ``tmp_path``."""
@@ -295,18 +248,6 @@ def session(make_session: Callable[..., Session]) -> Session:
 
 
 # --- Cells and patches ---------------------------------------------------------------------
-
-
-def note(text: str = "a note", **extra: Any) -> dict[str, Any]:
-    return {"kind": "note", "text": text, **extra}
-
-
-def cmd(*argv: str) -> dict[str, Any]:
-    return {"kind": "cmd", "argv": list(argv or ("true",))}
-
-
-def code(body: str = "print('hello')\n", header: str = PEP723) -> dict[str, Any]:
-    return {"kind": "code", "runtime": "python", "source": header + body}
 
 
 def accept(session: Session, build: Callable[[Patch], Any]) -> Receipt:

@@ -1,5 +1,7 @@
 """The helpers every kind of test shares, in one place: the environment of a ``rio-ci``
-subprocess, the poller, a step patch with its ids completed, and the events of a Session file.
+subprocess and the one way to run it (``run_cli``, ``spawn_cli``), the poller, the Cells
+(``code_cell``, ``cmd_cell``, ``note_cell``) and a step patch with its ids completed
+(``Patch``, ``add``), and the events of a Session file.
 
 Imported as ``tests.kit`` (also from the fault driver and scripts run with this checkout on
 ``PYTHONPATH``), so each helper exists once.
@@ -7,11 +9,13 @@ Imported as ``tests.kit`` (also from the fault driver and scripts run with this 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +43,82 @@ def cli_env(*, checkout: bool = True, **extra: str) -> dict[str, str]:
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     env.update(extra)
     return env
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+
+class CliResult(subprocess.CompletedProcess[str]):
+    """What one ``rio-ci`` run produced. Unpacks as ``code, out, err``.
+
+    ``out`` is the JSON printed: one value for one line, a list for several (use ``lines``
+    when the count varies, as with ``events``), None when stdout was empty or not JSON.
+    """
+
+    @property
+    def code(self) -> int:
+        return self.returncode
+
+    @property
+    def err(self) -> str:
+        return str(self.stderr)
+
+    @property
+    def lines(self) -> list[Any]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+    @property
+    def out(self) -> Any:
+        try:
+            parsed = self.lines
+        except json.JSONDecodeError:
+            return None
+        return parsed[0] if len(parsed) == 1 else (parsed or None)
+
+    @property
+    def last(self) -> Any:
+        """The last line's JSON (a command's status line)."""
+        return json.loads(self.stdout.strip().splitlines()[-1])
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.code, self.out, self.err))
+
+
+def run_cli(
+    *args: Any,
+    input: Any = None,
+    cwd: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> CliResult:
+    """Run ``python -m rio_ci ARGS`` (this checkout's, in ``cli_env()`` unless ``env``) as a
+    subprocess. ``input`` that is not a string is sent as JSON (``step DB TURN -``)."""
+    text = input if input is None or isinstance(input, str) else json.dumps(input)
+    done = subprocess.run(
+        [sys.executable, "-m", "rio_ci", *map(str, args)],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env or cli_env(),
+        timeout=timeout,
+        check=False,
+    )
+    return CliResult(done.args, done.returncode, done.stdout, done.stderr)
+
+
+def spawn_cli(
+    *args: Any, cwd: str | Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``python -m rio_ci ARGS`` in the background, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rio_ci", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=env or cli_env(),
+    )
 
 
 def python_with(
@@ -96,6 +176,34 @@ def until(
             assert not fail, f"timed out after {timeout:g} s waiting for {what or predicate}"
             return value
         time.sleep(every)
+
+
+# --- Cells and patches ---------------------------------------------------------------------
+
+PEP723 = "# /// script\n# dependencies = []\n# ///\n"
+
+
+def code_cell(body: str = "print('hello')\n", header: str = PEP723) -> dict[str, Any]:
+    """A code Cell: the PEP 723 header (no dependencies) and ``body`` (dedented)."""
+    return {
+        "kind": "code",
+        "runtime": "python",
+        "source": header + textwrap.dedent(body).lstrip("\n"),
+    }
+
+
+def cmd_cell(*argv: str) -> dict[str, Any]:
+    """A cmd Cell (``true`` when no argv is given)."""
+    return {"kind": "cmd", "argv": list(argv or ("true",))}
+
+
+def note_cell(text: str = "a note", **extra: Any) -> dict[str, Any]:
+    return {"kind": "note", "text": text, **extra}
+
+
+def add(cell: dict[str, Any]) -> dict[str, Any]:
+    """The patch operation that appends ``cell`` (a scripted model completes its ids)."""
+    return {"op": "add", "path": "/cells/-", "value": cell}
 
 
 class Patch:

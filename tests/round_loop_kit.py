@@ -14,10 +14,12 @@ from typing import Any
 
 from rio_ci.model.base import Price, Usage
 from rio_ci.model.claude import table
+from rio_ci.model.claude.client import AnthropicModel
+from rio_ci.rounds.loop import Outcome, RoundLoop
+from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
-from tests.kit import Patch, cli_env, events
-from tests.run_cli import rio
+from tests.kit import Patch, cli_env, events, run_cli
 
 KEY = "sk-ant-harness-test-41c9"
 MODEL = "claude-sonnet-5-5"  # the current default
@@ -54,14 +56,6 @@ def patch(revision: int, cell_id: int, *values: dict[str, Any]) -> list[dict[str
     """A complete patch as a real model must write it: the revision test, then one add per
     value with ids from ``cell_id`` on."""
     return Patch.at(revision, cell_id).add(*values).build()
-
-
-def note(text: str) -> dict[str, Any]:
-    return {"kind": "note", "text": text}
-
-
-def cmd(*argv: str) -> dict[str, Any]:
-    return {"kind": "cmd", "argv": list(argv)}
 
 
 def timer_cell(deadline: float | str) -> dict[str, Any]:
@@ -123,6 +117,16 @@ class WatchedFake(FakeAnthropic):
     def env(self, **extra: str) -> dict[str, str]:
         return cli_env(ANTHROPIC_BASE_URL=self.base_url, ANTHROPIC_API_KEY=KEY, **extra)
 
+    def run_here(self, model: str = MODEL) -> Outcome:
+        """The round loop of ``rio-ci run DB --model anthropic:MODEL`` in this process (the
+        SDK is imported once per test process, not once per run)."""
+        owner = Owner(str(self.db))
+        try:
+            client = AnthropicModel(model, api_key=KEY, base_url=self.base_url)
+            return RoundLoop(owner, client).run()
+        finally:
+            owner.close()
+
     def run(
         self,
         *args: str,
@@ -135,7 +139,7 @@ class WatchedFake(FakeAnthropic):
         if model is not None:
             argv += ["--model", f"anthropic:{model}"]
         extra = {"RIO_CRASH_AT": crash_at} if crash_at else {}
-        return rio(*argv, env=self.env(**extra), timeout=timeout)
+        return run_cli(*argv, env=self.env(**extra), timeout=timeout)
 
     def responses(self) -> list[dict[str, Any]]:
         return kinds(events(self.db), "model_response")

@@ -1,11 +1,11 @@
-"""Running `rio-ci` as a real subprocess for the harness and scripted-model tests."""
+"""The harness and scripted-model tests' helpers around ``rio-ci`` (tests/kit.py runs it):
+a new Session, a script, a signal once something holds, the status line."""
 
 from __future__ import annotations
 
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,29 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.kit import cli_env, until
-
-
-def rio(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rio_ci", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or cli_env(),
-    )
-
-
-def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rio_ci", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env or cli_env(),
-    )
+from tests.kit import run_cli, until
 
 
 def interrupt(
@@ -65,7 +43,7 @@ def new_session(tmp_path: Path, *limits: str) -> Path:
     args = ["new", str(db), "--goal", "harness test", "--cwd", str(tmp_path)]
     for limit in limits:
         args += ["--limit", limit]
-    done = rio(*args)
+    done = run_cli(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     return db
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -22,10 +21,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.kit import Patch, cli_env
+from tests.kit import CliResult, Patch, code_cell, run_cli, spawn_cli
 
-RIO = [sys.executable, "-m", "rio_ci"]
-HEADER = "# /// script\n# dependencies = []\n# ///\n"
 TOKEN_VAR = "RIO_WORKER_TOKEN"
 
 
@@ -35,26 +32,6 @@ def gone(pid: int) -> bool:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
-
-
-# --- Cells ----------------------------------------------------------------------------------
-
-
-def code(body: str) -> dict[str, Any]:
-    """A code Cell: the PEP 723 header (no dependencies) and ``body`` (dedented)."""
-    return {
-        "kind": "code",
-        "runtime": "python",
-        "source": HEADER + textwrap.dedent(body).lstrip("\n"),
-    }
-
-
-def cmd(*argv: str) -> dict[str, Any]:
-    return {"kind": "cmd", "argv": list(argv)}
-
-
-def note(text: str, **fields: Any) -> dict[str, Any]:
-    return {"kind": "note", "text": text, **fields}
 
 
 class CliSession:
@@ -98,16 +75,8 @@ class CliSession:
         code: int | None = 0,
         env: dict[str, str] | None = None,
         timeout: float = 120,
-    ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*RIO, *args],
-            env=env or cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            cwd=self.root,
-        )
+    ) -> CliResult:
+        done = run_cli(*args, env=env, timeout=timeout, cwd=self.root)
         if code is not None:
             assert done.returncode == code, (
                 f"rio-ci {' '.join(args)} exited {done.returncode}, expected {code}\n"
@@ -127,14 +96,7 @@ class CliSession:
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start ``rio-ci ARGS`` in the background (killed at cleanup if still running)."""
-        proc = subprocess.Popen(
-            [*RIO, *args],
-            env=env or cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=self.root,
-        )
+        proc = spawn_cli(*args, env=env, cwd=self.root)
         self.procs.append(proc)
         return proc
 
@@ -261,7 +223,7 @@ def log_prelude(log: Path) -> str:
 
 def logged(log: Path, body: str) -> dict[str, Any]:
     """A code Cell whose ``body`` may call ``log(...)``."""
-    return code(log_prelude(log) + textwrap.dedent(body).lstrip("\n"))
+    return code_cell(log_prelude(log) + textwrap.dedent(body).lstrip("\n"))
 
 
 New = Callable[..., CliSession]

@@ -10,8 +10,6 @@ import pytest
 from action_job import (
     WAIT,
     Repository,
-    add,
-    cmd_cell,
     commented,
     conclude,
     labeled,
@@ -20,6 +18,8 @@ from action_job import (
     workflow_run,
 )
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = pytest.mark.people(alice="write", eve="read")
 

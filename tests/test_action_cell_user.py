@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from action_job import WAIT, Job, Repository, add, cmd_cell, code_cell, conclude, labeled, script
+from action_job import WAIT, Job, Repository, conclude, labeled, script
 from fakes.github_api import FakeGitHub
 
 import rio_ci
 from rio_ci.run.confinement.home import SHARED_PLACES
 from tests.hostile.support import NOBODY, shared_folder, unprivileged_command, unprivileged_env
-from tests.kit import cli_env
+from tests.kit import add, cli_env, cmd_cell, code_cell
 
 pytestmark = [
     pytest.mark.people(alice="write"),

@@ -16,8 +16,6 @@ import pytest
 from action_job import (
     WAIT,
     Repository,
-    add,
-    cmd_cell,
     commented,
     conclude,
     kill_tree_when,
@@ -27,6 +25,8 @@ from action_job import (
     script,
 )
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = [pytest.mark.people(alice="write")]
 

@@ -10,9 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from action_job import WAIT, Repository, add, cmd_cell, git, script
+from action_job import WAIT, Repository, git, script
 from fakes.github.base import Recorded
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = pytest.mark.people(alice="write")
 

@@ -13,9 +13,6 @@ from action_job import (
     WAIT,
     Job,
     Repository,
-    add,
-    cmd_cell,
-    code_cell,
     commented,
     conclude,
     dispatched,
@@ -28,6 +25,7 @@ from fakes.github_api import FakeGitHub, Recorded
 from rio_ci.faults.crashpoints import FINISH_POINTS
 from rio_ci.github.workspace import refused_paths
 from rio_ci.store.artifact import MANIFEST, SNAPSHOT, archive, unpack
+from tests.kit import add, cmd_cell, code_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 WRITE = [add(cmd_cell("python3", "-c", "open('notes.txt', 'w').write('hello')"))]

@@ -4,18 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from action_job import (
-    WAIT,
-    Repository,
-    add,
-    cmd_cell,
-    commented,
-    conclude,
-    labeled,
-    messages,
-    script,
-)
+from action_job import WAIT, Repository, commented, conclude, labeled, messages, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 FIX = [add(cmd_cell("python3", "-c", "open('fix.py', 'w').write('fixed = 1')"))]

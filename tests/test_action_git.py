@@ -22,20 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from action_job import (
-    WAIT,
-    Job,
-    Repository,
-    add,
-    cmd_cell,
-    code_cell,
-    commented,
-    labeled,
-    script,
-)
+from action_job import WAIT, Job, Repository, commented, labeled, script
 from fakes.github_api import FakeGitHub
 
 from rio_ci.github.git import scheme
+from tests.kit import add, cmd_cell, code_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from action_job import WAIT, Repository, add, cmd_cell, conclude, git, labeled, script
+from action_job import WAIT, Repository, conclude, git, labeled, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = [pytest.mark.people(alice="write")]
 TOKEN = "ghs_canaryTokenOfTheCheckoutPostStep0001"

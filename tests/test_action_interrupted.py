@@ -9,9 +9,6 @@ from pathlib import Path
 import pytest
 from action_job import (
     Repository,
-    add,
-    cmd_cell,
-    code_cell,
     commented,
     conclude,
     kill_when,
@@ -23,6 +20,7 @@ from action_job import (
 from fakes.github_api import FakeGitHub
 
 from tests import mermaid
+from tests.kit import add, cmd_cell, code_cell
 
 pytestmark = pytest.mark.people(alice="write")
 

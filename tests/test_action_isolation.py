@@ -27,10 +27,10 @@ from pathlib import Path
 import psutil
 import pytest
 from action_install import action_copy, install_as_the_action_does
-from action_job import Repository, add, cmd_cell, code_cell, conclude, git, labeled, script
+from action_job import Repository, conclude, git, labeled, script
 from fakes.github_api import FakeGitHub
 
-from tests.kit import ROOT, cli_env
+from tests.kit import ROOT, add, cli_env, cmd_cell, code_cell
 
 pytestmark = [
     pytest.mark.people(alice="write"),

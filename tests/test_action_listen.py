@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from action_job import WAIT, Job, Repository, add, cmd_cell, code_cell, labeled, messages, script
+from action_job import WAIT, Job, Repository, labeled, messages, script
 from conftest import journal_rows
 from fakes.github_api import FakeGitHub, Recorded
 
@@ -25,6 +25,7 @@ from rio_ci.github.job import run
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from tests.kit import add, cmd_cell, code_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 

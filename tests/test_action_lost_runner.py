@@ -14,9 +14,6 @@ import pytest
 from action_job import (
     WAIT,
     Repository,
-    add,
-    cmd_cell,
-    code_cell,
     commented,
     conclude,
     git,
@@ -27,6 +24,8 @@ from action_job import (
     script,
 )
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell, code_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from action_job import Repository, add, cmd_cell, conclude, labeled, script
+from action_job import Repository, conclude, labeled, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = pytest.mark.people(alice="write")
 

@@ -16,7 +16,8 @@ from action_job import WAIT, Job, Repository, commented, script
 from fakes.github_api import FakeGitHub
 
 from rio_ci.store.artifact import pack
-from tests.session_cli import CliSession, cmd
+from tests.kit import cmd_cell
+from tests.session_cli import CliSession
 
 pytestmark = pytest.mark.people(alice="write")
 
@@ -27,7 +28,7 @@ def forge_session(job: Job, root: Path, marker: Path, run_id: int, generation: i
     root.mkdir()
     forged = CliSession(root)
     shutil.copyfile(job.artifact_dir / "session.sqlite3", forged.db)
-    accepted = forged.propose(cmd("touch", str(marker)))
+    accepted = forged.propose(cmd_cell("touch", str(marker)))
     assert accepted.get("accepted") is not False, accepted
     return pack(
         forged.db,

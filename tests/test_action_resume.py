@@ -7,16 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from action_job import (
-    WAIT,
-    Repository,
-    add,
-    cmd_cell,
-    commented,
-    dispatched,
-    script,
-)
+from action_job import WAIT, Repository, commented, dispatched, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write", eve="read")]
 

@@ -8,17 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from action_job import (
-    WAIT,
-    Repository,
-    add,
-    cmd_cell,
-    commented,
-    conclude,
-    messages,
-    script,
-)
+from action_job import WAIT, Repository, commented, conclude, messages, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write", rita="read", eve=None)]
 FIX = [add(cmd_cell("python3", "-c", "open('fix.py', 'w').write('fixed = 1')"))]

@@ -8,8 +8,10 @@ import base64
 import subprocess
 from pathlib import Path
 
-from action_job import Repository, add, cmd_cell, code_cell, conclude, labeled, script
+from action_job import Repository, conclude, labeled, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, cmd_cell, code_cell
 
 TOKEN = "ghs_CANARYtoken0123456789abcdefABCDEF"
 API_KEY = "sk-ant-api03-CANARYkey-9876543210"

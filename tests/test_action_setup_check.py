@@ -6,6 +6,8 @@ API fake's — and expects that one problem."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +15,9 @@ import pytest
 from action_job import Repository, git
 from fakes.github_api import FakeGitHub
 
+from rio_ci.github.action import github_forge
+from rio_ci.github.contract import ActionInputs
+from rio_ci.github.setup_check import check_setup
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import ROOT
 
@@ -158,10 +163,15 @@ def model() -> Iterator[FakeAnthropic]:
 
 
 def checked(
-    tmp_path: Path, gh: FakeGitHub, model: FakeAnthropic, breakage: Breakage | None = None
+    tmp_path: Path,
+    gh: FakeGitHub,
+    model: FakeAnthropic,
+    breakage: Breakage | None = None,
+    monkeypatch: pytest.MonkeyPatch | None = None,
 ) -> tuple[int, str, str]:
     """The check's run step in a repository set up soundly, then broken by ``breakage``:
-    (exit status, log, step summary)."""
+    (exit status, log, step summary). With ``monkeypatch`` the check runs in this process
+    (the cases below: one problem each), without as the job's ``rio-ci action`` step."""
     files, env = sound_files(), {"ANTHROPIC_API_KEY": KEY}
     sound_github(gh)
     if breakage is not None:
@@ -174,8 +184,19 @@ def checked(
         RIO_MODEL="anthropic:claude-sonnet-5-5",
         ANTHROPIC_BASE_URL=model.base_url,
     )
-    step = repo.step(job)
-    return step.code, step.stdout + step.stderr, job.summary
+    if monkeypatch is None:
+        step = repo.step(job)
+        return step.code, step.stdout + step.stderr, job.summary
+    # In this process: what the command's ``check`` phase calls, with the job's environment.
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        if name in job.env:
+            monkeypatch.setenv(name, job.env[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    inputs = ActionInputs.from_environ(job.env)
+    with contextlib.redirect_stderr(io.StringIO()) as logs:
+        result = check_setup(inputs, lambda: github_forge(inputs))
+    return int(result["status"] == "error"), logs.getvalue(), job.summary
 
 
 def test_a_sound_set_up_passes_and_the_job_writes_nothing(
@@ -199,11 +220,11 @@ def test_a_sound_set_up_passes_and_the_job_writes_nothing(
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_misconfiguration_is_a_problem_with_what_to_fix(
-    tmp_path: Path, gh: FakeGitHub, model: FakeAnthropic, case: str
+    tmp_path: Path, gh: FakeGitHub, model: FakeAnthropic, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     breakage, found, fix = CASES[case]
 
-    code, logs, summary = checked(tmp_path, gh, model, breakage)
+    code, logs, summary = checked(tmp_path, gh, model, breakage, monkeypatch)
 
     assert code == 1, logs
     assert "### rio-ci set-up check: 1 problem(s) to fix" in summary, summary
@@ -214,13 +235,13 @@ def test_each_misconfiguration_is_a_problem_with_what_to_fix(
 
 
 def test_actions_read_without_ci_workflow_is_a_warning_that_storage_grows(
-    tmp_path: Path, gh: FakeGitHub, model: FakeAnthropic
+    tmp_path: Path, gh: FakeGitHub, model: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def breakage(files: dict[str, str], *_: object) -> None:
         edit(".github/workflows/rio.yml", STOCK_ACTIONS, READ_ACTIONS)(files)
         files[".github/rio.yml"] = "validators: ['python3 -m pytest -q']\n"
 
-    code, logs, summary = checked(tmp_path, gh, model, breakage)
+    code, logs, summary = checked(tmp_path, gh, model, breakage, monkeypatch)
 
     assert code == 0, logs
     (row,) = [line for line in summary.splitlines() if "the rio job's permissions" in line]

@@ -8,19 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from action_job import (
-    Repository,
-    add,
-    code_cell,
-    conclude,
-    dispatched,
-    messages,
-    note_cell,
-    script,
-)
+from action_job import Repository, conclude, dispatched, messages, script
 from fakes.github_api import FakeGitHub
 
-from tests.kit import until
+from tests.kit import add, code_cell, note_cell, until
 
 pytestmark = [pytest.mark.people(alice="write"), pytest.mark.workflows("rio.yml")]
 

@@ -10,18 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from action_job import (
-    WAIT,
-    Repository,
-    add,
-    code_cell,
-    dispatched,
-    labeled,
-    messages,
-    note_cell,
-    script,
-)
+from action_job import WAIT, Repository, dispatched, labeled, messages, script
 from fakes.github_api import FakeGitHub
+
+from tests.kit import add, code_cell, note_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write"), pytest.mark.workflows("rio.yml")]
 DAY = 86_400

@@ -17,14 +17,10 @@ from typing import Any
 
 import pytest
 from conftest import (
-    PEP723,
     PY,
     accept,
-    cmd,
-    code,
     end_execution,
     journal_rows,
-    note,
     record_unknown,
     start_execution,
     succeed,
@@ -33,7 +29,7 @@ from conftest import (
 from rio_ci.core.admission import Rejection, decide, digest
 from rio_ci.core.json_value import encoded_size
 from rio_ci.session.session import Receipt, Session
-from tests.kit import Patch, cli_env, until
+from tests.kit import PEP723, Patch, cli_env, cmd_cell, code_cell, note_cell, until
 
 Build = Callable[[Patch], Any]
 
@@ -85,13 +81,13 @@ submit = accept
 @pytest.fixture
 def two_notes(session: Session) -> Session:
     """A Session whose cells are [1, 2] (two notes) at revision 1."""
-    accept(session, lambda p: p.add(note("first")).add(note("second")))
+    accept(session, lambda p: p.add(note_cell("first")).add(note_cell("second")))
     return session
 
 
 @pytest.fixture
 def three_notes(session: Session) -> Session:
-    accept(session, lambda p: p.add(note("a")).add(note("b")).add(note("c")))
+    accept(session, lambda p: p.add(note_cell("a")).add(note_cell("b")).add(note_cell("c")))
     return session
 
 
@@ -106,7 +102,11 @@ def test_a_patch_without_the_revision_test_is_rejected(session: Session) -> None
     reject(
         session,
         lambda p: [
-            {"op": "add", "path": "/cells/-", "value": {"id": 1, "previous_id": None, **note()}}
+            {
+                "op": "add",
+                "path": "/cells/-",
+                "value": {"id": 1, "previous_id": None, **note_cell()},
+            }
         ],
         "first operation must be",
     )
@@ -134,7 +134,11 @@ def test_the_revision_test_must_be_the_first_operation(session: Session) -> None
     reject(
         session,
         lambda p: [
-            {"op": "add", "path": "/cells/-", "value": {"id": 1, "previous_id": None, **note()}},
+            {
+                "op": "add",
+                "path": "/cells/-",
+                "value": {"id": 1, "previous_id": None, **note_cell()},
+            },
             {"op": "test", "path": "/revision", "value": 0},
         ],
         "first operation must be",
@@ -148,7 +152,7 @@ def test_a_patch_that_only_tests_the_revision_is_accepted(session: Session) -> N
 
 
 def test_test_operations_are_evaluated_against_the_turns_state(session: Session) -> None:
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     turn = session.prepare_turn()
     assert turn["state"]["runtime"]["cells"]["1"]["phase"] == "queued"
     start_execution(session, 1)  # the live State moves on; the snapshot does not
@@ -177,12 +181,12 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
     "add at an index": {
         "op": "add",
         "path": "/cells/0",
-        "value": {"id": 4, "previous_id": None, **note()},
+        "value": {"id": 4, "previous_id": None, **note_cell()},
     },
     "add at the end index": {
         "op": "add",
         "path": "/cells/2",
-        "value": {"id": 4, "previous_id": None, **note()},
+        "value": {"id": 4, "previous_id": None, **note_cell()},
     },
     "edit inside a Cell": {"op": "replace", "path": "/cells/0/text", "value": "changed"},
     "add inside a Cell": {"op": "add", "path": "/cells/0/role", "value": "cancel"},
@@ -204,7 +208,7 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
         "op": "add",
         "path": "/cells/-",
         "from": "/cells/0",
-        "value": {"id": 4, "previous_id": None, **note()},
+        "value": {"id": 4, "previous_id": None, **note_cell()},
     },
 }
 
@@ -212,7 +216,7 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("name", sorted(FORBIDDEN))
 def test_forbidden_operations_reject_the_whole_patch(two_notes: Session, name: str) -> None:
     # A valid add comes first, so the whole patch is what is refused, not just the op.
-    reject(two_notes, lambda p: p.add(note("valid")).op(**FORBIDDEN[name]), "operation 2")
+    reject(two_notes, lambda p: p.add(note_cell("valid")).op(**FORBIDDEN[name]), "operation 2")
     assert head_ids(two_notes) == [1, 2]
 
 
@@ -234,43 +238,43 @@ def test_forbidden_operations_reject_the_whole_patch(two_notes: Session, name: s
 def test_the_first_new_version_takes_next_cell_id(
     two_notes: Session, cell_id: Any, match: str
 ) -> None:
-    reject(two_notes, lambda p: p.add(note(id=cell_id)), match)
+    reject(two_notes, lambda p: p.add(note_cell(id=cell_id)), match)
 
 
 def test_later_versions_take_the_next_ids_in_operation_order(two_notes: Session) -> None:
-    reject(two_notes, lambda p: p.add(note()).add(note(id=3)), "take id 4")
-    reject(two_notes, lambda p: p.add(note()).add(note(id=5)), "take id 4")
-    reject(two_notes, lambda p: p.add(note(id=4)).add(note(id=3)), "take id 3")
+    reject(two_notes, lambda p: p.add(note_cell()).add(note_cell(id=3)), "take id 4")
+    reject(two_notes, lambda p: p.add(note_cell()).add(note_cell(id=5)), "take id 4")
+    reject(two_notes, lambda p: p.add(note_cell(id=4)).add(note_cell(id=3)), "take id 3")
     # a replacement before an add takes the first id
-    receipt = submit(two_notes, lambda p: p.replace(0, note("one'")).add(note("three")))
+    receipt = submit(two_notes, lambda p: p.replace(0, note_cell("one'")).add(note_cell("three")))
     assert receipt.cell_ids == [3, 4]
     assert head_ids(two_notes) == [3, 2, 4]
     assert two_notes.state()["runtime"]["next_cell_id"] == 5
 
 
 def test_ids_are_never_reused_and_old_versions_never_return(two_notes: Session) -> None:
-    submit(two_notes, lambda p: p.replace(0, note("one'")).remove(1))  # heads [3]
+    submit(two_notes, lambda p: p.replace(0, note_cell("one'")).remove(1))  # heads [3]
     assert head_ids(two_notes) == [3]
-    reject(two_notes, lambda p: p.add(note(id=2)), "take id 4")
-    reject(two_notes, lambda p: p.replace(0, note(id=1, previous_id=3)), "take id 4")
+    reject(two_notes, lambda p: p.add(note_cell(id=2)), "take id 4")
+    reject(two_notes, lambda p: p.replace(0, note_cell(id=1, previous_id=3)), "take id 4")
 
 
 # --- 4. predecessors, one operation per existing Cell --------------------------------------
 
 
 def test_an_added_cell_starts_a_lineage(two_notes: Session) -> None:
-    reject(two_notes, lambda p: p.add(note(previous_id=1)), "previous_id must be null")
+    reject(two_notes, lambda p: p.add(note_cell(previous_id=1)), "previous_id must be null")
 
 
 @pytest.mark.parametrize("previous", [None, 2, 3, 99])
 def test_a_replacement_names_the_replaced_cell(two_notes: Session, previous: Any) -> None:
-    reject(two_notes, lambda p: p.replace(0, note(previous_id=previous)), "stale predecessor")
+    reject(two_notes, lambda p: p.replace(0, note_cell(previous_id=previous)), "stale predecessor")
 
 
 def test_replacing_cell_1_of_1_2_gives_3_2_and_keeps_cell_1_in_history(rio: Any) -> None:
     assert rio("new", "s.db", "--goal", "g").code == 0
     turn = rio("turn", "s.db").out
-    first = Patch(turn["state"]).add(note("one")).add(note("two")).build()
+    first = Patch(turn["state"]).add(note_cell("one")).add(note_cell("two")).build()
     assert rio("step", "s.db", turn["turn_id"], "-", input=first).code == 0
     turn = rio("turn", "s.db").out
     code_, receipt, _ = rio(
@@ -278,7 +282,7 @@ def test_replacing_cell_1_of_1_2_gives_3_2_and_keeps_cell_1_in_history(rio: Any)
         "s.db",
         turn["turn_id"],
         "-",
-        input={"patch": Patch(turn["state"]).replace(0, note("1'")).build()},
+        input={"patch": Patch(turn["state"]).replace(0, note_cell("1'")).build()},
     )
     assert code_ == 0
     events = rio("events", "s.db").lines
@@ -300,26 +304,28 @@ def test_a_cell_gets_at_most_one_successor(two_notes: Session) -> None:
     # Two replacements of Cell 1 in one patch: the second would fork its lineage.
     reject(
         two_notes,
-        lambda p: p.replace(0, note("a")).op(
-            op="replace", path="/cells/0", value={"id": 4, "previous_id": 1, **note("b")}
+        lambda p: p.replace(0, note_cell("a")).op(
+            op="replace", path="/cells/0", value={"id": 4, "previous_id": 1, **note_cell("b")}
         ),
         "operation 2",
     )
     reject(
         two_notes,
-        lambda p: p.replace(0, note("a")).op(op="remove", path="/cells/0"),
+        lambda p: p.replace(0, note_cell("a")).op(op="remove", path="/cells/0"),
         "created in this patch",
     )
 
 
 def test_a_cell_created_in_the_same_patch_cannot_be_touched(two_notes: Session) -> None:
     reject(
-        two_notes, lambda p: p.add(note()).op(op="remove", path="/cells/2"), "created in this patch"
+        two_notes,
+        lambda p: p.add(note_cell()).op(op="remove", path="/cells/2"),
+        "created in this patch",
     )
     reject(
         two_notes,
-        lambda p: p.add(note()).op(
-            op="replace", path="/cells/2", value={"id": 4, "previous_id": 3, **note("b")}
+        lambda p: p.add(note_cell()).op(
+            op="replace", path="/cells/2", value={"id": 4, "previous_id": 3, **note_cell("b")}
         ),
         "created in this patch",
     )
@@ -340,15 +346,15 @@ def test_removals_go_in_strictly_descending_index_order(three_notes: Session) ->
 
 @pytest.mark.parametrize("phase", ["queued", "started"])
 def test_replacing_a_pending_cell_is_rejected(session: Session, phase: str) -> None:
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     if phase == "started":
         start_execution(session, 1)
-    reject(session, lambda p: p.replace(0, cmd("false")), "wait or cancel first")
+    reject(session, lambda p: p.replace(0, cmd_cell("false")), "wait or cancel first")
 
 
 @pytest.mark.parametrize("phase", ["queued", "started", "unknown"])
 def test_removing_pending_or_uncertain_work_keeps_it_visible(session: Session, phase: str) -> None:
-    accept(session, lambda p: p.add(cmd("true")).add(note("keep")))
+    accept(session, lambda p: p.add(cmd_cell("true")).add(note_cell("keep")))
     if phase == "started":
         start_execution(session, 1)
     if phase == "unknown":
@@ -364,7 +370,7 @@ def test_removing_pending_or_uncertain_work_keeps_it_visible(session: Session, p
 
 
 def test_a_finished_cell_that_leaves_the_context_leaves_runtime_cells(session: Session) -> None:
-    accept(session, lambda p: p.add(cmd("true")).add(note("keep")))
+    accept(session, lambda p: p.add(cmd_cell("true")).add(note_cell("keep")))
     succeed(session, 1)
     assert "1" in session.state()["runtime"]["cells"]  # a selected Cell with an Execution
     submit(session, lambda p: p.remove(0))
@@ -372,7 +378,7 @@ def test_a_finished_cell_that_leaves_the_context_leaves_runtime_cells(session: S
 
 
 def test_replacing_with_identical_source_is_a_new_version_and_a_new_run(session: Session) -> None:
-    script = code("print('same')\n")
+    script = code_cell("print('same')\n")
     accept(session, lambda p: p.add(script))
     succeed(session, 1)
     receipt = submit(session, lambda p: p.replace(0, script))
@@ -417,7 +423,7 @@ def test_code_cells_need_exactly_one_pep723_block(
 
 def test_a_code_cell_with_one_block_and_dependencies_is_accepted(session: Session) -> None:
     header = "# /// script\n# requires-python = '>=3.11'\n# dependencies = [\"six\"]\n# ///\n"
-    assert submit(session, lambda p: p.add(code("import six\n", header))).cell_ids == [1]
+    assert submit(session, lambda p: p.add(code_cell("import six\n", header))).cell_ids == [1]
     reject(
         session,
         lambda p: p.add({"kind": "code", "runtime": "ruby", "source": PEP723}),
@@ -433,19 +439,19 @@ def test_cmd_argv_must_be_a_non_empty_list_of_strings(session: Session, argv: An
 @pytest.mark.parametrize(
     "cell, match",
     [
-        (note(color="red"), "unknown field(s) in note Cell: color"),
-        ({**cmd("ls"), "cwd": "/"}, "unknown field(s) in cmd Cell: cwd"),
-        ({**code(), "env": {}}, "unknown field(s) in code Cell: env"),
-        (note(role="cancel"), "needs target_cell_id"),
-        (note(role="conclusion"), "needs result"),
-        (note(role="conclusion", result="done"), "result must be"),
-        (note(role="approve"), "role must be one of"),
-        (note("   "), "non-blank text"),
+        (note_cell(color="red"), "unknown field(s) in note Cell: color"),
+        ({**cmd_cell("ls"), "cwd": "/"}, "unknown field(s) in cmd Cell: cwd"),
+        ({**code_cell(), "env": {}}, "unknown field(s) in code Cell: env"),
+        (note_cell(role="cancel"), "needs target_cell_id"),
+        (note_cell(role="conclusion"), "needs result"),
+        (note_cell(role="conclusion", result="done"), "result must be"),
+        (note_cell(role="approve"), "role must be one of"),
+        (note_cell("   "), "non-blank text"),
         ({"kind": "script", "text": "x"}, "kind must be note, code or cmd"),
         ({"kind": "cmd"}, "missing field(s) in cmd Cell: argv"),
         ({"kind": ["note"], "text": "x"}, "kind must be note, code or cmd"),
-        (note(role="resolution", target_cell_id=1, evidence_refs=5), "evidence_refs must be"),
-        (note(role="cancel", target_cell_id="1"), "target_cell_id must be an integer"),
+        (note_cell(role="resolution", target_cell_id=1, evidence_refs=5), "evidence_refs must be"),
+        (note_cell(role="cancel", target_cell_id="1"), "target_cell_id must be an integer"),
     ],
 )
 def test_invalid_cells_are_rejected(session: Session, cell: dict[str, Any], match: str) -> None:
@@ -453,7 +459,7 @@ def test_invalid_cells_are_rejected(session: Session, cell: dict[str, Any], matc
 
 
 def test_plain_text_controls_nothing(session: Session) -> None:
-    accept(session, lambda p: p.add(note("done")))
+    accept(session, lambda p: p.add(note_cell("done")))
     accepted = [e for e in journal_rows(session.path) if e["kind"] == "patch_accepted"]
     assert accepted[-1]["data"]["controls"] == []
     assert session.proj.controls == []
@@ -466,22 +472,22 @@ def test_cells_may_use_at_most_half_the_context_budget(
     make_session: Callable[..., Session],
 ) -> None:
     session = make_session(context_bytes=4000)
-    reject(session, lambda p: p.add(note("x" * 2100)), "context budget")
-    submit(session, lambda p: p.add(note("x" * 1500)))
-    reject(session, lambda p: p.add(note("y" * 600)), "context budget")
+    reject(session, lambda p: p.add(note_cell("x" * 2100)), "context budget")
+    submit(session, lambda p: p.add(note_cell("x" * 1500)))
+    reject(session, lambda p: p.add(note_cell("y" * 600)), "context budget")
 
 
 def test_old_outputs_are_masked_so_the_state_fits_the_context_budget(
     make_session: Callable[..., Session],
 ) -> None:
     session = make_session(context_bytes=4000)
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     succeed(session, 1, output="o" * 2000)
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     succeed(session, 2, output="p" * 1200)
     # Cells may still take half of the budget: outputs never crowd them out; the oldest
     # output is masked with a pointer to where it can be read in full.
-    submit(session, lambda p: p.add(note("z" * 1200)))
+    submit(session, lambda p: p.add(note_cell("z" * 1200)))
     state = session.prepare_turn()["state"]
     assert encoded_size(state) <= 4000
     first = state["runtime"]["cells"]["1"]["stdout"]
@@ -507,56 +513,64 @@ def test_budgets_set_with_limit_flags_hold_at_the_cli(rio: Any) -> None:
     turn = rio("turn", "s.db").out
     before = rio("events", "s.db").lines
     for patch, match in (
-        (Patch(turn["state"]).add(note("x" * 1600)), "context budget"),
-        (Patch(turn["state"]).add(cmd("a")).add(cmd("b")), "pending_cells=1"),
+        (Patch(turn["state"]).add(note_cell("x" * 1600)), "context budget"),
+        (Patch(turn["state"]).add(cmd_cell("a")).add(cmd_cell("b")), "pending_cells=1"),
     ):
         code_, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=patch.build())
         assert code_ == 3 and match in out["rejected"]
     after = rio("events", "s.db").lines
     assert after[: len(before)] == before
     assert [e["kind"] for e in after[len(before) :]] == ["patch_rejected"] * 2
-    patch = Patch(turn["state"]).add(note("x" * 1000)).add(cmd("a"))
+    patch = Patch(turn["state"]).add(note_cell("x" * 1000)).add(cmd_cell("a"))
     assert rio("step", "s.db", turn["turn_id"], "-", input=patch.build()).code == 0
 
 
 def test_outstanding_work_must_fit_pending_cells(make_session: Callable[..., Session]) -> None:
     session = make_session(pending_cells=2)
-    reject(session, lambda p: p.add(cmd("a")).add(cmd("b")).add(code()), "pending_cells=2")
-    submit(session, lambda p: p.add(cmd("a")).add(cmd("b")).add(note("notes are free")))
-    reject(session, lambda p: p.add(cmd("c")), "pending_cells=2")
+    reject(
+        session,
+        lambda p: p.add(cmd_cell("a")).add(cmd_cell("b")).add(code_cell()),
+        "pending_cells=2",
+    )
+    submit(
+        session, lambda p: p.add(cmd_cell("a")).add(cmd_cell("b")).add(note_cell("notes are free"))
+    )
+    reject(session, lambda p: p.add(cmd_cell("c")), "pending_cells=2")
     submit(session, lambda p: p.remove(1))  # removed, still pending: still counted
-    reject(session, lambda p: p.add(cmd("c")), "pending_cells=2")
+    reject(session, lambda p: p.add(cmd_cell("c")), "pending_cells=2")
     succeed(session, 2)
-    assert submit(session, lambda p: p.add(cmd("c"))).cell_ids == [4]
+    assert submit(session, lambda p: p.add(cmd_cell("c"))).cell_ids == [4]
     record_unknown(session, 1)  # finished, but unresolved uncertainty still counts
-    reject(session, lambda p: p.add(cmd("d")), "pending_cells=2")
-    assert submit(session, lambda p: p.add(note("n"))).cell_ids == [5]  # notes are free
+    reject(session, lambda p: p.add(cmd_cell("d")), "pending_cells=2")
+    assert submit(session, lambda p: p.add(note_cell("n"))).cell_ids == [5]  # notes are free
 
 
 # --- 8. controls ---------------------------------------------------------------------------
 
 
 def test_a_cancel_must_target_a_recorded_execution(session: Session) -> None:
-    accept(session, lambda p: p.add(note("plain")).add(cmd("true")).add(cmd("false")))
+    accept(
+        session, lambda p: p.add(note_cell("plain")).add(cmd_cell("true")).add(cmd_cell("false"))
+    )
     succeed(session, 3)
     accept(session, lambda p: p.remove(2))  # cell 3 finished and left the context
     reject(
         session,
-        lambda p: p.add(note("stop", role="cancel", target_cell_id=99)),
+        lambda p: p.add(note_cell("stop", role="cancel", target_cell_id=99)),
         "cancel target 99 has no recorded Execution",
     )
     reject(
         session,
-        lambda p: p.add(note("stop", role="cancel", target_cell_id=1)),
+        lambda p: p.add(note_cell("stop", role="cancel", target_cell_id=1)),
         "cancel target 1 has no recorded Execution",
     )
     receipt = submit(
         session,
         lambda p: (
-            p.add(note("stop 2", role="cancel", target_cell_id=2))
-            .add(note("stop 3", role="cancel", target_cell_id=3))
-            .add(cmd("sleep", "1"))
-            .add(note("stop 6", role="cancel", target_cell_id=6))
+            p.add(note_cell("stop 2", role="cancel", target_cell_id=2))
+            .add(note_cell("stop 3", role="cancel", target_cell_id=3))
+            .add(cmd_cell("sleep", "1"))
+            .add(note_cell("stop 6", role="cancel", target_cell_id=6))
         ),
     )
     assert receipt.cell_ids == [4, 5, 6, 7]
@@ -567,7 +581,7 @@ def test_a_cancel_must_target_a_recorded_execution(session: Session) -> None:
 @pytest.fixture
 def uncertain(session: Session) -> tuple[Session, int, int]:
     """Cell 1 ended in an UnknownExecution (record at seq U); a comment arrived (seq C)."""
-    accept(session, lambda p: p.add(cmd("deploy")).add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("deploy")).add(cmd_cell("true")))
     own = record_unknown(session, 1)
     succeed(session, 2)
     comment = session.receive("c1", "comment", {"body": "the deploy did not happen"})["seq"]
@@ -575,7 +589,7 @@ def uncertain(session: Session) -> tuple[Session, int, int]:
 
 
 def resolution(target: int, *refs: str, **extra: Any) -> dict[str, Any]:
-    return note(
+    return note_cell(
         "resolved",
         role="resolution",
         target_cell_id=target,
@@ -687,11 +701,11 @@ def test_admission_asks_history_only_what_a_rule_needs(
         decide(proj, proj.turn, patch.build(), facts)
         return facts.questions
 
-    assert asked(lambda p: p.add(note("plain")).add(cmd("true"))) == []
+    assert asked(lambda p: p.add(note_cell("plain")).add(cmd_cell("true"))) == []
     cited = (f"session:event:{comment}", f"session:event:{proj.last_seq + 50}")
     assert asked(lambda p: p.add(resolution(1, *cited))) == [("kinds_of", [comment])]
-    assert asked(lambda p: p.add(note("stop", role="cancel", target_cell_id=1))) == []
-    assert asked(lambda p: p.add(note("stop", role="cancel", target_cell_id=99))) == [
+    assert asked(lambda p: p.add(note_cell("stop", role="cancel", target_cell_id=1))) == []
+    assert asked(lambda p: p.add(note_cell("stop", role="cancel", target_cell_id=99))) == [
         ("execution_recorded", 99)
     ]
 
@@ -706,7 +720,7 @@ def test_resolving_a_real_unknown_execution_after_a_killed_owner(rio: Any, tmp_p
             db,
             turn["turn_id"],
             "-",
-            input=Patch(turn["state"]).add(cmd("sleep", "30")).build(),
+            input=Patch(turn["state"]).add(cmd_cell("sleep", "30")).build(),
         ).code
         == 0
     )
@@ -752,17 +766,17 @@ def test_resolving_a_real_unknown_execution_after_a_killed_owner(rio: Any, tmp_p
 
 
 def test_an_unrelated_turn_in_flight_cannot_clear_a_newer_pause(session: Session) -> None:
-    accept(session, lambda p: p.add(cmd("false")).add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("false")).add(cmd_cell("true")))
     in_flight = session.prepare_turn()  # prepared before the error exists
     start_execution(session, 1)
     end_execution(session, 1, {"type": "error", "exit_code": 1})
     assert session.state()["runtime"]["pause"] == "execution:1"
-    ops = Patch(in_flight["state"]).add(note("unrelated")).build()
+    ops = Patch(in_flight["state"]).add(note_cell("unrelated")).build()
     assert isinstance(session.step(in_flight["turn_id"], ops), Receipt)
     assert session.state()["runtime"]["pause"] == "execution:1"
     turn = session.prepare_turn()
     assert turn["delivered"] == ["execution:1"]
-    submit_ops = Patch(turn["state"]).add(note("seen the error")).build()
+    submit_ops = Patch(turn["state"]).add(note_cell("seen the error")).build()
     assert isinstance(session.step(turn["turn_id"], submit_ops), Receipt)
     assert session.state()["runtime"]["pause"] is None
     assert session.state()["runtime"]["inbox"] == []
@@ -773,10 +787,10 @@ def test_an_unrelated_turn_in_flight_cannot_clear_a_newer_pause(session: Session
 
 def test_a_rejected_patch_does_not_use_up_the_turn(two_notes: Session) -> None:
     turn = two_notes.prepare_turn()
-    reason = reject(two_notes, lambda p: p.add(note(id=9)), "take id 3")
+    reason = reject(two_notes, lambda p: p.add(note_cell(id=9)), "take id 3")
     assert two_notes.proj.turn is not None
     assert reason in two_notes.proj.turn["feedback"]
-    ops = Patch(turn["state"]).add(note("third")).build()
+    ops = Patch(turn["state"]).add(note_cell("third")).build()
     receipt = two_notes.step(turn["turn_id"], ops)
     assert isinstance(receipt, Receipt) and receipt.turn_id == turn["turn_id"]
 
@@ -784,7 +798,7 @@ def test_a_rejected_patch_does_not_use_up_the_turn(two_notes: Session) -> None:
 def test_an_identical_resubmission_returns_the_original_receipt(rio: Any) -> None:
     assert rio("new", "s.db", "--goal", "g").code == 0
     turn = rio("turn", "s.db").out
-    ops = Patch(turn["state"]).add(cmd("true")).add(note("n")).build()
+    ops = Patch(turn["state"]).add(cmd_cell("true")).add(note_cell("n")).build()
     code_, receipt, _ = rio("step", "s.db", turn["turn_id"], "-", input=ops)
     assert code_ == 0
     events = rio("events", "s.db").stdout
@@ -809,13 +823,17 @@ def test_a_different_patch_for_an_accepted_turn_is_a_conflict(rio: Any) -> None:
     turn = rio("turn", "s.db").out
     assert (
         rio(
-            "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("a")).build()
+            "step",
+            "s.db",
+            turn["turn_id"],
+            "-",
+            input=Patch(turn["state"]).add(note_cell("a")).build(),
         ).code
         == 0
     )
     events = rio("events", "s.db").stdout
     code_, out, _ = rio(
-        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("b")).build()
+        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note_cell("b")).build()
     )
     assert code_ == 3 and list(out) == ["rejected"]  # docs/cli.md: only {"rejected": reason}
     assert "conflict" in out["rejected"]
@@ -833,7 +851,7 @@ def test_a_resubmission_matches_by_value_and_a_conflict_is_recorded_by_its_own_d
     patch: its Receipt, nothing recorded. A different one is recorded by its own digest and
     size, which the returned Rejection carries too."""
     turn = session.prepare_turn()
-    ops = Patch(turn["state"]).add(note("a")).build()
+    ops = Patch(turn["state"]).add(note_cell("a")).build()
     receipt = session.step(turn["turn_id"], ops)
     assert isinstance(receipt, Receipt)
     reordered = [dict(reversed(op.items())) for op in ops]
@@ -841,7 +859,7 @@ def test_a_resubmission_matches_by_value_and_a_conflict_is_recorded_by_its_own_d
     last = session.proj.last_seq
     assert session.step(turn["turn_id"], {"patch": reordered}) == receipt
     assert session.proj.last_seq == last
-    other = Patch(turn["state"]).add(note("b")).build()
+    other = Patch(turn["state"]).add(note_cell("b")).build()
     conflict = session.step(turn["turn_id"], other)
     assert isinstance(conflict, Rejection)
     size = len(json.dumps(other, separators=(",", ":")).encode())
@@ -863,14 +881,14 @@ def test_a_revision_test_compares_numbers_by_value(rio: Any) -> None:
     turn = rio("turn", "s.db").out
     as_float = [
         {"op": "test", "path": "/revision", "value": 0.0},
-        *Patch(turn["state"]).add(note("a")).build()[1:],
+        *Patch(turn["state"]).add(note_cell("a")).build()[1:],
     ]
     done = rio("step", "s.db", turn["turn_id"], "-", input={"patch": as_float})
     assert done.code == 0 and done.out["revision"] == 1, done.stdout
     turn = rio("turn", "s.db").out  # at revision 1, where true == 1 in Python
     as_true = [
         {"op": "test", "path": "/revision", "value": True},
-        *Patch(turn["state"]).add(note("b")).build()[1:],
+        *Patch(turn["state"]).add(note_cell("b")).build()[1:],
     ]
     refused = rio("step", "s.db", turn["turn_id"], "-", input={"patch": as_true})
     assert refused.code == 3 and "revision test failed" in refused.out["rejected"]
@@ -917,10 +935,10 @@ def test_a_cell_path_with_a_trailing_newline_is_rejected_at_the_cli(rio: Any, su
     (its replacement could never be replayed)."""
     assert rio("new", "s.db", "--goal", "g").code == 0
     turn = rio("turn", "s.db").out
-    first = Patch(turn["state"]).add(note("one")).build()
+    first = Patch(turn["state"]).add(note_cell("one")).build()
     assert rio("step", "s.db", turn["turn_id"], "-", input=first).code == 0
     turn = rio("turn", "s.db").out
-    patch = Patch(turn["state"]).replace(0, note("two")).build()
+    patch = Patch(turn["state"]).replace(0, note_cell("two")).build()
     patch[-1]["path"] += suffix
     before = rio("events", "s.db").lines
 

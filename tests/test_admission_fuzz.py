@@ -18,18 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import (
-    PEP723,
-    accept,
-    cmd,
-    code,
-    end_execution,
-    journal_rows,
-    note,
-    record_unknown,
-    start_execution,
-    succeed,
-)
+from conftest import accept, end_execution, journal_rows, record_unknown, start_execution, succeed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -43,6 +32,7 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
 from rio_ci.core.state import EXECUTABLE, validate_cell
 from rio_ci.session.session import Receipt, Session
+from tests.kit import PEP723, cmd_cell, code_cell, note_cell
 
 # --- building patches from a snapshot ------------------------------------------------------
 
@@ -193,18 +183,18 @@ def bodies(draw: st.DrawFn, seen: TurnState, shape: str, new_id: int) -> dict[st
     """A Cell's fields but ``id`` and ``previous_id``, of the given shape."""
     targets = seen.executions + seen.heads + [new_id - 1, 999]
     if shape == "note":
-        return note(draw(NOTE_TEXT))
+        return note_cell(draw(NOTE_TEXT))
     if shape == "cmd":
         return {"kind": "cmd", "argv": draw(ARGV)}
     if shape == "code":
-        return code(header=draw(SOURCE), body="")
+        return code_cell(header=draw(SOURCE), body="")
     if shape == "cancel":
-        return note("stop", role="cancel", target_cell_id=draw(st.sampled_from(targets)))
+        return note_cell("stop", role="cancel", target_cell_id=draw(st.sampled_from(targets)))
     if shape == "resolution":
         refs = draw(st.lists(st.sampled_from(seen.refs), min_size=0, max_size=2))
         target = draw(st.sampled_from((seen.unresolved * 3) + targets))
-        return note("resolved", role="resolution", target_cell_id=target, evidence_refs=refs)
-    return note(
+        return note_cell("resolved", role="resolution", target_cell_id=target, evidence_refs=refs)
+    return note_cell(
         "end", role="conclusion", result=draw(st.sampled_from(["success", "failure", "done"]))
     )
 
@@ -376,14 +366,18 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
         accept(
             session,
             lambda p: (
-                p.add(note("plan")).add(cmd("true")).add(cmd("deploy")).add(code()).add(cmd("gone"))
+                p.add(note_cell("plan"))
+                .add(cmd_cell("true"))
+                .add(cmd_cell("deploy"))
+                .add(code_cell())
+                .add(cmd_cell("gone"))
             ),
         )
         succeed(session, 2)
         record_unknown(session, 3)
         succeed(session, 5)
         accept(session, lambda p: p.remove(4))  # 5 finished and left: history only
-        accept(session, lambda p: p.add(cmd("queued")).add(note("more")))
+        accept(session, lambda p: p.add(cmd_cell("queued")).add(note_cell("more")))
         session.receive("c1", "comment", {"body": "hello"})
         found.append(freeze(session))
         session.close()

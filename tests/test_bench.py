@@ -19,7 +19,6 @@ from typing import Any
 import anthropic
 import psutil
 import pytest
-from conftest import run_cli
 
 from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system, journal_chart, tokens
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache, minimum_tokens
@@ -27,7 +26,7 @@ from rio_ci.commands.bench.egress import measure_egress
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.model.claude.client import AnthropicModel
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.kit import ROOT
+from tests.kit import ROOT, run_cli
 
 # Every figure the bench reports, by the part that measures it.
 FIGURES = [

@@ -43,8 +43,8 @@ from tests.hostile.support import (
     unprivileged_python,
     unprivileged_rio,
 )
-from tests.kit import cli_env, until
-from tests.session_cli import HEADER, CliSession, cmd, gone, note
+from tests.kit import PEP723, cli_env, cmd_cell, note_cell, until
+from tests.session_cli import CliSession, gone
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("useradd"),
@@ -147,7 +147,7 @@ def test_a_cell_runs_as_the_cell_user_and_reaches_only_the_working_tree(
             echo sudo=refused
         fi
     """
-    sess.propose(cmd("sh", "-c", probe))
+    sess.propose(cmd_cell("sh", "-c", probe))
 
     out = work(sess, cell_user, env=cli_env(ANTHROPIC_API_KEY="sk-ant-not-for-cells"))
 
@@ -196,7 +196,7 @@ print(timer("wake", 4_000_000_000, {{"n": 1}})["id"])
 print(len(records()))
 print(os.getuid())
 """
-    sess.propose({"kind": "code", "runtime": "python", "source": HEADER + body})
+    sess.propose({"kind": "code", "runtime": "python", "source": PEP723 + body})
 
     out = work(sess, cell_user)
 
@@ -214,7 +214,7 @@ print(os.getuid())
 
 def test_the_channel_answers_only_the_cell_user(place: Path, cell_user: str) -> None:
     sess = session_in(place / "s")
-    sess.propose(cmd("true"))
+    sess.propose(cmd_cell("true"))
     work(sess, cell_user)  # creates the user
     user = pwd.getpwnam(cell_user)
     channel = Channel(sess.db, user.pw_uid, user.pw_gid, cli_env(), place)
@@ -240,7 +240,7 @@ def test_a_session_inside_the_working_tree_is_refused_before_anything_runs(
     tree.mkdir()
     sess = CliSession(tree)  # s.db inside the tree the Cell user would be given
     sess.session_id = sess.json("new", str(sess.db), "--goal", "g", "--cwd", str(tree))["session"]
-    sess.propose(cmd("touch", "ran"))
+    sess.propose(cmd_cell("touch", "ran"))
 
     done = sess.run("work", str(sess.db), "--cell-user", cell_user, code=1)
 
@@ -281,7 +281,7 @@ for name, reach in (
 print("api", len(records()) > 0)
 print("uv", os.readlink(f"/proc/{{os.getppid()}}/exe") == os.path.join(folder, "uv"))
 """
-    sess.propose({"kind": "code", "runtime": "python", "source": HEADER + body})
+    sess.propose({"kind": "code", "runtime": "python", "source": PEP723 + body})
 
     out = work(sess, cell_user)
 
@@ -313,7 +313,7 @@ def test_where_no_temporary_folder_may_hold_programs_cells_run_rio_cis_own_uv(
             {
                 "kind": "code",
                 "runtime": "python",
-                "source": HEADER + 'import os\nprint(os.readlink(f"/proc/{os.getppid()}/exe"))\n',
+                "source": PEP723 + 'import os\nprint(os.readlink(f"/proc/{os.getppid()}/exe"))\n',
             }
         )
         noexec = "mount -t tmpfs -o noexec tmpfs /tmp && mount -t tmpfs -o noexec tmpfs /var/tmp"
@@ -346,7 +346,7 @@ def test_the_next_owner_starts_its_cells_with_an_empty_home(
     — which empties it before its first Cell."""
     first = session_in(place / "first")
     first.propose(
-        cmd(
+        cmd_cell(
             "sh",
             "-c",
             'printf "[core]\\n\\tfsmonitor = /bin/false\\n" > "$HOME/.gitconfig" && '
@@ -359,7 +359,7 @@ def test_the_next_owner_starts_its_cells_with_an_empty_home(
     assert (home / ".gitconfig").exists() and Path("/tmp", mark).exists()
     second = session_in(place / "second")
     second.propose(
-        cmd("sh", "-c", f'find "$HOME" -mindepth 1 | wc -l; test -e /tmp/{mark} || echo gone')
+        cmd_cell("sh", "-c", f'find "$HOME" -mindepth 1 | wc -l; test -e /tmp/{mark} || echo gone')
     )
 
     work(second, cell_user)
@@ -378,7 +378,7 @@ def test_a_user_rio_ci_did_not_create_is_refused_and_its_home_left_as_it_is(
     home = Path(pwd.getpwnam(cell_user).pw_dir)
     (home / "theirs.txt").write_text("theirs")
     sess = session_in(place / "s")
-    sess.propose(cmd("touch", "ran"))
+    sess.propose(cmd_cell("touch", "ran"))
 
     done = sess.run("work", str(sess.db), "--cell-user", cell_user, code=1)
 
@@ -394,7 +394,7 @@ def test_a_working_directory_that_holds_the_cell_folder_is_refused(cell_user: st
     try:
         sess = CliSession(place)
         sess.session_id = sess.json("new", str(sess.db), "--goal", "g", "--cwd", "/tmp")["session"]
-        sess.propose(cmd("touch", "ran"))
+        sess.propose(cmd_cell("touch", "ran"))
 
         done = sess.run("work", str(sess.db), "--cell-user", cell_user, code=1)
 
@@ -410,7 +410,7 @@ def test_a_working_directory_that_holds_the_cell_folder_is_refused(cell_user: st
 def escaping(sess: CliSession, then: str) -> None:
     script = sess.root / "escape.py"
     script.write_text(ESCAPE)
-    sess.propose(cmd(SYSTEM_PYTHON, str(script), then))
+    sess.propose(cmd_cell(SYSTEM_PYTHON, str(script), then))
 
 
 def daemon_pid(sess: CliSession) -> int:
@@ -429,7 +429,7 @@ def test_an_escaped_cell_is_stopped_on_cancel(
     owner = sess.start("work", str(sess.db), "--cell-user", cell_user)
     pid = daemon_pid(sess)
 
-    sess.propose(note("cancel 1", role="cancel", target_cell_id=1))
+    sess.propose(note_cell("cancel 1", role="cancel", target_cell_id=1))
     owner.communicate(timeout=60)
 
     result = sess.result(1)
@@ -470,7 +470,7 @@ def test_an_escaped_cell_is_stopped_by_recovery_after_the_owner_was_killed(
 ) -> None:
     sess = session_in(place / "s")
     escaping(sess, "stay")
-    sess.propose(cmd("echo", "second"))
+    sess.propose(cmd_cell("echo", "second"))
     owner = sess.start("work", str(sess.db), "--cell-user", cell_user)
     pid = daemon_pid(sess)
     owner.send_signal(signal.SIGKILL)
@@ -528,7 +528,7 @@ def test_a_cell_user_process_the_owner_cannot_stop_fails_recovery_closed(
         for path in folder.iterdir():
             os.chown(path, NOBODY, NOBODY)
         sess = CliSession(folder)
-        sess.propose(cmd("touch", "ran"), env=env)
+        sess.propose(cmd_cell("touch", "ran"), env=env)
         count = len(sess.events())
         survivor = subprocess.Popen(
             ["sleep", "600"], user=entry.pw_uid, group=entry.pw_gid, extra_groups=[]
@@ -555,7 +555,7 @@ def test_without_root_the_cells_share_the_harness_user_and_it_is_said() -> None:
         args = ("new", str(db), "--goal", "g", "--cwd", str(folder))
         assert unprivileged_rio(*args, env=env, cwd=folder).returncode == 0
         sess = CliSession(folder)
-        sess.propose(cmd("id", "-u"), env=env)
+        sess.propose(cmd_cell("id", "-u"), env=env)
 
         done = unprivileged_rio("work", str(db), "--cell-user", "rio-cell", env=env, cwd=folder)
 
@@ -615,7 +615,7 @@ def test_an_owner_with_passwordless_sudo_becomes_root_for_its_cell_user(
     db = place / "s.db"
     assert rio("new", str(db), "--goal", "g", "--cwd", str(tree)).returncode == 0
     sess = CliSession(place)
-    sess.propose(cmd("sh", "-c", "id -u; cat /proc/$PPID/environ > /dev/null || echo refused"))
+    sess.propose(cmd_cell("sh", "-c", "id -u; cat /proc/$PPID/environ > /dev/null || echo refused"))
 
     done = rio("work", str(db), "--cell-user", cell_user)
 
@@ -638,7 +638,7 @@ def test_the_launch_is_checkpointed_into_the_file_only_where_cells_could_reach_t
     copied into the database file before it starts; under a Cell user it cannot, and that
     WAL checkpoint (a FULL one per launch) is left out."""
     sess = session_in(place / "s")
-    sess.propose(cmd("sh", "-c", "touch started; sleep 60"))
+    sess.propose(cmd_cell("sh", "-c", "touch started; sleep 60"))
     args = ["--cell-user", cell_user] if separate else []
     owner = sess.start("work", str(sess.db), *args)
     until((sess.cwd / "started").exists, 60, "the Cell to start")

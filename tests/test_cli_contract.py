@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CliResult, accept, cmd, note, record_unknown, run_cli, succeed
+from conftest import accept, record_unknown, succeed
 
 from rio_ci.cli import COMMANDS, build_parser
 from rio_ci.commands.human import render
@@ -18,7 +18,7 @@ from rio_ci.core.projection import DEPARTED_KEPT
 from rio_ci.core.reducer import short_cell
 from rio_ci.reports.live import describe
 from rio_ci.session.session import Session
-from tests.kit import Patch
+from tests.kit import CliResult, Patch, cmd_cell, note_cell, run_cli
 from tests.run_cli import write_script
 
 # The fewest arguments each command parses with (every command must be listed here).
@@ -114,7 +114,7 @@ def test_plumbing_commands_print_the_same_result_readably(rio: Any, tmp_path: Pa
     turn = rio("turn", "s.db").out
     again = rio("turn", "s.db", "--human")  # the same open Turn, rendered
     assert again.code == 0 and f"turn_id: {turn['turn_id']}" in again.stdout.splitlines()
-    patch = Patch(turn["state"]).add(note("look")).build()
+    patch = Patch(turn["state"]).add(note_cell("look")).build()
     stepped = rio("step", "s.db", turn["turn_id"], "-", "--human", input=patch)
     assert stepped.code == 0 and human_keys(stepped.stdout) == [
         "turn_id",
@@ -194,13 +194,13 @@ def test_errors_stay_one_json_line_with_human(rio: Any, args: list[str]) -> None
 def test_every_rejection_by_step_prints_only_the_reason(rio: Any) -> None:
     assert rio("new", "s.db", "--goal", "g").code == 0
     turn = rio("turn", "s.db").out
-    patch = Patch(turn["state"]).add(note("a")).build()
+    patch = Patch(turn["state"]).add(note_cell("a")).build()
     bad = Patch(turn["state"]).op(op="replace", path="/goal", value="mine").build()
     unknown = rio("step", "s.db", "nosuch", "-", input=patch)
     refused = rio("step", "s.db", turn["turn_id"], "-", input=bad)
     assert rio("step", "s.db", turn["turn_id"], "-", input=patch).code == 0
     conflict = rio(
-        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("b")).build()
+        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note_cell("b")).build()
     )
     for done, words in (
         (unknown, "unknown Turn"),
@@ -215,14 +215,14 @@ def test_every_rejection_by_step_prints_only_the_reason(rio: Any) -> None:
 
 
 def test_show_lists_executions_of_replaced_and_removed_cells(session: Session) -> None:
-    accept(session, lambda p: p.add(cmd("echo", "one")).add(cmd("deploy")))
+    accept(session, lambda p: p.add(cmd_cell("echo", "one")).add(cmd_cell("deploy")))
     succeed(session, 1, output="one\n")
     record_unknown(session, 2)
     comment = session.receive("c1", "comment", {"body": "the deploy did not happen"})["seq"]
     resolved = accept(
         session,
         lambda p: p.add(
-            note(
+            note_cell(
                 "no deploy",
                 role="resolution",
                 target_cell_id=2,
@@ -230,7 +230,7 @@ def test_show_lists_executions_of_replaced_and_removed_cells(session: Session) -
             )
         ),
     ).cell_ids[0]
-    accept(session, lambda p: p.replace(0, cmd("echo", "two")).remove(1))  # 1, 2 leave
+    accept(session, lambda p: p.replace(0, cmd_cell("echo", "two")).remove(1))  # 1, 2 leave
     state = session.state()
     assert {"1", "2"}.isdisjoint(state["runtime"]["cells"])  # the State drops them: right
     finished = {
@@ -254,13 +254,13 @@ def test_show_lists_executions_of_replaced_and_removed_cells(session: Session) -
 
 
 def test_show_leaves_out_what_was_committed_after_its_projection(session: Session) -> None:
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     succeed(session, 1)
     accept(session, lambda p: p.remove(0))
     proj = session.refresh()
     other = Session.open(session.path)
     try:
-        accept(other, lambda p: p.add(cmd("true")))
+        accept(other, lambda p: p.add(cmd_cell("true")))
         succeed(other, 2)
         accept(other, lambda p: p.remove(0))
     finally:
@@ -274,10 +274,10 @@ def test_show_reads_the_last_departed_executions_from_the_projection(session: Se
     the projection (so its time does not grow with the Journal), counts the earlier ones, and
     a replay after the derived data is deleted shows exactly the same."""
     rounds = DEPARTED_KEPT + 5
-    accept(session, lambda p: p.add(cmd("echo", "1")))
+    accept(session, lambda p: p.add(cmd_cell("echo", "1")))
     succeed(session, 1, output="1\n")
     for n in range(2, rounds + 1):
-        accept(session, lambda p, n=n: p.replace(0, cmd("echo", str(n))))
+        accept(session, lambda p, n=n: p.replace(0, cmd_cell("echo", str(n))))
         succeed(session, n, output=f"{n}\n")
     shown = run_cli("show", session.path, "--json").out
     # the head (Cell `rounds`) and the last DEPARTED_KEPT replaced versions before it
@@ -316,8 +316,8 @@ def test_output_of_a_cell_cancelled_before_launch_says_so(rio: Any, tmp_path: Pa
     turn = rio("turn", "s.db").out
     patch = (
         Patch(turn["state"])
-        .add(cmd("echo", "never"))
-        .add(note("stop it", role="cancel", target_cell_id=1))
+        .add(cmd_cell("echo", "never"))
+        .add(note_cell("stop it", role="cancel", target_cell_id=1))
         .build()
     )
     assert rio("step", "s.db", turn["turn_id"], "-", input=patch).code == 0

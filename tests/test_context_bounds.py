@@ -18,9 +18,9 @@ import pytest
 from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
 from rio_ci.core.view import masked_marker
-from tests.kit import events
-from tests.round_loop_kit import DONE, WatchedFake, cmd, kinds, patch
-from tests.run_cli import new_session, rio, status
+from tests.kit import cmd_cell, events, run_cli
+from tests.round_loop_kit import DONE, WatchedFake, kinds, patch
+from tests.run_cli import new_session, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
 # tests/conftest.py marks test_round_loop.py.
@@ -40,7 +40,7 @@ def printer(k: int, lines: int) -> dict[str, object]:
         f"import sys\nfor i in range({lines}):\n"
         f"    sys.stdout.write({LINE!r}.format(k={k}, i=i) + '\\n')\n"
     )
-    return cmd(PY, "-c", source)
+    return cmd_cell(PY, "-c", source)
 
 
 def test_a_200kb_output_shows_its_first_and_last_lines(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_a_200kb_output_shows_its_first_and_last_lines(tmp_path: Path) -> None:
     assert text.startswith(shown.split("\n[… ")[0])  # the head, exactly
     assert text.endswith(shown.split(" bytes elided …]\n")[1])  # the tail, exactly
     assert first in seen.user_text and last in seen.user_text  # raw text, not JSON
-    assert rio("output", str(db), "1", "--human").stdout == shown  # what is kept is shown
+    assert run_cli("output", str(db), "1", "--human").stdout == shown  # what is kept is shown
 
 
 def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
     with WatchedFake(db) as fake:
         for k in range(1, rounds + 1):
             fake.reply_patch(patch(k - 1, k, printer(k, 1000)))
-        fake.reply_patch(patch(rounds, rounds + 1, cmd(PY, "-c", reader)))
+        fake.reply_patch(patch(rounds, rounds + 1, cmd_cell(PY, "-c", reader)))
         fake.reply_patch(patch(rounds + 1, rounds + 2, DONE))
         done = fake.run(timeout=240)
         requests = fake.requests
@@ -107,7 +107,7 @@ def test_twelve_rounds_of_60kb_outputs_never_exceed_the_context_budget(tmp_path:
     assert masked_in_some_request
     # Nothing is lost: the Journal keeps each full output, read back by the CLI and by a Cell.
     for k in (1, 2, rounds):
-        got = json.loads(rio("output", str(db), str(k)).stdout)
+        got = json.loads(run_cli("output", str(db), str(k)).stdout)
         assert got == {"cell_id": k, "stream": "stdout", "text": printed(k, 1000)}
     assert (tmp_path / "first.txt").read_text() == printed(1, 1000)
     assert (tmp_path / "second.txt").read_text() == printed(2, 1000)
@@ -124,12 +124,12 @@ def test_a_message_too_large_for_the_context_is_delivered_cut_and_says_so(tmp_pa
     (step := tmp_path / "note.json").write_text(
         json.dumps({"patch": patch(0, 1, {"kind": "note", "text": "n" * 9000})})
     )
-    turn = json.loads(rio("turn", str(db)).stdout)
-    assert rio("step", str(db), turn["turn_id"], str(step)).returncode == 0
+    turn = json.loads(run_cli("turn", str(db)).stdout)
+    assert run_cli("step", str(db), turn["turn_id"], str(step)).returncode == 0
     body = "y" * 15000
-    assert rio("receive", str(db), "big", "comment", json.dumps({"b": body})).returncode == 0
+    assert run_cli("receive", str(db), "big", "comment", json.dumps({"b": body})).returncode == 0
 
-    turn = json.loads(rio("turn", str(db)).stdout)
+    turn = json.loads(run_cli("turn", str(db)).stdout)
 
     assert turn["delivered"] == ["big"]
     assert encoded_size(turn["state"]) <= 20000

@@ -16,22 +16,22 @@ from typing import Any
 
 from rio_ci.run.owner import Owner
 from tests import session_cli
-from tests.kit import Patch, cli_env, until
-from tests.session_cli import CliSession, New, cmd, code, gone, logged, note
+from tests.kit import Patch, cli_env, cmd_cell, code_cell, note_cell, until
+from tests.session_cli import CliSession, New, gone, logged
 
 new = session_cli.new  # the shared fixture
 
 
 def cancel(target: int) -> dict[str, Any]:
-    return note(f"cancel {target}", role="cancel", target_cell_id=target)
+    return note_cell(f"cancel {target}", role="cancel", target_cell_id=target)
 
 
 def conclude(result: str) -> dict[str, Any]:
-    return note(f"conclude {result}", role="conclusion", result=result)
+    return note_cell(f"conclude {result}", role="conclusion", result=result)
 
 
 def resolve(target: int, *seqs: int) -> dict[str, Any]:
-    return note(
+    return note_cell(
         f"resolve {target}",
         role="resolution",
         target_cell_id=target,
@@ -60,7 +60,7 @@ def rejections(sess: CliSession) -> list[dict[str, Any]]:
 
 def test_an_error_pauses_the_queue_until_a_turn_that_saw_it_accepts(new: New) -> None:
     sess = new()
-    sess.propose(cmd("false"), cmd("echo", "x"))
+    sess.propose(cmd_cell("false"), cmd_cell("echo", "x"))
     out = sess.work()
     assert out == {"ended": None, "ran": [1], "pending": [2], "paused_by": "execution:1"}
     assert sess.result(1) == {"type": "error", "cell_id": 1, "exit_code": 1}
@@ -69,7 +69,7 @@ def test_an_error_pauses_the_queue_until_a_turn_that_saw_it_accepts(new: New) ->
 
     turn = sess.turn()
     assert "execution:1" in turn["delivered"]
-    sess.propose(note("false failed, go on"), turn=turn)
+    sess.propose(note_cell("false failed, go on"), turn=turn)
     assert sess.state()["runtime"]["pause"] is None
     out = sess.work()
     assert out == {"ended": None, "ran": [2], "pending": [], "paused_by": None}
@@ -78,18 +78,18 @@ def test_an_error_pauses_the_queue_until_a_turn_that_saw_it_accepts(new: New) ->
 
 def test_a_turn_already_in_flight_cannot_clear_a_newer_pause(new: New) -> None:
     sess = new()
-    sess.propose(cmd("false"), cmd("echo", "x"))
+    sess.propose(cmd_cell("false"), cmd_cell("echo", "x"))
     old = sess.turn()  # prepared before the error exists
     assert sess.work()["paused_by"] == "execution:1"
 
-    sess.propose(note("unrelated"), turn=old)  # accepted, but it never saw the error
+    sess.propose(note_cell("unrelated"), turn=old)  # accepted, but it never saw the error
     assert sess.state()["runtime"]["pause"] == "execution:1"
     out = sess.work()
     assert out["ran"] == [] and out["paused_by"] == "execution:1"
 
     turn = sess.turn()
     assert turn["delivered"] == ["execution:1"]
-    sess.propose(note("seen"), turn=turn)
+    sess.propose(note_cell("seen"), turn=turn)
     assert sess.work()["ran"] == [2]
 
 
@@ -127,7 +127,7 @@ def test_cancel_of_a_running_cell_from_another_process_stops_its_group(new: New)
         time.sleep(60)
         """,
         ),
-        cmd("echo", "next"),
+        cmd_cell("echo", "next"),
     )
     owner = sess.start_work()
     until(sess.lines, timeout=30)
@@ -229,7 +229,7 @@ def test_resolution_needs_evidence_of_another_observation(new: New) -> None:
         assert len(sess.events()) == count + 1  # only the patch_rejected record
 
     # Look again: a new Cell whose result is the evidence.
-    sess.propose(cmd("echo", "no side effect happened"), turn=turn)
+    sess.propose(cmd_cell("echo", "no side effect happened"), turn=turn)
     assert sess.work()["ran"] == [2]
     evidence = sess.events("execution_finished")[1]["seq"]
 
@@ -257,7 +257,7 @@ def assert_success_rejected(sess: CliSession, why: str) -> None:
 
 def test_success_is_rejected_while_work_is_pending(new: New) -> None:
     sess = new()
-    sess.propose(cmd("echo", "x"), conclude("success"))
+    sess.propose(cmd_cell("echo", "x"), conclude("success"))
     out = sess.work()
     assert out["ended"] is None and out["ran"] == [1]
     rejected = sess.events("control_rejected")[0]["seq"]
@@ -276,7 +276,7 @@ def test_success_is_rejected_while_uncertainty_is_unresolved(new: New) -> None:
 def test_success_is_rejected_while_a_timer_waits(new: New) -> None:
     sess = new()
     sess.propose(
-        code("""
+        code_cell("""
         import time
         from rio_ci.api import timer
         timer("later", time.time() + 3600, {"why": "check back"})
@@ -292,7 +292,7 @@ def test_success_is_rejected_while_a_timer_waits(new: New) -> None:
 def test_a_cancelled_timer_no_longer_blocks_success(new: New) -> None:
     sess = new()
     sess.propose(
-        code("""
+        code_cell("""
         import json, time
         from rio_ci.api import cancel_timer, timer
         timer("later", time.time() + 3600, {"why": "check back"})
@@ -363,7 +363,7 @@ def test_a_validator_that_leaves_a_process_behind_does_not_stall(new: New) -> No
 def test_success_is_accepted_when_clean_and_the_run_stays_ended(new: New) -> None:
     where = f"{sys.executable} -c 'import os; print(os.getcwd())'"
     sess = new(validators=[where, "true"])
-    sess.propose(cmd("echo", "x"))
+    sess.propose(cmd_cell("echo", "x"))
     sess.work()
     sess.propose(conclude("success"))  # this Turn consumes execution:1
     assert sess.work() == {
@@ -433,7 +433,7 @@ def test_failure_while_a_cell_runs_stops_it(new: New) -> None:
 def test_a_bad_patch_from_another_process_changes_nothing(new: New) -> None:
     sess = new()
     turn = sess.turn()
-    ops = Patch(turn["state"]).add(cmd("echo")).build()
+    ops = Patch(turn["state"]).add(cmd_cell("echo")).build()
     ops.append({"op": "replace", "path": "/goal", "value": "something else"})
     count = len(sess.events())
     assert "belongs to the harness" in sess.step(turn["turn_id"], ops, code=3)["rejected"]

@@ -12,22 +12,14 @@ import pytest
 
 from rio_ci.run.environment import worker_environment
 from rio_ci.session.session import Session
-from tests.kit import Patch, cli_env
+from tests.kit import Patch, cli_env, run_cli
 
 RIO = [sys.executable, "-m", "rio_ci"]
 CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canary-github-9c2d"}
 
 
 def rio(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [*RIO, *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        env=env or cli_env(),
-        timeout=120,
-        check=False,
-    )
+    done = run_cli(*args, input=stdin, env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -17,14 +17,13 @@ import pytest
 
 from rio_ci.forge.local import LocalForge
 from tests import mermaid
-from tests.kit import events
-from tests.run_cli import rio
+from tests.kit import events, run_cli
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     root = tmp_path_factory.mktemp("demo") / "fresh"  # does not exist yet: the demo makes it
-    return root, rio("demo", str(root))
+    return root, run_cli("demo", str(root))
 
 
 def test_demo_succeeds_and_tells_where_the_session_is(
@@ -114,7 +113,7 @@ def test_demo_session_can_be_read_with_rio_ci_events(
     demo: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
     root, _ = demo
-    done = rio("events", str(root / "session.sqlite3"))
+    done = run_cli("events", str(root / "session.sqlite3"))
     assert done.returncode == 0
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[0]["kind"] == "session_created"
@@ -141,17 +140,17 @@ def test_show_on_the_demo_session_lists_every_execution_with_its_resolution(
         for c in e["controls"]
         if c["role"] == "resolution"
     ]
-    shown = json.loads(rio("show", str(db), "--json").stdout)["executions"]
+    shown = json.loads(run_cli("show", str(db), "--json").stdout)["executions"]
     assert {k: ex["result"] for k, ex in shown.items()} == finished
     assert shown[unknown]["resolved_by"] == note_id
-    text = rio("show", str(db)).stdout
+    text = run_cli("show", str(db)).stdout
     assert f"[{unknown}] code" in text and f"resolved by cell {note_id}" in text
 
 
 @pytest.mark.parametrize("target", [".", "keep.txt"], ids=["non-empty-dir", "a-file"])
 def test_demo_refuses_anything_but_a_fresh_directory(tmp_path: Path, target: str) -> None:
     (tmp_path / "keep.txt").write_text("mine")
-    done = rio("demo", str(tmp_path / target))
+    done = run_cli("demo", str(tmp_path / target))
     assert done.returncode == 2, done.stderr
     assert "error" in json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +14,14 @@ import yaml
 from rio_ci.cli import COMMANDS, build_parser
 from rio_ci.core.events import KINDS as EVENT_KINDS
 from rio_ci.core.state import validate_cell
-from tests.kit import cli_env
+from tests.kit import CliResult, run_cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 ROOT = DOCS.parent
 
 
-def rio(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rio_ci", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=cli_env(),
-        cwd=ROOT,
-    )
+def rio(*args: str, stdin: str | None = None) -> CliResult:
+    return run_cli(*args, input=stdin, cwd=ROOT, timeout=120)
 
 
 def test_every_cli_command_has_a_section_in_the_reference() -> None:

@@ -21,10 +21,9 @@ from rio_ci.core.errors import UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import complete, load_script
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.kit import cli_env, events
+from tests.kit import cli_env, events, run_cli
 from tests.round_loop_kit import DONE, KEY, UNPRICED
 from tests.round_loop_kit import patch as first_patch
-from tests.run_cli import rio
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "evals" / "cases"
@@ -32,7 +31,7 @@ SUITE_TIMEOUT = 900
 
 
 def eval_json(*args: str, timeout: float = SUITE_TIMEOUT) -> tuple[int, dict[str, Any], str]:
-    done = rio("eval", *args, "--json", timeout=timeout)
+    done = run_cli("eval", *args, "--json", timeout=timeout)
     lines = done.stdout.strip().splitlines()
     return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr
 
@@ -216,15 +215,15 @@ def test_eval_exits_2_with_a_clear_error_before_any_trial(tmp_path: Path) -> Non
     make_case(tmp_path / "cases", "fine", GOOD)
     make_case(tmp_path / "cases", "broken", {**GOOD, "check": "python3 check.py"})
     out = tmp_path / "out"
-    done = rio("eval", str(tmp_path / "cases"), "--model", "scripted:oracle", "--out", str(out))
+    done = run_cli("eval", str(tmp_path / "cases"), "--model", "scripted:oracle", "--out", str(out))
     assert done.returncode == 2
     error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
     assert "case broken" in error and "check must be an argv list" in error
     assert not out.exists()  # nothing ran
     # A case without an oracle cannot run with scripted:oracle.
-    done = rio("eval", str(tmp_path / "cases" / "fine"), "--model", "scripted:oracle")
+    done = run_cli("eval", str(tmp_path / "cases" / "fine"), "--model", "scripted:oracle")
     assert done.returncode == 2 and "needs an oracle" in done.stdout
-    done = rio("eval", str(tmp_path), "--model", "scripted:oracle")
+    done = run_cli("eval", str(tmp_path), "--model", "scripted:oracle")
     assert done.returncode == 2 and "no case.yml" in done.stdout
 
 
@@ -235,12 +234,12 @@ def test_eval_passes_price_and_effort_on_to_every_run(tmp_path: Path) -> None:
     case = make_case(tmp_path / "cases", "hello", GOOD)
     done_patch = first_patch(0, 1, DONE)
     model = f"anthropic:{UNPRICED}"
-    refused = rio("eval", str(case), "--model", model, "--out", str(tmp_path / "no"))
+    refused = run_cli("eval", str(case), "--model", model, "--out", str(tmp_path / "no"))
     assert refused.returncode == 2 and "--price" in refused.stdout
     with FakeAnthropic() as fake:
         fake.reply_patch(done_patch, input_tokens=1_000_000, output_tokens=0)
         env = {**cli_env(), "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": fake.base_url}
-        done = rio(
+        done = run_cli(
             "eval",
             str(case),
             "--model",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from action_job import Repository, cmd_cell, commented, labeled, note_cell
+from action_job import Repository, commented, labeled
 from fakes.github_api import FakeGitHub
 
 from rio_ci.core.limits import Limits
@@ -31,7 +31,7 @@ from rio_ci.github.images import (
 )
 from rio_ci.session.session import Session
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.kit import Patch
+from tests.kit import Patch, cmd_cell, note_cell
 
 
 def png(width: int = 2, height: int = 1) -> bytes:

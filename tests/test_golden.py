@@ -26,24 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from action_job import (
-    WAIT,
-    Job,
-    Repository,
-    add,
-    cmd_cell,
-    commented,
-    conclude,
-    resolve_unknown,
-    script,
-)
+from action_job import WAIT, Job, Repository, commented, conclude, resolve_unknown, script
 from fakes.github_api import FakeGitHub
 
 import rio_ci
 from rio_ci.reports import progress
 from rio_ci.store.at_rest import SCHEMA_VERSION
-from tests.kit import cli_env
-from tests.run_cli import rio, write_script
+from tests.kit import add, cli_env, cmd_cell, run_cli
+from tests.run_cli import write_script
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 VERSIONS = sorted(
@@ -302,15 +292,15 @@ def test_a_local_session_of_an_earlier_release_is_migrated_and_continued(
 
     work = tmp_path / "work"
     work.mkdir()
-    assert rio("receive", str(db), "comment:after", "comment", comment).returncode == 0
+    assert run_cli("receive", str(db), "comment:after", "comment", comment).returncode == 0
     with recorded_directory(Path(first_event(golden)["cwd"]), link_to=work):
-        done = rio("run", str(db), "--model", f"scripted:{model}", timeout=120)
+        done = run_cli("run", str(db), "--model", f"scripted:{model}", timeout=120)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["status"] == "succeeded"
     assert rows(db)[: len(history)] == history
     assert format_of(db) == SCHEMA_VERSION
-    events = [json.loads(line) for line in rio("events", str(db)).stdout.splitlines()]
+    events = [json.loads(line) for line in run_cli("events", str(db)).stdout.splitlines()]
     unknown = [
         e
         for e in events

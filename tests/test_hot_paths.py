@@ -10,7 +10,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from rio_ci.commands.bench.drive import new_session, patch_for, play_round
 from rio_ci.core import events as ev
@@ -20,6 +19,7 @@ from rio_ci.core.json_value import compact, encoded_size
 from rio_ci.core.view import _unbounded, next_turn, render, select_inbox, unbounded_size
 from rio_ci.run.owner import Owner, in_doubt
 from rio_ci.session.session import Session
+from tests.kit import run_cli
 
 
 @pytest.fixture

@@ -18,13 +18,9 @@ import pytest
 from conftest import (
     PY,
     accept,
-    cmd,
-    code,
     end_execution,
     journal_rows,
-    note,
     record_unknown,
-    run_cli,
     sha256,
     start_execution,
     succeed,
@@ -33,7 +29,7 @@ from conftest import (
 from rio_ci.core.errors import OwnershipError, StorageError
 from rio_ci.session.session import Receipt, Session
 from rio_ci.store.journal import SAVE_EVERY
-from tests.kit import Patch, cli_env
+from tests.kit import Patch, cli_env, cmd_cell, code_cell, note_cell, run_cli
 
 
 def sql(path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -49,7 +45,7 @@ def sql(path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
 
 def build_history(session: Session, rounds: int = 20) -> None:
     """A Session that has seen every common event kind, well past one snapshot."""
-    accept(session, lambda p: p.add(note("plan")).add(cmd("deploy")).add(code()))
+    accept(session, lambda p: p.add(note_cell("plan")).add(cmd_cell("deploy")).add(code_cell()))
     record_unknown(session, 2)
     start_execution(session, 3)
     end_execution(session, 3, {"type": "error", "exit_code": 1}, output="hi\n")
@@ -61,7 +57,7 @@ def build_history(session: Session, rounds: int = 20) -> None:
     accept(
         session,
         lambda p: p.add(
-            note(
+            note_cell(
                 "resolved",
                 role="resolution",
                 target_cell_id=2,
@@ -74,14 +70,14 @@ def build_history(session: Session, rounds: int = 20) -> None:
         receipt = accept(
             session,
             lambda p: (
-                p.add(cmd("true"))
-                .add(note("cancel it", role="cancel", target_cell_id=p.next_id - 1))
+                p.add(cmd_cell("true"))
+                .add(note_cell("cancel it", role="cancel", target_cell_id=p.next_id - 1))
                 .remove(0)
             ),
         )
         session.cancel_queued(receipt.cell_ids[1], receipt.cell_ids[0])
         session.set_timer(f"t{i + 1}", 4_000_000_000 + i, {"i": i})
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     succeed(session, session.proj.next_cell_id - 1)
 
 

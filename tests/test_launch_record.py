@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import accept, cmd, journal_rows, start_execution
+from conftest import accept, journal_rows, start_execution
 
 from rio_ci.commands.bench.launches import push_samples
 from rio_ci.core import events as ev
@@ -19,6 +19,7 @@ from rio_ci.github.record import Fenced, LaunchRecord
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 from rio_ci.store.launch_record import Record, parse
+from tests.kit import cmd_cell
 
 MakeSession = Callable[..., Session]
 
@@ -104,7 +105,7 @@ def test_a_record_is_pushed_with_a_lease_and_read_back_whole(
 ) -> None:
     remote = bare(tmp_path / "remote.git")
     session = make_session()
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     start_execution(session, 1)
     job = launches(tmp_path, remote)
     assert job.fetch() is None
@@ -181,10 +182,10 @@ def test_restore_folds_the_tail_and_the_next_owner_records_an_unknown_execution(
     tmp_path: Path, make_session: MakeSession
 ) -> None:
     live = make_session()
-    accept(live, lambda p: p.add(cmd("true")))
+    accept(live, lambda p: p.add(cmd_cell("true")))
     artifact = copy(live, tmp_path / "artifact.sqlite3")
     after = live.proj.last_seq
-    accept(live, lambda p: p.add(cmd("touch", "effect")))  # an accepted round ...
+    accept(live, lambda p: p.add(cmd_cell("touch", "effect")))  # an accepted round ...
     start_execution(live, 2)  # ... and the launch the runner died in
 
     merged = merge(artifact, record_of(live, after), 1)
@@ -212,7 +213,7 @@ def test_records_that_do_not_continue_the_restored_history_are_left_out(
     tmp_path: Path, make_session: MakeSession
 ) -> None:
     live = make_session()
-    accept(live, lambda p: p.add(cmd("true")))  # cell 1, queued
+    accept(live, lambda p: p.add(cmd_cell("true")))  # cell 1, queued
     older = copy(live, tmp_path / "older.sqlite3")
     live.receive("m1", "comment", {"body": "later"})
     base = live.proj.last_seq
@@ -243,7 +244,7 @@ def test_a_session_newer_than_every_artifact_is_rebuilt_from_its_record(
     tmp_path: Path, make_session: MakeSession
 ) -> None:
     live = make_session(validators=[["true"]])
-    accept(live, lambda p: p.add(cmd("true")))
+    accept(live, lambda p: p.add(cmd_cell("true")))
     start_execution(live, 1)
     target = tmp_path / "restored.sqlite3"
 
@@ -303,7 +304,7 @@ def test_a_superseded_record_keeps_its_tail_and_chains_on_the_record_it_marks(
 ) -> None:
     remote = bare(tmp_path / "remote.git")
     session = make_session()
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     start_execution(session, 1)
     job = launches(tmp_path, remote)
     assert job.supersede(1) is False  # no record: nothing to mark
@@ -331,7 +332,7 @@ def test_a_superseded_record_never_rebuilds_or_extends_a_session(
     tmp_path: Path, make_session: MakeSession
 ) -> None:
     live = make_session()
-    accept(live, lambda p: p.add(cmd("true")))  # cell 1, queued
+    accept(live, lambda p: p.add(cmd_cell("true")))  # cell 1, queued
     older = copy(live, tmp_path / "older.sqlite3")
     base = live.proj.last_seq
     start_execution(live, 1)

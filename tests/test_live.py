@@ -25,9 +25,9 @@ from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
 from rio_ci.session.session import Session
 from tests.faults import checks, runner
-from tests.kit import cli_env, events, until
-from tests.round_loop_kit import DONE, ECHO, MODEL, WatchedFake, cmd, cost, kinds, patch
-from tests.run_cli import new_session, rio, spawn, status, write_script
+from tests.kit import cli_env, cmd_cell, events, run_cli, spawn_cli, until
+from tests.round_loop_kit import DONE, ECHO, MODEL, WatchedFake, cost, kinds, patch
+from tests.run_cli import new_session, status, write_script
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
 # tests/conftest.py marks test_round_loop.py.
@@ -60,7 +60,7 @@ class Lines:
 
 
 def run_live(fake: WatchedFake, db: Path) -> tuple[subprocess.Popen[str], Lines]:
-    proc = spawn("run", str(db), "--model", f"anthropic:{MODEL}", env=fake.env())
+    proc = spawn_cli("run", str(db), "--model", f"anthropic:{MODEL}", env=fake.env())
     assert proc.stderr is not None
     return proc, Lines(proc.stderr)  # type: ignore[arg-type]
 
@@ -75,7 +75,7 @@ def test_run_tells_each_round_on_stderr_as_it_happens(tmp_path: Path) -> None:
     )
     with WatchedFake(db) as fake:
         fake.reply_patch(
-            patch(0, 1, cmd(PY, "-c", script)),
+            patch(0, 1, cmd_cell(PY, "-c", script)),
             input_tokens=1000,
             output_tokens=100,
             text="Reproducing the bug first.",
@@ -115,7 +115,7 @@ def test_control_characters_from_cells_and_the_model_are_escaped(tmp_path: Path)
     printer = "import sys; sys.stdout.write('A\\x1b[2JB\\x07C\\x9bD\\rE\\n')"
     with WatchedFake(db) as fake:
         fake.reply_patch(
-            patch(0, 1, cmd(PY, "-c", printer), cmd("no-such-\x1b[31m-tool")),
+            patch(0, 1, cmd_cell(PY, "-c", printer), cmd_cell("no-such-\x1b[31m-tool")),
             text="Clearing \x1b]0;your title\x07 the screen.",
         )
         fake.reply_patch(patch(1, 3, DONE))
@@ -152,7 +152,7 @@ def test_a_long_output_is_told_once_with_its_elided_middle(tmp_path: Path) -> No
         "    if i % 100 == 0: time.sleep(0.05)\n"
     )
     with WatchedFake(db) as fake:
-        fake.reply_patch(patch(0, 1, cmd(PY, "-c", chatty)))
+        fake.reply_patch(patch(0, 1, cmd_cell(PY, "-c", chatty)))
         fake.reply_patch(patch(1, 2, DONE))
         done = fake.run()
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
@@ -161,7 +161,7 @@ def test_a_long_output_is_told_once_with_its_elided_middle(tmp_path: Path) -> No
     assert told[0] == "line 00000" and told[-1] == "line 02399"
     assert re.search(rf"^{STAMP}   \[1\] \[… \d+ bytes elided …\]$", done.stderr, re.M)
     # Everything retained was told (and lines of tail windows that later slid past too).
-    retained = rio("output", str(db), "1", "--human").stdout
+    retained = run_cli("output", str(db), "1", "--human").stdout
     kept = [ln.split(" x")[0] for ln in retained.splitlines() if ln.startswith("line")]
     assert set(kept) <= set(told) and len(kept) < len(told)
 
@@ -172,16 +172,16 @@ def test_the_rationale_is_committed_and_shown(tmp_path: Path, where: str) -> Non
     thought = "Summary: the route reads session['user'] directly."
     said = "Tests pass now; concluding. Thanks @octocat"
     with WatchedFake(db) as fake:
-        fake.reply_patch(patch(0, 1, cmd("echo", "ok")), thinking=thought)
+        fake.reply_patch(patch(0, 1, cmd_cell("echo", "ok")), thinking=thought)
         fake.reply_patch(patch(1, 2, DONE), thinking="internal", text=said)
         done = fake.run()
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     if where == "events":  # the text, else the thinking summary, committed with the reply
         assert [r["rationale"] for r in kinds(events(db), "model_response")] == [thought, said]
     elif where == "show":
-        shown = rio("show", str(db)).stdout
+        shown = run_cli("show", str(db)).stdout
         assert "Tests pass now; concluding." in shown and "internal" not in shown
-        assert json.loads(rio("show", str(db), "--json").stdout)["rationale"] == said
+        assert json.loads(run_cli("show", str(db), "--json").stdout)["rationale"] == said
     elif where == "live log":
         assert f"model: {thought}" in done.stderr and f"model: {said}" in done.stderr
     else:
@@ -209,10 +209,10 @@ def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
     marker = f"{left}-{right}"  # printed by the Cell; never written whole in its argv
     # The script stays alive past the output flush, so the chunk goes through record_output
     # (not the result's commit), and silent after it, so only the next Owner ends it.
-    printer = cmd("sh", "-c", 'printf "%s-%s\\n" "$1" "$2"; exec sleep 60', "sh", left, right)
+    printer = cmd_cell("sh", "-c", 'printf "%s-%s\\n" "$1" "$2"; exec sleep 60', "sh", left, right)
     script = write_script(tmp_path, [[{"op": "add", "path": "/cells/-", "value": printer}]])
     try:
-        run = rio(
+        run = run_cli(
             "run",
             str(db),
             "--model",
@@ -225,7 +225,7 @@ def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
 
         def shown() -> str:
             return "".join(
-                rio(*args).stdout
+                run_cli(*args).stdout
                 for args in (
                     ("show", str(db)),
                     ("show", str(db), "--json"),
@@ -237,7 +237,7 @@ def test_output_read_but_not_committed_is_shown_nowhere(tmp_path: Path) -> None:
 
         assert marker not in shown()
         assert checks.leftover_workers(session_id), "the Worker outlived the crashed run"
-        again = rio("work", str(db))  # the next Owner: recovery
+        again = run_cli("work", str(db))  # the next Owner: recovery
         assert again.returncode == 0, again.stdout + again.stderr
         assert marker not in again.stdout + again.stderr
         (finished,) = kinds(events(db), "execution_finished")
@@ -257,7 +257,7 @@ def test_run_says_when_it_asks_a_slow_model_before_the_answer_arrives(tmp_path: 
     db = tmp_path / "s.db"
     marker = tmp_path / "validated"
     validator = f"{PY} -c \"import pathlib; pathlib.Path('{marker}').touch()\""
-    done = rio("new", str(db), "--goal", "g", "--cwd", str(tmp_path), "--validator", validator)
+    done = run_cli("new", str(db), "--goal", "g", "--cwd", str(tmp_path), "--validator", validator)
     assert done.returncode == 0, done.stdout + done.stderr
     go = tmp_path / "go"
     script = tmp_path / "model.yaml"
@@ -269,7 +269,7 @@ def test_run_says_when_it_asks_a_slow_model_before_the_answer_arrives(tmp_path: 
             ]
         )
     )
-    proc = spawn("run", str(db), "--model", f"scripted:{script}")
+    proc = spawn_cli("run", str(db), "--model", f"scripted:{script}")
     assert proc.stderr is not None
     err = Lines(proc.stderr)  # type: ignore[arg-type]
     try:

@@ -23,8 +23,7 @@ from rio_ci.session.session import Session
 from rio_ci.store import migrations
 from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
 from rio_ci.store.sessionfile import SCHEMA_OBJECTS, single_file_problem
-from tests.kit import cli_env
-from tests.run_cli import rio
+from tests.kit import cli_env, run_cli
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 FIRST = GOLDEN / "0.1.0"  # written by rio-ci 0.1.0: Session format 1
@@ -152,7 +151,7 @@ def test_a_migrated_session_finds_its_pictures_through_the_new_index(tmp_path: P
 def test_any_command_migrates_and_reads_the_same_events(tmp_path: Path) -> None:
     golden = FIRST / "artifact" / "session.sqlite3"
     path = copy_of(golden, tmp_path / "s.db")
-    done = rio("events", str(path))
+    done = run_cli("events", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     assert [(e["seq"], e["kind"], e["at"]) for e in events] == [
@@ -168,7 +167,7 @@ def test_a_crash_inside_a_migration_leaves_the_older_format_and_the_next_open_mi
     golden = FIRST / "local" / "session.sqlite3"
     path = copy_of(golden, tmp_path / "s.db")
     env = cli_env(RIO_CRASH_AT="migration_before_commit")
-    done = rio("events", str(path), env=env)
+    done = run_cli("events", str(path), env=env)
     assert done.returncode == -9, done.stdout + done.stderr  # SIGKILLed at the point
     conn = sqlite3.connect(path)  # reads through the WAL the killed process left
     try:
@@ -192,7 +191,7 @@ def test_a_migration_that_fails_changes_nothing_and_says_why(tmp_path: Path) -> 
     with conn:
         conn.execute("CREATE TABLE events_image (x)")
     conn.close()
-    done = rio("show", str(path))
+    done = run_cli("show", str(path))
     assert done.returncode == 4
     (line,) = done.stdout.splitlines()
     error = json.loads(line)["error"]
@@ -231,7 +230,7 @@ def test_a_session_from_a_newer_rio_ci_is_refused_in_one_line_and_left_untouched
 ) -> None:
     path = newer(tmp_path)
     before = state_of(path.parent)
-    done = rio(command[0], str(path), *command[1:])
+    done = run_cli(command[0], str(path), *command[1:])
     assert done.returncode == 4, done.stdout + done.stderr
     (line,) = done.stdout.splitlines()
     assert json.loads(line) == {

@@ -20,8 +20,8 @@ import pytest
 
 from rio_ci.core.output import elided_marker
 from tests import session_cli
-from tests.kit import cli_env, until
-from tests.session_cli import CliSession, New, cmd, gone, log_prelude, logged, note
+from tests.kit import cli_env, cmd_cell, note_cell, until
+from tests.session_cli import CliSession, New, gone, log_prelude, logged
 
 new = session_cli.new  # the shared fixture
 
@@ -52,10 +52,10 @@ def test_cells_run_one_at_a_time_in_acceptance_order_in_the_session_cwd(new: New
     # A cmd Cell runs its argv directly: a Python one-liner that logs like the code Cells.
     c_argv = [sys.executable, "-c", log_prelude(sess.log) + textwrap.dedent(work_span("C"))]
     sess.propose(
-        note("placeholder, replaced below"),  # 1
+        note_cell("placeholder, replaced below"),  # 1
         logged(sess.log, work_span("A")),  # 2
-        cmd("echo", "$HOME", "*", "a;b"),  # 3: no shell, so all literal
-        cmd(*c_argv),
+        cmd_cell("echo", "$HOME", "*", "a;b"),  # 3: no shell, so all literal
+        cmd_cell(*c_argv),
     )  # 4
     # Cell 5 replaces the note at array position 0: first in the array, last accepted.
     turn = sess.turn()
@@ -100,7 +100,7 @@ def test_cells_run_one_at_a_time_in_acceptance_order_in_the_session_cwd(new: New
 def test_launch_commits_started_then_worker_identity_then_output(new: New) -> None:
     sess = new()
     sess.propose(
-        cmd(sys.executable, "-c", "import os; print(os.getpid())"),
+        cmd_cell(sys.executable, "-c", "import os; print(os.getpid())"),
         logged(sess.log, "print('hello from code')"),
     )
     sess.work()
@@ -122,7 +122,7 @@ def test_launch_commits_started_then_worker_identity_then_output(new: New) -> No
 
 def test_program_not_found_is_an_error_that_pauses(new: New) -> None:
     sess = new()
-    sess.propose(cmd("rio-no-such-program-anywhere"), cmd("echo", "later"))
+    sess.propose(cmd_cell("rio-no-such-program-anywhere"), cmd_cell("echo", "later"))
     out = sess.work()
     assert out["ran"] == [1] and out["pending"] == [2] and out["paused_by"] == "execution:1"
     result = sess.result(1)
@@ -133,7 +133,7 @@ def test_program_not_found_is_an_error_that_pauses(new: New) -> None:
 def test_a_program_that_is_not_executable_says_so(new: New) -> None:
     sess = new()
     (sess.cwd / "tool.sh").write_text("echo hi\n")  # no exec bit
-    sess.propose(cmd("./tool.sh"))
+    sess.propose(cmd_cell("./tool.sh"))
     sess.work()
     assert sess.result(1)["reason"] == "launch_failed: program not executable: ./tool.sh"
 
@@ -228,7 +228,7 @@ def test_a_flood_of_output_leaves_the_owner_healthy_and_the_journal_small(new: N
             sys.stdout.flush()
             """,
         ),
-        cmd("echo", "still fine"),
+        cmd_cell("echo", "still fine"),
     )
     started = time.monotonic()
     out = sess.work()
@@ -324,7 +324,7 @@ def test_hostile_scripts_are_cleaned_up_and_a_normal_cell_runs_afterwards(new: N
 
     turn = sess.turn()
     assert "execution:2" in turn["delivered"]
-    sess.propose(cmd("echo", "normal"), turn=turn)
+    sess.propose(cmd_cell("echo", "normal"), turn=turn)
     out = sess.work()
     assert out["ran"] == [3] and out["paused_by"] is None
     assert sess.result(3)["type"] == "success"
@@ -348,7 +348,7 @@ def test_a_signal_stops_the_worker_group_and_exits_quickly(new: New, sig: int) -
         time.sleep(300)
         """,
         ),
-        cmd("echo", "must not run"),
+        cmd_cell("echo", "must not run"),
     )
     owner = sess.start_work()
     until(sess.lines, 30, "the script to start")
@@ -401,7 +401,7 @@ CANARY_TOKEN = "ghp_canary0123456789abcdefghijklmnopq"
 def test_harness_secrets_never_reach_a_worker_or_the_session(new: New) -> None:
     sess = new()
     sess.propose(
-        cmd("env"),
+        cmd_cell("env"),
         logged(
             sess.log,
             """
@@ -411,7 +411,7 @@ def test_harness_secrets_never_reach_a_worker_or_the_session(new: New) -> None:
             print(open("/proc/self/environ", "rb").read())
             """,
         ),
-        cmd(
+        cmd_cell(
             sys.executable,
             "-c",
             "import os; print(os.environ.get('ANTHROPIC_API_KEY'), "

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from tests import session_cli
-from tests.kit import Patch, cli_env, until
-from tests.session_cli import CliSession, New, cmd, gone, logged, note
+from tests.kit import Patch, cli_env, cmd_cell, note_cell, until
+from tests.session_cli import CliSession, New, gone, logged
 
 new = session_cli.new  # the shared fixture
 
@@ -29,7 +29,7 @@ def crash(point: str) -> dict[str, str]:
 
 def consume_and_work(sess: CliSession) -> dict[str, Any]:
     """What the model does after an error: a Turn that was delivered it, a plain note."""
-    sess.propose(note("seen the result"))
+    sess.propose(note_cell("seen the result"))
     return sess.work()
 
 
@@ -92,7 +92,7 @@ def test_crash_before_the_script_launched_is_unknown_and_never_runs(
     new: New, point: str, reason: str
 ) -> None:
     sess = new()
-    sess.propose(logged(sess.log, "log('ran')"), cmd("echo", "second"))
+    sess.propose(logged(sess.log, "log('ran')"), cmd_cell("echo", "second"))
     sess.run("work", str(sess.db), code=KILLED, env=crash(point))
     assert [e["cell_id"] for e in sess.events("execution_started")] == [1]
     assert sess.runtime(1)["phase"] == "started"
@@ -121,7 +121,7 @@ def test_crash_before_the_script_launched_is_unknown_and_never_runs(
 @pytest.mark.parametrize("point", ["script_running", "result_before_commit"])
 def test_crash_after_release_is_unknown_and_never_reruns(new: New, point: str) -> None:
     sess = new()
-    sess.propose(logged(sess.log, "log('ran')"), cmd("echo", "second"))
+    sess.propose(logged(sess.log, "log('ran')"), cmd_cell("echo", "second"))
     sess.run("work", str(sess.db), code=KILLED, env=crash(point))
     assert sess.events("execution_finished") == []
 
@@ -140,7 +140,9 @@ def test_crash_after_release_is_unknown_and_never_reruns(new: New, point: str) -
 
 def test_kill_9_while_the_script_runs(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, "import time; log('ran'); time.sleep(60)"), cmd("echo", "second"))
+    sess.propose(
+        logged(sess.log, "import time; log('ran'); time.sleep(60)"), cmd_cell("echo", "second")
+    )
     ((_, pid, _),) = kill_owner_once_logged(sess)
     assert not gone(int(pid)), "the script should outlive its Owner"
 
@@ -229,7 +231,7 @@ def test_a_surviving_worker_and_its_child_are_stopped_before_new_work(new: New) 
 
 def test_a_lost_leader_with_a_surviving_group_fails_recovery_closed(new: New) -> None:
     sess = new()
-    sess.propose(logged(sess.log, CHILD_AND_SLEEP), cmd("echo", "second"))
+    sess.propose(logged(sess.log, CHILD_AND_SLEEP), cmd_cell("echo", "second"))
     ((_, script, _, child),) = kill_owner_once_logged(sess)
     leader = sess.events("worker_registered")[0]["identity"]["pid"]
     psutil.Process(leader).kill()  # uv, the group leader; its script and child live on

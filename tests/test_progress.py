@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
+from conftest import accept, end_execution, record_unknown, start_execution, succeed
 
 from rio_ci.github.comment import Pacer
 from rio_ci.model.scripted import ScriptedModel
@@ -19,6 +19,7 @@ from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
 from tests import mermaid
+from tests.kit import add, cmd_cell
 from tests.round_loop_kit import DONE
 
 # What a model or an issue could put in an argv to escape the chart or the comment.
@@ -41,7 +42,7 @@ def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
 ) -> None:
     batches, size = 4, 16  # more rows than the chart draws, in rounds of admissible size
     for batch in range(batches):
-        accept(session, lambda p: [p.add(cmd("echo", HOSTILE, str(i))) for i in range(size)])
+        accept(session, lambda p: [p.add(cmd_cell("echo", HOSTILE, str(i))) for i in range(size)])
         for cell_id in range(batch * size + 1, (batch + 1) * size + 1):
             succeed(session, cell_id)
     timeline = read_timeline(session)
@@ -77,7 +78,7 @@ def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
 
 
 def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> None:
-    accept(session, lambda p: p.add(cmd("echo", HOSTILE)))
+    accept(session, lambda p: p.add(cmd_cell("echo", HOSTILE)))
     record_unknown(session, 1)
     proj = session.refresh()
     body = progress.render(
@@ -101,7 +102,7 @@ def test_recent_output_cut_anywhere_cannot_close_its_fence(session: Session, off
     """The block keeps the last 1,500 characters of output. Wherever that cut falls in a
     line of backticks, no line inside can close the fence: the text is cut, then fenced
     (escaping first, then cutting, could leave a bare line of backticks)."""
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     start_execution(session, 1)
     words = "\n@admin </details> escaped\n"
     after = words + "y" * (1500 - offset - len(words))  # the cut: offset before its end
@@ -142,8 +143,8 @@ def test_the_round_loop_calls_back_after_each_round_and_marks_its_job(tmp_path: 
     committed; the job's name is in the Session's timeline."""
     db = tmp_path / "s.db"
     Session.create(db, "goal", cwd=str(tmp_path)).close()
-    rounds = [[{"op": "add", "path": "/cells/-", "value": cmd("true")}]] * 2
-    rounds.append([{"op": "add", "path": "/cells/-", "value": DONE}])
+    rounds = [[add(cmd_cell("true"))]] * 2
+    rounds.append([add(DONE)])
     script = tmp_path / "model.yaml"
     script.write_text(yaml.safe_dump(rounds))
     owner = Owner(str(db))

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import accept, cmd, note
+from conftest import accept
 
 import rio_ci.api
 import rio_ci.tools
 from rio_ci.model.turn import system_prompt
 from rio_ci.session.session import Receipt, Session
 from rio_ci.tools.__main__ import attach_values, build_parser
-from tests.kit import ROOT, events
+from tests.kit import ROOT, cmd_cell, events, note_cell, run_cli
 from tests.round_loop_kit import kinds
-from tests.run_cli import new_session, rio, status, write_script
+from tests.run_cli import new_session, status, write_script
 
 PROMPT = system_prompt()
 ROW = re.compile(r"^\| [^|]+ \| `python -m rio_ci\.tools ([^`]+)`[^|]* \| `([^`]+)` \|$", re.M)
@@ -86,8 +86,11 @@ def test_the_worked_patch_is_admitted_by_a_session_shaped_as_described(
     """ "revision 7, next_cell_id 5: /cells/0 the plan note (id 2), /cells/1 a listing
     (id 3), /cells/2 a test run (id 4)"."""
     session = make_session()
-    accept(session, lambda p: p.add(note("scratch")))  # id 1
-    accept(session, lambda p: p.add(note("Plan: reproduce")).add(cmd("ls")).add(cmd("pytest")))
+    accept(session, lambda p: p.add(note_cell("scratch")))  # id 1
+    accept(
+        session,
+        lambda p: p.add(note_cell("Plan: reproduce")).add(cmd_cell("ls")).add(cmd_cell("pytest")),
+    )
     accept(session, lambda p: p.remove(0))
     for _ in range(4):
         accept(session, lambda p: p)  # rounds that change nothing but the revision
@@ -158,12 +161,12 @@ def test_reading_a_full_output_as_the_prompt_shows_works_in_a_cell(tmp_path: Pat
             ],
         ],
     )
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     evs = events(db)
     read = "".join(
         e.get("text", "") + e.get("tail", "") for e in kinds(evs, "output") if e["cell_id"] == 2
     )
-    full = json.loads(rio("output", str(db), "1").stdout)["text"]
+    full = json.loads(run_cli("output", str(db), "1").stdout)["text"]
     assert "bytes elided" in full  # only part of it is in the State
     assert read == full[-6000:] + "\n"

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 import rio_ci
-from tests.kit import ROOT
-from tests.run_cli import rio
+from tests.kit import ROOT, run_cli
 
 SCRIPT = ROOT / ".ci" / "release.py"
 SEMVER = r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -70,7 +69,7 @@ CHANGELOG = """# Changelog
 def test_the_version_is_written_once_and_every_reader_agrees() -> None:
     version = rio_ci.__version__
     assert re.fullmatch(SEMVER, version)
-    done = rio("--version")
+    done = run_cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"rio-ci {version}"
     assert importlib.metadata.version("rio-ci") == version  # the installed metadata
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -22,32 +22,26 @@ from typing import Any
 
 import pytest
 
-from tests.kit import cli_env, events, until
+from tests.kit import add, cli_env, cmd_cell, events, note_cell, run_cli, spawn_cli, until
 from tests.round_loop_kit import (
     DONE,
     ECHO,
     KEY,
     MODEL,
     WatchedFake,
-    cmd,
     cost,
     kinds,
-    note,
     patch,
     pid_alive,
     timer_cell,
     turn_text,
     usage,
 )
-from tests.run_cli import interrupt, new_session, rio, spawn, status, write_script
-
-
-def add(value: dict[str, Any]) -> dict[str, Any]:
-    return {"op": "add", "path": "/cells/-", "value": value}
+from tests.run_cli import interrupt, new_session, status, write_script
 
 
 def conclusion(result: str) -> dict[str, Any]:
-    return add({"kind": "note", "role": "conclusion", "result": result, "text": result})
+    return add(note_cell(result, role="conclusion", result=result))
 
 
 def timer_deadline(db: Path) -> float:
@@ -72,8 +66,8 @@ def fake(session_db: Path) -> Iterator[WatchedFake]:
 
 def test_run_reaches_success_and_prints_the_status_last(tmp_path: Path) -> None:
     db = new_session(tmp_path)
-    script = write_script(tmp_path, [[add(cmd("echo", "hello"))], [conclusion("success")]])
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    script = write_script(tmp_path, [[add(cmd_cell("echo", "hello"))], [conclusion("success")]])
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 0, done.stderr
     last = status(done.stdout)
     assert {"status", "next_wake"} <= set(last)
@@ -84,7 +78,7 @@ def test_run_reaches_success_and_prints_the_status_last(tmp_path: Path) -> None:
     assert finished["result"]["type"] == "success"
     assert "hello" in "".join(e["text"] for e in kinds(evs, "output"))
     # A terminal run is never revived: a second run reports the ending and asks nothing.
-    again = rio("run", str(db), "--model", f"scripted:{script}")
+    again = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(again.stdout)["status"] == "succeeded"
     assert len(events(db)) == len(evs)
 
@@ -92,14 +86,14 @@ def test_run_reaches_success_and_prints_the_status_last(tmp_path: Path) -> None:
 def test_failure_conclusion_fails_the_run_with_exit_1(tmp_path: Path) -> None:
     db = new_session(tmp_path)
     script = write_script(tmp_path, [[conclusion("failure")]])
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
     assert status(done.stdout)["status"] == "failed"
     assert kinds(events(db), "run_ended")[0]["result"] == "failure"
 
 
 def test_bad_model_spec_is_a_usage_error(session_db: Path) -> None:
-    done = rio("run", str(session_db), "--model", "gpt:whatever")
+    done = run_cli("run", str(session_db), "--model", "gpt:whatever")
     assert done.returncode == 2
     assert "error" in status(done.stdout)
 
@@ -111,11 +105,11 @@ def test_a_future_timer_from_a_code_cell_ends_the_run_waiting(tmp_path: Path) ->
         tmp_path,
         [
             [add(timer_cell(deadline))],
-            [add(note("waiting for the Timer"))],
+            [add(note_cell("waiting for the Timer"))],
             [conclusion("success")],  # must not be asked: nothing new has arrived
         ],
     )
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 0, done.stdout + done.stderr
     last = status(done.stdout)
     assert last["status"] == "waiting"
@@ -126,7 +120,7 @@ def test_a_future_timer_from_a_code_cell_ends_the_run_waiting(tmp_path: Path) ->
     assert len(kinds(evs, "model_response")) == 2
     assert not kinds(evs, "run_ended") and not kinds(evs, "message_received")
     # Nothing new since: another run waits again without asking the model.
-    again = rio("run", str(db), "--model", f"scripted:{script}")
+    again = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(again.stdout) == last
     assert len(kinds(events(db), "model_attempt")) == 2
 
@@ -137,11 +131,11 @@ def test_a_timer_due_before_the_deadline_is_waited_for_and_delivered(tmp_path: P
         tmp_path,
         [
             [add(timer_cell("time.time() + 1"))],
-            [add(note("waiting for the Timer"))],
+            [add(note_cell("waiting for the Timer"))],
             [conclusion("success")],
         ],
     )
-    done = rio("run", str(db), "--model", f"scripted:{script}", "--deadline", "30")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}", "--deadline", "30")
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     evs = events(db)
     (fired,) = kinds(evs, "timer_fired")
@@ -151,9 +145,9 @@ def test_a_timer_due_before_the_deadline_is_waited_for_and_delivered(tmp_path: P
 
 def test_deadline_stops_a_long_cell_as_unknown_execution(tmp_path: Path) -> None:
     db = new_session(tmp_path)
-    script = write_script(tmp_path, [[add(cmd("sleep", "30"))], [conclusion("success")]])
+    script = write_script(tmp_path, [[add(cmd_cell("sleep", "30"))], [conclusion("success")]])
     started = time.monotonic()
-    done = rio("run", str(db), "--model", f"scripted:{script}", "--deadline", "1")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}", "--deadline", "1")
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     assert status(done.stdout)["status"] == "deadline"
@@ -174,7 +168,7 @@ def test_a_signal_interrupts_the_run_within_5s(tmp_path: Path, signum: int) -> N
         [
             [
                 add(
-                    cmd(
+                    cmd_cell(
                         sys.executable,
                         "-c",
                         f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); "
@@ -185,7 +179,7 @@ def test_a_signal_interrupts_the_run_within_5s(tmp_path: Path, signum: int) -> N
             [conclusion("success")],
         ],
     )
-    proc = spawn("run", str(db), "--model", f"scripted:{script}")
+    proc = spawn_cli("run", str(db), "--model", f"scripted:{script}")
     out, err, took = interrupt(proc, marker.exists, "the Cell to start", signum)
     assert took < 5, f"took {took:.1f}s"
     assert proc.returncode >= 0, "killed by the signal instead of handling it"
@@ -289,7 +283,7 @@ def test_overloaded_then_good_reply_waits_out_retry_after(
 def test_backoff_is_persisted_across_a_restart(fake: WatchedFake, session_db: Path) -> None:
     fake.overloaded(retry_after=2)
     fake.reply_patch(patch(0, 1, DONE))
-    proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
+    proc = spawn_cli("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
     # interrupted while waiting out the backoff
     out, _, _ = interrupt(
         proc,
@@ -367,10 +361,11 @@ def test_rejected_patch_reason_is_shown_on_the_next_attempt(
 def test_rounds_budget_ends_the_run(tmp_path: Path) -> None:
     db = new_session(tmp_path, "rounds=2")
     script = write_script(
-        tmp_path, [[add(cmd("echo", f"r{k}"))] for k in range(1, 5)] + [[conclusion("success")]]
+        tmp_path,
+        [[add(cmd_cell("echo", f"r{k}"))] for k in range(1, 5)] + [[conclusion("success")]],
     )
     # The first run dies after round 1; the restarted one may use only the one round left.
-    first = rio(
+    first = run_cli(
         "run",
         str(db),
         "--model",
@@ -378,7 +373,7 @@ def test_rounds_budget_ends_the_run(tmp_path: Path) -> None:
         env=cli_env(RIO_CRASH_AT="accept_after_commit:1"),
     )
     assert first.returncode == -signal.SIGKILL
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
     assert status(done.stdout)["status"] == "failed"
     evs = events(db)
@@ -386,7 +381,7 @@ def test_rounds_budget_ends_the_run(tmp_path: Path) -> None:
     assert len(kinds(evs, "model_attempt")) == 2
     assert "rounds budget" in kinds(evs, "run_ended")[0]["reason"]
     # A restart of the ended run resets nothing.
-    again = rio("run", str(db), "--model", f"scripted:{script}")
+    again = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(again.stdout)["status"] == "failed"
     assert len(events(db)) == len(evs)
 
@@ -439,10 +434,10 @@ def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> Non
     db = new_session(tmp_path, f"storage_bytes={start + page}")
     script = write_script(
         tmp_path,
-        [[add(cmd(sys.executable, "-c", f"print('x' * {2 * page})"))] for _ in range(3)]
+        [[add(cmd_cell(sys.executable, "-c", f"print('x' * {2 * page})"))] for _ in range(3)]
         + [[conclusion("success")]],
     )
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1, done.stdout + done.stderr
     assert status(done.stdout)["status"] == "failed"
     evs = events(db)
@@ -452,7 +447,7 @@ def test_storage_budget_ends_the_run_before_another_round(tmp_path: Path) -> Non
     assert [e["cell_id"] for e in kinds(evs, "execution_finished")] == [1]
     assert kinds(evs, "execution_finished")[0]["result"]["type"] == "success"
     # The ending is final: a restart asks nothing and commits nothing.
-    again = rio("run", str(db), "--model", f"scripted:{script}")
+    again = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(again.stdout)["status"] == "failed"
     assert len(events(db)) == len(evs)
 
@@ -463,7 +458,7 @@ def test_a_deadline_cuts_validators_off_and_a_run_that_ends_says_so(tmp_path: Pa
     for the next run): it used to run to its end, the run then succeeded, and ``run`` said
     ``deadline``."""
     db = tmp_path / "s.db"
-    done = rio(
+    done = run_cli(
         "new",
         str(db),
         "--goal",
@@ -476,7 +471,7 @@ def test_a_deadline_cuts_validators_off_and_a_run_that_ends_says_so(tmp_path: Pa
     assert done.returncode == 0, done.stdout + done.stderr
     script = write_script(tmp_path, [[conclusion("success")]])
     started = time.monotonic()
-    cut = rio("run", str(db), "--model", f"scripted:{script}", "--deadline", "2")
+    cut = run_cli("run", str(db), "--model", f"scripted:{script}", "--deadline", "2")
     assert time.monotonic() - started < 12, "the validator ran past the deadline"
     assert status(cut.stdout)["status"] == "deadline", cut.stdout + cut.stderr
     assert not kinds(events(db), "run_ended")  # the Control is still pending
@@ -488,7 +483,7 @@ def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(
     fake.reply_patch(
         patch(0, 1, timer_cell("time.time() + 1.5")), input_tokens=100, output_tokens=10
     )
-    fake.reply_patch(patch(1, 2, note("wait for CI")), input_tokens=200, output_tokens=20)
+    fake.reply_patch(patch(1, 2, note_cell("wait for CI")), input_tokens=200, output_tokens=20)
     fake.reply_patch(patch(2, 3, DONE), input_tokens=300, output_tokens=30)
     first = fake.run()
     wake = timer_deadline(session_db)
@@ -501,7 +496,7 @@ def test_usage_survives_a_restart_and_a_waiting_run_asks_nothing_more(
     assert status(second.stdout)["status"] == "succeeded", second.stdout + second.stderr
     assert len(fake.requests) == 3
     assert [m["id"] for m in fake.requests[2].state()["runtime"]["inbox"]] == ["timer:ci-check"]
-    total = json.loads(rio("state", str(session_db)).stdout)["runtime"]["usage"]
+    total = json.loads(run_cli("state", str(session_db)).stdout)["runtime"]["usage"]
     assert (total["input_tokens"], total["output_tokens"]) == (600, 60)
     assert total["rounds"] == 3 and total["attempts"] == 3
     assert total["cost_usd"] == pytest.approx(cost(600, 60))
@@ -515,16 +510,16 @@ def test_invalid_idle_is_bounded_and_resets_when_work_is_added(tmp_path: Path) -
     script = write_script(
         tmp_path,
         [
-            [add(note("thinking 1"))],
-            [add(note("thinking 2"))],
-            [add(cmd("echo", "work"))],  # work resets the count
-            [add(note("thinking 3"))],
-            [add(note("thinking 4"))],
-            [add(note("thinking 5"))],
-            [add(note("never reached"))],
+            [add(note_cell("thinking 1"))],
+            [add(note_cell("thinking 2"))],
+            [add(cmd_cell("echo", "work"))],  # work resets the count
+            [add(note_cell("thinking 3"))],
+            [add(note_cell("thinking 4"))],
+            [add(note_cell("thinking 5"))],
+            [add(note_cell("never reached"))],
         ],
     )
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
     assert status(done.stdout)["status"] == "failed"
     evs = events(db)
@@ -548,12 +543,12 @@ def test_observation_during_generation_waits_for_the_next_turn(
     fake: WatchedFake, session_db: Path
 ) -> None:
     fake.delay(2)
-    fake.reply_patch(patch(0, 1, note("reading the code")))
+    fake.reply_patch(patch(0, 1, note_cell("reading the code")))
     fake.reply_patch(patch(1, 2, DONE))
-    proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
+    proc = spawn_cli("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
     try:
         until(lambda: len(fake.requests) == 1, 30)
-        got = rio("receive", str(session_db), "c-1", "comment", '{"body": "also fix docs"}')
+        got = run_cli("receive", str(session_db), "c-1", "comment", '{"body": "also fix docs"}')
         assert got.returncode == 0, got.stdout + got.stderr
         out, err = proc.communicate(timeout=30)
     finally:
@@ -572,9 +567,10 @@ def test_a_saved_reply_is_admitted_even_when_it_used_the_last_round(tmp_path: Pa
     was cut off would have, before any budget can end the run."""
     db = new_session(tmp_path, "rounds=2")
     script = write_script(
-        tmp_path, [[add(cmd("echo", "r1"))], [add(cmd("echo", "r2"))], [conclusion("success")]]
+        tmp_path,
+        [[add(cmd_cell("echo", "r1"))], [add(cmd_cell("echo", "r2"))], [conclusion("success")]],
     )
-    first = rio(
+    first = run_cli(
         "run",
         str(db),
         "--model",
@@ -582,7 +578,7 @@ def test_a_saved_reply_is_admitted_even_when_it_used_the_last_round(tmp_path: Pa
         env=cli_env(RIO_CRASH_AT="reply_before_admit:2"),
     )
     assert first.returncode == -signal.SIGKILL
-    second = rio("run", str(db), "--model", f"scripted:{script}")
+    second = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(second.stdout)["status"] == "failed"
     evs = events(db)
     assert [c["argv"][1] for e in kinds(evs, "patch_accepted") for c in e["cells"]] == ["r1", "r2"]
@@ -595,7 +591,7 @@ def test_the_owner_fires_timers_while_a_request_is_in_flight(
 ) -> None:
     fake.reply_patch(patch(0, 1, timer_cell("time.time() + 1")))
     fake.delay(2.5)  # round 2 thinks past the Timer's deadline
-    fake.reply_patch(patch(1, 2, note("still reading")))
+    fake.reply_patch(patch(1, 2, note_cell("still reading")))
     fake.reply_patch(patch(2, 3, DONE))
     done = fake.run()
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
@@ -616,16 +612,16 @@ def test_a_turn_taken_by_another_process_during_generation_is_not_fatal(
     the Turn the model is working on, the model's reply is moot: the run goes on from what
     was committed instead of stopping on the conflict."""
     fake.delay(2)
-    fake.reply_patch(patch(0, 1, note("the model's view")))
+    fake.reply_patch(patch(0, 1, note_cell("the model's view")))
     fake.reply_patch(patch(1, 2, DONE))
-    proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
+    proc = spawn_cli("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
     try:
         until(lambda: len(fake.requests) == 1, 30)
-        turn = json.loads(rio("turn", str(session_db)).stdout)
+        turn = json.loads(run_cli("turn", str(session_db)).stdout)
         assert turn["turn_id"] == kinds(events(session_db), "turn_prepared")[0]["turn_id"]
         human = tmp_path / "human.json"
-        human.write_text(json.dumps(patch(0, 1, note("a human's step"))))
-        stepped = rio("step", str(session_db), turn["turn_id"], str(human))
+        human.write_text(json.dumps(patch(0, 1, note_cell("a human's step"))))
+        stepped = run_cli("step", str(session_db), turn["turn_id"], str(human))
         assert stepped.returncode == 0, stepped.stdout + stepped.stderr
         out, err = proc.communicate(timeout=30)
     finally:
@@ -644,7 +640,7 @@ def test_a_signal_during_a_model_request_stops_within_5s(
     fake.delay(30)
     fake.reply_patch(patch(0, 1, DONE))  # never arrives in time
     fake.reply_patch(patch(0, 1, DONE))
-    proc = spawn("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
+    proc = spawn_cli("run", str(session_db), "--model", f"anthropic:{MODEL}", env=fake.env())
     out, _, took = interrupt(proc, lambda: len(fake.requests) == 1, "the model request")
     assert took < 5
     assert status(out)["status"] == "interrupted"

@@ -33,7 +33,7 @@ from rio_ci.rounds.guidance import GUIDANCE_BYTES
 from rio_ci.rounds.loop import MAX_REPLY_TOKENS, PROMPT_TOKENS, RoundLoop
 from rio_ci.run.owner import Owner
 from tests.fakes.anthropic_api import ReceivedRequest
-from tests.kit import cli_env, events
+from tests.kit import cli_env, cmd_cell, events, note_cell, run_cli
 from tests.round_loop_kit import (
     DONE,
     ECHO,
@@ -41,17 +41,15 @@ from tests.round_loop_kit import (
     MODEL,
     UNPRICED,
     WatchedFake,
-    cmd,
     cost,
     kinds,
-    note,
     patch,
     price_of,
     timer_cell,
     turn_text,
     usage,
 )
-from tests.run_cli import new_session, rio, status
+from tests.run_cli import new_session, status
 
 # Every test runs real rio-ci runs (Owners, Workers, the SDK): slow as a module, as
 # tests/conftest.py marks test_round_loop.py.
@@ -64,7 +62,7 @@ def rounds_of_work(fake: WatchedFake, rounds: int, **tokens: int) -> None:
     """``rounds - 1`` rounds that each add a cmd Cell, then a success conclusion."""
     for k in range(rounds - 1):
         fake.reply_patch(
-            patch(k, k + 1, cmd(PY, "-c", f"print('round {k + 1} ran')")),
+            patch(k, k + 1, cmd_cell(PY, "-c", f"print('round {k + 1} ran')")),
             text=f"Round {k + 1}: running a check.",
             **tokens,
         )
@@ -144,7 +142,7 @@ INVALID = {
                     "name": "step",
                     "input": {
                         "patch": [
-                            *patch(0, 1, note("x"))[:-1],
+                            *patch(0, 1, note_cell("x"))[:-1],
                             {
                                 "op": "add",
                                 "path": "/cells/-",
@@ -182,9 +180,9 @@ def test_an_invalid_reply_is_committed_told_to_the_model_and_billed(
     with WatchedFake(db) as fake:
         script(fake)
         fake.reply_patch(patch(0, 1, DONE), input_tokens=1000, output_tokens=100)
-        done = fake.run()
+        outcome = fake.run_here()
         first, second = fake.requests
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    assert outcome.status == "succeeded", outcome
     bad, good = kinds(events(db), "model_response")
     assert not bad["ok"] and bad["patch"] is None and reason in bad["invalid"]
     assert bad["turn_id"] == good["turn_id"] and (bad["attempt"], good["attempt"]) == (1, 2)
@@ -364,10 +362,10 @@ def test_an_unpriced_model_is_refused_before_its_credentials_are_looked_at(tmp_p
     before = events(db)
     env = cli_env()
     assert not any(name.startswith("ANTHROPIC") for name in env)
-    done = rio("run", str(db), "--model", f"anthropic:{UNPRICED}", env=env)
+    done = run_cli("run", str(db), "--model", f"anthropic:{UNPRICED}", env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--price IN/OUT" in status(done.stdout)["error"]
-    keyless = rio("run", str(db), "--model", f"anthropic:{UNPRICED}", "--price", "1/5", env=env)
+    keyless = run_cli("run", str(db), "--model", f"anthropic:{UNPRICED}", "--price", "1/5", env=env)
     assert keyless.returncode == 1 and "ANTHROPIC_API_KEY" in status(keyless.stdout)["error"]
     assert events(db) == before
 
@@ -387,7 +385,7 @@ def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path, mo
             cache_read_input_tokens=500,
         )
         fake.reply_patch(
-            patch(1, 2, note("waiting for the Timer")), input_tokens=1000, output_tokens=100
+            patch(1, 2, note_cell("waiting for the Timer")), input_tokens=1000, output_tokens=100
         )
         first = fake.run("--price", "4/20", model=model)
         assert status(first.stdout)["status"] == "waiting", first.stdout + first.stderr
@@ -408,7 +406,7 @@ def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path, mo
     assert usage(db)["unknown_cost_attempts"] == 0
     # The same price again is fine; another is refused before anything runs (a price of 0
     # would lift the cost budget of a Session that has been counting at 4/20).
-    same = rio(
+    same = run_cli(
         "run",
         str(db),
         "--model",
@@ -419,7 +417,7 @@ def test_a_price_is_stored_and_used_by_a_later_run_without_it(tmp_path: Path, mo
     )
     assert same.returncode == 0, same.stdout + same.stderr
     before = len(events(db))
-    other = rio(
+    other = run_cli(
         "run",
         str(db),
         "--model",
@@ -538,7 +536,7 @@ def test_repository_guidance_reaches_every_request_clipped(tmp_path: Path, name:
 
 def test_the_state_shows_limits_usage_and_validators(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    made = rio(
+    made = run_cli(
         "new",
         str(db),
         "--goal",
@@ -558,7 +556,7 @@ def test_the_state_shows_limits_usage_and_validators(tmp_path: Path) -> None:
         done = fake.run()
         first, second = (r.state()["runtime"] for r in fake.requests)
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
-    limits = json.loads(rio("state", str(db)).stdout)["runtime"]["limits"]
+    limits = json.loads(run_cli("state", str(db)).stdout)["runtime"]["limits"]
     assert first["limits"] == limits and limits["rounds"] == 7 and limits["cost_usd"] == 3.5
     assert {"model_attempts", "context_bytes", "provider_retry_seconds"} <= set(limits)
     assert first["validators"] == second["validators"] == [[PY, "-c", "print(1)"]]

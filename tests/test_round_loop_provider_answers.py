@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rio_ci.model.environment_block import ENVIRONMENT_HEADER
-from tests.kit import events
+from tests.kit import events, run_cli
 from tests.round_loop_kit import DONE, MODEL, UNPRICED, WatchedFake, kinds, patch
-from tests.run_cli import new_session, rio, status
+from tests.run_cli import new_session, status
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_a_refusal_sends_the_next_attempt_to_the_fallback_model(tmp_path: Path) 
     assert "fallback_from" not in attempts[0]
     assert attempts[1]["fallback_from"] == f"anthropic:{MODEL}"
     assert f"goes to anthropic:{FALLBACK} (fallback for anthropic:{MODEL})" in done.stderr
-    shown = rio("show", str(db))
+    shown = run_cli("show", str(db))
     assert f"went to anthropic:{FALLBACK} (fallback for anthropic:{MODEL})" in shown.stdout
     # the fallback's reply is priced at its own table price
     replies = kinds(events(db), "model_response")

@@ -17,12 +17,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from action_job import WAIT, Job, Repository, add, cmd_cell, conclude, git, labeled, script
+from action_job import WAIT, Job, Repository, conclude, git, labeled, script
 from fakes.github_api import FakeGitHub
 
 from tests.hostile.support import everyone_python, one_error
+from tests.kit import add, cmd_cell
 from tests.runners import RUNNERS, RunnerUser, secure_path
-from tests.session_cli import CliSession, cmd
+from tests.session_cli import CliSession
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
 WORKFLOW = "from the workflow's env:"
@@ -80,7 +81,7 @@ def start_session(runner: RunnerUser, place: Path, env: dict[str, str]) -> CliSe
         'id -un; echo "workflow=$WORKFLOW_SETTING"; echo "toolcache=${RUNNER_TOOL_CACHE:-}"; '
         'echo "token=$DEPLOY_TOKEN"; echo "key=${ANTHROPIC_API_KEY:-none}"'
     )
-    sess.propose(cmd("sh", "-c", probe))
+    sess.propose(cmd_cell("sh", "-c", probe))
     return sess
 
 

@@ -16,8 +16,8 @@ import pytest
 from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.scripted import ScriptedModel, complete, load_script
-from tests.kit import cli_env, events
-from tests.run_cli import new_session, rio, status, write_script
+from tests.kit import cli_env, events, note_cell, run_cli
+from tests.run_cli import new_session, status, write_script
 
 # --- pure: what the scripted model fills in ---------------------------------------------
 
@@ -47,7 +47,8 @@ def state(
 
 
 def note(cell_id: int, previous: int | None = None) -> dict[str, Any]:
-    return {"id": cell_id, "previous_id": previous, "kind": "note", "text": f"n{cell_id}"}
+    """A note Cell with its ids written out (a complete patch's)."""
+    return {"id": cell_id, "previous_id": previous, **note_cell(f"n{cell_id}")}
 
 
 def ask(ops: list[dict[str, Any]], st: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,7 +191,7 @@ def test_run_with_a_bad_script_is_a_usage_error_and_touches_nothing(
     db = new_session(tmp_path)
     script = tmp_path / "bad.yaml"
     script.write_text(text)
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 2
     assert "error" in json.loads(done.stdout.strip().splitlines()[-1])
     assert [e["kind"] for e in events(db)] == ["session_created"]
@@ -198,14 +199,14 @@ def test_run_with_a_bad_script_is_a_usage_error_and_touches_nothing(
 
 def test_run_with_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     db = new_session(tmp_path)
-    done = rio("run", str(db), "--model", f"scripted:{tmp_path / 'nope.yaml'}")
+    done = run_cli("run", str(db), "--model", f"scripted:{tmp_path / 'nope.yaml'}")
     assert done.returncode == 2
 
 
 def test_exhausted_script_is_a_failed_attempt_and_the_run_fails(tmp_path: Path) -> None:
     db = new_session(tmp_path)
     script = write_script(tmp_path, [[echo("only")]])
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert done.returncode == 1
     assert status(done.stdout)["status"] == "failed"
     evs = events(db)
@@ -247,10 +248,12 @@ def test_rounds_line_up_with_turns_across_a_sigkill(
 ) -> None:
     db = new_session(tmp_path)
     script = write_script(tmp_path, FIVE_ROUNDS)
-    first = rio("run", str(db), "--model", f"scripted:{script}", env=cli_env(RIO_CRASH_AT=crash_at))
+    first = run_cli(
+        "run", str(db), "--model", f"scripted:{script}", env=cli_env(RIO_CRASH_AT=crash_at)
+    )
     assert first.returncode == -signal.SIGKILL, first.stderr
     assert accepted_words(events(db)) == accepted_before
-    second = rio("run", str(db), "--model", f"scripted:{script}")
+    second = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert second.returncode == 0, second.stdout + second.stderr
     assert status(second.stdout)["status"] == "succeeded"
     evs = events(db)
@@ -305,7 +308,7 @@ def test_sigkill_during_a_cell_then_placeholders_resolve_it(tmp_path: Path) -> N
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    second = rio("run", str(db), "--model", f"scripted:{script}")
+    second = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(second.stdout)["status"] == "succeeded", second.stdout + second.stderr
     evs = events(db)
     assert [e["raw"]["round"] for e in evs if e["kind"] == "model_response"] == [1, 2, 3, 4, 5]
@@ -352,7 +355,7 @@ def test_filled_in_replace_after_remove_is_accepted_by_admission(tmp_path: Path)
             ],
         ],
     )
-    done = rio("run", str(db), "--model", f"scripted:{script}")
+    done = run_cli("run", str(db), "--model", f"scripted:{script}")
     assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
     evs = events(db)
     assert not [e for e in evs if e["kind"] == "patch_rejected"]

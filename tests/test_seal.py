@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from action_job import WAIT, Repository, add, cmd_cell, labeled, script
+from action_job import WAIT, Repository, labeled, script
 from fakes.github_api import FakeGitHub
 
 import rio_ci
 from rio_ci.core.errors import RioError
 from rio_ci.run.confinement.seal import Install, seal
 from rio_ci.run.confinement.user import CellUser
-from tests.kit import ROOT, cli_env, python_with
-from tests.session_cli import CliSession, cmd
+from tests.kit import ROOT, add, cli_env, cmd_cell, python_with
+from tests.session_cli import CliSession
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("useradd"),
@@ -462,7 +462,7 @@ def test_an_owner_closes_its_open_interpreter_before_the_first_cell_and_says_so(
     # Cells sharing the harness's user: nothing to close them out of, and nothing changed
     assert shared.returncode == 0, shared.stderr
     assert b"closed" not in shared.stderr and len(open_entries(opened)) == count
-    sess.propose(cmd("sh", "-c", probe))
+    sess.propose(cmd_cell("sh", "-c", probe))
 
     done = subprocess.run(
         [*rio, "--cell-user", cell_user],

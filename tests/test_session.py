@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import end_run, journal_rows, note, sha256
+from conftest import end_run, journal_rows, sha256
 
 from rio_ci.session.session import Session
 from rio_ci.store.at_rest import SCHEMA_VERSION
-from tests.kit import Patch
-from tests.run_cli import rio
+from tests.kit import Patch, note_cell, run_cli
 
 
 @pytest.fixture
@@ -40,7 +39,11 @@ def events(db: Path) -> list[dict[str, Any]]:
 
 def accept_turn(rio: Any, turn: dict[str, Any]) -> dict[str, Any]:
     code, receipt, _ = rio(
-        "step", "s.db", turn["turn_id"], "-", input=Patch(turn["state"]).add(note("ok")).build()
+        "step",
+        "s.db",
+        turn["turn_id"],
+        "-",
+        input=Patch(turn["state"]).add(note_cell("ok")).build(),
     )
     assert code == 0, receipt
     return dict(receipt)
@@ -279,7 +282,7 @@ def test_a_patch_with_a_lone_surrogate_is_rejected_and_recorded(rio: Any, new: A
     db = new()
     turn = rio("turn", "s.db").out
     before = events(db)
-    text = json.dumps(Patch(turn["state"]).add(note("\ud800")).build())
+    text = json.dumps(Patch(turn["state"]).add(note_cell("\ud800")).build())
     code, out, _ = rio("step", "s.db", turn["turn_id"], "-", input=text)
     assert code == 3 and "surrogate" in out["rejected"]
     after = events(db)
@@ -353,8 +356,11 @@ def test_a_session_whose_first_state_fills_the_context_is_refused(tmp_path: Path
     every Turn over the budget and every patch rejected: ``new`` refuses it, creating
     nothing (exit 2), instead of a Session that can never work."""
     db = tmp_path / "s.db"
-    done = rio("new", str(db), "--goal", "g" * 5000, "--limit", "context_bytes=3000")
+    done = run_cli("new", str(db), "--goal", "g" * 5000, "--limit", "context_bytes=3000")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "no Turn could be shown" in json.loads(done.stdout)["error"]
     assert not db.exists() and list(tmp_path.iterdir()) == []
-    assert rio("new", str(db), "--goal", "g" * 500, "--limit", "context_bytes=3000").returncode == 0
+    assert (
+        run_cli("new", str(db), "--goal", "g" * 500, "--limit", "context_bytes=3000").returncode
+        == 0
+    )

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
-from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
+from conftest import accept, end_execution, record_unknown, start_execution, succeed
 
 from rio_ci.commands.show import SHOWN_LINES, render_text, summary
 from rio_ci.session.session import Session
+from tests.kit import cmd_cell, run_cli
 
 
 def test_clipped_output_is_marked_with_the_bytes_left_out_and_the_command(
     session: Session,
 ) -> None:
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     text = "".join(f"line {i:03d}\n" for i in range(SHOWN_LINES * 4))
     succeed(session, 1, output=text)
     shown = render_text(session)
@@ -28,17 +27,12 @@ def test_clipped_output_is_marked_with_the_bytes_left_out_and_the_command(
     command = f"rio-ci output {db} 1 --human"
     assert f"[… {left} bytes not shown: {command}]" in shown
     # The command it names prints all of it.
-    done = subprocess.run(
-        [sys.executable, "-m", "rio_ci", *command.split()[1:]],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_cli(*command.split()[1:])
     assert done.returncode == 0 and done.stdout == text
 
 
 def test_output_shown_whole_has_no_marker(session: Session) -> None:
-    accept(session, lambda p: p.add(cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("true")))
     succeed(session, 1, output="one line\n")
     shown = render_text(session)
     assert "stdout: one line" in shown and "bytes not shown" not in shown
@@ -47,7 +41,7 @@ def test_output_shown_whole_has_no_marker(session: Session) -> None:
 def test_a_paused_queue_and_an_unresolved_execution_say_what_comes_next(
     session: Session,
 ) -> None:
-    accept(session, lambda p: p.add(cmd("false"), cmd("true")))
+    accept(session, lambda p: p.add(cmd_cell("false"), cmd_cell("true")))
     start_execution(session, 1)
     end_execution(session, 1, {"type": "error", "exit_code": 1})
     shown = render_text(session)
@@ -55,7 +49,7 @@ def test_a_paused_queue_and_an_unresolved_execution_say_what_comes_next(
         r"^next: the queue waits for the model's next patch .*rio-ci run ", shown, re.M
     )
     assert "took " in shown and "started " in shown  # the Execution's times
-    accept(session, lambda p: p.add(cmd("sleep", "1")))
+    accept(session, lambda p: p.add(cmd_cell("sleep", "1")))
     record_unknown(session, 3)
     shown = render_text(session)
     assert re.search(

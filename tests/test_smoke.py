@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from action_job import Repository, add, cmd_cell, conclude, labeled, script
+from action_job import Repository, conclude, labeled, script
 from fakes.github_api import FakeGitHub
 
 from rio_ci.forge.github import GitHubForge
@@ -20,7 +20,7 @@ from rio_ci.model.scripted import ScriptedModel
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
-from tests.kit import Patch, events
+from tests.kit import Patch, add, cmd_cell, events
 
 pytestmark = pytest.mark.people(alice="write")
 FIX = cmd_cell("sh", "-c", "printf ok > fixed.txt")

@@ -14,7 +14,6 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,22 +26,10 @@ from rio_ci.session.session import Session
 from rio_ci.start import early, preload
 from rio_ci.start.invocation import OWNER_OPTIONS, Invocation
 from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
-from tests.kit import cli_env
+from tests.kit import cli_env, run_cli
 
 KEY = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e"}
 ROOTED = os.geteuid() == 0  # become_root has nothing to do: a Cell user changes nothing
-
-
-def rio(*args: str, env: dict[str, str], **options: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rio_ci", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-        **options,
-    )
 
 
 def imported(importtime: str) -> set[str]:
@@ -376,7 +363,7 @@ def test_an_owner_holding_a_credential_on_no_usable_session_fails_in_one_line(
     Path(f"{tmp_path / 'linked.db'}-wal").symlink_to(tmp_path / "elsewhere")
     files["a link as its WAL"] = tmp_path / "linked.db"
     before = sorted(os.listdir(tmp_path))
-    done = rio("work", str(files[what]), env=cli_env(**KEY))
+    done = run_cli("work", str(files[what]), env=cli_env(**KEY), timeout=120)
     assert done.returncode == 4, done.stdout + done.stderr
     [line] = done.stdout.splitlines()
     assert set(json.loads(line)) == {"error"}

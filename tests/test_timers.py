@@ -12,8 +12,8 @@ import time
 import pytest
 
 from tests import session_cli
-from tests.kit import cli_env
-from tests.session_cli import New, code
+from tests.kit import cli_env, code_cell
+from tests.session_cli import New
 
 new = session_cli.new  # the shared fixture
 
@@ -54,7 +54,7 @@ API_CELL = """
 
 def test_a_cell_registers_timers_and_reads_committed_records(new: New) -> None:
     sess = new()
-    sess.propose(code(API_CELL))
+    sess.propose(code_cell(API_CELL))
     out = sess.work()
     assert out["ran"] == [1] and out["paused_by"] is None, sess.runtime(1)
     report = json.loads(sess.runtime(1)["stdout"])
@@ -112,7 +112,7 @@ def test_a_due_timer_fires_exactly_once_across_a_crash(
     new: New, point: str, fired_before_restart: int
 ) -> None:
     sess = new()
-    sess.propose(code(SOON_CELL))
+    sess.propose(code_cell(SOON_CELL))
     assert sess.work()["ran"] == [1]
     assert sess.events("timer_fired") == []  # not yet due: work does not wait for it
     (timer,) = sess.events("timer_set")
@@ -137,7 +137,7 @@ def test_the_cell_api_ignores_a_rio_ci_package_in_the_working_directory(new: New
     shadow.mkdir()
     (shadow / "__init__.py").write_text("raise ImportError('a project that has its own rio_ci')")
     sess.propose(
-        code("""
+        code_cell("""
         import os, time
         from rio_ci.api import timer
         assert os.path.isdir("rio_ci")

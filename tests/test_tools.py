@@ -20,8 +20,8 @@ from rio_ci.tools.__main__ import build_parser
 from rio_ci.tools.files import VIEW_CHARS
 from rio_ci.tools.search import MAX_FILE_BYTES, MAX_MATCHES, MAX_PATHS
 from tests import session_cli
-from tests.kit import ROOT, cli_env
-from tests.session_cli import New, cmd, code
+from tests.kit import ROOT, cli_env, cmd_cell, code_cell
+from tests.session_cli import New
 
 new = session_cli.new  # the shared fixture
 
@@ -311,8 +311,8 @@ def test_cells_use_the_tools_through_the_owner(new: New) -> None:
     (sess.cwd / "hello.py").write_text("def greet():\n    return 'hi'\n")
     python = "python" if shutil.which("python") else "python3"
     sess.propose(
-        cmd(python, "-m", "rio_ci.tools", "view", "hello.py"),
-        code("""
+        cmd_cell(python, "-m", "rio_ci.tools", "view", "hello.py"),
+        code_cell("""
         import rio_ci.tools
         from rio_ci.tools import ToolError, replace
         print(replace("hello.py", "'hi'", "'hello'"))
@@ -322,7 +322,7 @@ def test_cells_use_the_tools_through_the_owner(new: New) -> None:
             print("refused:", exc)
         print(rio_ci.tools.__file__)
         """),
-        cmd(python, "-c", "import rio_ci.tools as t, json; print(json.dumps(t.__file__))"),
+        cmd_cell(python, "-c", "import rio_ci.tools as t, json; print(json.dumps(t.__file__))"),
     )
     out = sess.work()
     assert out["ran"] == [1, 2, 3], out

@@ -31,10 +31,10 @@ import psutil
 import pytest
 import yaml
 from action_install import action_copy
-from action_job import WAIT, add, cmd_cell, code_cell, conclude, git, resolve_unknown, script
+from action_job import WAIT, conclude, git, resolve_unknown, script
 from fakes.github_api import FakeGitHub
 
-from tests.kit import cli_env, until
+from tests.kit import add, cli_env, cmd_cell, code_cell, until
 from tests.runners import RUNNERS, SYSTEM_PYTHON, RunnerUser
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,22 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # action_job and the fakes, as pytest has them
 
 import psutil  # noqa: E402
-from action_job import (  # noqa: E402
-    Repository,
-    add,
-    cmd_cell,
-    code_cell,
-    kill_when,
-    labeled,
-    note_cell,
-    script,
-)
+from action_job import Repository, kill_when, labeled, script  # noqa: E402
 from fakes.github_api import FakeGitHub  # noqa: E402
 
 import rio_ci  # noqa: E402
 from rio_ci.store.at_rest import SCHEMA_VERSION  # noqa: E402
-from tests.kit import until  # noqa: E402
-from tests.run_cli import rio, spawn  # noqa: E402
+from tests.kit import add, cmd_cell, code_cell, note_cell, run_cli, spawn_cli, until  # noqa: E402
 
 # The picture of issue 1 (a 3 x 2 PNG), the same in every release's story.
 PICTURE = base64.b64decode(
@@ -102,10 +92,12 @@ def artifact_story(tmp: Path, out: Path) -> None:
 def local_story(tmp: Path, out: Path) -> None:
     work, db, marker = tmp / "work", tmp / "session.sqlite3", tmp / "ran.log"
     work.mkdir(parents=True)
-    made = rio("new", str(db), "--goal", "Make it work", "--validator", "true", "--cwd", str(work))
+    made = run_cli(
+        "new", str(db), "--goal", "Make it work", "--validator", "true", "--cwd", str(work)
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     comment = json.dumps({"author": "alice", "body": "hi"})
-    assert rio("receive", str(db), "comment:1", "comment", comment).returncode == 0
+    assert run_cli("receive", str(db), "comment:1", "comment", comment).returncode == 0
     model = tmp / "model.yaml"
     model.write_text(
         script(
@@ -120,7 +112,7 @@ def local_story(tmp: Path, out: Path) -> None:
             ],
         )
     )
-    process = spawn("run", str(db), "--model", f"scripted:{model}")
+    process = spawn_cli("run", str(db), "--model", f"scripted:{model}")
     until(lambda: marker.exists() and marker.read_text().count("\n") >= 1, 60, "the script to run")
     tree = psutil.Process(process.pid)
     doomed = [tree, *tree.children(recursive=True)]

@@ -12,8 +12,8 @@ import pytest
 
 from tests import session_cli
 from tests.hostile.support import one_error, strict
-from tests.kit import until
-from tests.session_cli import New, cmd, log_prelude
+from tests.kit import cmd_cell, until
+from tests.session_cli import New, log_prelude
 
 new = session_cli.new  # the shared fixture
 pytestmark = pytest.mark.slow
@@ -42,8 +42,8 @@ def test_a_cell_that_damages_its_session_cannot_make_the_owner_rerun_or_publish_
         "log('damaging')\n" + DAMAGE[damage] + "print('damaged', flush=True)\n"
     )
     sess.propose(
-        cmd(sys.executable, "-c", script),
-        cmd(sys.executable, "-c", log_prelude(sess.log) + "log('second')\n"),
+        cmd_cell(sys.executable, "-c", script),
+        cmd_cell(sys.executable, "-c", log_prelude(sess.log) + "log('second')\n"),
     )
     first = sess.run("work", str(sess.db), code=None)
     assert "this Owner stops and commits nothing more" in one_error(first, 4)
@@ -87,7 +87,7 @@ def test_a_cell_that_destroys_the_wal_and_kills_its_owner_is_not_run_again(
         log_prelude(sess.log) + "import os, signal\ndb = os.environ['RIO_SESSION_DB']\n"
         "log('destroying')\n" + destroy + "os.kill(os.getppid(), signal.SIGKILL)\n"
     )
-    sess.propose(cmd(sys.executable, "-c", script))
+    sess.propose(cmd_cell(sys.executable, "-c", script))
     killed = sess.run("work", str(sess.db), code=None)
     assert killed.returncode == -9, killed.stdout + killed.stderr
     for _ in range(2):

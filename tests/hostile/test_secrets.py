@@ -23,8 +23,8 @@ from tests.hostile.support import (
     unprivileged_python,
     unprivileged_rio,
 )
-from tests.kit import cli_env
-from tests.session_cli import New, cmd
+from tests.kit import cli_env, cmd_cell
+from tests.session_cli import New
 
 new = session_cli.new  # the shared fixture
 pytestmark = pytest.mark.slow
@@ -92,7 +92,7 @@ def cell_that_greps() -> dict[str, object]:
         "canaries = json.loads(sys.argv[1])",
         "canaries = {k: v[::-1] for k, v in json.loads(sys.argv[1]).items()}",
     )
-    return cmd(sys.executable, "-c", script, canaries_for_cell())
+    return cmd_cell(sys.executable, "-c", script, canaries_for_cell())
 
 
 @pytest.mark.parametrize("bulk", [0, 70_000], ids=["small", "over 60 KB"])
@@ -122,7 +122,7 @@ def test_printed_credentials_are_redacted_before_they_are_committed(new: New) ->
         sys.stdout.write(split[9:] + ":end\\n"); sys.stdout.flush()
         print(canaries["ANTHROPIC_API_KEY"], file=sys.stderr, flush=True)
     """)
-    sess.propose(cmd(sys.executable, "-c", printer))
+    sess.propose(cmd_cell(sys.executable, "-c", printer))
     out = sess.work(env=cli_env(**CANARIES))
     assert out["ran"] == [1]
 

@@ -16,7 +16,8 @@ from rio_ci.core.errors import UsageError
 from rio_ci.github.contract import CONFIG_MAX_BYTES, Config
 from rio_ci.rounds.guidance import GUIDANCE_BYTES, read_guidance
 from rio_ci.untrusted.treefile import read_tree_file
-from tests.run_cli import interrupt, new_session, spawn, status, write_script
+from tests.kit import spawn_cli
+from tests.run_cli import interrupt, new_session, status, write_script
 
 
 def plant(tree: Path, kind: str, name: str = "AGENTS.md") -> Path:
@@ -105,7 +106,7 @@ def test_a_run_with_a_fifo_for_agents_md_goes_on_and_stops_on_sigterm(tmp_path: 
     script = write_script(tmp_path, [[{"op": "add", "path": "/cells/-", "value": cell}]])
     db = new_session(tmp_path)
 
-    proc = spawn("run", str(db), "--model", f"scripted:{script}")
+    proc = spawn_cli("run", str(db), "--model", f"scripted:{script}")
     out, err, seconds = interrupt(proc, started.exists, "the Cell to start past the FIFO")
 
     assert seconds < 5, err
