@@ -22,7 +22,6 @@ import pytest
 
 from rio_ci.commands.bench import GOALS, MEMORY_FILE_SYSTEMS, file_system, journal_chart, tokens
 from rio_ci.commands.bench.caching import BreakpointError, PromptCache, minimum_tokens
-from rio_ci.commands.bench.egress import measure_egress
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.model.claude.client import AnthropicModel
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -221,11 +220,10 @@ def test_the_file_system_is_named(figures: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_the_egress_figures_are_measured_through_the_real_proxy(tmp_path: Path) -> None:
-    """A small run of the egress measure on its own: both installs and both connection
-    probes measured, the proxied ones through the proxy (the measure counts its
-    connections and refuses a run that went around it), in a namespace where rio-ci is root."""
-    figures = measure_egress(tmp_path, quick=True)
+def test_the_egress_figures_are_measured_through_the_real_proxy(figures: dict[str, Any]) -> None:
+    """The bench's egress measure: both installs and both connection probes measured, the
+    proxied ones through the proxy (the measure counts its connections and refuses a run
+    that went around it), in a namespace where rio-ci is root."""
     egress = [key for key in FIGURES if key.startswith(("egress_", "ratio_egress_"))]
     assert {key: figures[key] for key in egress if not finite(figures[key])} == {}
     pairs, samples = figures["egress_install_pairs"], figures["egress_connect_samples"]

@@ -51,9 +51,9 @@ def test_a_200kb_output_shows_its_first_and_last_lines(tmp_path: Path) -> None:
     with WatchedFake(db) as fake:
         fake.reply_patch(patch(0, 1, printer(1, lines)))
         fake.reply_patch(patch(1, 2, DONE))
-        done = fake.run()
+        outcome = fake.run_here()
         seen = fake.requests[1]
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    assert outcome.status == "succeeded", outcome
     assert len(text.encode()) > 200_000
     facts = seen.state()["runtime"]["cells"]["1"]
     shown = facts["stdout"]

@@ -1,11 +1,12 @@
 """``rio-ci run``: the round loop and its durable-execution properties (docs/models.md,
 docs/sessions.md invalid idle, docs/cli.md).
 
-Every test runs the real CLI in a subprocess against a real Session file. Claude rounds use
-the real ``anthropic`` SDK against the strict ``FakeAnthropic`` on 127.0.0.1 (through
-``ANTHROPIC_BASE_URL``); ``WatchedFake`` also notes when each request arrived and how many
-attempts the Journal held at that moment. What the model was shown is read back from the
-request with ``ReceivedRequest.state()`` / ``user_text``.
+Every test runs against a real Session file: the real CLI in a subprocess, or (where only the
+rounds matter) the same round loop in this process (``WatchedFake.run_here``). Claude rounds
+use the real ``anthropic`` SDK against the strict ``FakeAnthropic`` on 127.0.0.1;
+``WatchedFake`` also notes when each request arrived and how many attempts the Journal held
+at that moment. What the model was shown is read back from the request with
+``ReceivedRequest.state()`` / ``user_text``.
 """
 
 from __future__ import annotations
@@ -199,8 +200,8 @@ def test_every_attempt_is_committed_before_its_request_and_replies_before_admiss
 ) -> None:
     fake.reply_patch(patch(0, 1, ECHO))
     fake.reply_patch(patch(1, 2, DONE))
-    done = fake.run()
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    outcome = fake.run_here()
+    assert outcome.status == "succeeded", outcome
     # When request n arrived, n model_attempt events were already committed.
     assert [committed for _, committed in fake.arrivals] == [1, 2]
     evs = events(session_db)
@@ -268,8 +269,8 @@ def test_overloaded_then_good_reply_waits_out_retry_after(
 ) -> None:
     fake.overloaded(retry_after=1.5)
     fake.reply_patch(patch(0, 1, DONE))
-    done = fake.run()
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    outcome = fake.run_here()
+    assert outcome.status == "succeeded", outcome
     assert len(fake.requests) == 2
     assert fake.gaps()[0] >= 1.5  # longer than the round loop's own first backoff (≤ 1 s)
     evs = events(session_db)
@@ -302,8 +303,8 @@ def test_malformed_reply_is_never_applied_then_a_good_one_is(
 ) -> None:
     fake.malformed("string")
     fake.reply_patch(patch(0, 1, DONE))
-    done = fake.run()
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    outcome = fake.run_here()
+    assert outcome.status == "succeeded", outcome
     evs = events(session_db)
     bad, good = kinds(evs, "model_response")
     assert not bad["ok"] and "malformed" in bad["invalid"] and bad["patch"] is None
@@ -343,8 +344,8 @@ def test_rejected_patch_reason_is_shown_on_the_next_attempt(
 ) -> None:
     fake.reply_patch(patch(99, 1, ECHO))  # tests a revision the model was never shown
     fake.reply_patch(patch(0, 1, DONE))
-    done = fake.run()
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    outcome = fake.run_here()
+    assert outcome.status == "succeeded", outcome
     evs = events(session_db)
     (rejected,) = kinds(evs, "patch_rejected")
     assert rejected["reason"]
@@ -593,8 +594,8 @@ def test_the_owner_fires_timers_while_a_request_is_in_flight(
     fake.delay(2.5)  # round 2 thinks past the Timer's deadline
     fake.reply_patch(patch(1, 2, note_cell("still reading")))
     fake.reply_patch(patch(2, 3, DONE))
-    done = fake.run()
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    outcome = fake.run_here()
+    assert outcome.status == "succeeded", outcome
     evs = events(session_db)
     second_attempt = kinds(evs, "model_attempt")[1]
     second_response = kinds(evs, "model_response")[1]

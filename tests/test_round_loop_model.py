@@ -521,9 +521,9 @@ def test_repository_guidance_reaches_every_request_clipped(tmp_path: Path, name:
     assert guide.stat().st_size > GUIDANCE_BYTES
     with WatchedFake(db) as fake:
         rounds_of_work(fake, 2)
-        done = fake.run()
+        outcome = fake.run_here()
         requests = fake.requests
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    assert outcome.status == "succeeded", outcome
     assert len(requests) == 2
     for sent in requests:
         system = sent.system_text
@@ -553,9 +553,9 @@ def test_the_state_shows_limits_usage_and_validators(tmp_path: Path) -> None:
     assert made.returncode == 0, made.stdout + made.stderr
     with WatchedFake(db) as fake:
         rounds_of_work(fake, 2, input_tokens=500, output_tokens=50)
-        done = fake.run()
+        outcome = fake.run_here()
         first, second = (r.state()["runtime"] for r in fake.requests)
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    assert outcome.status == "succeeded", outcome
     limits = json.loads(run_cli("state", str(db)).stdout)["runtime"]["limits"]
     assert first["limits"] == limits and limits["rounds"] == 7 and limits["cost_usd"] == 3.5
     assert {"model_attempts", "context_bytes", "provider_retry_seconds"} <= set(limits)
@@ -579,9 +579,9 @@ def test_rounds_that_only_append_cells_keep_the_cached_prefix(tmp_path: Path) ->
     db = new_session(tmp_path)
     with WatchedFake(db) as fake:
         rounds_of_work(fake, 5)
-        done = fake.run()
+        outcome = fake.run_here()
         requests = fake.requests
-    assert status(done.stdout)["status"] == "succeeded", done.stdout + done.stderr
+    assert outcome.status == "succeeded", outcome
     assert len(requests) == 5
 
     def bare(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
