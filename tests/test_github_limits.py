@@ -89,7 +89,9 @@ def test_a_read_over_the_primary_limit_waits_until_the_reset(gh: FakeGitHub) -> 
 
     assert listed.name == "rio-session-1"
     (waited,) = slept
-    assert 30 < waited <= 31.5  # until the reset second is over
+    # Until the reset second is over: 30 s from when GitHub answered, less the moment this
+    # process took to read the answer (on a loaded machine, up to a second or two).
+    assert 28 < waited <= 31.5
 
 
 def test_the_artifacts_download_waits_too_and_a_refusal_is_not_a_rate_limit(
