@@ -139,6 +139,7 @@ LAYERS = {
     "run": 5,
     "reports": 5,
     "rounds": 6,
+    "wake": 6,
     "github": 7,
     "commands": 8,
     "cli": 9,
