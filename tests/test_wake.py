@@ -16,6 +16,7 @@ import pytest
 from rio_ci.core.errors import Rejected
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.wake.listen import Listener, Watched
 from rio_ci.wake.source import Mark, Source, WakeUp
 from rio_ci.wake.take import Taken, take, take_all
 
@@ -29,6 +30,12 @@ class Folder:
     path: Path
     writers: frozenset[str]
     asked: int = 0
+    seen: int = -1  # files at the last look (``changed``)
+
+    def changed(self, marks: Mapping[str, Any]) -> bool:
+        now = len(list(self.path.glob("*.json")))
+        changed, self.seen = now != self.seen, now
+        return changed
 
     def wake_ups(self, marks: Mapping[str, Any]) -> Iterator[WakeUp | Mark]:
         after = str(marks.get("folder", ""))
@@ -68,11 +75,7 @@ def queue(tmp_path: Path, *notes: tuple[str, str]) -> Folder:
 
 
 def received(owner: Owner) -> list[dict[str, Any]]:
-    return [
-        e["message"]
-        for e in list(owner.session.events())
-        if e["kind"] == "message_received"
-    ]
+    return [e["message"] for e in list(owner.session.events()) if e["kind"] == "message_received"]
 
 
 def test_a_second_source_wakes_a_session_through_the_seam(tmp_path: Path, owner: Owner) -> None:
@@ -122,3 +125,26 @@ def test_a_writers_stop_ends_the_run_and_the_source_is_asked_nothing_more(
     assert ended is not None and ended["reason"] == f"stopped by @ann ({source.path}/002.json)"
     assert source.asked == 2 and owner.session.proj.watermarks["folder"] == "002.json"
     assert take_all(owner, source.wake_ups({})) == [] and source.asked == 2  # ended: not asked
+
+
+def test_a_running_job_listens_to_the_second_source_at_its_pace(
+    tmp_path: Path, owner: Owner
+) -> None:
+    source: Watched = queue(tmp_path, ("ann", "first"))
+    now = [0.0]
+    listener = Listener(owner, source, interval=30, clock=lambda: now[0])
+    listener.prime()
+    listener()  # within the interval: nothing asked
+    assert listener.looks == 0 and owner.session.refresh().inbox == []
+    now[0] = 30
+    listener()
+    assert (listener.looks, listener.scans) == (1, 1)
+    queue(tmp_path, ("ann", "first"), ("ann", "second"))  # a second file comes
+    now[0] = 45
+    listener()  # still within the interval since the last look
+    now[0] = 60
+    listener()
+    now[0] = 90
+    listener()  # nothing changed: no scan
+    assert (listener.looks, listener.scans) == (3, 2)
+    assert [m["id"] for m in received(owner)] == ["folder:001", "folder:002"]

@@ -80,12 +80,13 @@ def take_in(
         head=head,
     )
     try:
-        take_all(owner, source.wake_ups(dict(session.proj.watermarks)), told=_told)
+        take_all(owner, source.wake_ups(dict(session.proj.watermarks)), told=told)
     except (Rejected, RunEnded) as exc:
         log(f"::warning::rio-ci: an observation was not taken in: {exc}")
 
 
-def _told(taken: Taken) -> None:
+def told(taken: Taken) -> None:
+    """The job's log of a wake-up no writer wrote."""
     if taken.outcome == "ignored":
         what = taken.wake_up.id.replace(":", " ", 1)  # "comment 12", "review 34"
         log(f"rio-ci: {what} by @{taken.wake_up.author} ignored (no write access)")
@@ -117,6 +118,15 @@ class GitHubSource:
         if marks.get("pull_request"):
             yield from self._reviews(int(marks["pull_request"]), marks)
         yield from self._checks()
+
+    def changed(self, marks: Mapping[str, Any]) -> bool:
+        """Whether the issue, or its pull request's lists, changed since the last call
+        (``Forge.changed``: conditional requests); every resource is asked, so each keeps
+        its own ETag fresh."""
+        changed = self.forge.changed(self.issue)
+        if marks.get("pull_request"):
+            changed = self.forge.changed(int(marks["pull_request"]), pull=True) or changed
+        return changed
 
     def _comments(self, number: int, marks: Mapping[str, Any]) -> Iterator[WakeUp | Mark]:
         key = f"comments:{number}"
