@@ -49,11 +49,15 @@ class Cell(TypedDict):
 
 
 class ShortCell(TypedDict):
-    """A dropped Execution's Cell in short: its kind and the start of its argv or source."""
+    """A dropped Execution's Cell in short: its kind and the start of its argv or source
+    (a note has no Execution, so none is ever short: ``text`` and ``role`` are here for the
+    readers that take either kind of Cell)."""
 
     kind: str
     argv: NotRequired[list[str]]
     source: NotRequired[str]
+    text: NotRequired[str]
+    role: NotRequired[str]
 
 
 class Execution(TypedDict):

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.entities import Ended
 from rio_ci.core.errors import RioError
 from rio_ci.core.json_value import ascii_int
 from rio_ci.faults.crashpoints import crash_point
@@ -416,7 +417,7 @@ def _succeeded(session: Session) -> bool:
     return bool(ended and ended["result"] == "success")
 
 
-def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
+def _status(ended: Ended | None, job: dict[str, Any]) -> str:
     """The job's status: how the run ended, else how its rounds stopped — ``waiting``,
     ``deadline`` (the time budget ran out), ``interrupted`` (cancelled; also when the run
     step left no outcome: it was cut off)."""
