@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.entities import Execution
 from rio_ci.core.errors import OwnershipError, Rejected, RioError
 from rio_ci.core.json_value import json_equal
 from rio_ci.core.limits import Limits
@@ -209,9 +210,13 @@ def _same_history(session: Session, record: Record, last: int) -> bool:
     )
 
 
-def _left_out(executions: dict[str, Any], record: Record, why: str) -> Merge:
+def _left_out(executions: dict[str, Execution], record: Record, why: str) -> Merge:
     launched = {e["data"].get("cell_id") for e in record.events if e["kind"] == "execution_started"}
-    queued = sorted(c for c in launched if (executions.get(str(c)) or {}).get("phase") == "queued")
+    queued = sorted(
+        c
+        for c in launched
+        if (ex := executions.get(str(c))) is not None and ex["phase"] == "queued"
+    )
     if queued:
         return Merge(
             problem=f"{why}, and it shows Cell(s) {queued} launched, which the "
