@@ -11,8 +11,9 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, final
 
+from rio_ci.core.entities import CellUserRecord, Departed, Execution, Phase, stream_keys
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip, escape_control
 from rio_ci.core.timeline import Run, Timeline
@@ -25,13 +26,25 @@ SHOWN_LINES = 5  # of each output stream
 SHOWN_CHARS = 400
 
 
-def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
+@final
+class Gone(Departed):
+    """A dropped Execution as ``show`` lists it: finished, its Cell in short, no output."""
+
+    phase: Phase
+
+
+Listed = Execution | Gone
+
+
+def executions(session: Session, proj: Projection) -> dict[str, Listed]:
     """The Executions ``show`` lists, by Cell id (in id order): the projection's own, and the
     last ``DEPARTED_KEPT`` it dropped (``proj.departed``), as ``{cell_id, cell, phase,
     result, resolved_by}``: finished, the Cell in short, no output (``rio-ci output`` reads
     it)."""
-    gone = {str(ex["cell_id"]): {**ex, "phase": "finished"} for ex in proj.departed}
-    every = {**proj.executions, **gone}
+    gone: dict[str, Gone] = {
+        str(ex["cell_id"]): {**ex, "phase": "finished"} for ex in proj.departed
+    }
+    every: dict[str, Listed] = {**proj.executions, **gone}
     return {k: every[k] for k in sorted(every, key=int)}
 
 
@@ -57,7 +70,7 @@ class Shown:
     """Everything ``show`` reports, gathered in one place (``gather``)."""
 
     proj: Projection
-    executions: dict[str, dict[str, Any]]
+    executions: dict[str, Listed]
     timeline: Timeline
 
 
@@ -81,7 +94,7 @@ def summary(session: Session) -> dict[str, Any]:
         "revision": proj.revision,
         "cells": proj.cells,
         "executions": {
-            k: {key: ex[key] for key in ("phase", "result", "resolved_by")}
+            k: {"phase": ex["phase"], "result": ex["result"], "resolved_by": ex["resolved_by"]}
             for k, ex in shown.executions.items()
         },
         "inbox": proj.inbox,
@@ -100,14 +113,14 @@ def summary(session: Session) -> dict[str, Any]:
     }
 
 
-def cell_user_summary(mode: dict[str, Any] | None) -> dict[str, Any] | None:
+def cell_user_summary(mode: CellUserRecord | None) -> dict[str, Any] | None:
     """How Cells ran, as the last ``cell_user`` event says (None: no Cell user was asked)."""
     if mode is None:
         return None
     return {k: mode.get(k) for k in ("mode", "user", "uid", "reason")}
 
 
-def cell_user_line(mode: dict[str, Any] | None) -> str | None:
+def cell_user_line(mode: CellUserRecord | None) -> str | None:
     if mode is None:
         return None
     if mode["mode"] == "separate":
@@ -252,9 +265,9 @@ def next_step(proj: Projection, db: str) -> str | None:
     return f"the model's next round: {run}"
 
 
-def _execution_lines(ex: dict[str, Any], run: Run | None, db: str) -> list[str]:
-    result = ex["result"] or {}
-    status = ex["phase"]
+def _execution_lines(ex: Listed, run: Run | None, db: str) -> list[str]:
+    result = ex["result"]
+    status: str = ex["phase"]
     if result:
         status += f" → {result.get('type')}"
         if result.get("exit_code") is not None:
@@ -274,7 +287,7 @@ def _execution_lines(ex: dict[str, Any], run: Run | None, db: str) -> list[str]:
     return lines
 
 
-def _output_lines(ex: dict[str, Any], stream: str, db: str) -> list[str]:
+def _output_lines(ex: Execution, stream: Literal["stdout", "stderr"], db: str) -> list[str]:
     """The last lines of a stream, and when more was captured than shown, how many bytes
     are left out and the command that prints them all."""
     full = retained(ex, stream)
@@ -286,7 +299,7 @@ def _output_lines(ex: dict[str, Any], stream: str, db: str) -> list[str]:
     tail = clip("\n".join(text.split("\n")[-SHOWN_LINES:]), SHOWN_CHARS)
     lines = [f"      {stream}: " + tail.replace("\n", "\n        ")]
     left = len(text.encode()) - len(tail.removesuffix("…").encode())
-    left += int(ex.get(f"{stream}_elided", 0))  # not even retained: counted, not kept
+    left += int(ex.get(stream_keys(stream)[1], 0))  # not even retained: counted, not kept
     if left > 0:
         flag = "" if stream == "stdout" else " --stream stderr"
         lines.append(

@@ -79,12 +79,20 @@ def unknown(cell_id: int, reason: str, *, worker_stopped: bool) -> Result:
     }
 
 
-def execution_message(cell_id: int, result: Json) -> dict[str, Any]:
+class MessageData(TypedDict):
+    """A message as an event commits it; the Inbox keeps it with the event's seq."""
+
+    id: str
+    kind: str
+    payload: Json
+
+
+def execution_message(cell_id: int, result: Json) -> MessageData:
     """The Inbox notice committed with every result."""
     return {"id": f"execution:{cell_id}", "kind": "execution", "payload": result}
 
 
-def control_message(note_id: int, reason: str) -> dict[str, Any]:
+def control_message(note_id: int, reason: str) -> MessageData:
     return {
         "id": f"control:{note_id}",
         "kind": "control_rejected",
@@ -92,16 +100,16 @@ def control_message(note_id: int, reason: str) -> dict[str, Any]:
     }
 
 
-def timer_message(timer_id: str, payload: Json) -> dict[str, Any]:
+def timer_message(timer_id: str, payload: Json) -> MessageData:
     return {"id": f"timer:{timer_id}", "kind": "timer", "payload": payload}
 
 
-def message_of(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+def message_of(kind: str, data: dict[str, Any]) -> MessageData | None:
     """The Inbox message an event commits, if any, as its reader sees it (``rio-ci events``
     shows the event, not the derived message). A fired Timer's payload is the one it was set
     with; here it is None unless the event still carries its message (rio-ci 0.1)."""
     if isinstance(data.get("message"), dict):
-        message: dict[str, Any] = data["message"]
+        message: MessageData = data["message"]
         return message
     if kind == "execution_finished":
         return execution_message(data["cell_id"], data["result"])
@@ -126,7 +134,7 @@ class SessionCreated(TypedDict):
 
 
 class MessageReceived(TypedDict):
-    message: dict[str, Any]  # {id, kind, payload}
+    message: MessageData
 
 
 class TurnPrepared(TypedDict):
@@ -161,9 +169,20 @@ class PatchAccepted(TypedDict):
     heads: list[int]
     removed: list[int]
     executions: list[int]
-    controls: list[dict[str, Any]]
+    controls: list[Control]
     consumed: list[str]
     pause_cleared: bool
+
+
+class Control(TypedDict):
+    """A Control a note asks for (``cancel``, ``resolution``, ``conclusion``); the
+    projection keeps those that await the Owner."""
+
+    note_id: int
+    role: str
+    target_cell_id: NotRequired[int]
+    evidence_refs: NotRequired[list[str]]
+    result: NotRequired[str]
 
 
 class PriceSet(TypedDict):
@@ -205,9 +224,19 @@ class ExecutionStarted(TypedDict):
     token: str
 
 
+class WorkerRecord(TypedDict):
+    """A Worker's identity as committed (``rio_ci.run.survivors.WorkerIdentity``)."""
+
+    pid: int
+    pgid: int
+    create_time: float
+    boot_time: float
+    token: str
+
+
 class WorkerRegistered(TypedDict):
     cell_id: int
-    identity: dict[str, Any]
+    identity: WorkerRecord
 
 
 class Output(TypedDict):
@@ -264,11 +293,19 @@ class TimerCancelled(TypedDict):
     id: str
 
 
+class Unresolved(TypedDict):
+    """An UnknownExecution a failed run left unresolved."""
+
+    cell_id: int
+    reason: str | None
+    evidence_refs: list[str]
+
+
 class RunEnded(TypedDict):
     result: Literal["success", "failure"]
     reason: str
     note_id: int | None
-    unresolved: list[dict[str, Any]]
+    unresolved: list[Unresolved]
     cleanup_error: NotRequired[str | None]
 
 
@@ -345,7 +382,7 @@ def execution_started(cell_id: int, token: str) -> Event:
     return Event("execution_started", dict(data), str(cell_id))
 
 
-def worker_registered(cell_id: int, identity: dict[str, Any]) -> Event:
+def worker_registered(cell_id: int, identity: WorkerRecord) -> Event:
     data: WorkerRegistered = {"cell_id": cell_id, "identity": identity}
     return Event("worker_registered", dict(data), str(cell_id))
 
@@ -411,7 +448,7 @@ def run_ended(
     reason: str,
     *,
     note_id: int | None,
-    unresolved: list[dict[str, Any]],
+    unresolved: list[Unresolved],
     cleanup_error: str | None = None,
 ) -> Event:
     data: RunEnded = {

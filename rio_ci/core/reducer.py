@@ -9,6 +9,15 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from rio_ci.core import events as ev
+from rio_ci.core.entities import (
+    Cell,
+    CellUserRecord,
+    Departed,
+    Execution,
+    ShortCell,
+    Usage,
+    stream_keys,
+)
 from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import DEPARTED_KEPT, Projection, is_unresolved
@@ -20,7 +29,7 @@ SHORT_CHARS = 200  # of a dropped Execution's Cell text: more than its one-line 
 RATIONALE_KEPT = 4000  # characters of the last rationale the projection keeps for reports
 
 
-def new_usage() -> dict[str, Any]:
+def new_usage() -> Usage:
     return {
         "rounds": 0,
         "attempts": 0,
@@ -33,9 +42,9 @@ def new_usage() -> dict[str, Any]:
     }
 
 
-def accepted_cells(data: Any) -> list[dict[str, Any]]:
+def accepted_cells(data: Any) -> list[Cell]:
     """The new Cell versions of a ``patch_accepted`` event's data, in operation order."""
-    cells: list[dict[str, Any]] | None = data.get("cells")
+    cells: list[Cell] | None = data.get("cells")
     return (
         cells
         if cells is not None
@@ -77,7 +86,7 @@ def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     proj.usage = new_usage()
 
 
-def _add_message(proj: Projection, seq: int, message: dict[str, Any]) -> None:
+def _add_message(proj: Projection, seq: int, message: ev.MessageData) -> None:
     proj.inbox.append(
         {"id": message["id"], "kind": message["kind"], "payload": message["payload"], "seq": seq}
     )
@@ -222,7 +231,8 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 def _execution_started(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ExecutionStarted, data)
-    _execution(proj, d["cell_id"]).update(phase="started", token=d["token"], started_seq=seq)
+    ex = _execution(proj, d["cell_id"])
+    ex["phase"], ex["token"], ex["started_seq"] = "started", d["token"], seq
 
 
 def _worker_registered(proj: Projection, seq: int, data: dict[str, Any]) -> None:
@@ -234,17 +244,19 @@ def _output(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.Output, data)
     ex = _execution(proj, d["cell_id"])
     stream = d["stream"]
+    tail, elided, truncated = stream_keys(stream)
     ex[stream] += d.get("text", "")
     if "tail" in d:
-        ex[f"{stream}_tail"] = d["tail"]
-        ex[f"{stream}_elided"] = d.get("elided", 0)
+        ex[tail] = d["tail"]
+        ex[elided] = d.get("elided", 0)
     if data.get("dropped"):  # written by rio-ci 0.1: a prefix with the rest dropped
-        ex[f"{stream}_truncated"] = True
+        ex[truncated] = True
 
 
 def _execution_finished(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ExecutionFinished, data)
-    _execution(proj, d["cell_id"]).update(phase="finished", result=d["result"], result_seq=seq)
+    ex = _execution(proj, d["cell_id"])
+    ex["phase"], ex["result"], ex["result_seq"] = "finished", d["result"], seq
     message = ev.execution_message(d["cell_id"], d["result"])
     _add_message(proj, seq, message)
     if d["result"]["type"] in ("error", "UnknownExecution"):
@@ -281,7 +293,9 @@ def _timer_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 def _timer_fired(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.TimerFired, data)
     timer = proj.timers.pop(d["id"], None)
-    message = data.get("message") or ev.timer_message(d["id"], (timer or {}).get("payload"))
+    message = data.get("message") or ev.timer_message(
+        d["id"], None if timer is None else timer["payload"]
+    )
     _add_message(proj, seq, message)
 
 
@@ -308,10 +322,10 @@ def _watermark(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 
 def _cell_user(proj: Projection, seq: int, data: dict[str, Any]) -> None:
-    proj.cell_user = {**data, "seq": seq}
+    proj.cell_user = cast(CellUserRecord, {**data, "seq": seq})
 
 
-def _execution(proj: Projection, cell_id: int) -> dict[str, Any]:
+def _execution(proj: Projection, cell_id: int) -> Execution:
     return proj.executions[str(cell_id)]
 
 
@@ -330,7 +344,7 @@ def _prune(proj: Projection) -> None:
         proj.departed_before += extra
 
 
-def departed(ex: dict[str, Any]) -> dict[str, Any]:
+def departed(ex: Execution) -> Departed:
     """What is kept of a dropped (so finished) Execution: its Cell in short (its kind and
     the start of its argv or its source's first line: what ``show`` prints) and its result;
     no output. Small: the saved projection carries ``DEPARTED_KEPT`` of them."""
@@ -342,9 +356,9 @@ def departed(ex: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def short_cell(cell: dict[str, Any]) -> dict[str, Any]:
+def short_cell(cell: Cell) -> ShortCell:
     """``cell`` with its text, argv or source cut to what a one-line summary shows."""
-    short: dict[str, Any] = {"kind": cell["kind"]}
+    short: ShortCell = {"kind": cell["kind"]}
     if cell["kind"] == "cmd":
         short["argv"] = list(clip(" ".join(cell["argv"]), SHORT_CHARS).split(" "))
     elif cell["kind"] == "code":

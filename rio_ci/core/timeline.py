@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rio_ci.core.entities import Cell, ShortCell
+
 EXECUTABLE = ("cmd", "code")
 JOB_MARK = "job"  # the watermark that starts a job
 
@@ -34,7 +36,7 @@ class Run:
     """One Execution: the Cell version it ran, when, and how it ended."""
 
     cell_id: int
-    cell: dict[str, Any]
+    cell: Cell | ShortCell
     round: int  # the round whose patch queued it (0: before any round)
     job: int
     queued_at: float

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.entities import Ended
 from rio_ci.core.errors import RioError
 from rio_ci.core.json_value import ascii_int
 from rio_ci.faults.crashpoints import crash_point
@@ -32,9 +33,10 @@ from rio_ci.forge.issues import branch_for
 from rio_ci.github import timers, workspace
 from rio_ci.github.ci_dispatch import dispatch_ci
 from rio_ci.github.comment import publish_progress
-from rio_ci.github.contract import JOB_FILE, ActionInputs, log, warn, write_outputs
+from rio_ci.github.contract import ActionInputs, log, warn, write_outputs
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
 from rio_ci.github.git import Git
+from rio_ci.github.job_state import JobState, read_job
 from rio_ci.github.record import LaunchRecord
 from rio_ci.reports import progress
 from rio_ci.reports.publish import open_pull_request, remember_pull_request
@@ -48,7 +50,7 @@ FIRST_OUTPUTS = ("artifact-name", "retention-days")
 
 
 def finish(env: ActionInputs, connect: Callable[[], Forge]) -> dict[str, Any]:
-    job = json.loads((env.state_dir / JOB_FILE).read_text())
+    job = read_job(env.state_dir)
     issue, generation = int(job["issue"]), int(job["generation"])
     notes = [n for n in [rejections_note(job)] if n]
     result: dict[str, Any] = {
@@ -118,7 +120,7 @@ def _publish(
     env: ActionInputs,
     connect: Callable[[], Forge],
     owner: Owner,
-    job: dict[str, Any],
+    job: JobState,
     notes: list[str],
 ) -> dict[str, Any]:
     """Everything after the Session is safe on disk: each part may fail alone."""
@@ -208,7 +210,7 @@ def _wake_sweep(env: ActionInputs, forge: Forge) -> None:
         log(f"rio-ci: {said}")
 
 
-def _supersede(env: ActionInputs, job: dict[str, Any]) -> None:
+def _supersede(env: ActionInputs, job: JobState) -> None:
     """Generation + 1 is written: the launch record is history now (record.py), and must
     never rebuild the Session once that generation is gone. A failure here is a warning:
     the record then still merges as before, into a generation that already holds it."""
@@ -228,7 +230,7 @@ def _supersede(env: ActionInputs, job: dict[str, Any]) -> None:
 def _checkpoint(
     env: ActionInputs,
     session: Session,
-    job: dict[str, Any],
+    job: JobState,
     notes: list[str],
     out: dict[str, Any],
 ) -> workspace.Checkpoint | None:
@@ -371,7 +373,7 @@ def _diffstat(repo: Git, base: str) -> str | None:
 
 
 def _persist(
-    env: ActionInputs, db: str, result: dict[str, Any], generation: int, job: dict[str, Any]
+    env: ActionInputs, db: str, result: dict[str, Any], generation: int, job: JobState
 ) -> int:
     """Write generation + 1 into the artifact directory (no network); returns the seq it
     holds. The Owner may hold the Session meanwhile: the snapshot is SQLite's backup."""
@@ -416,7 +418,7 @@ def _succeeded(session: Session) -> bool:
     return bool(ended and ended["result"] == "success")
 
 
-def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
+def _status(ended: Ended | None, job: JobState) -> str:
     """The job's status: how the run ended, else how its rounds stopped — ``waiting``,
     ``deadline`` (the time budget ran out), ``interrupted`` (cancelled; also when the run
     step left no outcome: it was cut off)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from rio_ci.core.entities import Cell, ShortCell
 from rio_ci.core.output import elided_marker
 from rio_ci.core.text import clip, escape_control
 from rio_ci.session.session import Session
@@ -241,7 +242,7 @@ def _argv(argv: list[str]) -> str:
     return _one_line(clip(" ".join(argv), 200))
 
 
-def describe(cell: dict[str, Any]) -> str:
+def describe(cell: Cell | ShortCell) -> str:
     """One line for a Cell: its kind and the start of what it holds (line breaks inside
     it shown as ``\\n``)."""
     if cell["kind"] == "note":

@@ -12,6 +12,7 @@ import re
 import time
 from typing import Any
 
+from rio_ci.core.entities import Cell
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
 from rio_ci.core.timeline import Timeline
@@ -153,10 +154,10 @@ def _cells(proj: Projection, timeline: Timeline) -> list[str]:
         )
     if not timeline.runs:
         for key, ex in proj.executions.items():
-            cell = ex.get("cell") or {"kind": "?"}
+            cell = ex["cell"]
             rows.append(
                 f"| {key} | {cell['kind']}{_role(cell)} | "
-                f"{md.cell_text(result_text(ex.get('result')))} | — | — |"
+                f"{md.cell_text(result_text(ex['result']))} | — | — |"
             )
     if len(runs) > CELL_ROWS:
         rows += ["", f"_The last {CELL_ROWS} of {len(runs)} Executions; `rio-ci show` lists all._"]
@@ -250,7 +251,7 @@ def read_meta(body: str) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _role(cell: dict[str, Any]) -> str:
+def _role(cell: Cell) -> str:
     return f" ({cell['role']})" if cell.get("role") else ""
 
 

@@ -3,10 +3,11 @@ place so a faster source (derived data kept beside the Journal) can replace the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import PurePath
 from typing import Any
 
+from rio_ci.core.entities import Cell, ShortCell
 from rio_ci.core.projection import Projection
 from rio_ci.core.timeline import KINDS, Run, Timeline, Validation, fold_timeline
 from rio_ci.reports.live import describe
@@ -47,7 +48,7 @@ def recent_timeline(session: Session, proj: Projection, cell_ids: Iterable[int])
             done = finished is not None and finished["seq"] <= proj.last_seq
             timeline.runs[cell_id] = Run(
                 cell_id,
-                {},
+                {"kind": "?"},  # not known here: ``show`` reads only a Run's times
                 round=0,
                 job=0,
                 queued_at=started["at"],
@@ -70,11 +71,13 @@ def descriptions(timeline: Timeline) -> dict[int, str]:
     return {cell_id: describe(_short(run.cell)) for cell_id, run in timeline.runs.items()}
 
 
-def _short(cell: dict[str, Any]) -> dict[str, Any]:
+def _short(cell: Cell | ShortCell) -> Cell | ShortCell:
     if cell.get("kind") != "cmd" or not cell.get("argv"):
         return cell
     argv = list(cell["argv"])
-    return {**cell, "argv": [PurePath(str(argv[0])).name or str(argv[0]), *argv[1:]]}
+    short = cell.copy()
+    short["argv"] = [PurePath(str(argv[0])).name or str(argv[0]), *argv[1:]]
+    return short
 
 
 def seconds(value: float | None) -> str:
@@ -97,7 +100,7 @@ def took(run: Run) -> str:
     return f"took {seconds(run.seconds)}"
 
 
-def result_text(result: dict[str, Any] | None) -> str:
+def result_text(result: Mapping[str, Any] | None) -> str:
     """An Execution's result in a few words: ``success``, ``error (exit 1)``,
     ``UnknownExecution (worker_lost_before_result_commit)``; ``running``/``queued`` when none."""
     if not result:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
+from rio_ci.core.entities import Cell, Execution
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
 from rio_ci.run.confinement.confinement import Confinement
@@ -66,7 +67,7 @@ class Launch:
     def token(self, what: str) -> str:
         return f"rio-{self.session.proj.session['id']}-{what}-{uuid.uuid4().hex[:12]}"
 
-    def start(self, ex: dict[str, Any]) -> Capture | None:
+    def start(self, ex: Execution) -> Capture | None:
         """Launch one queued Execution. Returns its Capture, or None when nothing runs: it
         finished at once (a launch that failed before the gate opened: known not to have
         run), or it stayed queued because a Control was committed meanwhile."""
@@ -95,9 +96,7 @@ class Launch:
         crash_point("script_running")
         return Capture(session, cell_id, Watch(worker, session.limits.output_bytes, self.secrets))
 
-    def _argv(
-        self, cell: dict[str, Any], cwd: str, env: dict[str, str]
-    ) -> tuple[list[str], str | None]:
+    def _argv(self, cell: Cell, cwd: str, env: dict[str, str]) -> tuple[list[str], str | None]:
         """The command to run, or why it cannot run (known before anything starts)."""
         if not Path(cwd).is_dir():
             return [], f"working directory {cwd} does not exist"

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Receipt, Rejection, decide, decide_again
+from rio_ci.core.entities import State
 from rio_ci.core.errors import Rejected, RunEnded
 from rio_ci.core.inbox import message_problem, timer_problem
 from rio_ci.core.json_value import NOT_TEXT, compact, encoded_size, is_text_safe, json_equal
@@ -294,7 +295,7 @@ class Session:
 
     # --- reading -------------------------------------------------------------------------
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> State:
         """The State as a new Turn would see it now, with every unconsumed message."""
         proj = self.refresh()
         return render(proj, proj.inbox)
@@ -438,7 +439,7 @@ class Session:
         crash_point("launch_before_spawn")
         return True
 
-    def register_worker(self, cell_id: int, identity: dict[str, Any]) -> None:
+    def register_worker(self, cell_id: int, identity: ev.WorkerRecord) -> None:
         """Commit the Worker's identity before its gate opens; not synced: it must outlive
         the Owner (a WAL does), not the boot (a power cut leaves no process to find)."""
         with self.journal.write(synced=False) as w:
@@ -517,13 +518,14 @@ class Session:
                 )
             if note_id is not None:
                 w.append(ev.control_applied(note_id, "conclusion", result="failure"))
-            unresolved = [
+            unresolved: list[ev.Unresolved] = [
                 {
                     "cell_id": e["cell_id"],
-                    "reason": e["result"].get("reason"),
-                    "evidence_refs": e["result"].get("evidence_refs", []),
+                    "reason": result.get("reason"),
+                    "evidence_refs": result.get("evidence_refs", []),
                 }
                 for e in w.proj.unresolved()
+                if (result := e["result"]) is not None  # an unresolved one has a result
             ]
             w.append(
                 ev.run_ended(

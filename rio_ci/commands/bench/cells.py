@@ -54,7 +54,7 @@ def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict
         while (execution := owner.session.proj.executions[str(head[0])])["phase"] != "finished":
             owner.tick(wait=0.05)
         elapsed = time.perf_counter() - started
-        if execution["result"]["type"] != "success":
+        if execution["result"] is None or execution["result"]["type"] != "success":
             raise RuntimeError(f"bench: a trivial Cell did not succeed: {execution['result']}")
         return elapsed
 
@@ -158,7 +158,7 @@ def measure_recovery(root: Path, quick: bool) -> dict[str, Any]:
         times.append(time.perf_counter() - started)
         result = owner.session.proj.executions[str(cell_id)]["result"]
         owner.close()
-        if result["type"] != "UnknownExecution":
+        if result is None or result["type"] != "UnknownExecution":
             raise RuntimeError(f"bench: recovery recorded {result}, not an UnknownExecution")
     return {"recovery_ms": ms(statistics.median(times)), "recovery_samples": len(times)}
 

@@ -69,7 +69,13 @@ def execute(session: Session, cell_id: int, output: str, token: str | None = Non
     registered, its result."""
     if token is None:
         token = f"rio-{session.proj.session['id']}-{cell_id}-{uuid.uuid4().hex[:12]}"
-    identity = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9, "token": token}
+    identity: ev.WorkerRecord = {
+        "pid": 4242,
+        "pgid": 4242,
+        "create_time": 1.7e9,
+        "boot_time": 1.7e9,
+        "token": token,
+    }
     session.authorize_launch(cell_id, token)
     session.register_worker(cell_id, identity)
     session.record_result(cell_id, ev.exited(cell_id, 0), output=[ev.OutputPiece("stdout", output)])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ class Confinement:
             )
         cu.owner_only(files)
         self.stop_processes(session)
-        recorded = session.proj.cell_user or {}
+        recorded: Mapping[str, Any] = session.proj.cell_user or {}  # any release's
         self.tree = cu.give_tree(tree, user, [*files, scratch], recorded.get("tree"))
         opened = cu.open_paths(user, [tree, folder.path, Path(folder.uv).parent])
         known = {str(p) for p, _ in self.opened}
@@ -173,7 +173,7 @@ class Confinement:
         recorded (an earlier Owner's), or raise RecoveryError. An Owner that may not signal
         that user fails here if anything of it runs: closed, never open."""
         uids = {self.user.uid} if self.user else set()
-        recorded = session.proj.cell_user or {}
+        recorded: Mapping[str, Any] = session.proj.cell_user or {}  # any release's
         if recorded.get("mode") == "separate" and recorded.get("uid") is not None:
             uids.add(int(recorded["uid"]))
         for uid in sorted(uids - {os.getuid(), os.geteuid()}):
@@ -183,7 +183,7 @@ class Confinement:
         """Stop every process of the Cell user, then give the tree back to the owner
         recorded when it was lent (by this Owner or an earlier one that never could), and
         take back the search bits. Safe to call when nothing is lent."""
-        recorded = session.refresh().cell_user or {}
+        recorded: Mapping[str, Any] = session.refresh().cell_user or {}
         if recorded.get("mode") != "separate" and self.user is None:
             return
         self.stop_processes(session)
