@@ -26,6 +26,8 @@ def publish_progress(
     note: str | None = None,
     pull_request: str | None = None,
     final: bool = False,
+    sweep: bool | None = None,
+    ci: str | None = None,
 ) -> bool:
     """Rewrite the progress comment from committed facts; whether it was written. A failed
     write is logged, never fatal: the work and the Session matter more than the report.
@@ -37,6 +39,8 @@ def publish_progress(
         run_url=env.run_url,
         note=note,
         pull_request=pull_request,
+        sweep=sweep,
+        ci=ci,
     )
     written = True
     try:

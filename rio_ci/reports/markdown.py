@@ -44,3 +44,27 @@ def fence(info: str, text: str) -> str:
     escaped)."""
     body = re.sub(r"`(?=`)", "`\u200b", escape_control(text))
     return f"```{info}\n{body}\n```"
+
+
+_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~!])")
+
+
+def plain(text: str, limit: int = 200) -> str:
+    """Untrusted text as plain words inline (a heading, a table cell, a sentence): one line,
+    clipped, control characters escaped, every Markdown and HTML character set as text, no
+    mentions."""
+    flat = escape_control(" ".join(clip(text, limit).split()))
+    return _SPECIAL.sub(r"\\\1", flat.replace("&", "&amp;")).replace("@", "@\u200b")
+
+
+def number(value: float) -> str:
+    """A count as people read it: ``2,000,000``."""
+    return f"{int(value):,}"
+
+
+def dollars(value: float) -> str:
+    """Money as people read it: ``$10.00``; an amount under a cent keeps four places
+    (``$0.0042``), so a cheap round is not shown as free."""
+    if 0 < abs(value) < 0.01:
+        return f"${value:.4f}"
+    return f"${value:,.2f}"

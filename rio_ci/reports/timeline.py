@@ -8,7 +8,15 @@ from pathlib import PurePath
 from typing import Any
 
 from rio_ci.core.projection import Projection
-from rio_ci.core.timeline import KINDS, Run, Timeline, Validation, fold_timeline
+from rio_ci.core.timeline import (
+    CONCLUSION,
+    GATE,
+    KINDS,
+    Run,
+    Timeline,
+    Validation,
+    fold_timeline,
+)
 from rio_ci.reports.live import describe
 from rio_ci.session.session import Session
 
@@ -56,10 +64,12 @@ def recent_timeline(session: Session, proj: Projection, cell_ids: Iterable[int])
                 result=finished["result"] if done and finished else None,
             )
     after = max(0, proj.last_seq - RECENT_EVENTS)
+    ended_at = int((proj.ended or {}).get("seq") or proj.last_seq + 1)
     for event in session.events(after=after, kinds=("validator_result",)):
         if event["seq"] <= proj.last_seq:
+            where = GATE if event["seq"] > ended_at else CONCLUSION
             timeline.validations.append(
-                Validation(event["note_id"], event["argv"], event["result"], event["at"])
+                Validation(event["note_id"], event["argv"], event["result"], event["at"], where)
             )
     return timeline
 
