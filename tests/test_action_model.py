@@ -59,3 +59,41 @@ def test_the_fallback_model_input_reaches_the_job_and_is_priced_like_the_model(
     refused = repo.step(job)
     assert refused.code == 2
     assert "--fallback-model" in refused.stdout and "rio-test-unpriced-model" in refused.stdout
+
+
+def test_a_typo_in_the_model_id_is_written_on_the_issue_with_the_nearest_ids(
+    tmp_path: Path, gh: FakeGitHub
+) -> None:
+    """An error before the first round reaches the maintainer where they look: the issue's
+    progress comment, an ``::error::`` annotation and the step summary, with what to do."""
+    repo = Repository(tmp_path, gh)
+    issue = gh.add_issue("Anything", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    job.env["RIO_MODEL"] = "claude-sonet-5-5"  # bare: taken as anthropic:claude-sonet-5-5
+    assert repo.step(job).code == 2
+    assert repo.step(job, "finish").code == 1
+    said = "unknown model 'claude-sonet-5-5'; the nearest known: claude-sonnet-5-5"
+    (comment,) = repo.progress_comments(issue)
+    shown = [line for line in comment["body"].splitlines() if line and "<!--" not in line]
+    assert shown[0] == f"### rio-ci: error · #{issue} Anything"
+    assert shown[1].startswith(f"**Next: you.** rio-ci stopped: {said}")
+    assert shown[1].endswith(
+        "Fix the action's `model` input (docs/models.md), then comment here to continue."
+    )
+    assert f"::error::rio-ci: {said}" in job.run.stderr
+    assert said in job.summary and "**Next: you.**" in job.summary
+
+
+def test_a_bad_configuration_is_written_on_the_issue(tmp_path: Path, gh: FakeGitHub) -> None:
+    repo = Repository(tmp_path, gh, files={".github/rio.yml": "validator: [true]\n"})
+    issue = gh.add_issue("Anything", labels=("rio",))
+    job = repo.job("issues", labeled(issue))
+    assert job.run.code == 2
+    (comment,) = repo.progress_comments(issue)
+    assert (
+        "**Next: you.** rio-ci stopped: .github/rio.yml: unknown key(s) validator."
+        in (comment["body"])
+    )
+    assert "Fix .github/rio.yml on the default branch" in comment["body"]
+    assert "::error::rio-ci: .github/rio.yml: unknown key(s) validator" in job.run.stderr
+    assert "unknown key(s) validator" in job.summary

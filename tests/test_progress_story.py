@@ -18,6 +18,7 @@ from rio_ci.forge.issues import goal_for
 from rio_ci.reports import progress
 from rio_ci.reports.live import describe
 from rio_ci.reports.next_step import Waiting
+from rio_ci.reports.pull_request import pull_request_body
 from rio_ci.reports.timeline import read_timeline
 from rio_ci.session.session import Session
 
@@ -229,7 +230,28 @@ def test_comments_received_are_listed_with_the_round_that_read_them(
         "comment:7", "comment", {"author": "alice", "body": "use .get", "url": url}
     )
     body = comment(issue_session)
-    assert f"| `alice` | comment [{url}]({url}) | not read yet (job 1) |" in body
+    assert f"| `alice` | [comment]({url}) | not read yet |" in body
     issue_session.prepare_turn()
     body = comment(issue_session)
-    assert f"| `alice` | comment [{url}]({url}) | round 2 (job 1) |" in body
+    assert f"| `alice` | [comment]({url}) | round 2 (job 1) |" in body
+
+
+def test_the_pull_request_names_each_validator_once_and_the_cells_by_description(
+    issue_session: Session,
+) -> None:
+    conclude(issue_session)
+    body = pull_request_body(
+        34, "s", read_timeline(issue_session), diffstat=" a | 1 +", comment_url=None
+    )
+    verified = body.split("### How it was verified", 1)[1].split("\n\n", 2)[1]
+    assert verified.splitlines() == [
+        "- `pytest -q`: success at the conclusion; error (exit 1) at the pull-request gate"
+    ]
+    assert "- cell 2: reproduce the failing login test (success)" in body
+
+
+def test_a_refused_provider_request_says_what_to_check(issue_session: Session) -> None:
+    issue_session.end_in_failure("model error: 401 invalid x-api-key")
+    _, first = first_lines(comment(issue_session))
+    assert first.startswith("**Next: you.** The run failed: model error: 401 invalid x-api-key.")
+    assert "check the key (the action's `anthropic-api-key`), the `model` input" in first

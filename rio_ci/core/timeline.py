@@ -89,7 +89,7 @@ class Heard:
     author: str
     url: str
     at: float
-    job: int
+    job: int  # the job that took it in, then the job whose round read it
     round: int | None = None
 
 
@@ -160,7 +160,7 @@ def _turn_prepared(h: Timeline, event: dict[str, Any]) -> None:
     for message_id in event.get("delivered") or []:
         heard = h.heard.get(message_id)
         if heard is not None and heard.round is None:
-            heard.round = number
+            heard.round, heard.job = number, h.job
 
 
 def _message_received(h: Timeline, event: dict[str, Any]) -> None:

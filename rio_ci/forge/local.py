@@ -210,6 +210,14 @@ class LocalForge:
     def repository_dispatch(self, event_type: str) -> None:
         self._update(lambda data: data["dispatches"].append({"event_type": event_type}))
 
+    def react(self, number: int, comment_id: int, content: str) -> None:
+        def change(data: dict[str, Any]) -> None:
+            left = data.setdefault("reactions", {}).setdefault(str(comment_id), [])
+            if content not in left:
+                left.append(content)
+
+        self._update(change)
+
     def add_label(self, number: int, label: str) -> None:
         self.issue(number)  # a missing issue is a ForgeError, as on a real host
 

@@ -185,6 +185,7 @@ def _publish(
         final=True,
         sweep=_sweep_installed(env, forge) if proj.next_wake() is not None else None,
         ci=ci,
+        problem=(job["problem"], job.get("todo")) if job.get("problem") else None,
     )
     if (
         proj.ended

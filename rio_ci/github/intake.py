@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rio_ci.core.errors import Rejected, RunEnded
+from rio_ci.core.errors import Rejected, RioError, RunEnded
 from rio_ci.core.json_value import encoded_size
 from rio_ci.forge.base import Check, Comment, Forge, Review, ReviewComment
 from rio_ci.forge.issues import branch_for, quote_untrusted
@@ -111,6 +111,7 @@ def _take_comments(
             log(f"rio-ci: comment {comment.id} by @{comment.author} ignored (no write access)")
         elif command == "stop":
             owner.end_in_failure(f"stopped by @{comment.author} ({comment.url})")
+            _heard(forge, number, comment)
         elif command is None:
             session.receive(
                 f"comment:{comment.id}",
@@ -124,8 +125,18 @@ def _take_comments(
                     **(kept(session, fetcher.fetch(comment.body)) if fetcher else {}),
                 },
             )
+            _heard(forge, number, comment)
         # "/rio status" needs nothing here: this job rewrites the progress comment anyway.
         session.set_watermark(key, comment.id)
+
+
+def _heard(forge: Forge, number: int, comment: Comment) -> None:
+    """An eyes reaction on a writer's comment this job took in, so its writer knows it was
+    read; a reaction GitHub refuses is a log line, never the job's end."""
+    try:
+        forge.react(number, comment.id, "eyes")
+    except RioError as exc:
+        log(f"rio-ci: no reaction on comment {comment.id}: {exc}")
 
 
 def _take_reviews(owner: Owner, forge: Forge, pull: int) -> None:

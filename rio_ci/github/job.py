@@ -25,14 +25,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rio_ci.core.errors import RioError
+from rio_ci.core.errors import ModelError, RioError, UsageError
 from rio_ci.core.projection import Projection
 from rio_ci.core.timeline import JOB_MARK
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace
-from rio_ci.github.comment import Pacer, publish_progress
-from rio_ci.github.contract import JOB_FILE, ActionInputs, Config, log, seal_state_dir, warn
+from rio_ci.github.comment import Pacer, publish_problem, publish_progress
+from rio_ci.github.contract import (
+    JOB_FILE,
+    ActionInputs,
+    Config,
+    log,
+    log_error,
+    seal_state_dir,
+    warn,
+)
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
@@ -67,7 +75,14 @@ def run(
     if isinstance(triaged, dict):
         return triaged
     issue, pull_request, writer = triaged
-    config = Config.load(env.workspace, env.config)
+    try:
+        config = Config.load(env.workspace, env.config)
+    except UsageError as exc:
+        todo = (
+            f"Fix {env.config} on the default branch (docs/github.md, Configuration), then "
+            "comment here to continue."
+        )
+        return publish_problem(env, forge, issue, str(exc), todo, exc.exit_code)
     if config.skipped is not None:
         warn(env, f"{config.skipped}; the configuration's defaults apply")
     for problem in config.problems:
@@ -212,7 +227,8 @@ class _Work:
         )
         result = _work(env, self.forge, listener, job, self.trigger, self.writer, self.pull_request)
         if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
-            write_job(env, {**job, "outcome": result.get("status")})
+            said: dict[str, Any] = {k: result[k] for k in ("problem", "todo") if k in result}
+            write_job(env, {**job, "outcome": result.get("status"), **said})
         return result
 
 
@@ -400,10 +416,13 @@ def _rounds(
     if proj.ended:
         status = "succeeded" if proj.ended["result"] == "success" else "failed"
         return _result(status, proj, issue, proj.ended["reason"])
-    given = parse_price(env.price) if env.price else None
-    model, fallback = priced_models(
-        env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
-    )
+    try:
+        given = parse_price(env.price) if env.price else None
+        model, fallback = priced_models(
+            env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
+        )
+    except (UsageError, ModelError) as exc:
+        return _no_model(env, proj, issue, exc)
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round collapsed in the job's log
@@ -436,6 +455,22 @@ def _rounds(
         )
     proj = session.refresh()
     return {**_result(outcome.status, proj, issue, outcome.reason), "next_wake": proj.next_wake()}
+
+
+def _no_model(
+    env: ActionInputs, proj: Projection, issue: int, exc: UsageError | ModelError
+) -> dict[str, Any]:
+    """The model cannot be asked (an unknown id, no price, no key): an ``::error::`` now; the
+    finish step writes the problem and what to do on the issue and in the step summary."""
+    todo = (
+        "Set the repository secret the action's `anthropic-api-key` input reads (docs/github.md), "
+        "then comment here to continue."
+        if isinstance(exc, ModelError)
+        else "Fix the action's `model` input (docs/models.md), then comment here to continue."
+    )
+    log_error(f"{exc}. {todo}")
+    said = {"problem": str(exc), "todo": todo, "exit_code": exc.exit_code}
+    return {**_result("error", proj, issue, str(exc)), **said}
 
 
 def quiet(session: Session, base: int) -> bool:

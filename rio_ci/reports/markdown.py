@@ -32,10 +32,11 @@ def code(text: str) -> str:
     return f"`{clip(flat, 120)}`"
 
 
-def link(url: str) -> str:
-    """A link we made (the forge returned it): shown only when it is a plain URL."""
+def link(url: str, text: str | None = None) -> str:
+    """A link we made (the forge returned it), named ``text`` (our own words) or its URL:
+    shown only when it is a plain URL."""
     if re.fullmatch(r"(https?|file)://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+", url):
-        return f"[{cell_text(url)}]({url})"
+        return f"[{cell_text(text or url)}]({url})"
     return code(url)
 
 

@@ -17,6 +17,10 @@ from rio_ci.reports import markdown as md
 
 SWEEP_WORKFLOW = "rio-sweep.yml"  # the scheduled workflow that fires Timers (docs/github.md)
 CONTINUE = "Comment here to continue, `/rio stop` to end."
+MODEL_ERROR_TODO = (
+    "The provider refused the request: check the key (the action's `anthropic-api-key`), "
+    "the `model` input and the account's limits. "
+)
 _PULL_NUMBER = re.compile(r"/pull/([0-9]+)(?:\.html)?\Z")
 
 
@@ -26,11 +30,15 @@ class Waiting:
 
     ``outcome``: how its rounds ended (``waiting``, ``deadline``, ``interrupted``; None while
     they run); ``sweep``: whether the sweep workflow is installed (None: not looked up);
-    ``ci``: the CI workflow dispatched on the Session's branch in this job, if any."""
+    ``ci``: the CI workflow dispatched on the Session's branch in this job, if any;
+    ``problem`` and ``todo``: the error that stopped the job before or between rounds
+    (outcome ``error``) and what to do about it."""
 
     outcome: str | None = None
     sweep: bool | None = None
     ci: str | None = None
+    problem: str | None = None
+    todo: str | None = None
 
 
 def next_line(
@@ -45,6 +53,8 @@ def next_line(
     if proj.ended:
         return "**Next: you.** " + _ended(proj, pull_request)
     outcome = waiting.outcome
+    if waiting.problem:
+        return problem_line(waiting.problem, waiting.todo)
     if outcome is None:
         rounds = len(timeline.rounds)
         return (
@@ -71,10 +81,11 @@ def next_line(
 def _ended(proj: Projection, pull_request: str | None) -> str:
     assert proj.ended is not None
     if proj.ended["result"] != "success":
+        reason = str(proj.ended["reason"])
+        check = MODEL_ERROR_TODO if reason.startswith("model error") else ""
         return (
-            f"The run failed: {md.plain(str(proj.ended['reason']), 300)}. Comment here to "
-            "start a follow-up Session from where it stopped, or label the issue again to "
-            "start over."
+            f"The run failed: {md.plain(reason, 300)}. {check}Comment here to start a "
+            "follow-up Session from where it stopped, or label the issue again to start over."
         )
     if pull_request:
         number = _PULL_NUMBER.search(pull_request)

@@ -49,6 +49,8 @@ def status_of(proj: Projection, outcome: str | None) -> str:
         return "stopped (the job's time budget ran out)"
     if outcome == "interrupted":
         return "stopped (the job was cut off)"
+    if outcome == "error":
+        return "error"
     if proj.pause:
         return "paused"
     return "running"
@@ -259,10 +261,9 @@ def _heard(timeline: Timeline) -> list[str]:
         return []
     lines = ["", "#### Comments received", "", "| from | what | read in |", "| --- | --- | --- |"]
     for h in heard:
-        what = md.link(h.url) if h.url else md.cell_text(h.kind)
-        kind = h.kind.replace("_", " ")
-        read = f"round {h.round}" if h.round is not None else "not read yet"
-        lines.append(f"| {md.code(h.author or '?')} | {kind} {what} | {read} (job {h.job}) |")
+        what = md.link(h.url, h.kind.replace("_", " ")) if h.url else md.cell_text(h.kind)
+        read = f"round {h.round} (job {h.job})" if h.round is not None else "not read yet"
+        lines.append(f"| {md.code(h.author or '?')} | {what} | {read} |")
     return lines
 
 
@@ -313,18 +314,21 @@ def render_problem(
     run_url: str | None,
     operation: str | None = None,
     what_to_do: str | None = None,
+    kept: dict[str, Any] | None = None,
 ) -> str:
     """The comment when no Session could be opened at all (every saved generation refused,
     or all gone), or when the job stopped before its first round (a bad configuration, a
     missing key, an unknown model): the problem and ``what_to_do`` under **Next**. Its
     metadata has no wake-up, so the sweep leaves the issue alone until someone acts;
-    ``operation`` names the write, so a replay can tell it was made."""
+    ``operation`` names the write, so a replay can tell it was made. ``kept``: the metadata
+    of the comment this one replaces, whose generation and wake-up it keeps (a Session's
+    Timer still fires once the problem is fixed)."""
     meta = {
         "status": "error",
-        "generation": None,
+        "generation": (kept or {}).get("generation"),
         "operation": operation,
-        "next_wake": None,
-        "ended": False,
+        "next_wake": (kept or {}).get("next_wake"),
+        "ended": bool((kept or {}).get("ended")),
     }
     lines = [
         MARKER,

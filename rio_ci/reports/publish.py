@@ -31,10 +31,12 @@ def progress_body(
     pull_request: str | None = None,
     sweep: bool | None = None,
     ci: str | None = None,
+    problem: tuple[str, str | None] | None = None,
 ) -> str:
     """The progress comment as it stands now, from committed facts (the caller writes it
     with ``Forge.upsert_comment(issue, progress.MARKER, body)``). ``outcome``, ``sweep`` and
-    ``ci``: what comes next (``rio_ci.reports.next_step.Waiting``)."""
+    ``ci``: what comes next; ``problem``: the error that stopped the job and what to do
+    (``rio_ci.reports.next_step.Waiting``)."""
     proj = session.refresh()
     return progress.render(
         proj,
@@ -45,7 +47,7 @@ def progress_body(
         note=note,
         pull_request=pull_request,
         timeline=read_timeline(session, proj.last_seq),
-        waiting=Waiting(outcome, sweep, ci),
+        waiting=Waiting(outcome, sweep, ci, *(problem or (None, None))),
     )
 
 
