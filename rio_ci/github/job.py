@@ -375,6 +375,9 @@ def _work(
         publish_progress(env, forge, session, issue, job["generation"], None, note=problem)
         return _result("error", session.proj, issue, problem)
     base = session.refresh().last_seq
+    if not session.proj.ended:  # this job, in the history the comment shows, before the
+        # recovery: what it finds of a job cut off without its finish belongs to this one
+        session.set_watermark(JOB_MARK, job_label(env))
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
@@ -408,9 +411,7 @@ def _rounds(
     progress comment between them."""
     issue, owner = int(job["issue"]), listener.owner
     session = owner.session
-    label = f"GitHub Actions run {env.run_id}"
-    if not session.refresh().ended:  # this job, in the history the comment shows
-        session.set_watermark(JOB_MARK, label)
+    label = job_label(env)
     publish_progress(env, forge, session, issue, job["generation"], None, note=rejections_note(job))
     proj = session.refresh()
     if proj.ended:
@@ -471,6 +472,10 @@ def _no_model(
     log_error(f"{exc}. {todo}")
     said = {"problem": str(exc), "todo": todo, "exit_code": exc.exit_code}
     return {**_result("error", proj, issue, str(exc)), **said}
+
+
+def job_label(env: ActionInputs) -> str:
+    return f"GitHub Actions run {env.run_id}"
 
 
 def quiet(session: Session, base: int) -> bool:
