@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import accept, cmd, end_execution, record_unknown, start_execution, succeed
 
+from rio_ci.core.events import OutputPiece
 from rio_ci.core.timeline import JOB_MARK, fold_timeline
 from rio_ci.github.comment import Pacer
 from rio_ci.model.scripted import ScriptedModel
@@ -191,7 +192,7 @@ def test_each_job_is_drawn_from_its_own_start_and_the_gap_is_named(session: Sess
     accept(session, lambda p: p.add({**cmd("true"), "description": "check again"}))
     succeed(session, 2)
     timeline = fold_timeline(shifted(session, "run 2", 3))
-    first, _ = timeline.jobs
+    first, second = timeline.jobs
     assert diagram.section_title(timeline, 2) == "job 2 (3 h 0 min after job 1)"
     (chart,) = mermaid.blocks(diagram.block(timeline, descriptions(timeline)))
     parsed = mermaid.parse(chart)
@@ -202,9 +203,10 @@ def test_each_job_is_drawn_from_its_own_start_and_the_gap_is_named(session: Sess
     one, two = by_section.values()
     assert min(t["start"] for t in one) >= 0 and min(t["start"] for t in two) >= 0
     span = max(t["end"] for t in parsed["tasks"])
-    assert span <= 1000 * max(first.ended_at - first.started_at, 0.01) + 1  # no 3-hour gap
+    longest = max(job.ended_at - job.started_at for job in (first, second))
+    assert span <= 1000 * longest + 1  # no 3-hour gap
     (unknown,) = [t for t in one if t["crit"]]
-    assert unknown["end"] == round((first.ended_at - first.started_at) * 1000)
+    assert abs(unknown["end"] - round((first.ended_at - first.started_at) * 1000)) <= 1
     assert any("check again" in t["task"] for t in two)
     assert "the axis counts seconds since then" in diagram.block(timeline, descriptions(timeline))
 
@@ -217,3 +219,17 @@ def test_the_axis_has_few_short_ticks_that_no_time_zone_shifts(span: float) -> N
     count, unit = re.fullmatch(r"([0-9]+)(millisecond|second)", axis.tick).groups()  # type: ignore[union-attr]
     size = int(count) / (1000 if unit == "millisecond" else 1)
     assert span / axis.scale / size <= diagram.MAX_TICKS
+
+
+def test_a_job_ends_at_its_last_event_output_included(session: Session) -> None:
+    """A job cut off while its Cell printed ends at the last output it committed, though
+    the Timeline's fold reads no output."""
+    session.set_watermark(JOB_MARK, "run 1")
+    accept(session, lambda p: p.add(cmd("sleep", "100")))
+    start_execution(session, 1)
+    session.record_output(1, [OutputPiece("stdout", text="still working\n")])
+    session.set_watermark(JOB_MARK, "run 2")
+    record_unknown(session, 1)
+    (output,) = [e for e in session.events() if e["kind"] == "output"]
+    timeline = read_timeline(session, session.refresh().last_seq)
+    assert timeline.jobs[0].ended_at == output["at"]

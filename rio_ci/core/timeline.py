@@ -98,7 +98,8 @@ class Job:
     number: int
     label: str
     started_at: float
-    ended_at: float
+    ended_at: float  # its last event the fold read (a report may find a later one)
+    first_seq: int = 0  # the event that started it (its job mark)
 
 
 @dataclass
@@ -149,7 +150,7 @@ def _watermark(h: Timeline, event: dict[str, Any]) -> None:
     if len(h.jobs) == 1 and not first.label and not h.rounds and not h.runs:
         first.label, first.started_at = str(event["value"]), event["at"]  # the first job
         return
-    h.jobs.append(Job(len(h.jobs) + 1, str(event["value"]), event["at"], event["at"]))
+    h.jobs.append(Job(len(h.jobs) + 1, str(event["value"]), event["at"], event["at"], event["seq"]))
 
 
 def _turn_prepared(h: Timeline, event: dict[str, Any]) -> None:

@@ -27,7 +27,21 @@ def read_timeline(session: Session, upto: int | None = None) -> Timeline:
     events = session.events(kinds=KINDS)
     if upto is not None:
         events = (e for e in events if e["seq"] <= upto)
-    return fold_timeline(events)
+    timeline = fold_timeline(events)
+    _job_ends(session, timeline, upto)
+    return timeline
+
+
+def _job_ends(session: Session, timeline: Timeline, upto: int | None) -> None:
+    """Each job's true last event, output included (the fold reads no output, and a job cut
+    off mid-Cell was writing output until it died): one indexed look-up per job."""
+    marks = [job.first_seq for job in timeline.jobs[1:]]
+    if upto is not None:
+        marks.append(upto + 1)
+    for job, mark in zip(timeline.jobs, marks, strict=False):
+        before = next(session.events(after=max(0, mark - 2), limit=1), None)
+        if before is not None and before["seq"] < mark:
+            job.ended_at = max(job.ended_at, before["at"])
 
 
 # How far back ``recent_timeline`` looks for validator results: those of the latest
