@@ -119,7 +119,7 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     note = next(c["id"] for c in resolutions[0]["cells"] if c.get("role") == "resolution")
     assert f"Resolved by note {note} in round" in body
     (chart,) = mermaid.blocks(body)
-    assert "    section job 1 (started " in chart and "    section job 2 (" in chart
+    assert "    section job 1, " in chart and "    section job 2, " in chart
     assert "cut off :milestone" in chart
     assert mermaid.blocks(second.summary) == [chart]  # the step summary draws it too
 

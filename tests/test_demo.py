@@ -209,10 +209,10 @@ def test_the_progress_comment_tells_the_whole_interrupted_session(
     parsed = mermaid.parse(chart)
     assert parsed.get("type") == "gantt", parsed
     tasks = {t["task"]: t for t in parsed["tasks"]}
-    assert tasks["cut off"]["milestone"] and tasks["cut off"]["section"].startswith("job 1 (")
+    assert tasks["cut off"]["milestone"] and tasks["cut off"]["section"].startswith("job 1, ")
     resolved = tasks[f"cell 3 resolved by note {resolution['note_id']}"]
-    assert resolved["milestone"] and resolved["section"].startswith("job 2 (")
-    assert "after job 1)" in resolved["section"]  # the gap between the jobs is named
+    assert resolved["milestone"] and resolved["section"].startswith("job 2, ")
+    assert resolved["section"].endswith(" later")  # the gap between the jobs is named
     (crit,) = [t for t in parsed["tasks"] if t["crit"]]
     assert crit["task"].startswith("cell 3 UnknownExecution")
 
@@ -257,7 +257,7 @@ def test_the_demo_shows_the_comment_and_the_pull_request_side_by_side(
     assert "rio-ci:progress" not in comment and "rio-ci:meta" not in comment
     assert "<p><strong>Next: you.</strong> Review <a href=" in comment
     assert f'href="{summary["pull_request"]}"' in comment
-    assert "<pre class=mermaid>gantt" in comment
+    assert "<pre class=mermaid>" in comment and "\ngantt\n" in comment
     # The commands it suggests run after the README's install (nothing on PATH).
     command = re.search(r"Look around: (\S+) show ", done.stderr)
     assert command is not None and Path(command.group(1)).name == "rio-ci"

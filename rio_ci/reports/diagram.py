@@ -27,6 +27,7 @@ from rio_ci.core.timeline import Job, Run, Timeline
 MAX_ITEMS = 40
 LABEL_CHARS = 48
 MAX_TICKS = 8
+LEFT_PADDING = 160  # pixels for the section titles, left of the chart (Mermaid's default: 75)
 # Tick spacings the axis may take, in drawn seconds, with Mermaid's name for each.
 _TICKS = [(n / 1000, f"{n}millisecond") for n in (1, 2, 5, 10, 20, 50, 100, 200, 500)] + [
     (n, f"{n}second") for n in (1, 2, 5, 10, 15, 30)
@@ -82,14 +83,14 @@ def rows(timeline: Timeline, describe: dict[int, str]) -> list[Row]:
 
 
 def section_title(timeline: Timeline, number: int) -> str:
-    """``job 1 (started 2026-12-06 14.05 UTC)``, ``job 2 (3 h 10 min after job 1)``: where
-    the job sits in time, since each is drawn from its own start."""
+    """``job 1, 12-06 14.05 UTC``, ``job 2, 3 h 10 min later``: where the job sits in time,
+    since each is drawn from its own start (a gap is counted from the end of the job
+    before). Short enough for the chart's left margin (``LEFT_PADDING``)."""
     job = timeline.jobs[number - 1]
     if number == 1:
-        when = time.strftime("%Y-%m-%d %H.%M UTC", time.gmtime(job.started_at))
-        return f"job 1 (started {when})"
+        return "job 1, " + time.strftime("%m-%d %H.%M UTC", time.gmtime(job.started_at))
     gap = max(0.0, job.started_at - timeline.jobs[number - 2].ended_at)
-    return f"job {number} ({_gap(gap)} after job {number - 1})"
+    return f"job {number}, {_gap(gap)} later"
 
 
 def _gap(seconds: float) -> str:
@@ -152,6 +153,11 @@ def gantt(timeline: Timeline, describe: dict[int, str], *, limit: int = MAX_ITEM
     shown = _shown(timeline, describe, limit)
     axis = axis_of(max((r.end - r.origin for r in shown), default=0.0))
     lines = [
+        "---",
+        "config:",
+        "  gantt:",
+        f"    leftPadding: {LEFT_PADDING}",
+        "---",
         "gantt",
         "    dateFormat x",
         f"    axisFormat {axis.format}",
