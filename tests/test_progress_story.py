@@ -206,7 +206,7 @@ def test_a_description_is_a_few_words_on_one_line() -> None:
     for bad in ("", "  ", "two\nlines", "x" * 81, 3):
         assert validate_cell({**base, "description": bad}) is not None, bad
     assert validate_cell({**note("n"), "id": 1, "previous_id": None, "description": "x"})
-    assert describe({**base, "description": "run the tests"}) == "run the tests"
+    assert describe({**base, "description": "run the tests"}) == "run the tests · cmd true"
 
 
 def test_an_interrupted_cell_shows_its_last_output_lines(issue_session: Session) -> None:
@@ -247,7 +247,7 @@ def test_the_pull_request_names_each_validator_once_and_the_cells_by_description
     assert verified.splitlines() == [
         "- `pytest -q`: success at the conclusion; error (exit 1) at the pull-request gate"
     ]
-    assert "- cell 2: reproduce the failing login test (success)" in body
+    assert "- cell 2: reproduce the failing login test · cmd pytest -q (success)" in body
 
 
 def test_a_refused_provider_request_says_what_to_check(issue_session: Session) -> None:

@@ -244,12 +244,12 @@ def _argv(argv: list[str]) -> str:
 
 def describe(cell: dict[str, Any]) -> str:
     """One line for a Cell: a note's kind and start; an executable Cell's ``description``
-    when the model gave one, else what it runs (``what_it_runs``)."""
+    (when the model gave one) before what it runs (``what_it_runs``)."""
     if cell["kind"] == "note":
         role = f"{cell['role']} " if cell.get("role") else ""
         return _one_line(f"note {role}{clip(cell['text'], 120)}")
     if cell.get("description"):
-        return _one_line(clip(str(cell["description"]), 100))
+        return _one_line(clip(str(cell["description"]), 100)) + " · " + what_it_runs(cell)
     return what_it_runs(cell)
 
 
