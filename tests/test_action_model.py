@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from action_job import Repository, add, cmd_cell, conclude, labeled, script
+from fakes.anthropic_api import FakeAnthropic
 from fakes.github_api import FakeGitHub
 
 pytestmark = pytest.mark.people(alice="write")
@@ -97,3 +98,26 @@ def test_a_bad_configuration_is_written_on_the_issue(tmp_path: Path, gh: FakeGit
     assert "Fix .github/rio.yml on the default branch" in comment["body"]
     assert "::error::rio-ci: .github/rio.yml: unknown key(s) validator" in job.run.stderr
     assert "unknown key(s) validator" in job.summary
+
+
+def test_a_refused_provider_request_is_written_on_the_issue(tmp_path: Path, gh: FakeGitHub) -> None:
+    """Between rounds: the provider answers 401; the run ends, and the maintainer reads why
+    and what to check on the issue, as an ``::error::`` and in the step summary."""
+    repo = Repository(tmp_path, gh, secrets={"ANTHROPIC_API_KEY": "sk-revoked"})
+    issue = gh.add_issue("Anything", labels=("rio",))
+    with FakeAnthropic() as provider:
+        provider.error(401, "authentication_error", "invalid x-api-key")
+        job = repo.prepare("issues", labeled(issue))
+        job.env.update(
+            RIO_MODEL="anthropic:claude-sonnet-5-5", ANTHROPIC_BASE_URL=provider.base_url
+        )
+        repo.step(job)
+        repo.step(job, "finish")
+    (comment,) = repo.progress_comments(issue)
+    (said,) = [line for line in comment["body"].splitlines() if line.startswith("**Next")]
+    assert said.startswith("**Next: you.** The run failed: model error: ")
+    assert (
+        "invalid x-api-key" in said and "check the key (the action's `anthropic-api-key`)" in said
+    )
+    assert "::error::rio-ci: model error: " in job.run.stderr
+    assert "check the key" in job.summary

@@ -52,6 +52,7 @@ from rio_ci.github.triggers import Trigger, classify, request_of, steer_command
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
+from rio_ci.reports.next_step import MODEL_ERROR_TODO
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session.session import Session
@@ -455,6 +456,9 @@ def _rounds(
             "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"
         )
     proj = session.refresh()
+    if proj.ended and str(proj.ended["reason"]).startswith("model error"):
+        # The provider refused: the comment's Next says what to check (finish writes it).
+        log_error(f"{proj.ended['reason']}. {MODEL_ERROR_TODO}")
     return {**_result(outcome.status, proj, issue, outcome.reason), "next_wake": proj.next_wake()}
 
 
