@@ -178,6 +178,7 @@ def shifted(session: Session, after_mark: str, hours: float) -> list[dict[str, A
     return events
 
 
+@pytest.mark.slow  # the real Mermaid parser: a node process
 @pytest.mark.usefixtures("mermaid_parser")
 def test_each_job_is_drawn_from_its_own_start_and_the_gap_is_named(session: Session) -> None:
     """Two jobs three hours apart, the first cut off mid-Cell and the second finding it
