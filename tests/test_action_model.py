@@ -121,3 +121,19 @@ def test_a_refused_provider_request_is_written_on_the_issue(tmp_path: Path, gh: 
     )
     assert "::error::rio-ci: model error: " in job.run.stderr
     assert "check the key" in job.summary
+
+
+def test_a_missing_key_is_written_on_the_issue(tmp_path: Path, gh: FakeGitHub) -> None:
+    repo = Repository(tmp_path, gh)
+    issue = gh.add_issue("Anything", labels=("rio",))
+    job = repo.prepare("issues", labeled(issue))
+    job.env["RIO_MODEL"] = "anthropic:claude-sonnet-5-5"
+    job.env.pop("ANTHROPIC_API_KEY", None)
+    assert repo.step(job).code != 0
+    repo.step(job, "finish")
+    (comment,) = repo.progress_comments(issue)
+    (said,) = [line for line in comment["body"].splitlines() if line.startswith("**Next")]
+    assert said.startswith("**Next: you.** rio-ci stopped: no Anthropic API key")
+    assert "Set the repository secret the action's `anthropic-api-key` input reads" in said
+    assert "::error::rio-ci: no Anthropic API key" in job.run.stderr
+    assert "no Anthropic API key" in job.summary
