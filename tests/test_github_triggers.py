@@ -160,17 +160,17 @@ def test_steer_commands_are_whole_comments() -> None:
 
 
 def test_the_progress_status_says_how_an_unfinished_job_stopped() -> None:
-    """The finish step passes how the rounds stopped: a job cut off or out of time says the
-    next job goes on, not that it waits for a comment; a pause and an ending win."""
+    """The finish step passes how the rounds stopped: a job cut off or out of time says it
+    stopped (nothing runs until the next event), even when the queue was paused; an ending
+    wins."""
     proj = Projection(session={"id": "s"})
     assert status_of(proj, "waiting") == "waiting for a comment or a check"
-    assert (
-        status_of(proj, "deadline") == "waiting for the next job (this one's time budget ran out)"
-    )
-    assert status_of(proj, "interrupted") == "waiting for the next job (this one was cut off)"
+    assert status_of(proj, "deadline") == "stopped (the job's time budget ran out)"
+    assert status_of(proj, "interrupted") == "stopped (the job was cut off)"
     assert status_of(proj, None) == "running"
     proj.pause = "execution:1"
-    assert status_of(proj, "deadline") == "paused"
+    assert status_of(proj, None) == "paused"
+    assert status_of(proj, "interrupted") == "stopped (the job was cut off)"
     proj.ended = {"result": "success", "reason": "conclusion accepted"}
     assert status_of(proj, "interrupted") == "succeeded"
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, final
 from rio_ci.core.entities import CellUserRecord, Departed, Execution, Phase, stream_keys
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip, escape_control
-from rio_ci.core.timeline import Run, Timeline
+from rio_ci.core.timeline import CONCLUSION, Run, Timeline
 from rio_ci.core.view import retained
 from rio_ci.reports.live import describe
 from rio_ci.reports.timeline import RECENT_EVENTS, recent_timeline, result_text, seconds, took
@@ -106,7 +106,7 @@ def summary(session: Session) -> dict[str, Any]:
         "cell_user": cell_user_summary(proj.cell_user),
         "events": proj.last_seq,
         "validators": [
-            {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at}
+            {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at, "where": v.where}
             for v in shown.timeline.validations
         ],
         "executions_not_listed": proj.departed_before,
@@ -194,10 +194,14 @@ def _validator_lines(timeline: Timeline) -> list[str]:
     for v in timeline.validations:
         lines.append(
             f"  {escape_control(' '.join(v.argv))} → {result_text(v.result)} "
-            f"(for conclusion note {v.note_id}, at "
+            f"({_place(v.where, v.note_id)}, at "
             f"{time.strftime('%H:%M:%S UTC', time.gmtime(v.at))})"
         )
     return lines
+
+
+def _place(where: str, note_id: int) -> str:
+    return f"at the conclusion, note {note_id}" if where == CONCLUSION else where
 
 
 def _rest(session: Session, proj: Projection, db: str) -> list[str]:

@@ -46,6 +46,7 @@ class Cell(TypedDict):
     runtime: NotRequired[str]
     source: NotRequired[str]
     argv: NotRequired[list[str]]
+    description: NotRequired[str]  # a few words a code or cmd Cell may carry
 
 
 class ShortCell(TypedDict):
@@ -58,6 +59,7 @@ class ShortCell(TypedDict):
     source: NotRequired[str]
     text: NotRequired[str]
     role: NotRequired[str]
+    description: NotRequired[str]
 
 
 class Execution(TypedDict):

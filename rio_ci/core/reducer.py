@@ -21,7 +21,7 @@ from rio_ci.core.entities import (
 from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
 from rio_ci.core.projection import DEPARTED_KEPT, Projection, is_unresolved
-from rio_ci.core.state import EXECUTABLE
+from rio_ci.core.state import EXECUTABLE, first_meaningful_line
 from rio_ci.core.text import clip
 from rio_ci.core.view import render
 
@@ -362,8 +362,9 @@ def short_cell(cell: Cell) -> ShortCell:
     if cell["kind"] == "cmd":
         short["argv"] = list(clip(" ".join(cell["argv"]), SHORT_CHARS).split(" "))
     elif cell["kind"] == "code":
-        lines = (ln for ln in cell["source"].splitlines() if ln.strip() and not ln.startswith("#"))
-        short["source"] = clip(next(lines, ""), SHORT_CHARS)
+        short["source"] = clip(first_meaningful_line(cell["source"]), SHORT_CHARS)
+    if cell.get("description"):
+        short["description"] = cell["description"]
     return short
 
 

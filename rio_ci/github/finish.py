@@ -159,8 +159,10 @@ def _publish(
     owner.hand_back()  # the validators ran as the Cell user; git works on the harness's tree
     _supersede(env, job)
     done = _checkpoint(env, session, job, notes, out)
-    if out["commit"] is not None and forge is not None:  # a push by the job token starts no CI
-        dispatch_ci(env, forge, job.get("ci_workflow"), branch_for(issue))
+    ci = None  # a push by the job token starts no CI: the job dispatches it
+    pushed = out["commit"] is not None
+    if pushed and forge and dispatch_ci(env, forge, job.get("ci_workflow"), branch_for(issue)):
+        ci = job.get("ci_workflow")
     pull = None
     if problem is not None:
         notes.append(f"no pull request: {problem}")
@@ -183,6 +185,9 @@ def _publish(
         note="; ".join(notes) or None,
         pull_request=pull,
         final=True,
+        sweep=_sweep_installed(env, forge) if proj.next_wake() is not None else None,
+        ci=ci,
+        problem=(job["problem"], job.get("todo")) if job.get("problem") else None,
     )
     if (
         proj.ended
@@ -194,6 +199,16 @@ def _publish(
     if proj.next_wake() is not None:
         _wake_sweep(env, forge)
     return out
+
+
+def _sweep_installed(env: ActionInputs, forge: Forge) -> bool | None:
+    """Whether the sweep that fires a waiting Timer exists, for the comment (None: GitHub
+    did not say)."""
+    try:
+        return timers.sweep_installed(forge)
+    except RioError as exc:
+        warn(env, f"whether the sweep is installed is not known: {exc}")
+        return None
 
 
 def _wake_sweep(env: ActionInputs, forge: Forge) -> None:

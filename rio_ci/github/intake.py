@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from rio_ci.core.errors import Rejected, RunEnded
+from rio_ci.core.errors import Rejected, RioError, RunEnded
 from rio_ci.core.json_value import encoded_size
 from rio_ci.forge.base import Check, Comment, Forge, Review, ReviewComment
 from rio_ci.forge.issues import branch_for, quote_untrusted
@@ -80,17 +80,34 @@ def take_in(
         head=head,
     )
     try:
-        take_all(owner, source.wake_ups(dict(session.proj.watermarks)), told=told)
+        take_all(owner, source.wake_ups(dict(session.proj.watermarks)), told=partial(told, forge))
     except (Rejected, RunEnded) as exc:
         log(f"::warning::rio-ci: an observation was not taken in: {exc}")
 
 
-def told(taken: Taken) -> None:
-    """The job's log of a wake-up no writer wrote."""
+def told(forge: Forge, taken: Taken) -> None:
+    """The job's log of a wake-up no writer wrote; an eyes reaction on a writer's comment
+    the Session took in (or that stopped it), so its writer knows it was read."""
+    wake_up = taken.wake_up
     if taken.outcome == "ignored":
-        what = taken.wake_up.id.replace(":", " ", 1)  # "comment 12", "review 34"
-        log(f"rio-ci: {what} by @{taken.wake_up.author} ignored (no write access)")
+        what = wake_up.id.replace(":", " ", 1)  # "comment 12", "review 34"
+        log(f"rio-ci: {what} by @{wake_up.author} ignored (no write access)")
+    elif _a_writers_comment(taken) and wake_up.mark is not None:
+        # its mark is comments:<number>, the issue or pull request it is on
+        _heard(forge, int(wake_up.mark.name.split(":")[1]), int(wake_up.id.split(":")[1]))
     # "/rio status" needs nothing here: this job rewrites the progress comment anyway.
+
+
+def _a_writers_comment(taken: Taken) -> bool:
+    return taken.outcome in ("received", "stopped") and taken.wake_up.id.startswith("comment:")
+
+
+def _heard(forge: Forge, number: int, comment_id: int) -> None:
+    """A reaction GitHub refuses is a log line, never the job's end."""
+    try:
+        forge.react(number, comment_id, "eyes")
+    except RioError as exc:
+        log(f"rio-ci: no reaction on comment {comment_id}: {exc}")
 
 
 @dataclass(frozen=True)

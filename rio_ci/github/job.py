@@ -24,14 +24,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rio_ci.core.errors import RioError
+from rio_ci.core.errors import ModelError, RioError, UsageError
 from rio_ci.core.projection import Projection
 from rio_ci.core.timeline import JOB_MARK
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace
-from rio_ci.github.comment import Pacer, publish_progress
-from rio_ci.github.contract import JOB_FILE, ActionInputs, Config, log, seal_state_dir, warn
+from rio_ci.github.comment import Pacer, publish_problem, publish_progress
+from rio_ci.github.contract import (
+    JOB_FILE,
+    ActionInputs,
+    Config,
+    log,
+    log_error,
+    seal_state_dir,
+    warn,
+)
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
@@ -44,6 +52,7 @@ from rio_ci.github.triggers import Trigger, classify, request_of, steer_command
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
+from rio_ci.reports.next_step import MODEL_ERROR_TODO
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session.session import Session
@@ -67,7 +76,14 @@ def run(
     if isinstance(triaged, Exit):
         return triaged.to_dict()
     issue, pull_request, writer = triaged
-    config = Config.load(env.workspace, env.config)
+    try:
+        config = Config.load(env.workspace, env.config)
+    except UsageError as exc:
+        todo = (
+            f"Fix {env.config} on the default branch (docs/github.md, Configuration), then "
+            "comment here to continue."
+        )
+        return publish_problem(env, forge, issue, str(exc), todo, exc.exit_code)
     if config.skipped is not None:
         warn(env, f"{config.skipped}; the configuration's defaults apply")
     for problem in config.problems:
@@ -217,7 +233,11 @@ class _Work:
         )
         result = _work(env, self.forge, listener, job, self.trigger, self.writer, self.pull_request)
         if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
-            write_job(env.state_dir, {**job, "outcome": result.get("status")})
+            job["outcome"] = result.get("status")
+            for said in ("problem", "todo"):  # an error between rounds, for finish's comment
+                if said in result:
+                    job[said] = str(result[said])
+            write_job(env.state_dir, job)
         return result
 
 
@@ -364,6 +384,9 @@ def _work(
         publish_progress(env, forge, session, issue, job["generation"], None, note=problem)
         return _result("error", session.proj, issue, problem)
     base = session.refresh().last_seq
+    if not session.proj.ended:  # this job, in the history the comment shows, before the
+        # recovery: what it finds of a job cut off without its finish belongs to this one
+        session.set_watermark(JOB_MARK, job_label(env))
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
@@ -395,18 +418,19 @@ def _rounds(env: ActionInputs, forge: Forge, listener: Listener, job: JobState) 
     progress comment between them."""
     issue, owner = int(job["issue"]), listener.owner
     session = owner.session
-    label = f"GitHub Actions run {env.run_id}"
-    if not session.refresh().ended:  # this job, in the history the comment shows
-        session.set_watermark(JOB_MARK, label)
+    label = job_label(env)
     publish_progress(env, forge, session, issue, job["generation"], None, note=rejections_note(job))
     proj = session.refresh()
     if proj.ended:
         status = "succeeded" if proj.ended["result"] == "success" else "failed"
         return _result(status, proj, issue, proj.ended["reason"])
-    given = parse_price(env.price) if env.price else None
-    model, fallback = priced_models(
-        env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
-    )
+    try:
+        given = parse_price(env.price) if env.price else None
+        model, fallback = priced_models(
+            env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
+        )
+    except (UsageError, ModelError) as exc:
+        return _no_model(env, proj, issue, exc)
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round collapsed in the job's log
@@ -438,7 +462,30 @@ def _rounds(env: ActionInputs, forge: Forge, listener: Listener, job: JobState) 
             "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"
         )
     proj = session.refresh()
+    if proj.ended and str(proj.ended["reason"]).startswith("model error"):
+        # The provider refused: the comment's Next says what to check (finish writes it).
+        log_error(f"{proj.ended['reason']}. {MODEL_ERROR_TODO}")
     return {**_result(outcome.status, proj, issue, outcome.reason), "next_wake": proj.next_wake()}
+
+
+def _no_model(
+    env: ActionInputs, proj: Projection, issue: int, exc: UsageError | ModelError
+) -> dict[str, Any]:
+    """The model cannot be asked (an unknown id, no price, no key): an ``::error::`` now; the
+    finish step writes the problem and what to do on the issue and in the step summary."""
+    todo = (
+        "Set the repository secret the action's `anthropic-api-key` input reads (docs/github.md), "
+        "then comment here to continue."
+        if isinstance(exc, ModelError)
+        else "Fix the action's `model` input (docs/models.md), then comment here to continue."
+    )
+    log_error(f"{exc}. {todo}")
+    said = {"problem": str(exc), "todo": todo, "exit_code": exc.exit_code}
+    return {**_result("error", proj, issue, str(exc)), **said}
+
+
+def job_label(env: ActionInputs) -> str:
+    return f"GitHub Actions run {env.run_id}"
 
 
 def quiet(session: Session, base: int) -> bool:

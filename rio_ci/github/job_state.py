@@ -67,6 +67,8 @@ class JobState(TypedDict):
     branch_head: NotRequired[str]  # "" when the branch is not on GitHub yet
     fenced: NotRequired[bool]  # another job wrote the launch record: publish nothing
     outcome: NotRequired[str | None]  # how the rounds ended, for finish's status
+    problem: NotRequired[str]  # an error between rounds, for finish's comment
+    todo: NotRequired[str]  # what to do about it
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 from rio_ci.forge.base import Forge
 from rio_ci.github.intake import GitHubSource, told
@@ -40,4 +41,6 @@ class Listener(listen.Listener):
     ) -> None:
         budget = owner.session.limits.output_bytes
         source = GitHubSource(forge, issue, budget, warn=warn, head=head)
-        super().__init__(owner, source, interval=interval, clock=clock, warn=warn, told=told)
+        super().__init__(
+            owner, source, interval=interval, clock=clock, warn=warn, told=partial(told, forge)
+        )
