@@ -43,6 +43,7 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
 from rio_ci.core.state import EXECUTABLE, validate_cell
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 
 # --- building patches from a snapshot ------------------------------------------------------
 
@@ -366,13 +367,15 @@ def freeze(session: Session) -> Base:
 def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
     where = tmp_path_factory.mktemp("bases")
     found = []
-    empty = Session.create(where / "empty.db", "fuzz", cwd=str(where))
+    empty = Session.create(where / "empty.db", "fuzz", Settings(cwd=str(where)))
     found.append(freeze(empty))
     for name, limits in (
         ("rich", Limits()),
         ("tight", Limits(pending_cells=4, context_bytes=2400)),
     ):
-        session = Session.create(where / f"{name}.db", "fuzz", cwd=str(where), limits=limits)
+        session = Session.create(
+            where / f"{name}.db", "fuzz", Settings(cwd=str(where), limits=limits)
+        )
         accept(
             session,
             lambda p: (
@@ -463,7 +466,9 @@ class StepMachine(RuleBasedStateMachine):
         self.dir = self.where / f"run-{self.runs}"
         self.dir.mkdir()
         limits = Limits(pending_cells=5, context_bytes=12_000, inbox_messages=6)
-        self.session = Session.create(self.dir / "s.db", "fuzz", cwd=str(self.dir), limits=limits)
+        self.session = Session.create(
+            self.dir / "s.db", "fuzz", Settings(cwd=str(self.dir), limits=limits)
+        )
         self.ever: set[int] = set()
 
     def teardown(self) -> None:

@@ -17,8 +17,9 @@ from rio_ci.core.limits import Limits
 
 # The shape of a Projection. Raise it whenever the fold changes what it keeps: a saved
 # projection written in another format is ignored and the Journal replayed.
-PROJECTION_FORMAT = 4
+PROJECTION_FORMAT = 5
 DEPARTED_KEPT = 10  # more would cross a page of the saved projection in the bench's drive
+REFUSED_KEPT = 32  # refused hosts listed; the later ones are counted under the host "*"
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Projection:
     cell_user: dict[str, Any] | None = None  # how Cells run (the last cell_user event)
     departed: list[dict[str, Any]] = field(default_factory=list)  # the last dropped Executions
     departed_before: int = 0  # Executions dropped before those
+    # Connections through the egress proxy: {"allowed": N, "refused": [{host, port, count,
+    # cell_id}]}, a host refused again counted in its entry (the last Cell it refused).
+    egress: dict[str, Any] = field(default_factory=lambda: {"allowed": 0, "refused": []})
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.__dict__)

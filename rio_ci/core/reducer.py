@@ -11,7 +11,7 @@ from typing import Any, cast
 from rio_ci.core import events as ev
 from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
-from rio_ci.core.projection import DEPARTED_KEPT, Projection, is_unresolved
+from rio_ci.core.projection import DEPARTED_KEPT, REFUSED_KEPT, Projection, is_unresolved
 from rio_ci.core.state import EXECUTABLE
 from rio_ci.core.text import clip
 from rio_ci.core.view import render
@@ -73,6 +73,7 @@ def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         "limits": {**Limits().to_dict(), **d["limits"]},
         "pass_env": d.get("pass_env", []),
         "secrets": d.get("secrets", []),
+        "network": d.get("network"),  # None: created before Cells had a network of their own
     }
     proj.usage = new_usage()
 
@@ -311,6 +312,27 @@ def _cell_user(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     proj.cell_user = {**data, "seq": seq}
 
 
+def _egress(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.Egress, data)
+    tally = proj.egress
+    if d["allowed"]:
+        tally["allowed"] += d["count"]
+        return
+    if not d["host"]:  # no request was read: no host to name (the event keeps it)
+        return
+    refused: list[dict[str, Any]] = tally["refused"]
+    where = (d["host"], d["port"])
+    entry = next((r for r in refused if (r["host"], r["port"]) == where), None)
+    if entry is None and len(refused) >= REFUSED_KEPT:
+        where = ("*", 0)
+        entry = next((r for r in refused if r["host"] == "*"), None)
+    if entry is None:
+        entry = {"host": where[0], "port": where[1], "count": 0, "cell_id": None}
+        refused.append(entry)
+    entry["count"] += d["count"]
+    entry["cell_id"] = d["cell_id"]
+
+
 def _execution(proj: Projection, cell_id: int) -> dict[str, Any]:
     return proj.executions[str(cell_id)]
 
@@ -376,6 +398,7 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "watermark": _watermark,
     "cell_user": _cell_user,
     "image_stored": _image_stored,
+    "egress": _egress,
 }
 assert tuple(_HANDLERS) == ev.KINDS
 

@@ -31,6 +31,7 @@ from rio_ci.core.view import next_turn, render
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.model.base import ModelReply
 from rio_ci.session.facts import JournalFacts
+from rio_ci.session.settings import Settings
 from rio_ci.store.journal import Guard, Journal, Writer
 from rio_ci.store.sessionfile import Identity
 
@@ -47,30 +48,23 @@ class Session:
         cls,
         path: str | os.PathLike[str],
         goal: str,
+        settings: Settings | None = None,
         *,
-        cwd: str | None = None,
-        validators: list[list[str]] | None = None,
-        limits: Limits | None = None,
-        pass_env: list[str] | None = None,
-        secrets: list[str] | None = None,
         synchronous: str = "FULL",
         session_id: str | None = None,
     ) -> Session:
+        """A new Session at ``path`` whose first event fixes ``goal`` and ``settings`` (the
+        defaults when None); ValueError for one that could never work (nothing is created)."""
         session_id = session_id or uuid.uuid4().hex
-        first = ev.session_created(
-            {
-                "session_id": session_id,
-                "goal": goal,
-                "cwd": str(Path(cwd or os.getcwd()).resolve()),
-                "validators": validators or [],
-                "limits": (limits or Limits()).to_dict(),
-                "pass_env": sorted(set(pass_env or [])),
-                "secrets": sorted(set(secrets or [])),
-            }
-        )
+        first = ev.session_created((settings or Settings()).created(session_id, goal))
         if (problem := creation_problem(first.data)) is not None:
             raise ValueError(problem)
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
+
+    @property
+    def settings(self) -> Settings:
+        """What the Session's first event fixed."""
+        return Settings.stored(self.proj.session)
 
     @classmethod
     def open(
