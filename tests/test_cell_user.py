@@ -36,7 +36,6 @@ from rio_ci.run.confinement.channel import Channel, prefix_of
 from rio_ci.run.confinement.folder import prefix_of as prefix_of_folder
 from rio_ci.run.environment import uv_binary
 from rio_ci.session.session import Session
-from rio_ci.session.settings import Settings
 from tests.hostile.support import (
     NOBODY,
     shared_folder,
@@ -103,7 +102,7 @@ def system_python() -> str:
 
 
 def session_in(root: Path, *limits: str) -> CliSession:
-    return CliSession.create(root, Settings(limits=limits))
+    return CliSession.create(root, limits=limits)
 
 
 def work(sess: CliSession, user: str, **options: Any) -> dict[str, Any]:

@@ -46,7 +46,8 @@ class Projection:
     departed: list[dict[str, Any]] = field(default_factory=list)  # the last dropped Executions
     departed_before: int = 0  # Executions dropped before those
     # Connections through the egress proxy: {"allowed": N, "refused": [{host, port, count,
-    # cell_id}]}, a host refused again counted in its entry (the last Cell it refused).
+    # cell_id, reason}]}, a host refused again counted in its entry (the last Cell it
+    # refused, and why).
     egress: dict[str, Any] = field(default_factory=lambda: {"allowed": 0, "refused": []})
 
     def to_dict(self) -> dict[str, Any]:

@@ -330,7 +330,7 @@ def _egress(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         entry = {"host": where[0], "port": where[1], "count": 0, "cell_id": None}
         refused.append(entry)
     entry["count"] += d["count"]
-    entry["cell_id"] = d["cell_id"]
+    entry["cell_id"], entry["reason"] = d["cell_id"], d["reason"]
 
 
 def _execution(proj: Projection, cell_id: int) -> dict[str, Any]:

@@ -451,15 +451,25 @@ class Session:
         *,
         output: Sequence[ev.OutputPiece] = (),
         cancel_note: int | None = None,
+        egress: Sequence[ev.Egress] = (),
     ) -> int:
-        """Commit the last output, the result and its Inbox notice in one transaction (with
-        the cancel Control that stopped it, if any); returns the result's seq."""
+        """Commit the last output, the connections still to record (``egress``), the result
+        and its Inbox notice in one transaction (with the cancel Control that stopped it, if
+        any); returns the result's seq."""
         with self.journal.write() as w:
             _append_output(w, cell_id, output)
+            for connections in egress:
+                w.append(ev.egress(connections))
             seq = _record_result(w, cell_id, result)
             if cancel_note is not None:
                 w.append(ev.control_applied(cancel_note, "cancel", target_cell_id=cell_id))
         return seq
+
+    def record_egress(self, egress: Sequence[ev.Egress]) -> None:
+        """Commit connections the egress proxy accounted for (docs/network.md)."""
+        with self.journal.write() as w:
+            for connections in egress:
+                w.append(ev.egress(connections))
 
     def mark_lost(self, lost: Sequence[tuple[int, str]]) -> None:
         """Recovery: every ``started`` Execution among ``lost`` (cell id, reason) becomes an
