@@ -41,7 +41,8 @@ set -u
 curl -sS http://127.0.0.2:{http}/hello.txt
 /usr/bin/python3 - <<'EOF'
 import urllib.request, urllib.error
-print(urllib.request.urlopen("http://127.0.0.2:{http}/hello.txt").read().decode().strip(), "by python")
+with urllib.request.urlopen("http://127.0.0.2:{http}/hello.txt") as answer:
+    print(answer.read().decode().strip(), "by python")
 try:
     urllib.request.urlopen("http://refused.test/x")
 except urllib.error.HTTPError as exc:

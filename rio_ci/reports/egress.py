@@ -59,6 +59,7 @@ def refused_section(proj: Projection) -> list[str]:
     if not refused:
         return []
     lines = [
+        "",
         "#### Refused connections",
         "",
         "Cells could not reach these hosts (the Session's network is "

@@ -15,7 +15,7 @@ from typing import Any
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
 from rio_ci.core.timeline import Timeline
-from rio_ci.reports import diagram
+from rio_ci.reports import diagram, egress
 from rio_ci.reports import markdown as md
 from rio_ci.reports.live import describe
 from rio_ci.reports.timeline import descriptions, result_text, took
@@ -87,6 +87,7 @@ def render(
     lines += _cells(proj, timeline)
     lines += _uncertainty(timeline)
     lines += _validators(timeline)
+    lines += egress.refused_section(proj)
     if timeline.runs or timeline.rounds:
         lines += ["", "#### Timeline", "", diagram.block(timeline, descriptions(timeline))]
     recent = _recent_output(proj)

@@ -1,6 +1,7 @@
-"""What a Session's ``session_created`` event fixes, as one frozen value (docs/sessions.md,
-"Settings"): the working directory, the validators, the Limits, the credentials Cells may see
-(``pass_env``), the more variables to treat as secrets, and the Cells' network (docs/network.md).
+"""What a Session's ``session_created`` event fixes, as one frozen value (docs/design.md,
+"Settings: what a Session fixes"): the working directory, the validators, the Limits, the
+credentials Cells may see (``pass_env``), the more variables to treat as secrets, and the
+Cells' network (docs/network.md).
 
 ``rio-ci new``, ``.github/rio.yml`` and the action build a :class:`Settings`; the Session writes
 it once, in its first event, and reads it back from there. Nothing else stores it, so no patch
