@@ -62,6 +62,8 @@ def apply(proj: Projection, seq: int, kind: str, data: dict[str, Any]) -> None:
 
 
 def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    if seq != 1:  # what it fixes is fixed once: nothing later may create the Session again
+        raise ValueError(f"session_created at seq {seq}: a Session is created by its first event")
     d = cast(ev.SessionCreated, data)
     proj.session = {
         "id": d["session_id"],
