@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from rio_ci.egress.ledger import FIRST
+from rio_ci.run.environment import uv_binary
 from tests.egress_kit import certificates, fill, servers, shared_place
-from tests.session_cli import CliSession, cmd
+from tests.session_cli import CliSession, cmd, note
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux")
@@ -48,7 +49,9 @@ try:
 except urllib.error.HTTPError as exc:
     print("python refused", exc.code)
 EOF
-git -c http.sslVerify=false ls-remote http://127.0.0.2:{http}/repo.git | cut -c41-
+git ls-remote http://127.0.0.2:{http}/repo.git | cut -c41-
+{uv} pip install -q --no-cache --target lib --python /usr/bin/python3 \
+    --index-url http://127.0.0.2:{http}/simple/ rio_bench_tiny && ls lib | grep -v dist-info
 curl -sS -o /dev/null -w 'curl other %{{http_code}}\\n' http://127.0.0.3:{other}/hello.txt
 for i in $(seq {loop}); do curl -s -o /dev/null http://loop.test/; done
 curl -sS --noproxy '*' --max-time 5 http://127.0.0.2:{http}/hello.txt || echo direct failed
@@ -56,12 +59,17 @@ curl -sS --noproxy '*' --max-time 5 http://127.0.0.2:{http}/hello.txt || echo di
 
 
 @pytest.fixture(scope="module")
-def ports() -> Iterator[dict[str, int]]:
+def served() -> Iterator[tuple[Path, dict[str, int]]]:
+    """A folder every user may read (with uv where the Cell user may run it) and the ports
+    of the servers."""
     with shared_place() as folder:
         fill(folder)
         certificates(folder)
+        uv = folder / "uv"
+        shutil.copy2(uv_binary(), uv)
+        uv.chmod(0o755)
         with servers(folder / "www", folder / "tls") as found:
-            yield found
+            yield folder, found
 
 
 @pytest.fixture
@@ -76,13 +84,16 @@ def egress(sess: CliSession) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_a_cell_reaches_only_allowed_hosts_and_every_connection_is_on_the_record(
-    place: Path, cell_user: str, ports: dict[str, int]
+    place: Path, cell_user: str, served: tuple[Path, dict[str, int]]
 ) -> None:
+    folder, ports = served
     allowed = f"127.0.0.2:{ports['http']}"
     sess = CliSession.create(
-        place / "s", options=["--network", "allowlist", "--allow-host", allowed]
+        place / "s",
+        validators=["curl -s -o /dev/null http://validator.test/"],
+        options=["--network", "allowlist", "--allow-host", allowed],
     )
-    probe = PROBE.format(http=ports["http"], other=ports["other"], loop=LOOP)
+    probe = PROBE.format(http=ports["http"], other=ports["other"], loop=LOOP, uv=folder / "uv")
     sess.propose(cmd("sh", "-c", probe))
 
     sess.work(args=["--cell-user", cell_user])
@@ -90,15 +101,15 @@ def test_a_cell_reaches_only_allowed_hosts_and_every_connection_is_on_the_record
     out = sess.json("output", str(sess.db), "1")["text"]
     assert "hello from 127.0.0.2" in out
     assert "hello from 127.0.0.2 by python" in out
-    assert "refs/heads/main" in out
+    assert "refs/heads/main" in out and "rio_bench_tiny" in out
     assert "python refused 403" in out and "curl other 403" in out
     assert "direct failed" in out and out.count("hello from 127.0.0.2") == 2
     events = egress(sess)
     admitted = [e for e in events if e["allowed"]]
     assert {(e["host"], e["port"]) for e in admitted} == {("127.0.0.2", ports["http"])}
     assert all(e["cell_id"] == 1 and e["bytes_down"] > 0 for e in admitted)
-    # curl, Python and git's requests (git makes more than one): every one counted.
-    assert sum(e["count"] for e in admitted) >= 3
+    # curl, Python, git and uv's requests (git and uv make more than one): every one counted.
+    assert sum(e["count"] for e in admitted) >= 5
     refused = {(e["host"], e["port"], e["reason"]) for e in events if not e["allowed"]}
     assert refused == {
         ("refused.test", 80, "not_listed"),
@@ -129,6 +140,13 @@ def test_a_cell_reaches_only_allowed_hosts_and_every_connection_is_on_the_record
     text = sess.run("show", str(sess.db)).stdout
     assert "network: allowlist (9 host patterns), in a network of their own" in text
     assert "refused loop.test:80 40 times (cell 1): --allow-host loop.test:80" in text
+    # A validator runs in the same network, its connections on the record too.
+    sess.propose(note("done", role="conclusion", result="success"))
+    sess.work(args=["--cell-user", cell_user])
+    (validated,) = sess.events("validator_result")
+    assert validated["result"]["refused_hosts"][0]["host"] == "validator.test"
+    (checked,) = [e for e in egress(sess) if e["host"] == "validator.test"]
+    assert checked["cell_id"] is None and not checked["allowed"]
 
 
 @pytest.mark.slow

@@ -247,16 +247,26 @@ class Confinement:
             if self.tree is not None:
                 self.hand_back(session)
         finally:
-            if self.network is not None:
-                rest, self.network = self.network.close(), None
-                if rest:
-                    session.record_egress(rest)
-            if self.channel is not None:
-                self.channel.close()
-                self.channel = None
-            if self.folder is not None:
-                self.folder.remove()
-                self.folder = None
+            try:
+                self._close_network(session)
+            finally:
+                self._close_channel()
+
+    def _close_network(self, session: Session) -> None:
+        """Stop the proxy (every process of the Cells is stopped by now) and commit what its
+        ledger still holds; a Session that commits nothing more loses only that count."""
+        if self.network is not None:
+            rest, self.network = self.network.close(), None
+            if rest:
+                session.record_egress(rest)
+
+    def _close_channel(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        if self.folder is not None:
+            self.folder.remove()
+            self.folder = None
 
 
 def _writable_by(info: os.stat_result, user: cu.CellUser) -> bool:
