@@ -170,7 +170,7 @@ def test_a_picture_over_the_providers_limit_once_encoded_is_left_out_when_fetche
     assert got.notes == [
         "image 1 left out: 5.3 MB once encoded, over the provider's 5 MB limit for one picture"
     ]
-    session = Session.create(tmp_path / "s.db", Settings(cwd=str(tmp_path)), goal="g")
+    session = Session.create(tmp_path / "s.db", "g", Settings(cwd=str(tmp_path)))
     try:
         digest = hashlib.sha256(large).hexdigest()
         carried = kept(session, Fetched([Image(digest, "image/png", large, "big")]))
@@ -201,7 +201,7 @@ def test_pictures_are_stored_once_by_digest_within_storage_bytes(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
     gh.attachments["shot"] = (png(), "image/png")
-    session = Session.create(tmp_path / "s.db", Settings(cwd=str(tmp_path)), goal="g")
+    session = Session.create(tmp_path / "s.db", "g", Settings(cwd=str(tmp_path)))
     try:
         text = f"![a]({asset(gh, 'shot')}) and again <img src='{asset(gh, 'shot')}?x=1'>"
         carried = kept(session, fetcher(gh).fetch(text))
@@ -213,10 +213,10 @@ def test_pictures_are_stored_once_by_digest_within_storage_bytes(
         gh.attachments["big"] = (png(400, 400), "image/png")
         small = Session.create(
             tmp_path / "small.db",
+            "g",
             Settings(
                 cwd=str(tmp_path), limits=Limits.from_dict({"storage_bytes": session.size_bytes()})
             ),
-            goal="g",
         )
         try:
             refused = kept(small, fetcher(gh).fetch(f"![big]({asset(gh, 'big')})"))
