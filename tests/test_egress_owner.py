@@ -165,7 +165,7 @@ def test_without_a_cell_user_cells_use_the_hosts_network_and_show_says_so(
         "mode": "none",
         "allow": [],
         "isolated": False,
-        "reason": "they run as the harness's user (no Cell user)",
+        "reason": "no Cell user: they run as the harness's user",
     }
     text = sess.run("show", str(sess.db)).stdout
     assert "network: none, but Cells use the host's network" in text

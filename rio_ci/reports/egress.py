@@ -13,7 +13,7 @@ from rio_ci.egress.policy import allow_line
 from rio_ci.reports import markdown as md
 
 REFUSED_SHOWN = 20  # hosts listed in the comment and the pull request; show lists them all
-NO_CELL_USER = "they run as the harness's user (no Cell user)"
+NO_CELL_USER = "no Cell user: they run as the harness's user"
 OLD_OWNER = "their Owner was a rio-ci that gave Cells no network of their own"
 
 

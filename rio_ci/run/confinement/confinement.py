@@ -113,7 +113,7 @@ class Confinement:
         Cell user (and a namespace can be made), else the host's, said in the log."""
         why = None
         if self.user is None:
-            why = self.reason or "they run as the harness's user (no Cell user)"
+            why = self.reason or "no Cell user: they run as the harness's user"
         made = CellNetwork(session.settings.network or OLD_NETWORK, why)
         if self.requested is not None and (line := made.notice()) is not None:
             self._notice(line)
