@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,8 @@ import pytest
 from rio_ci.egress.ledger import FIRST
 from rio_ci.run.environment import uv_binary
 from tests.egress_kit import certificates, fill, servers, shared_place
-from tests.session_cli import CliSession, cmd, note
+from tests.kit import cli_env
+from tests.session_cli import RIO, CliSession, cmd, note
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux")
@@ -169,3 +171,35 @@ def test_without_a_cell_user_cells_use_the_hosts_network_and_show_says_so(
     }
     text = sess.run("show", str(sess.db)).stdout
     assert "network: none, but Cells use the host's network" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="setpriv drops CAP_SYS_ADMIN")
+def test_where_the_kernel_refuses_a_namespace_cells_use_the_hosts_network_and_it_is_said(
+    place: Path, cell_user: str
+) -> None:
+    sess = CliSession.create(place / "s", options=["--network", "none"])
+    sess.propose(cmd("sh", "-c", "echo ${HTTPS_PROXY:-no proxy}"))
+    # Root without CAP_SYS_ADMIN, as in a container: a Cell user, but no network namespace.
+    work = [*RIO, "work", str(sess.db), "--cell-user", cell_user]
+    done = subprocess.run(
+        ["setpriv", "--bounding-set", "-sys_admin", "--", *work],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    said = "Cells use the host's network (network namespaces refused (unshare: Operation"
+    assert said in done.stderr
+    assert sess.json("output", str(sess.db), "1")["text"].strip() == "no proxy"
+    (mode,) = sess.events("cell_user")
+    assert mode["mode"] == "separate" and mode["network"]["isolated"] is False
+    network = sess.json("show", str(sess.db), "--json")["network"]
+    assert network["isolated"] is False and "network namespaces refused" in network["reason"]
+    assert (
+        "but Cells use the host's network (network namespaces refused"
+        in sess.run("show", str(sess.db)).stdout
+    )
