@@ -10,8 +10,10 @@ These need root (tests run as root here and in CI) and skip elsewhere.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,8 +24,9 @@ import pytest
 
 from rio_ci.egress.ledger import FIRST
 from rio_ci.run.environment import uv_binary
+from rio_ci.session.session import Session
 from tests.egress_kit import certificates, fill, servers, shared_place
-from tests.kit import cli_env
+from tests.kit import cli_env, until
 from tests.session_cli import RIO, CliSession, cmd, note
 
 pytestmark = pytest.mark.skipif(
@@ -203,3 +206,38 @@ def test_where_the_kernel_refuses_a_namespace_cells_use_the_hosts_network_and_it
         "but Cells use the host's network (network namespaces refused"
         in sess.run("show", str(sess.db)).stdout
     )
+
+
+def refusals(db: Path) -> list[dict[str, Any]]:
+    """The ``egress`` events committed so far (read while an Owner runs)."""
+    session = Session.open(db)
+    try:
+        return list(session.events(kinds=("egress",)))
+    finally:
+        session.close()
+
+
+@pytest.mark.slow
+def test_a_cell_cut_off_still_has_its_refused_hosts_in_its_result(
+    place: Path, cell_user: str
+) -> None:
+    sess = CliSession.create(place / "s", options=["--network", "none"])
+    sess.propose(cmd("sh", "-c", "curl -s -o /dev/null http://late.test/; sleep 60"))
+    owner = sess.start("work", str(sess.db), "--cell-user", cell_user)
+    try:
+        # The first refusal is committed while the Cell still runs; then the Owner is stopped.
+        until(lambda: refusals(sess.db), 60, "the refusal committed while the Cell runs")
+        owner.send_signal(signal.SIGTERM)
+        out, _ = owner.communicate(timeout=60)
+        assert owner.returncode == 1 and json.loads(out)["interrupted"] is True
+    finally:
+        owner.kill()
+        owner.wait()
+
+    result = sess.result(1)
+    assert result["type"] == "UnknownExecution" and result["reason"] == "owner_interrupted"
+    (refused,) = result["refused_hosts"]
+    assert (refused["host"], refused["reason"]) == ("late.test", "network_none")
+    assert refused["allow"] == "--network allowlist --allow-host late.test:80"
+    (event,) = egress(sess)
+    assert (event["cell_id"], event["host"], event["allowed"]) == (1, "late.test", False)
