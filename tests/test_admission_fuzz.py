@@ -453,6 +453,12 @@ def test_decide_on_200000_fresh_random_patches(bases: list[Base]) -> None:
 # --- Session.step on a real file -----------------------------------------------------------
 
 
+def machine_session(folder: Path) -> Session:
+    """The Session of one run of the machine: small budgets, so they are reached."""
+    limits = Limits(pending_cells=5, context_bytes=12_000, inbox_messages=6)
+    return Session.create(folder / "s.db", "fuzz", Settings(cwd=str(folder), limits=limits))
+
+
 class StepMachine(RuleBasedStateMachine):
     """One Session per run; steps interleave with Executions finishing and messages."""
 
@@ -465,10 +471,7 @@ class StepMachine(RuleBasedStateMachine):
         StepMachine.runs += 1
         self.dir = self.where / f"run-{self.runs}"
         self.dir.mkdir()
-        limits = Limits(pending_cells=5, context_bytes=12_000, inbox_messages=6)
-        self.session = Session.create(
-            self.dir / "s.db", "fuzz", Settings(cwd=str(self.dir), limits=limits)
-        )
+        self.session = machine_session(self.dir)
         self.ever: set[int] = set()
 
     def teardown(self) -> None:
