@@ -221,5 +221,7 @@ def test_the_refused_hosts_people_see_stay_bounded(tmp_path: Path) -> None:
         assert len(tally["refused"]) == REFUSED_KEPT + 1
         assert tally["refused"][-1]["host"] == "*" and tally["refused"][-1]["count"] == 16
         assert sum(r["count"] for r in tally["refused"]) == 2 * hosts
+        others = session.proj.egress["refused"][-1]
+        assert egress.allowing(others, config=False) is None
     finally:
         session.close()

@@ -13,6 +13,7 @@ from rio_ci.egress.policy import allow_line
 from rio_ci.reports import markdown as md
 
 REFUSED_SHOWN = 20  # hosts listed in the comment and the pull request; show lists them all
+OTHERS = "*"  # the host the ledger and the fold count every host past their bound under
 NO_CELL_USER = "no Cell user: they run as the harness's user"
 OLD_OWNER = "their Owner was a rio-ci that gave Cells no network of their own"
 
@@ -45,6 +46,8 @@ def egress(proj: Projection) -> dict[str, Any]:
 def allowing(refused: dict[str, Any], *, config: bool) -> str | None:
     """The line that would admit a refused host in a new Session: the command line's
     options, or (``config``) the ``.github/rio.yml`` entry; None where none would."""
+    if refused["host"] == OTHERS:  # many hosts counted as one: no one line admits them
+        return None
     line = allow_line(refused["host"], refused["port"], str(refused.get("reason")))
     if line is None or not config:
         return line
