@@ -18,7 +18,6 @@ from typing import Any
 
 from rio_ci.core.events import NetworkSettings, SessionCreated
 from rio_ci.core.limits import Limits
-from rio_ci.egress import default_allow
 from rio_ci.egress.policy import Mode, Policy, parse_mode
 
 __all__ = ["OLD_NETWORK", "Network", "Settings"]
@@ -39,6 +38,8 @@ class Network:
         allow}``) asks for: under ``allowlist`` the default list, then ``extra``; in the
         other modes ``extra`` alone (under ``open`` a pattern still lets a special address
         through). UsageError (one line) for a bad mode or pattern."""
+        from rio_ci.egress import default_allow  # reads a data file: only when asked
+
         policy = Policy.of(parse_mode(mode), extra)
         defaults = default_allow.patterns() if policy.mode == "allowlist" else ()
         shown = dict.fromkeys(str(p) for p in (*defaults, *policy.patterns))
