@@ -236,6 +236,7 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
     from rio_ci.forge.base import Review, ReviewComment
     from rio_ci.github.intake import review_message
     from rio_ci.session.session import Session
+    from rio_ci.session.settings import Settings
 
     hunk = "@@ -1,400 +1,400 @@\n" + "".join(f" line {n}\n" for n in range(400)) + "+the line"
     comments = tuple(
@@ -243,7 +244,7 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
         for n in range(1, 31)
     )
     review = Review(9, "alice", "MEMBER", "CHANGES_REQUESTED", "b" * 9000, "url", comments)
-    session = Session.create(tmp_path / "s.sqlite3", "goal", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.sqlite3", "goal", Settings(cwd=str(tmp_path)))
     try:
         limit = session.limits.output_bytes
         kind, payload = review_message(review, limit)

@@ -21,6 +21,7 @@ from rio_ci.reports.timeline import descriptions, read_timeline
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests import mermaid
 from tests.round_loop_kit import DONE
 
@@ -144,7 +145,7 @@ def test_the_round_loop_calls_back_after_each_round_and_marks_its_job(tmp_path: 
     """The seam the GitHub job paces its progress rewrites with: called after each round is
     committed; the job's name is in the Session's timeline."""
     db = tmp_path / "s.db"
-    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    Session.create(db, "goal", Settings(cwd=str(tmp_path))).close()
     rounds = [[{"op": "add", "path": "/cells/-", "value": cmd("true")}]] * 2
     rounds.append([{"op": "add", "path": "/cells/-", "value": DONE}])
     script = tmp_path / "model.yaml"

@@ -34,6 +34,7 @@ from rio_ci.reports.publish import (
 from rio_ci.run.gate import pull_request_gate
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 ISSUE_TITLE = "add() returns the difference"
 ISSUE_BODY = "test_calc.py fails: add(2, 3) gives -1. It must return the sum."
@@ -122,7 +123,12 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
     script.write_text(SCRIPT.format(py=py, slow=slow, fast=fast))
     goal = goal_for(issue.number, issue.title, issue.body, "local forge")
     Session.create(
-        db, goal, cwd=str(project), validators=[[sys.executable, "-m", "unittest", "-q"]]
+        db,
+        goal,
+        Settings(
+            cwd=str(project),
+            validators=((sys.executable, "-m", "unittest", "-q"),),
+        ),
     ).close()
     where = f" in {project}" if keep else ""
     tell(

@@ -18,6 +18,7 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip, escape_control
 from rio_ci.core.timeline import CONCLUSION, Run, Timeline
 from rio_ci.core.view import retained
+from rio_ci.reports import egress as egress_report
 from rio_ci.reports.live import describe
 from rio_ci.reports.timeline import RECENT_EVENTS, recent_timeline, result_text, seconds, took
 from rio_ci.session.session import Session
@@ -104,6 +105,8 @@ def summary(session: Session) -> dict[str, Any]:
         "rationale": proj.rationale,
         "ended": proj.ended,
         "cell_user": cell_user_summary(proj.cell_user),
+        "network": egress_report.network(proj),
+        "egress": egress_report.egress(proj),
         "events": proj.last_seq,
         "validators": [
             {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at, "where": v.where}
@@ -134,6 +137,32 @@ def cell_user_line(mode: CellUserRecord | None) -> str | None:
     )
 
 
+def network_lines(proj: Projection) -> list[str]:
+    """The Cells' network, and every host they were refused with the options that would
+    allow it in a new Session."""
+    net = egress_report.network(proj)
+    patterns = len(net["allow"])
+    fixed = f"network: {net['mode']}" + (f" ({patterns} host patterns)" if patterns else "")
+    if net["isolated"]:
+        lines = [f"{fixed}, in a network of their own: every connection goes through the proxy"]
+    else:
+        lines = [
+            f"{fixed}, but Cells use the host's network "
+            f"({escape_control(str(net['reason']))}): nothing records or stops their connections"
+        ]
+    tally = proj.egress
+    if tally["allowed"] or tally["refused"]:
+        lines.append(f"connections: {tally['allowed']} allowed")
+    for entry in tally["refused"]:
+        where = escape_control(f"{entry['host']}:{entry['port']}")
+        cell = entry["cell_id"]
+        by = f"cell {cell}" if cell is not None else "a validator"
+        line = egress_report.allowing(entry, config=False)
+        allow = f": {line}" if line else " (no option would allow it)"
+        lines.append(f"  refused {where} {entry['count']} times ({by}){allow}")
+    return lines
+
+
 def render_text(session: Session) -> str:
     shown = gather(session)
     proj, timeline = shown.proj, shown.timeline
@@ -147,6 +176,7 @@ def render_text(session: Session) -> str:
     ]
     if (line := cell_user_line(proj.cell_user)) is not None:
         lines.append(line)
+    lines += network_lines(proj)
     if proj.ended:
         lines.append(f"ENDED: {proj.ended['result']} — {escape_control(proj.ended['reason'])}")
         for left in proj.ended.get("unresolved") or []:  # the uncertainty a failure keeps

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-from rio_ci.core.events import CellUserMode, Json, MessageData, Result, Unresolved, WorkerRecord
+from rio_ci.core.events import (
+    CellUserMode,
+    Json,
+    MessageData,
+    NetworkSettings,
+    Result,
+    Unresolved,
+    WorkerRecord,
+)
 
 Phase = Literal["queued", "started", "finished"]
 
@@ -28,6 +36,7 @@ class SessionFacts(TypedDict):
     limits: dict[str, int | float]
     pass_env: list[str]
     secrets: list[str]
+    network: NetworkSettings | None  # None: created before Cells had a network of their own
 
 
 class Cell(TypedDict):
@@ -191,6 +200,24 @@ class Ended(TypedDict):
     seq: int
     unresolved: list[Unresolved]
     cleanup_error: str | None
+
+
+class RefusedHost(TypedDict):
+    """A host and port the egress proxy refused, counted; the last Cell it refused (None: a
+    validator) and why. ``*``, port 0: every host past the Projection's bound."""
+
+    host: str
+    port: int
+    count: int
+    cell_id: int | None
+    reason: NotRequired[str]
+
+
+class EgressTally(TypedDict):
+    """Connections through the egress proxy: how many were admitted, and the refused hosts."""
+
+    allowed: int
+    refused: list[RefusedHost]
 
 
 class CellUserRecord(CellUserMode):

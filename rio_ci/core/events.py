@@ -44,6 +44,18 @@ class Result(TypedDict):
     reason: NotRequired[str]
     worker_stopped: NotRequired[bool]
     evidence_refs: NotRequired[list[str]]
+    refused_hosts: NotRequired[list[RefusedHost]]  # where its processes could not connect
+
+
+class RefusedHost(TypedDict):
+    """A host the egress proxy refused an Execution (docs/network.md), and the option that
+    would admit it in a new Session (None where none would)."""
+
+    host: str
+    port: int
+    reason: str
+    count: int
+    allow: str | None
 
 
 def exited(cell_id: int, exit_code: int) -> Result:
@@ -131,6 +143,13 @@ class SessionCreated(TypedDict):
     limits: dict[str, Any]
     pass_env: list[str]
     secrets: NotRequired[list[str]]  # names whose values are credentials (``--secret``)
+    # The Cells' network (docs/network.md); absent: created before there was one ("open").
+    network: NotRequired[NetworkSettings]
+
+
+class NetworkSettings(TypedDict):
+    mode: Literal["allowlist", "open", "none"]
+    allow: list[str]  # every pattern the proxy reads (the default list in it under allowlist)
 
 
 class MessageReceived(TypedDict):
@@ -326,6 +345,30 @@ class CellUserMode(TypedDict):
     reason: str | None
     tree: dict[str, Any] | None
     opened: list[list[Any]]
+    network: NotRequired[CellNetwork]
+
+
+class CellNetwork(TypedDict):
+    """Whether Cells run in a network namespace of their own behind the egress proxy
+    (``isolated``), or why they use the host's network (``reason``)."""
+
+    isolated: bool
+    reason: str | None
+
+
+class Egress(TypedDict):
+    """``count`` connections (one, or the counted rest of one kind: docs/network.md) that
+    the processes of one Execution (``cell_id``; None: a validator's) made through the egress
+    proxy, to one host and port, with one verdict and reason, and their bytes each way."""
+
+    cell_id: int | None
+    host: str
+    port: int
+    allowed: bool
+    reason: str
+    bytes_up: int
+    bytes_down: int
+    count: int
 
 
 # --- constructors ---------------------------------------------------------------------------
@@ -482,6 +525,10 @@ def cell_user(mode: CellUserMode) -> Event:
     return Event("cell_user", dict(mode))
 
 
+def egress(data: Egress) -> Event:
+    return Event("egress", dict(data), None if data["cell_id"] is None else str(data["cell_id"]))
+
+
 def imported(kind: str, data: dict[str, Any]) -> Event:
     """An event another copy of this Session committed (GitHub: a verified launch record),
     kept as it was, with the ref its constructor gave it. Unknown kinds raise ValueError."""
@@ -526,6 +573,7 @@ KINDS = (
     "watermark",
     "cell_user",
     "image_stored",
+    "egress",
 )
 
 # Events that are observations a resolution may cite (docs/patches.md).

@@ -17,6 +17,7 @@ from rio_ci.core.entities import (
     Cell,
     CellUserRecord,
     Departed,
+    EgressTally,
     Ended,
     Execution,
     Message,
@@ -32,6 +33,7 @@ from rio_ci.core.limits import Limits
 # projection written in another format is ignored and the Journal replayed.
 PROJECTION_FORMAT = 5
 DEPARTED_KEPT = 10  # more would cross a page of the saved projection in the bench's drive
+REFUSED_KEPT = 32  # refused hosts listed; the later ones are counted under the host "*"
 
 
 @dataclass
@@ -58,6 +60,10 @@ class Projection:
     cell_user: CellUserRecord | None = None  # how Cells run (the last cell_user event)
     departed: list[Departed] = field(default_factory=list)  # the last dropped Executions
     departed_before: int = 0  # Executions dropped before those
+    # Connections through the egress proxy: {"allowed": N, "refused": [{host, port, count,
+    # cell_id, reason}]}, a host refused again counted in its entry (the last Cell it
+    # refused, and why).
+    egress: EgressTally = field(default_factory=lambda: EgressTally(allowed=0, refused=[]))
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.__dict__)

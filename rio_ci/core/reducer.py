@@ -14,13 +14,14 @@ from rio_ci.core.entities import (
     CellUserRecord,
     Departed,
     Execution,
+    RefusedHost,
     ShortCell,
     Usage,
     stream_keys,
 )
 from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
-from rio_ci.core.projection import DEPARTED_KEPT, Projection, is_unresolved
+from rio_ci.core.projection import DEPARTED_KEPT, REFUSED_KEPT, Projection, is_unresolved
 from rio_ci.core.state import EXECUTABLE, first_meaningful_line
 from rio_ci.core.text import clip
 from rio_ci.core.view import render
@@ -71,6 +72,8 @@ def apply(proj: Projection, seq: int, kind: str, data: dict[str, Any]) -> None:
 
 
 def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    if seq != 1:  # what it fixes is fixed once: nothing later may create the Session again
+        raise ValueError(f"session_created at seq {seq}: a Session is created by its first event")
     d = cast(ev.SessionCreated, data)
     proj.session = {
         "id": d["session_id"],
@@ -82,6 +85,7 @@ def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         "limits": {**Limits().to_dict(), **d["limits"]},
         "pass_env": d.get("pass_env", []),
         "secrets": d.get("secrets", []),
+        "network": d.get("network"),  # None: created before Cells had a network of their own
     }
     proj.usage = new_usage()
 
@@ -325,6 +329,27 @@ def _cell_user(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     proj.cell_user = cast(CellUserRecord, {**data, "seq": seq})
 
 
+def _egress(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.Egress, data)
+    tally = proj.egress
+    if d["allowed"]:
+        tally["allowed"] += d["count"]
+        return
+    if not d["host"]:  # no request was read: no host to name (the event keeps it)
+        return
+    refused = tally["refused"]
+    where = (d["host"], d["port"])
+    entry = next((r for r in refused if (r["host"], r["port"]) == where), None)
+    if entry is None and len(refused) >= REFUSED_KEPT:
+        where = ("*", 0)
+        entry = next((r for r in refused if r["host"] == "*"), None)
+    if entry is None:
+        entry = RefusedHost(host=where[0], port=where[1], count=0, cell_id=None)
+        refused.append(entry)
+    entry["count"] += d["count"]
+    entry["cell_id"], entry["reason"] = d["cell_id"], d["reason"]
+
+
 def _execution(proj: Projection, cell_id: int) -> Execution:
     return proj.executions[str(cell_id)]
 
@@ -391,6 +416,7 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "watermark": _watermark,
     "cell_user": _cell_user,
     "image_stored": _image_stored,
+    "egress": _egress,
 }
 assert tuple(_HANDLERS) == ev.KINDS
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from rio_ci.core.entities import Execution
 from rio_ci.core.errors import OwnershipError, Rejected, RioError
 from rio_ci.core.json_value import json_equal
-from rio_ci.core.limits import Limits
 from rio_ci.forge.base import Forge
 from rio_ci.github import newest
 from rio_ci.github.contract import ActionInputs, log, warn
@@ -22,6 +21,7 @@ from rio_ci.github.record import LaunchRecord, tail_events
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.store.at_rest import SCHEMA_VERSION
 from rio_ci.store.launch_record import Record
 
@@ -238,11 +238,7 @@ def _adopt(db: Path, record: Record, generation: int) -> Merge:
         session = Session.create(
             db,
             data["goal"],
-            cwd=data["cwd"],
-            validators=data["validators"],
-            limits=Limits.from_dict(data["limits"]),
-            pass_env=data["pass_env"],
-            secrets=data.get("secrets"),
+            Settings.stored(data),
             session_id=record.session_id,
         )
         try:

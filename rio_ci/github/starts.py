@@ -41,17 +41,9 @@ CONCLUSION_CHARS = 2000
 
 def create(env: ActionInputs, db: Path, config: Config, goal: str) -> Session:
     """A new Session at ``db`` working in this job's checkout, with the configuration read
-    now (validators, limits, credentials Cells may see)."""
+    now (validators, limits, credentials Cells may see, the Cells' network)."""
     db.unlink(missing_ok=True)
-    return Session.create(
-        db,
-        goal,
-        cwd=str(env.workspace),
-        validators=config.validators,
-        limits=config.limits,
-        pass_env=list(config.pass_env),
-        secrets=list(config.secrets),
-    )
+    return Session.create(db, goal, config.settings(str(env.workspace)))
 
 
 def from_issue(

@@ -17,7 +17,7 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
 from rio_ci.core.timeline import CONCLUSION, Run, Timeline
 from rio_ci.forge.issues import branch_for, issue_of_goal
-from rio_ci.reports import diagram
+from rio_ci.reports import diagram, egress
 from rio_ci.reports import markdown as md
 from rio_ci.reports.live import describe, what_it_runs
 from rio_ci.reports.next_step import Waiting, next_line, problem_line
@@ -110,6 +110,7 @@ def render(
     lines += _uncertainty(proj, timeline)
     lines += _heard(timeline)
     lines += _validators(timeline)
+    lines += egress.refused_section(proj)
     if timeline.runs or timeline.rounds:
         lines += ["", "#### Timeline", "", diagram.block(timeline, descriptions(timeline))]
     recent = _recent_output(proj)

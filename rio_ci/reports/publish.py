@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
 from rio_ci.reports import progress
+from rio_ci.reports.egress import refused_section
 from rio_ci.reports.next_step import Waiting
 from rio_ci.reports.pull_request import pull_request_body
 from rio_ci.reports.timeline import read_timeline
@@ -76,6 +77,7 @@ def open_pull_request(
         comment_url=found.url if found is not None else None,
         diff=diff,
         not_on_branch=not_on_branch,
+        refused=refused_section(session.proj),
     )
     title = f"Fixes #{issue}: {forge.issue(issue).title}"[:250]
     return forge.open_pull_request(branch_for(issue), base, title, body)

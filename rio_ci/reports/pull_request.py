@@ -22,12 +22,14 @@ def pull_request_body(
     comment_url: str | None,
     diff: str | None = None,
     not_on_branch: Sequence[str] = (),
+    refused: Sequence[str] = (),
 ) -> str:
     """The pull request's description: what changed (the diffstat), what of the working tree
     the branch does not have (``not_on_branch``: left out by the checkpoint or refused by
     the code host, each with why), how it was verified (the validators and their results,
-    the model's conclusion) and where the Session's progress comment is. Text the agent or a
-    Cell wrote is fenced or quoted, as in the comment."""
+    the model's conclusion), the hosts Cells were refused (``refused``: the lines of
+    ``rio_ci.reports.egress.refused_section``) and where the Session's progress comment is.
+    Text the agent or a Cell wrote is fenced or quoted, as in the comment."""
     lines = [f"Fixes #{issue}", "", "### What changed", ""]
     if diffstat and diffstat.strip():
         lines += [md.fence("text", diffstat.strip())]
@@ -53,6 +55,8 @@ def pull_request_body(
             f"{sum(1 for r in unknown if r.resolution)} resolved with evidence.",
         ]
     lines.append("")
+    if refused:
+        lines += [*refused]
     if comment_url:
         lines.append(f"The Session's progress: {md.link(comment_url)} (Session {session_id}).")
     else:

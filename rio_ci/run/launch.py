@@ -92,9 +92,11 @@ class Launch:
         crash_point("worker_spawned")
         session.register_worker(cell_id, worker.identity.to_dict())
         crash_point("worker_before_release")
+        self.confinement.begin(cell_id)
         worker.release()
         crash_point("script_running")
-        return Capture(session, cell_id, Watch(worker, session.limits.output_bytes, self.secrets))
+        watch = Watch(worker, session.limits.output_bytes, self.secrets)
+        return Capture(session, cell_id, watch, lambda: self.confinement.end(cell_id))
 
     def _argv(self, cell: Cell, cwd: str, env: dict[str, str]) -> tuple[list[str], str | None]:
         """The command to run, or why it cannot run (known before anything starts)."""
@@ -151,13 +153,15 @@ class Launch:
         except OSError as exc:
             result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}
         else:
+            tag = f"validator {index}"
+            self.confinement.begin(tag)
             worker.release()
             watch = Watch(worker, session.limits.output_bytes, self.secrets)
             end = run_to_end(watch, session.limits.execution_seconds, interrupted, stop_at)
-            if isinstance(end, str):
-                result = {"type": "error", "exit_code": None, "reason": end}
-            else:
-                result = {"type": "success" if end == 0 else "error", "exit_code": end}
+            egress, refused = self.confinement.end(tag)
+            if egress:
+                session.record_egress(egress)
+            result = _validator_result(end) | ({"refused_hosts": refused} if refused else {})
         streams = watch.streams if watch else {}
         session.record_validator(
             {
@@ -171,3 +175,9 @@ class Launch:
             }
         )
         return result
+
+
+def _validator_result(end: int | str) -> dict[str, Any]:
+    if isinstance(end, str):
+        return {"type": "error", "exit_code": None, "reason": end}
+    return {"type": "success" if end == 0 else "error", "exit_code": end}

@@ -176,8 +176,15 @@ class Owner:
             return True
         if self.running is not None:
             self.supervise(wait)
+            self._record_egress()
             return True
         return self.dispatch() or acted
+
+    def _record_egress(self) -> None:
+        """Commit the connections the egress proxy accounted for that are due."""
+        due = self.confinement.egress_due()
+        if due:
+            self.session.record_egress(due)
 
     def fire_timers(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now

@@ -32,6 +32,7 @@ from rio_ci.core.view import next_turn, render
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.model.base import ModelReply
 from rio_ci.session.facts import JournalFacts
+from rio_ci.session.settings import Settings
 from rio_ci.store.journal import Guard, Journal, Writer
 from rio_ci.store.sessionfile import Identity
 
@@ -48,30 +49,23 @@ class Session:
         cls,
         path: str | os.PathLike[str],
         goal: str,
+        settings: Settings | None = None,
         *,
-        cwd: str | None = None,
-        validators: list[list[str]] | None = None,
-        limits: Limits | None = None,
-        pass_env: list[str] | None = None,
-        secrets: list[str] | None = None,
         synchronous: str = "FULL",
         session_id: str | None = None,
     ) -> Session:
+        """A new Session at ``path`` whose first event fixes ``goal`` and ``settings`` (the
+        defaults when None); ValueError for one that could never work (nothing is created)."""
         session_id = session_id or uuid.uuid4().hex
-        first = ev.session_created(
-            {
-                "session_id": session_id,
-                "goal": goal,
-                "cwd": str(Path(cwd or os.getcwd()).resolve()),
-                "validators": validators or [],
-                "limits": (limits or Limits()).to_dict(),
-                "pass_env": sorted(set(pass_env or [])),
-                "secrets": sorted(set(secrets or [])),
-            }
-        )
+        first = ev.session_created((settings or Settings()).created(session_id, goal))
         if (problem := creation_problem(first.data)) is not None:
             raise ValueError(problem)
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
+
+    @property
+    def settings(self) -> Settings:
+        """What the Session's first event fixed."""
+        return Settings.stored(self.proj.session)
 
     @classmethod
     def open(
@@ -458,15 +452,25 @@ class Session:
         *,
         output: Sequence[ev.OutputPiece] = (),
         cancel_note: int | None = None,
+        egress: Sequence[ev.Egress] = (),
     ) -> int:
-        """Commit the last output, the result and its Inbox notice in one transaction (with
-        the cancel Control that stopped it, if any); returns the result's seq."""
+        """Commit the last output, the connections still to record (``egress``), the result
+        and its Inbox notice in one transaction (with the cancel Control that stopped it, if
+        any); returns the result's seq."""
         with self.journal.write() as w:
             _append_output(w, cell_id, output)
+            for connections in egress:
+                w.append(ev.egress(connections))
             seq = _record_result(w, cell_id, result)
             if cancel_note is not None:
                 w.append(ev.control_applied(cancel_note, "cancel", target_cell_id=cell_id))
         return seq
+
+    def record_egress(self, egress: Sequence[ev.Egress]) -> None:
+        """Commit connections the egress proxy accounted for (docs/network.md)."""
+        with self.journal.write() as w:
+            for connections in egress:
+                w.append(ev.egress(connections))
 
     def mark_lost(self, lost: Sequence[tuple[int, str]]) -> None:
         """Recovery: every ``started`` Execution among ``lost`` (cell id, reason) becomes an

@@ -16,6 +16,7 @@ import pytest
 
 from rio_ci.cli import COMMANDS
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.hostile.support import listing, rio, strict
 
 pytestmark = pytest.mark.slow
@@ -136,7 +137,7 @@ def hostile_cases(root: Path) -> dict[str, list[list[str | bytes]]]:
 
 
 def prepare(root: Path) -> None:
-    Session.create(root / "s.db", "walk me", cwd=str(root)).close()
+    Session.create(root / "s.db", "walk me", Settings(cwd=str(root))).close()
     (root / "folder").mkdir()
     (root / "garbage.db").write_bytes(os.urandom(4096))
     (root / "empty.db").write_bytes(b"")
