@@ -16,6 +16,7 @@ import pytest
 from rio_ci.core.errors import Rejected
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.wake.listen import Listener, Watched
 from rio_ci.wake.source import Mark, Source, WakeUp
 from rio_ci.wake.take import Taken, take, take_all
@@ -60,7 +61,7 @@ class Folder:
 @pytest.fixture
 def owner(tmp_path: Path) -> Iterator[Owner]:
     db = tmp_path / "s.db"
-    Session.create(db, "answer the notes", cwd=str(tmp_path)).close()
+    Session.create(db, "answer the notes", Settings(cwd=str(tmp_path))).close()
     held = Owner(str(db))
     yield held
     held.close()
