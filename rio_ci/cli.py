@@ -39,6 +39,7 @@ from rio_ci.run.confinement.sudo import arrive
 from rio_ci.run.confinement.user import become_root
 from rio_ci.run.environment import scrub_own_environment, session_secret_names, session_tree
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Network, Settings
 from rio_ci.untrusted import jsonio, programs
 
 MAX_SECONDS = 10**9  # about 31 years: any longer "timeout" means forever, which is no timeout
@@ -127,7 +128,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         limits = Limits().with_assignments(args.limit)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    validators = [_validator(text) for text in args.validator]
+    validators = [tuple(_validator(text)) for text in args.validator]
     for flag, names in (("--pass-env", args.pass_env), ("--secret", args.secret)):
         for name in names:
             if not _NAME.fullmatch(name):
@@ -135,14 +136,21 @@ def cmd_new(args: argparse.Namespace) -> int:
     if args.cwd is not None and not Path(args.cwd).is_dir():
         raise UsageError(f"--cwd {args.cwd}: not a directory")
     try:
+        network = Network.asked(args.network, args.allow_host)
+    except UsageError as exc:  # nothing is created
+        raise UsageError(f"--network/--allow-host: {exc}") from None
+    try:
         session = Session.create(
             args.db,
             args.goal,
-            cwd=args.cwd,
-            validators=validators,
-            limits=limits,
-            pass_env=args.pass_env,
-            secrets=args.secret,
+            Settings(
+                cwd=args.cwd,
+                validators=tuple(validators),
+                limits=limits,
+                pass_env=tuple(args.pass_env),
+                secrets=tuple(args.secret),
+                network=network,
+            ),
         )
     except FileExistsError as exc:
         raise RioError(str(exc)) from None
@@ -396,6 +404,22 @@ def _new_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             flag, action="append", default=[], metavar=metavar, help=f"{text}; repeatable"
         )
+    p.add_argument(
+        "--network",
+        default="open",
+        metavar="allowlist|open|none",
+        help="where Cells may connect, through the egress proxy (docs/network.md): allowlist "
+        "(the default list and --allow-host), open (every host, recorded; the default) or "
+        "none; fixed for the Session's life",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="a host Cells may reach: name, *.domain or an IP address, each with an optional "
+        ":port (added to the default list under --network allowlist); repeatable",
+    )
 
 
 def _plumbing_options(specs: dict[str, argparse.ArgumentParser]) -> None:

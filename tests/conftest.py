@@ -32,6 +32,7 @@ from rio_ci.core.events import OutputPiece, Result
 from rio_ci.forge.github import GitHubForge
 from rio_ci.run.confinement.home import SHARED_PLACES
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 from tests.kit import CliResult, Patch, run_cli
 from tests.runners import PROFILES, RunnerUser, fresh_cell_user, runner_user
 
@@ -232,7 +233,13 @@ def make_session(tmp_path: Path) -> Iterator[Callable[..., Session]]:
         **limits: Any,
     ) -> Session:
         session = Session.create(
-            tmp_path / name, goal, cwd=str(tmp_path), validators=validators, limits=Limits(**limits)
+            tmp_path / name,
+            goal,
+            Settings(
+                cwd=str(tmp_path),
+                validators=tuple(tuple(argv) for argv in validators or []),
+                limits=Limits(**limits),
+            ),
         )
         opened.append(session)
         return session

@@ -47,6 +47,8 @@ def cli_env(*, checkout: bool = True, **extra: str) -> dict[str, str]:
 
 # --- the CLI -------------------------------------------------------------------------------
 
+RIO = [sys.executable, "-m", "rio_ci"]  # this checkout's rio-ci (a prefix of its own: setpriv …)
+
 
 class CliResult(subprocess.CompletedProcess[str]):
     """What one ``rio-ci`` run produced. Unpacks as ``code, out, err``.
@@ -95,7 +97,7 @@ def run_cli(
     subprocess. ``input`` that is not a string is sent as JSON (``step DB TURN -``)."""
     text = input if input is None or isinstance(input, str) else json.dumps(input)
     done = subprocess.run(
-        [sys.executable, "-m", "rio_ci", *map(str, args)],
+        [*RIO, *map(str, args)],
         input=text,
         capture_output=True,
         text=True,
@@ -112,7 +114,7 @@ def spawn_cli(
 ) -> subprocess.Popen[str]:
     """Start ``python -m rio_ci ARGS`` in the background, its output piped."""
     return subprocess.Popen(
-        [sys.executable, "-m", "rio_ci", *map(str, args)],
+        [*RIO, *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

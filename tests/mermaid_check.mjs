@@ -1,5 +1,6 @@
 // Parses Mermaid text (stdin) with the real mermaid package and prints what it understood:
-// {"type", "tasks": [{"section", "task", "start", "end", "milestone", "crit"}]} for a Gantt
+// {"type", "axisFormat", "tickInterval", "tasks": [{"section", "task", "start", "end",
+// "milestone", "crit"}]} for a Gantt
 // chart. mermaid needs a DOM even to parse, so jsdom provides one. Run from the directory
 // whose node_modules holds mermaid and jsdom (tests/mermaid.py copies it there).
 import { readFileSync } from "node:fs";
@@ -16,6 +17,8 @@ try {
   const tasks = diagram.type === "gantt" ? diagram.db.getTasks() : [];
   console.log(JSON.stringify({
     type: diagram.type,
+    axisFormat: diagram.type === "gantt" ? diagram.db.getAxisFormat() : null,
+    tickInterval: diagram.type === "gantt" ? diagram.db.getTickInterval() : null,
     tasks: tasks.map((t) => ({
       section: t.section,
       task: t.task.trim(),

@@ -55,7 +55,9 @@ class CliSession:
         limits: Iterable[str] = (),
         validators: Iterable[str] = (),
         goal: str = "exercise the Owner",
+        options: Iterable[str] = (),
     ) -> CliSession:
+        """``options``: more of ``rio-ci new``'s (``--network``, ``--allow-host``)."""
         root.mkdir(parents=True, exist_ok=True)
         sess = cls(root)
         sess.cwd.mkdir()
@@ -64,6 +66,7 @@ class CliSession:
             args += ["--limit", item]
         for item in validators:
             args += ["--validator", item]
+        args += list(options)
         sess.session_id = sess.json(*args)["session"]
         return sess
 

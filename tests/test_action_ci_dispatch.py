@@ -89,6 +89,13 @@ def test_finish_dispatches_the_ci_workflow_on_the_agents_branch_after_a_push(
         assert "rio-ci: dispatched ci.yml on rio/issue-1" in job.logs
     else:
         assert gh.dispatches == []
+    # The comment says first what the Session waits for: that CI run, or a person.
+    (comment,) = repo.progress_comments(issue)
+    (said,) = [line for line in comment["body"].splitlines() if line.startswith("**Next")]
+    if dispatched:
+        assert said.startswith("**Next: CI.** `ci.yml` runs on `rio/issue-1`; its result wakes")
+    else:
+        assert said.startswith("**Next: you.** Nothing is running: the model waits for a comment")
     if warning is None:
         assert "was not dispatched" not in job.logs + job.summary
     else:

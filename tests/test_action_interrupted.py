@@ -75,7 +75,10 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     assert [(m["payload"]["cell_id"], m["payload"]["reason"]) for m in unknown] == [(1, reason)]
     (comment,) = repo.progress_comments(issue)
     assert "UnknownExecution" in comment["body"]
-    assert "### rio-ci: paused" in comment["body"]  # the UnknownExecution pauses the queue
+    # Nothing runs until someone acts, and the comment says so first (not "paused").
+    shown = [line for line in comment["body"].splitlines() if line and "<!--" not in line]
+    assert shown[0] == f"### rio-ci: stopped (the job was cut off) · #{issue} Fix it"
+    assert shown[1].startswith("**Next: you.** Nothing is running: this job was cut off")
 
     steer = gh.add_comment(issue, "carry on, please", user="alice", association="COLLABORATOR")
     second = repo.job("issue_comment", commented(gh, steer))
@@ -107,11 +110,14 @@ def test_a_job_cut_off_mid_script_leaves_an_unknown_execution_the_next_job_resol
     (comment,) = repo.progress_comments(issue)
     # The dashboard tells both jobs: the cut-off Cell stays listed with its resolution.
     body = comment["body"]
+    assert f"**Next: you.** Review [#{pull['number']}]({pull['html_url']})" in body
+    assert "| `alice` | [comment](" in body and "| round 2 (job 2) |" in body  # heard
+    assert [r["content"] for r in gh.reactions[steer]] == ["eyes"]
     assert "Job 2 · " in body and "started in job 1, recorded by job 1" in body
     note = next(c["id"] for c in resolutions[0]["cells"] if c.get("role") == "resolution")
     assert f"Resolved by note {note} in round" in body
     (chart,) = mermaid.blocks(body)
-    assert "    section job 1\n" in chart and "    section job 2\n" in chart
+    assert "    section job 1, " in chart and "    section job 2, " in chart
     assert "cut off :milestone" in chart
     assert mermaid.blocks(second.summary) == [chart]  # the step summary draws it too
 

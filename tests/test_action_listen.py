@@ -25,6 +25,7 @@ from rio_ci.github.job import run
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.kit import add, cmd_cell, code_cell
 
 pytestmark = [pytest.mark.slow, pytest.mark.people(alice="write")]
@@ -128,7 +129,7 @@ def test_looks_are_at_most_every_interval_and_an_unchanged_one_rescans_nothing(
 ) -> None:
     issue = gh.add_issue("Fix", labels=("rio",))
     now = [0.0]
-    session = Session.create(tmp_path / "s.sqlite3", "goal", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.sqlite3", "goal", Settings(cwd=str(tmp_path)))
     session.close()
     owner = Owner(str(tmp_path / "s.sqlite3"))
     forge = GitHubForge(gh.repo, gh.token, gh.api_url, throttle=False, retries=0)

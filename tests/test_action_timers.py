@@ -94,6 +94,13 @@ def test_a_waiting_timer_switches_the_sweep_on_after_the_progress_comment(
     # no sweep at all: the Timer would wait for the next event, and the summary says so
     missing = "rio-sweep.yml is not installed: this Session's Timer fires only at its next event"
     assert (missing in job.summary) == (state is None)
+    # The comment says first when the Timer is due and whether anything will wake it.
+    said = [line for line in comment["body"].splitlines() if line.startswith("**Next")]
+    if state is None:
+        assert said[0].startswith("**Next: you.** A Timer is due at ")
+        assert "nothing will wake it: `rio-sweep.yml` is not installed" in said[0]
+    else:
+        assert said[0].startswith("**Next: a Timer** at ") and "installed" in said[0]
 
 
 def test_a_dispatched_job_that_finds_no_session_clears_the_next_wake(

@@ -32,6 +32,7 @@ from rio_ci.core.projection import Projection
 from rio_ci.core.reducer import apply
 from rio_ci.core.state import EXECUTABLE, validate_cell
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 from tests.kit import PEP723, cmd_cell, code_cell, note_cell
 
 # --- building patches from a snapshot ------------------------------------------------------
@@ -356,13 +357,15 @@ def freeze(session: Session) -> Base:
 def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
     where = tmp_path_factory.mktemp("bases")
     found = []
-    empty = Session.create(where / "empty.db", "fuzz", cwd=str(where))
+    empty = Session.create(where / "empty.db", "fuzz", Settings(cwd=str(where)))
     found.append(freeze(empty))
     for name, limits in (
         ("rich", Limits()),
         ("tight", Limits(pending_cells=4, context_bytes=2400)),
     ):
-        session = Session.create(where / f"{name}.db", "fuzz", cwd=str(where), limits=limits)
+        session = Session.create(
+            where / f"{name}.db", "fuzz", Settings(cwd=str(where), limits=limits)
+        )
         accept(
             session,
             lambda p: (
@@ -444,6 +447,12 @@ def test_decide_on_200000_fresh_random_patches(bases: list[Base]) -> None:
 # --- Session.step on a real file -----------------------------------------------------------
 
 
+def machine_session(folder: Path) -> Session:
+    """The Session of one run of the machine: small budgets, so they are reached."""
+    limits = Limits(pending_cells=5, context_bytes=12_000, inbox_messages=6)
+    return Session.create(folder / "s.db", "fuzz", Settings(cwd=str(folder), limits=limits))
+
+
 class StepMachine(RuleBasedStateMachine):
     """One Session per run; steps interleave with Executions finishing and messages."""
 
@@ -456,8 +465,7 @@ class StepMachine(RuleBasedStateMachine):
         StepMachine.runs += 1
         self.dir = self.where / f"run-{self.runs}"
         self.dir.mkdir()
-        limits = Limits(pending_cells=5, context_bytes=12_000, inbox_messages=6)
-        self.session = Session.create(self.dir / "s.db", "fuzz", cwd=str(self.dir), limits=limits)
+        self.session = machine_session(self.dir)
         self.ever: set[int] = set()
 
     def teardown(self) -> None:

@@ -139,6 +139,7 @@ LAYERS = {
     "run": 5,
     "reports": 5,
     "rounds": 6,
+    "wake": 6,
     "github": 7,
     "commands": 8,
     "cli": 9,
@@ -467,6 +468,14 @@ def test_function_size_and_complexity_are_bounded_by_ruff() -> None:
 
 # The runner's variables: GitHub's (GITHUB_*, RUNNER_*) and the image's (ImageOS, ImageVersion).
 ACTIONS_ENVIRONMENT = re.compile(r"[\"']((GITHUB|RUNNER)_[A-Z_]+|ImageOS|ImageVersion)[\"']")
+
+
+@pytest.mark.parametrize("module", sorted((PACKAGE / "wake").glob("*.py")), ids=relative)
+def test_the_seam_for_what_wakes_a_session_knows_no_code_host(module: Path) -> None:
+    """rio_ci/wake/__init__.py: a source is a host's; the seam imports none, nor a Forge."""
+    hosts = {"forge", "github"}
+    imported = {n for n in imports_of(module.read_text()) if n.startswith("rio_ci.")}
+    assert not {n for n in imported if part_of(n) in hosts}
 
 
 @pytest.mark.parametrize("module", MODULES, ids=relative)

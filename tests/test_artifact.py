@@ -20,6 +20,7 @@ from rio_ci.forge.github import GitHubForge
 from rio_ci.github.newest import EXPIRED, restore_newest
 from rio_ci.github.provenance import Provenance
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.store.artifact import (
     MANIFEST,
     SCHEMA,
@@ -316,7 +317,7 @@ def test_restore_does_not_fall_back_when_the_newest_cannot_be_fetched(
 
 
 def test_a_real_session_survives_the_trip(tmp_path: Path) -> None:
-    live = Session.create(tmp_path / "s.db", "Fix the route", cwd=str(tmp_path))
+    live = Session.create(tmp_path / "s.db", "Fix the route", Settings(cwd=str(tmp_path)))
     live.receive("comment:1", "comment", {"author": "alice", "body": "please"})
     out = packed(tmp_path / "s.db", tmp_path / "out")  # while the Session is still open
     unpack(archive(out, tmp_path / "a.zip"), tmp_path / "restored")
@@ -358,7 +359,7 @@ HOSTILE_SQL = {
 def test_a_snapshot_holding_anything_but_the_session_schema_is_refused(
     case: str, tmp_path: Path
 ) -> None:
-    session = Session.create(tmp_path / "s.db", "stay plain", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.db", "stay plain", Settings(cwd=str(tmp_path)))
     session.close()
     sql, reason = HOSTILE_SQL[case]
     bundle = hostile_snapshot(tmp_path / "s.db", tmp_path, sql)
@@ -373,7 +374,7 @@ def test_a_snapshot_holding_anything_but_the_session_schema_is_refused(
 def test_the_schema_objects_a_session_may_hold_are_what_the_journal_creates(
     tmp_path: Path,
 ) -> None:
-    Session.create(tmp_path / "s.db", "plain", cwd=str(tmp_path)).close()
+    Session.create(tmp_path / "s.db", "plain", Settings(cwd=str(tmp_path))).close()
     conn = sqlite3.connect(tmp_path / "s.db")
     found = set(conn.execute("SELECT type, name, tbl_name FROM sqlite_master"))
     conn.close()

@@ -567,6 +567,12 @@ def test_without_root_the_cells_share_the_harness_user_and_it_is_said() -> None:
         assert "not root" in mode["reason"]
         assert show(sess)["cell_user"]["mode"] == "shared"
         assert "share the harness's user" in sess.run("show", str(db)).stdout
+        # Nor do they get a network of their own: said in the log, recorded, shown.
+        assert b"Cells use the host's network (" in done.stderr
+        assert mode["network"] == {"isolated": False, "reason": mode["reason"]}
+        network = show(sess)["network"]
+        assert (network["mode"], network["isolated"]) == ("open", False)
+        assert "but Cells use the host's network" in sess.run("show", str(db)).stdout
 
 
 # --- a harness user with passwordless sudo (a GitHub-hosted runner's) ------------------------

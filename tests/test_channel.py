@@ -26,6 +26,7 @@ import pytest
 
 from rio_ci.run.confinement.channel import Channel
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.kit import cli_env, python_with
 from tests.session_cli import gone
 
@@ -78,7 +79,7 @@ sys.stdin.readline()
 
 def test_close_stops_a_bridge_still_running(tmp_path: Path, short_dir: Path) -> None:
     db = tmp_path / "s.db"
-    Session.create(db, "g", cwd=str(tmp_path)).close()
+    Session.create(db, "g", Settings(cwd=str(tmp_path))).close()
     python = python_with(tmp_path / "venv", start=HOLD)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(short_dir / "hold.sock"))
@@ -120,7 +121,7 @@ def test_a_bridge_is_started_isolated_from_the_pythonpath_it_is_given(
     """The bridge gets the Cells' environment, ``PYTHONPATH`` included, whose folders a Cell
     may write: a ``sitecustomize`` there never runs (``-I``), and the answer still comes."""
     db = tmp_path / "s.db"
-    Session.create(db, "g", cwd=str(tmp_path)).close()
+    Session.create(db, "g", Settings(cwd=str(tmp_path))).close()
     planted = tmp_path / "planted"
     planted.mkdir()
     marker = tmp_path / "sitecustomize-ran"
@@ -151,7 +152,7 @@ def test_the_bridge_gets_no_credential_and_no_secret_the_session_names(
     monkeypatch.setenv("HOOK_MIRROR", f"copy of {hook}")
     monkeypatch.setenv("GITHUB_TOKEN", "canary-github-9c2d")
     db = tmp_path / "s.db"
-    Session.create(db, "goal", cwd=str(tmp_path), secrets=["DEPLOY_HOOK"]).close()
+    Session.create(db, "goal", Settings(cwd=str(tmp_path), secrets=("DEPLOY_HOOK",))).close()
     owner = Owner(str(db))
     try:
         owner.confinement.prepare(owner.session)

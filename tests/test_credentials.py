@@ -12,9 +12,9 @@ import pytest
 
 from rio_ci.run.environment import worker_environment
 from rio_ci.session.session import Session
-from tests.kit import Patch, cli_env, run_cli
+from rio_ci.session.settings import Settings
+from tests.kit import RIO, Patch, cli_env, run_cli
 
-RIO = [sys.executable, "-m", "rio_ci"]
 CANARIES = {"ANTHROPIC_API_KEY": "canary-anthropic-5f1e", "GITHUB_TOKEN": "canary-github-9c2d"}
 
 
@@ -70,7 +70,7 @@ def test_a_credential_left_in_a_re_executed_owners_environment_is_moved_out_too(
     Session's ``--secret``), re-executes once more without them: a Cell reading the Owner's
     initial environment finds the mark and none of them."""
     db = tmp_path / "s.db"
-    session = Session.create(db, "goal", cwd=str(tmp_path), secrets=["DEPLOY_HOOK"])
+    session = Session.create(db, "goal", Settings(cwd=str(tmp_path), secrets=("DEPLOY_HOOK",)))
     turn = session.prepare_turn()
     listing = "tr '\\0' '\\n' < /proc/$PPID/environ | cut -d= -f1"
     session.step(
@@ -120,7 +120,7 @@ def test_a_rio_ci_planted_in_the_working_directory_never_gets_the_credentials(
     for name in ("__init__.py", "__main__.py", "cli.py"):
         (checkout / "rio_ci" / name).write_text(plant)
     db = tmp_path / "s.db"
-    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    Session.create(db, "goal", Settings(cwd=str(tmp_path))).close()
     start = (
         [str(Path(sys.executable).with_name("rio-ci"))]
         if how == "script"

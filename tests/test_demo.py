@@ -144,7 +144,8 @@ def test_show_on_the_demo_session_lists_every_execution_with_its_resolution(
     assert {k: ex["result"] for k, ex in shown.items()} == finished
     assert shown[unknown]["resolved_by"] == note_id
     text = run_cli("show", str(db)).stdout
-    assert f"[{unknown}] code" in text and f"resolved by cell {note_id}" in text
+    assert f"[{unknown}] fix add() in calc.py" in text  # its description
+    assert f"resolved by cell {note_id}" in text
 
 
 @pytest.mark.parametrize("target", [".", "keep.txt"], ids=["non-empty-dir", "a-file"])
@@ -179,10 +180,11 @@ def test_the_progress_comment_tells_the_whole_interrupted_session(
         if e["kind"] != "execution_finished":
             continue
         cell, row = cells[e["cell_id"]], rows[str(e["cell_id"])]
+        assert cell["description"] in row  # what it is for, in the model's words
         if cell["kind"] == "cmd":
-            assert " ".join(cell["argv"][1:]) in row  # what it ran
+            assert "`cmd " in row  # and what it ran
         else:
-            assert "Fix calc.add." in row  # the code's first meaningful line
+            assert "import" not in row and "`code " in row
         assert e["result"]["type"] in row
         if e["result"]["type"] == "UnknownExecution":
             assert "| cut off (its end is unknown) |" in row  # no duration is made up
@@ -206,9 +208,10 @@ def test_the_progress_comment_tells_the_whole_interrupted_session(
     parsed = mermaid.parse(chart)
     assert parsed.get("type") == "gantt", parsed
     tasks = {t["task"]: t for t in parsed["tasks"]}
-    assert tasks["cut off"]["milestone"] and tasks["cut off"]["section"] == "job 1"
+    assert tasks["cut off"]["milestone"] and tasks["cut off"]["section"].startswith("job 1, ")
     resolved = tasks[f"cell 3 resolved by note {resolution['note_id']}"]
-    assert resolved["milestone"] and resolved["section"] == "job 2"
+    assert resolved["milestone"] and resolved["section"].startswith("job 2, ")
+    assert resolved["section"].endswith(" later")  # the gap between the jobs is named
     (crit,) = [t for t in parsed["tasks"] if t["crit"]]
     assert crit["task"].startswith("cell 3 UnknownExecution")
 
@@ -219,15 +222,45 @@ def test_the_pull_request_link_opens_a_page_and_its_body_says_how_it_was_verifie
     _, done = demo
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["pull_request"] in done.stderr  # the story prints the link
-    page = Path(urllib.parse.unquote(urllib.parse.urlparse(summary["pull_request"]).path))
-    text = page.read_text()
+    text = opened(summary["pull_request"]).read_text()
     (pull,) = LocalForge(Path(summary["forge"]).parent).pull_requests()
-    assert html.escape(pull["title"]) in text and html.escape(pull["body"]) in text
+    # Rendered as a code host shows it: headings, code, no visible marker.
+    assert f"<title>#{pull['number']} {html.escape(pull['title'])}</title>" in text
+    assert "<h3>What changed</h3>" in text and "rio-ci:op" not in text
     body = pull["body"]
     assert "### What changed" in body and "calc.py | 2 +-" in body  # the diffstat
     assert "### How it was verified" in body and "-m unittest -q`: success" in body
     assert "1 UnknownExecution(s) along the way, 1 resolved with evidence." in body
-    assert "/issues/1#comment-" in body  # the Session's progress comment
+    (link,) = re.findall(r"\((file://[^)]*/issues/1\.html#comment-[0-9]+)\)", body)
+    assert opened(link).is_file()  # the Session's progress comment: a link that works
+    assert f'href="{html.escape(link)}"' in text
+
+
+def opened(url: str) -> Path:
+    """The file a ``file://`` link opens."""
+    return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
+
+
+def test_the_demo_shows_the_comment_and_the_pull_request_side_by_side(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    root, done = demo
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    pages = Path(summary["pages"])
+    assert f"Open {pages.as_uri()}" in done.stderr
+    frames = re.findall(r"<iframe src='([^']+)'", pages.read_text())
+    assert frames == ["forge/issues/1.html", f"forge/pull/{opened(summary['pull_request']).name}"]
+    comment = (root / frames[0]).read_text()
+    # The comment as GitHub renders it: no marker, no metadata, the Next line first, and the
+    # link to the pull request opens its page.
+    assert "rio-ci:progress" not in comment and "rio-ci:meta" not in comment
+    assert "<p><strong>Next: you.</strong> Review <a href=" in comment
+    assert f'href="{summary["pull_request"]}"' in comment
+    assert "<pre class=mermaid>" in comment and "\ngantt\n" in comment
+    # The commands it suggests run after the README's install (nothing on PATH).
+    command = re.search(r"Look around: (\S+) show ", done.stderr)
+    assert command is not None and Path(command.group(1)).name == "rio-ci"
+    assert Path(command.group(1)).is_file() or command.group(1).endswith("-m rio_ci")
 
 
 def test_the_demo_without_a_directory_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -101,13 +101,14 @@ def test_show_json_keys_are_the_documented_ones(tmp_path: Path) -> None:
     """docs/cli.md names every key of ``show --json``, and no key it does not have."""
     from rio_ci.commands.show import summary
     from rio_ci.session.session import Session
+    from rio_ci.session.settings import Settings
 
     text = (DOCS / "cli.md").read_text().split("## show", 1)[1].split("\n## ", 1)[0]
     paragraph = text.split("The JSON object's keys:", 1)[1].split("\n\n", 1)[0]
     # Top-level keys are the backticked names not inside a parenthesis or a brace.
     flat = re.sub(r"\([^()]*\)", "", re.sub(r"\{[^{}]*\}", "", paragraph))
     documented = set(re.findall(r"`([a-z_]+)`", flat))
-    session = Session.create(tmp_path / "s.db", "goal", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.db", "goal", Settings(cwd=str(tmp_path)))
     try:
         keys = set(summary(session))
     finally:
@@ -119,12 +120,13 @@ def test_show_json_ended_keys_are_the_documented_ones(tmp_path: Path) -> None:
     """docs/cli.md's ``ended`` object names the keys ``show --json`` prints for an ended run."""
     from rio_ci.commands.show import summary
     from rio_ci.session.session import Session
+    from rio_ci.session.settings import Settings
 
     text = (DOCS / "cli.md").read_text().split("## show", 1)[1].split("\n## ", 1)[0]
     shape = re.search(r"`ended` \(`\{([^}]*)\}`", text)
     assert shape is not None, "docs/cli.md no longer spells out `ended`'s keys"
     documented = {key.strip() for key in shape.group(1).split(",")}
-    session = Session.create(tmp_path / "s.db", "goal", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.db", "goal", Settings(cwd=str(tmp_path)))
     try:
         session.end_in_failure("given up")
         ended = summary(session)["ended"]

@@ -30,6 +30,7 @@ from rio_ci.github.images import (
     kept,
 )
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.kit import Patch, cmd_cell, note_cell
 
@@ -169,7 +170,7 @@ def test_a_picture_over_the_providers_limit_once_encoded_is_left_out_when_fetche
     assert got.notes == [
         "image 1 left out: 5.3 MB once encoded, over the provider's 5 MB limit for one picture"
     ]
-    session = Session.create(tmp_path / "s.db", goal="g", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.db", "g", Settings(cwd=str(tmp_path)))
     try:
         digest = hashlib.sha256(large).hexdigest()
         carried = kept(session, Fetched([Image(digest, "image/png", large, "big")]))
@@ -200,7 +201,7 @@ def test_pictures_are_stored_once_by_digest_within_storage_bytes(
     tmp_path: Path, gh: FakeGitHub
 ) -> None:
     gh.attachments["shot"] = (png(), "image/png")
-    session = Session.create(tmp_path / "s.db", goal="g", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.db", "g", Settings(cwd=str(tmp_path)))
     try:
         text = f"![a]({asset(gh, 'shot')}) and again <img src='{asset(gh, 'shot')}?x=1'>"
         carried = kept(session, fetcher(gh).fetch(text))
@@ -212,9 +213,10 @@ def test_pictures_are_stored_once_by_digest_within_storage_bytes(
         gh.attachments["big"] = (png(400, 400), "image/png")
         small = Session.create(
             tmp_path / "small.db",
-            goal="g",
-            cwd=str(tmp_path),
-            limits=Limits.from_dict({"storage_bytes": session.size_bytes()}),
+            "g",
+            Settings(
+                cwd=str(tmp_path), limits=Limits.from_dict({"storage_bytes": session.size_bytes()})
+            ),
         )
         try:
             refused = kept(small, fetcher(gh).fetch(f"![big]({asset(gh, 'big')})"))

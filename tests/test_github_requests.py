@@ -71,6 +71,7 @@ WAKEUP_JOB = [
     "GET /repos/<repo>/actions/runs/<id> → 200",  # the newest one's run: rio's own?
     "GET /repos/<repo>/actions/artifacts/<id>/zip → 302",  # its download (the blob is free)
     "GET /repos/<repo>/issues/1/comments?per_page=100 → 200",  # the re-scan (the first look)
+    "POST /repos/<repo>/issues/comments/<id>/reactions → 201",  # eyes: the comment is read
     "PATCH /repos/<repo>/issues/comments/<id> → 200",  # the progress comment: running
     "PATCH /repos/<repo>/issues/comments/<id> → 200",  # finish: how the job ended
     LISTED,  # prune: the generation uploaded, verified

@@ -160,17 +160,17 @@ def test_steer_commands_are_whole_comments() -> None:
 
 
 def test_the_progress_status_says_how_an_unfinished_job_stopped() -> None:
-    """The finish step passes how the rounds stopped: a job cut off or out of time says the
-    next job goes on, not that it waits for a comment; a pause and an ending win."""
+    """The finish step passes how the rounds stopped: a job cut off or out of time says it
+    stopped (nothing runs until the next event), even when the queue was paused; an ending
+    wins."""
     proj = Projection(session={"id": "s"})
     assert status_of(proj, "waiting") == "waiting for a comment or a check"
-    assert (
-        status_of(proj, "deadline") == "waiting for the next job (this one's time budget ran out)"
-    )
-    assert status_of(proj, "interrupted") == "waiting for the next job (this one was cut off)"
+    assert status_of(proj, "deadline") == "stopped (the job's time budget ran out)"
+    assert status_of(proj, "interrupted") == "stopped (the job was cut off)"
     assert status_of(proj, None) == "running"
     proj.pause = "execution:1"
-    assert status_of(proj, "deadline") == "paused"
+    assert status_of(proj, None) == "paused"
+    assert status_of(proj, "interrupted") == "stopped (the job was cut off)"
     proj.ended = {"result": "success", "reason": "conclusion accepted"}
     assert status_of(proj, "interrupted") == "succeeded"
 
@@ -236,6 +236,7 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
     from rio_ci.forge.base import Review, ReviewComment
     from rio_ci.github.intake import review_message
     from rio_ci.session.session import Session
+    from rio_ci.session.settings import Settings
 
     hunk = "@@ -1,400 +1,400 @@\n" + "".join(f" line {n}\n" for n in range(400)) + "+the line"
     comments = tuple(
@@ -243,7 +244,7 @@ def test_a_long_review_fits_the_sessions_message_limit_and_counts_what_it_leaves
         for n in range(1, 31)
     )
     review = Review(9, "alice", "MEMBER", "CHANGES_REQUESTED", "b" * 9000, "url", comments)
-    session = Session.create(tmp_path / "s.sqlite3", "goal", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.sqlite3", "goal", Settings(cwd=str(tmp_path)))
     try:
         limit = session.limits.output_bytes
         kind, payload = review_message(review, limit)

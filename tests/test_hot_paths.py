@@ -19,6 +19,7 @@ from rio_ci.core.json_value import compact, encoded_size
 from rio_ci.core.view import _unbounded, next_turn, render, select_inbox, unbounded_size
 from rio_ci.run.owner import Owner, in_doubt
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.kit import run_cli
 
 
@@ -105,7 +106,7 @@ def test_an_owner_leaves_the_locks_of_this_process_s_other_connections_alone(
     SQLite's included: an Owner that read the header through a descriptor it then closed
     left a Session open in the same process blind to what other processes commit."""
     db = tmp_path / "s.db"
-    reader = Session.create(db, "g", cwd=str(tmp_path))
+    reader = Session.create(db, "g", Settings(cwd=str(tmp_path)))
     try:
         Owner(str(db)).close()
         turn = reader.prepare_turn()

@@ -28,6 +28,7 @@ from conftest import (
 
 from rio_ci.core.errors import OwnershipError, StorageError
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 from rio_ci.store.journal import SAVE_EVERY
 from tests.kit import Patch, cli_env, cmd_cell, code_cell, note_cell, run_cli
 
@@ -177,7 +178,7 @@ def test_deleting_derived_data_rebuilds_the_identical_state(history: Session, db
 
 def test_a_long_session_opens_by_folding_only_the_tail(db: Path) -> None:
     # Built at synchronous=NORMAL for speed: what is measured is opening, not durability.
-    session = Session.create(db, "long", cwd=str(db.parent), synchronous="NORMAL")
+    session = Session.create(db, "long", Settings(cwd=str(db.parent)), synchronous="NORMAL")
     for i in range(2000):
         session.receive(f"m{i}", "comment", {"i": i})
         turn = session.prepare_turn()

@@ -92,6 +92,21 @@ def test_every_event_imported_keeps_the_ref_its_constructor_gave_it() -> None:
                 "opened": [],
             }
         ),
+        *(
+            ev.egress(
+                {
+                    "cell_id": cell_id,
+                    "host": "h.test",
+                    "port": 443,
+                    "allowed": False,
+                    "reason": "not_listed",
+                    "bytes_up": 0,
+                    "bytes_down": 0,
+                    "count": 1,
+                }
+            )
+            for cell_id in (3, None)  # a Cell's, a validator's
+        ),
     ]
     assert {e.kind for e in made} == set(ev.KINDS) - {"patch_accepted"}
     for event in made:

@@ -24,6 +24,7 @@ from rio_ci.model import providers
 from rio_ci.model.claude import table
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.start import preload
 from rio_ci.start.invocation import Invocation
 from tests.fakes import tiny_provider
@@ -51,7 +52,7 @@ def test_a_provider_added_as_a_module_and_a_row_runs_a_session(
     from the Cell's output, its usage counted at its own price."""
     monkeypatch.setattr("sys.stderr", io.StringIO())  # the live log
     db = tmp_path / "s.sqlite3"
-    Session.create(db, "say your name", cwd=str(tmp_path)).close()
+    Session.create(db, "say your name", Settings(cwd=str(tmp_path))).close()
     printed: list[dict[str, Any]] = []
     code = run_command(
         str(db),

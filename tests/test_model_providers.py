@@ -17,7 +17,14 @@ from rio_ci.core.errors import ModelError, UsageError
 from rio_ci.model.base import ModelRequest
 from rio_ci.model.claude import table
 from rio_ci.model.claude.client import AnthropicModel
-from rio_ci.model.providers import build_model, parse_price
+from rio_ci.model.providers import (
+    build_model,
+    fallback_spec,
+    full_spec,
+    nearest_models,
+    parse_price,
+    priced_model,
+)
 from rio_ci.model.scripted import ScriptedModel
 from rio_ci.model.turn import system_prompt
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -76,7 +83,7 @@ def test_specs_name_the_default_model_a_claude_model_or_a_script(
     assert isinstance(build_model(f"scripted:{script}"), ScriptedModel)
 
 
-@pytest.mark.parametrize("spec", ["openai:gpt-5", "claude-sonnet-5-5", "scripted:", ""])
+@pytest.mark.parametrize("spec", ["openai:gpt-5", "sonnet-5-5", "scripted:", ""])
 def test_a_spec_that_names_no_model_is_a_usage_error(spec: str) -> None:
     with pytest.raises(UsageError):
         build_model(spec or "nope:")
@@ -248,3 +255,20 @@ def test_the_worked_patch_in_the_prompt_does_what_it_says() -> None:
     source = new[1]["source"]
     assert source.count("# /// script") == 1 and "from rio_ci.tools import replace" in source
     assert new[2]["argv"][:2] == ["bash", "-c"]
+
+
+def test_a_bare_claude_id_is_anthropics_and_a_typo_gets_the_nearest_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    assert full_spec("claude-sonnet-5-5") == "anthropic:claude-sonnet-5-5"
+    assert full_spec("bedrock:claude-x") == "bedrock:claude-x"
+    assert fallback_spec("bedrock:a", "claude-opus-5-5") == "anthropic:claude-opus-5-5"
+    model = priced_model("claude-sonnet-5-5", effort="high", price=None, stored={})
+    assert model.name == "anthropic:claude-sonnet-5-5"
+    with pytest.raises(UsageError) as typo:
+        priced_model("claude-sonet-5-5", effort="high", price=None, stored={})
+    assert str(typo.value).startswith(
+        "unknown model 'claude-sonet-5-5'; the nearest known: claude-sonnet-5-5"
+    )
+    assert nearest_models("anthropic:claude-sonnet-5-5") == []  # a known id has none

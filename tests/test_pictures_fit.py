@@ -27,6 +27,7 @@ from rio_ci.reports.live import LiveLog
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic, ReceivedRequest
 from tests.round_loop_kit import DONE, KEY, MODEL, patch
 
@@ -51,7 +52,7 @@ def one_turn(
     """A Session whose goal (and one comment) carry these pictures; one Turn, answered with
     a success conclusion. Returns the outcome and the request the fake received."""
     db = tmp_path / "s.db"
-    session = Session.create(db, "fix the colour", cwd=str(tmp_path))
+    session = Session.create(db, "fix the colour", Settings(cwd=str(tmp_path)))
     try:
         refs = [keep(session, data, f"goal {n}") for n, data in enumerate(goal, start=1)]
         session.set_watermark("goal_images", refs)

@@ -25,6 +25,7 @@ import pytest
 from rio_ci.github.git import Git
 from rio_ci.run.confinement.user import CellUser
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.untrusted import programs
 from rio_ci.untrusted.gitenv import git_environment
 from rio_ci.untrusted.programs import Lookup, Rules, harness_users
@@ -318,7 +319,7 @@ def test_the_cell_user_is_created_with_the_systems_useradd_not_the_working_trees
         tree, marker = place / "tree", place / "planted-useradd-ran"
         bin_dir = planted_in(tree, "useradd", marker)
         db = place / "s.db"
-        Session.create(db, "g", cwd=str(tree)).close()
+        Session.create(db, "g", Settings(cwd=str(tree))).close()
         env = cli_env()
         env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
         done = subprocess.run(

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from conftest import accept, end_execution, record_unknown, start_execution, succeed
 
+from rio_ci.core.events import OutputPiece
+from rio_ci.core.timeline import JOB_MARK, fold_timeline
 from rio_ci.github.comment import Pacer
 from rio_ci.model.scripted import ScriptedModel
 from rio_ci.reports import diagram, progress
@@ -18,6 +21,7 @@ from rio_ci.reports.timeline import descriptions, read_timeline
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests import mermaid
 from tests.kit import add, cmd_cell
 from tests.round_loop_kit import DONE
@@ -57,7 +61,7 @@ def test_hostile_labels_stay_inside_the_chart_and_long_sessions_are_bounded(
     # Exactly the rows drawn, all in the one job: nothing the argv said became a task, a
     # section or a directive.
     assert len(parsed["tasks"]) == diagram.MAX_ITEMS
-    assert {t["section"] for t in parsed["tasks"]} == {"job 1"}
+    assert {t["section"] for t in parsed["tasks"]} == {diagram.section_title(timeline, 1)}
     assert not any(t["crit"] or t["milestone"] for t in parsed["tasks"])
     assert all(t["start"] < t["end"] for t in parsed["tasks"])
     assert [t["task"] for t in parsed["tasks"]] == [
@@ -94,7 +98,7 @@ def test_the_comment_keeps_hostile_cell_text_in_its_cell(session: Session) -> No
     assert "<script>" not in body and "`@admin`" not in body
     assert "**Unresolved**" in body  # an UnknownExecution nobody resolved yet says so
     (chart,) = mermaid.blocks(body)  # the argv's fence did not end anything
-    assert chart.startswith("gantt\n")
+    assert chart.startswith("---\nconfig:\n") and "\n---\ngantt\n" in chart
 
 
 @pytest.mark.parametrize("offset", range(10))
@@ -142,7 +146,7 @@ def test_the_round_loop_calls_back_after_each_round_and_marks_its_job(tmp_path: 
     """The seam the GitHub job paces its progress rewrites with: called after each round is
     committed; the job's name is in the Session's timeline."""
     db = tmp_path / "s.db"
-    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    Session.create(db, "goal", Settings(cwd=str(tmp_path))).close()
     rounds = [[add(cmd_cell("true"))]] * 2
     rounds.append([add(DONE)])
     script = tmp_path / "model.yaml"
@@ -164,3 +168,71 @@ def test_the_round_loop_calls_back_after_each_round_and_marks_its_job(tmp_path: 
     # listens for comments then too): every round was seen committed, in order.
     assert set(range(1, len(rounds) + 1)) <= set(seen) and seen == sorted(seen)
     assert [job.label for job in timeline.jobs] == ["job under test"]
+
+
+def shifted(session: Session, after_mark: str, hours: float) -> list[dict[str, Any]]:
+    """The Session's events, those from the job mark ``after_mark`` on moved ``hours`` later
+    (a later job, hours after the first)."""
+    events, later = [], False
+    for event in session.events():
+        later = later or (event["kind"] == "watermark" and event["value"] == after_mark)
+        events.append({**event, "at": event["at"] + hours * 3600} if later else event)
+    return events
+
+
+@pytest.mark.slow  # the real Mermaid parser: a node process
+@pytest.mark.usefixtures("mermaid_parser")
+def test_each_job_is_drawn_from_its_own_start_and_the_gap_is_named(session: Session) -> None:
+    """Two jobs three hours apart, the first cut off mid-Cell and the second finding it
+    unfinished: each section starts at 0, its title names the gap, the UnknownExecution's bar
+    ends at its own job's last event, and the axis's few ticks count seconds since the start."""
+    session.set_watermark(JOB_MARK, "run 1")
+    accept(session, lambda p: p.add(cmd_cell("sleep", "100")))
+    start_execution(session, 1)
+    session.receive("comment:9", "comment", {"author": "alice", "body": "hi", "url": ""})
+    session.set_watermark(JOB_MARK, "run 2")
+    record_unknown(session, 1)  # the second job's recovery
+    accept(session, lambda p: p.add({**cmd_cell("true"), "description": "check again"}))
+    succeed(session, 2)
+    timeline = fold_timeline(shifted(session, "run 2", 3))
+    first, second = timeline.jobs
+    assert diagram.section_title(timeline, 2) == "job 2, 3 h 0 min later"
+    (chart,) = mermaid.blocks(diagram.block(timeline, descriptions(timeline)))
+    parsed = mermaid.parse(chart)
+    assert parsed["axisFormat"] == "%S.%L" and parsed["tickInterval"].endswith("millisecond")
+    by_section: dict[str, list[dict[str, Any]]] = {}
+    for task in parsed["tasks"]:
+        by_section.setdefault(task["section"], []).append(task)
+    one, two = by_section.values()
+    assert min(t["start"] for t in one) >= 0 and min(t["start"] for t in two) >= 0
+    span = max(t["end"] for t in parsed["tasks"])
+    longest = max(job.ended_at - job.started_at for job in (first, second))
+    assert span <= 1000 * longest + 2  # no 3-hour gap (a milestone is drawn 1 ms wide)
+    (unknown,) = [t for t in one if t["crit"]]
+    assert abs(unknown["end"] - round((first.ended_at - first.started_at) * 1000)) <= 1
+    assert any("check again" in t["task"] for t in two)
+    assert "the axis counts seconds since then" in diagram.block(timeline, descriptions(timeline))
+
+
+@pytest.mark.parametrize("span", [0.004, 0.3, 1.9, 7, 59, 61, 600, 3599, 3601, 6 * 3600])
+def test_the_axis_has_few_short_ticks_that_no_time_zone_shifts(span: float) -> None:
+    axis = diagram.axis_of(span)
+    assert axis.format in ("%S", "%S.%L")  # seconds: the one field no time zone offset moves
+    assert span / axis.scale < 60  # so the widest job never wraps past 59
+    count, unit = re.fullmatch(r"([0-9]+)(millisecond|second)", axis.tick).groups()  # type: ignore[union-attr]
+    size = int(count) / (1000 if unit == "millisecond" else 1)
+    assert span / axis.scale / size <= diagram.MAX_TICKS
+
+
+def test_a_job_ends_at_its_last_event_output_included(session: Session) -> None:
+    """A job cut off while its Cell printed ends at the last output it committed, though
+    the Timeline's fold reads no output."""
+    session.set_watermark(JOB_MARK, "run 1")
+    accept(session, lambda p: p.add(cmd_cell("sleep", "100")))
+    start_execution(session, 1)
+    session.record_output(1, [OutputPiece("stdout", text="still working\n")])
+    session.set_watermark(JOB_MARK, "run 2")
+    record_unknown(session, 1)
+    (output,) = [e for e in session.events() if e["kind"] == "output"]
+    timeline = read_timeline(session, session.refresh().last_seq)
+    assert timeline.jobs[0].ended_at == output["at"]

@@ -75,6 +75,6 @@ def test_validators_are_listed_in_text_and_json(make_session: type) -> None:
             "truncated": False,
         }
     )
-    assert "validators:\n  true → success (for conclusion note 1" in render_text(session)
+    assert "validators:\n  true → success (at the conclusion, note 1" in render_text(session)
     (validator,) = json.loads(json.dumps(summary(session)))["validators"]
     assert validator["argv"] == ["true"] and validator["result"]["type"] == "success"

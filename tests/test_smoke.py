@@ -20,6 +20,7 @@ from rio_ci.model.scripted import ScriptedModel
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.kit import Patch, add, cmd_cell, events
 
 pytestmark = pytest.mark.people(alice="write")
@@ -49,7 +50,7 @@ def test_a_github_job_runs_a_cell_and_its_finish_opens_the_pull_request(
 
 def test_the_round_loop_runs_a_scripted_cell_to_success(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    Session.create(db, "smoke", cwd=str(tmp_path)).close()
+    Session.create(db, "smoke", Settings(cwd=str(tmp_path))).close()
     model = tmp_path / "model.yaml"
     model.write_text(script([add(cmd_cell("echo", "hello"))], [conclude()]))
     owner = Owner(str(db))
@@ -66,7 +67,7 @@ def test_the_round_loop_runs_a_scripted_cell_to_success(tmp_path: Path) -> None:
 
 def test_the_owner_runs_an_accepted_cell_and_commits_its_result(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    session = Session.create(db, "smoke", cwd=str(tmp_path))
+    session = Session.create(db, "smoke", Settings(cwd=str(tmp_path)))
     try:
         turn = session.prepare_turn()
         patch = Patch(turn["state"]).add(cmd_cell("sh", "-c", "echo out; exit 3"))

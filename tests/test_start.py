@@ -23,6 +23,7 @@ from rio_ci.run.confinement import settings as confinement_settings
 from rio_ci.run.confinement import user as cell_user
 from rio_ci.run.environment import session_secret_names
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.start import early, preload
 from rio_ci.start.invocation import OWNER_OPTIONS, Invocation
 from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
@@ -101,8 +102,8 @@ def test_a_sessions_secret_names_read_at_rest_are_the_ones_the_owner_reads(
 ) -> None:
     names = ["DEPLOY_HOOK", "SLACK_URL"]
     plain, odd = tmp_path / "s.db", tmp_path / "a %41?b#c.db"  # what a URI would misread
-    Session.create(plain, "goal", cwd=str(tmp_path), secrets=names).close()
-    session = Session.create(odd, "goal", cwd=str(tmp_path))
+    Session.create(plain, "goal", Settings(cwd=str(tmp_path), secrets=tuple(names))).close()
+    session = Session.create(odd, "goal", Settings(cwd=str(tmp_path)))
     for n in range(3):  # more events than the first
         session.receive(f"m{n}", "comment", {"n": n})
     session.close()
@@ -120,7 +121,7 @@ def test_a_sessions_secret_names_read_at_rest_are_the_ones_the_owner_reads(
 def _not_sessions(tmp_path: Path) -> dict[str, Path]:
     """Files the at-rest read must leave to the command line, by what they are."""
     session = tmp_path / "s.db"
-    Session.create(session, "goal", cwd=str(tmp_path), secrets=["DEPLOY_HOOK"]).close()
+    Session.create(session, "goal", Settings(cwd=str(tmp_path), secrets=("DEPLOY_HOOK",))).close()
     (tmp_path / "text.db").write_text("not a database\n")
     (tmp_path / "empty.db").write_bytes(b"")
     other = sqlite3.connect(tmp_path / "other.db")
@@ -185,7 +186,7 @@ def test_an_owner_holding_a_credential_re_executes_before_importing_the_command_
     """``-X importtime`` lists the first process's imports only: the re-executed process is
     started without it. ``python -I -m rio_ci`` is what the ``rio-ci`` command runs."""
     db = tmp_path / "s.db"
-    Session.create(db, "goal", cwd=str(tmp_path)).close()
+    Session.create(db, "goal", Settings(cwd=str(tmp_path))).close()
     how = launch.split()[1:]
     done = subprocess.run(
         [sys.executable, "-X", "importtime", *how, "work", str(db)],

@@ -34,6 +34,7 @@ from rio_ci.reports.publish import (
 from rio_ci.run.gate import pull_request_gate
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 ISSUE_TITLE = "add() returns the difference"
 ISSUE_BODY = "test_calc.py fails: add(2, 3) gives -1. It must return the sum."
@@ -69,16 +70,22 @@ path.write_text(path.read_text().replace("return a - b", "return a + b"))
 print("calc.add fixed")
 '''
 SCRIPT = """# The demo's scripted model: one list of operations per round.
-- - {{op: add, path: /cells/-, value: {{kind: cmd, argv: [{py}, -m, unittest, -q]}}}}
+- - {{op: add, path: /cells/-, value: {{kind: cmd, description: reproduce the failing test,
+       argv: [{py}, -m, unittest, -q]}}}}
 - - {{op: add, path: /cells/-, value: {{kind: note, text: "add() subtracts; patch calc.py"}}}}
-  - {{op: add, path: /cells/-, value: {{kind: code, runtime: python, source: {slow}}}}}
-- - {{op: add, path: /cells/-,
-     value: {{kind: cmd, argv: [{py}, -c, "print(open('calc.py').read())"]}}}}
+  - {{op: add, path: /cells/-, value: {{kind: code, description: fix add() in calc.py,
+       runtime: python, source: {slow}}}}}
+- - {{op: add, path: /cells/-, value: {{kind: cmd, description: see whether the fix ran,
+     argv: [{py}, -c, "print(open('calc.py').read())"]}}}}
 - - {{op: add, path: /cells/-, value: {{kind: note, role: resolution, target_cell_id: $unresolved,
        evidence_refs: [$delivered],
        text: "inspection shows calc.py still subtracts: the interrupted fix never ran"}}}}
-  - {{op: replace, path: /cells/2, value: {{kind: code, runtime: python, source: {fast}}}}}
-  - {{op: add, path: /cells/-, value: {{kind: cmd, argv: [{py}, -m, unittest, -q]}}}}
+  - {{op: replace, path: /cells/1, value: {{kind: note,
+       text: "the fix was cut off before it wrote calc.py; apply it again and rerun the tests"}}}}
+  - {{op: replace, path: /cells/2, value: {{kind: code, description: fix add() again,
+       runtime: python, source: {fast}}}}}
+  - {{op: add, path: /cells/-, value: {{kind: cmd, description: run the tests again,
+       argv: [{py}, -m, unittest, -q]}}}}
 - - {{op: add, path: /cells/-, value: {{kind: note, role: conclusion, result: success,
        text: "the test passes"}}}}
 """
@@ -116,7 +123,12 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
     script.write_text(SCRIPT.format(py=py, slow=slow, fast=fast))
     goal = goal_for(issue.number, issue.title, issue.body, "local forge")
     Session.create(
-        db, goal, cwd=str(project), validators=[[sys.executable, "-m", "unittest", "-q"]]
+        db,
+        goal,
+        Settings(
+            cwd=str(project),
+            validators=((sys.executable, "-m", "unittest", "-q"),),
+        ),
     ).close()
     where = f" in {project}" if keep else ""
     tell(
@@ -152,17 +164,21 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
     )
     tell(f"6. Validator: {facts['validator']}. Run {status['status']}.")
     pull = _publish(forge, issue.number, db, project)
+    pages = _side_by_side(root, issue.number, pull)
     if keep:
         tell(
             f"7. In the local forge: the progress comment on issue #{issue.number}"
             + (f", and the pull request {pull} with the fix's diff." if pull else ".")
         )
-        tell(f"Look around: rio-ci show {db}  ·  rio-ci events {db}  ·  {forge.path}")
+        tell(f"Open {pages.as_uri()} to see the comment and the pull request side by side.")
+        rio = rio_ci_command()
+        tell(f"Look around: {rio} show {db}  ·  {rio} events {db}  ·  {forge.path}")
     else:
         tell(
             "7. The progress comment and the pull request landed in the local forge. The demo "
-            "ran in a temporary directory, removed now: `rio-ci demo DIR` keeps the Session, "
-            "the forge and the pull request's page in DIR for a look around."
+            f"ran in a temporary directory, removed now: `{rio_ci_command()} demo DIR` keeps "
+            "the Session, the forge and the pages of the comment and the pull request in DIR "
+            "for a look around."
         )
     return {
         "status": status["status"],
@@ -171,7 +187,41 @@ def _story(root: Path, *, human: bool, keep: bool) -> dict[str, Any]:
         **facts,
         "forge": str(forge.path) if keep else None,
         "pull_request": pull if keep else None,
+        "pages": str(pages) if keep else None,
     }
+
+
+def rio_ci_command() -> str:
+    """How to run this rio-ci from where the person is: the ``rio-ci`` script beside this
+    interpreter (``.venv/bin/rio-ci`` after the README's install, which puts nothing on
+    ``PATH``), relative to the working directory when it is inside it; else ``python -m``."""
+    script = Path(sys.executable).parent / "rio-ci"
+    if not script.is_file():
+        return f"{sys.executable} -m rio_ci"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+def _side_by_side(root: Path, issue: int, pull: str | None) -> Path:
+    """``root/demo.html``: the issue with its progress comment and the pull request, each as
+    the local forge renders it, beside each other."""
+    frames = [f"forge/issues/{issue}.html"]
+    if pull:
+        frames.append(f"forge/pull/{pull.rsplit('/', 1)[-1]}")
+    columns = "".join(f"<iframe src='{src}' title='{src}'></iframe>" for src in frames)
+    links = " · ".join(f"<a href='{src}'>{src}</a>" for src in frames)
+    page = root / "demo.html"
+    page.write_text(
+        "<!doctype html>\n<meta charset=utf-8>\n<title>rio-ci demo</title>\n"
+        "<style>body{margin:0;font:14px sans-serif} p{margin:6px 12px}"
+        " main{display:flex;gap:8px;height:calc(100vh - 40px)}"
+        " iframe{flex:1;border:1px solid #d0d7de}</style>\n"
+        f"<p>rio-ci demo: the issue's progress comment and the pull request ({links})</p>\n"
+        f"<main>{columns}</main>\n"
+    )
+    return page
 
 
 def _first_run(command: list[str], marker: Path) -> int:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, final
 
+from rio_ci.core.entities import CellUserRecord, Departed, Execution, Phase, stream_keys
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip, escape_control
-from rio_ci.core.timeline import Run, Timeline
+from rio_ci.core.timeline import CONCLUSION, Run, Timeline
 from rio_ci.core.view import retained
+from rio_ci.reports import egress as egress_report
 from rio_ci.reports.live import describe
 from rio_ci.reports.timeline import RECENT_EVENTS, recent_timeline, result_text, seconds, took
 from rio_ci.session.session import Session
@@ -25,13 +27,25 @@ SHOWN_LINES = 5  # of each output stream
 SHOWN_CHARS = 400
 
 
-def executions(session: Session, proj: Projection) -> dict[str, dict[str, Any]]:
+@final
+class Gone(Departed):
+    """A dropped Execution as ``show`` lists it: finished, its Cell in short, no output."""
+
+    phase: Phase
+
+
+Listed = Execution | Gone
+
+
+def executions(session: Session, proj: Projection) -> dict[str, Listed]:
     """The Executions ``show`` lists, by Cell id (in id order): the projection's own, and the
     last ``DEPARTED_KEPT`` it dropped (``proj.departed``), as ``{cell_id, cell, phase,
     result, resolved_by}``: finished, the Cell in short, no output (``rio-ci output`` reads
     it)."""
-    gone = {str(ex["cell_id"]): {**ex, "phase": "finished"} for ex in proj.departed}
-    every = {**proj.executions, **gone}
+    gone: dict[str, Gone] = {
+        str(ex["cell_id"]): {**ex, "phase": "finished"} for ex in proj.departed
+    }
+    every: dict[str, Listed] = {**proj.executions, **gone}
     return {k: every[k] for k in sorted(every, key=int)}
 
 
@@ -57,7 +71,7 @@ class Shown:
     """Everything ``show`` reports, gathered in one place (``gather``)."""
 
     proj: Projection
-    executions: dict[str, dict[str, Any]]
+    executions: dict[str, Listed]
     timeline: Timeline
 
 
@@ -81,7 +95,7 @@ def summary(session: Session) -> dict[str, Any]:
         "revision": proj.revision,
         "cells": proj.cells,
         "executions": {
-            k: {key: ex[key] for key in ("phase", "result", "resolved_by")}
+            k: {"phase": ex["phase"], "result": ex["result"], "resolved_by": ex["resolved_by"]}
             for k, ex in shown.executions.items()
         },
         "inbox": proj.inbox,
@@ -91,23 +105,25 @@ def summary(session: Session) -> dict[str, Any]:
         "rationale": proj.rationale,
         "ended": proj.ended,
         "cell_user": cell_user_summary(proj.cell_user),
+        "network": egress_report.network(proj),
+        "egress": egress_report.egress(proj),
         "events": proj.last_seq,
         "validators": [
-            {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at}
+            {"note_id": v.note_id, "argv": v.argv, "result": v.result, "at": v.at, "where": v.where}
             for v in shown.timeline.validations
         ],
         "executions_not_listed": proj.departed_before,
     }
 
 
-def cell_user_summary(mode: dict[str, Any] | None) -> dict[str, Any] | None:
+def cell_user_summary(mode: CellUserRecord | None) -> dict[str, Any] | None:
     """How Cells ran, as the last ``cell_user`` event says (None: no Cell user was asked)."""
     if mode is None:
         return None
     return {k: mode.get(k) for k in ("mode", "user", "uid", "reason")}
 
 
-def cell_user_line(mode: dict[str, Any] | None) -> str | None:
+def cell_user_line(mode: CellUserRecord | None) -> str | None:
     if mode is None:
         return None
     if mode["mode"] == "separate":
@@ -119,6 +135,32 @@ def cell_user_line(mode: dict[str, Any] | None) -> str | None:
         f"({escape_control(str(mode.get('reason')))}; the Cell user "
         f"{escape_control(str(mode.get('user')))} was asked for)"
     )
+
+
+def network_lines(proj: Projection) -> list[str]:
+    """The Cells' network, and every host they were refused with the options that would
+    allow it in a new Session."""
+    net = egress_report.network(proj)
+    patterns = len(net["allow"])
+    fixed = f"network: {net['mode']}" + (f" ({patterns} host patterns)" if patterns else "")
+    if net["isolated"]:
+        lines = [f"{fixed}, in a network of their own: every connection goes through the proxy"]
+    else:
+        lines = [
+            f"{fixed}, but Cells use the host's network "
+            f"({escape_control(str(net['reason']))}): nothing records or stops their connections"
+        ]
+    tally = proj.egress
+    if tally["allowed"] or tally["refused"]:
+        lines.append(f"connections: {tally['allowed']} allowed")
+    for entry in tally["refused"]:
+        where = escape_control(f"{entry['host']}:{entry['port']}")
+        cell = entry["cell_id"]
+        by = f"cell {cell}" if cell is not None else "a validator"
+        line = egress_report.allowing(entry, config=False)
+        allow = f": {line}" if line else " (no option would allow it)"
+        lines.append(f"  refused {where} {entry['count']} times ({by}){allow}")
+    return lines
 
 
 def render_text(session: Session) -> str:
@@ -134,6 +176,7 @@ def render_text(session: Session) -> str:
     ]
     if (line := cell_user_line(proj.cell_user)) is not None:
         lines.append(line)
+    lines += network_lines(proj)
     if proj.ended:
         lines.append(f"ENDED: {proj.ended['result']} — {escape_control(proj.ended['reason'])}")
         for left in proj.ended.get("unresolved") or []:  # the uncertainty a failure keeps
@@ -181,10 +224,14 @@ def _validator_lines(timeline: Timeline) -> list[str]:
     for v in timeline.validations:
         lines.append(
             f"  {escape_control(' '.join(v.argv))} → {result_text(v.result)} "
-            f"(for conclusion note {v.note_id}, at "
+            f"({_place(v.where, v.note_id)}, at "
             f"{time.strftime('%H:%M:%S UTC', time.gmtime(v.at))})"
         )
     return lines
+
+
+def _place(where: str, note_id: int) -> str:
+    return f"at the conclusion, note {note_id}" if where == CONCLUSION else where
 
 
 def _rest(session: Session, proj: Projection, db: str) -> list[str]:
@@ -252,9 +299,9 @@ def next_step(proj: Projection, db: str) -> str | None:
     return f"the model's next round: {run}"
 
 
-def _execution_lines(ex: dict[str, Any], run: Run | None, db: str) -> list[str]:
-    result = ex["result"] or {}
-    status = ex["phase"]
+def _execution_lines(ex: Listed, run: Run | None, db: str) -> list[str]:
+    result = ex["result"]
+    status: str = ex["phase"]
     if result:
         status += f" → {result.get('type')}"
         if result.get("exit_code") is not None:
@@ -274,7 +321,7 @@ def _execution_lines(ex: dict[str, Any], run: Run | None, db: str) -> list[str]:
     return lines
 
 
-def _output_lines(ex: dict[str, Any], stream: str, db: str) -> list[str]:
+def _output_lines(ex: Execution, stream: Literal["stdout", "stderr"], db: str) -> list[str]:
     """The last lines of a stream, and when more was captured than shown, how many bytes
     are left out and the command that prints them all."""
     full = retained(ex, stream)
@@ -286,7 +333,7 @@ def _output_lines(ex: dict[str, Any], stream: str, db: str) -> list[str]:
     tail = clip("\n".join(text.split("\n")[-SHOWN_LINES:]), SHOWN_CHARS)
     lines = [f"      {stream}: " + tail.replace("\n", "\n        ")]
     left = len(text.encode()) - len(tail.removesuffix("…").encode())
-    left += int(ex.get(f"{stream}_elided", 0))  # not even retained: counted, not kept
+    left += int(ex.get(stream_keys(stream)[1], 0))  # not even retained: counted, not kept
     if left > 0:
         flag = "" if stream == "stdout" else " --stream stderr"
         lines.append(

@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from jsonpointer import EndOfList, JsonPointer, JsonPointerException
 
-from rio_ci.core.events import OBSERVATION_KINDS, PatchAccepted
+from rio_ci.core.entities import Cell, Turn
+from rio_ci.core.events import OBSERVATION_KINDS, Control, PatchAccepted
 from rio_ci.core.json_value import NOT_FINITE, compact, encoded_size, json_equal, lenient
 from rio_ci.core.projection import Projection, is_unresolved
 from rio_ci.core.reducer import accepted_cells
@@ -139,9 +140,7 @@ def unwrap(patch: Any) -> Any:
     return patch
 
 
-def decide(
-    proj: Projection, turn: dict[str, Any], patch: Any, facts: Facts
-) -> Accepted | Rejection:
+def decide(proj: Projection, turn: Turn, patch: Any, facts: Facts) -> Accepted | Rejection:
     """Judge ``patch`` (operations, bare or as ``{"patch": [...]}``) for the open ``turn``:
     the ``patch_accepted`` event to commit, or the first rule the patch breaks with its
     digest and size. The patch is unwrapped and encoded once, here: its digest, its size,
@@ -220,18 +219,18 @@ class _Work:
     """The candidate ``cells`` as a patch's operations change them, and what the patch asks
     for. Each check returns the rule the patch breaks, or None once it has applied."""
 
-    def __init__(self, proj: Projection, turn: dict[str, Any], facts: Facts) -> None:
+    def __init__(self, proj: Projection, turn: Turn, facts: Facts) -> None:
         self.proj, self.turn, self.facts = proj, turn, facts
         self.shown = turn["state"]  # the Turn's State, as the model saw it
-        self.cells: list[dict[str, Any]] = [dict(c) for c in proj.cells]
+        self.cells: list[Cell] = [c.copy() for c in proj.cells]
         self.original = {c["id"] for c in self.cells}
         self.busy = {e["cell_id"] for e in proj.pending()}
-        self.new_cells: list[dict[str, Any]] = []
+        self.new_cells: list[Cell] = []
         self.removed: list[int] = []
         self.expected_id = proj.next_cell_id
         self.last_removed_index: int | None = None
         self.executions: list[int] = []  # one queued Execution per new code/cmd Cell
-        self.controls: list[dict[str, Any]] = []
+        self.controls: list[Control] = []
 
     def problem(self, ops: Any, encoded: Encoded) -> str | None:
         """The first rule the patch breaks, or None: the candidate is then complete. The
@@ -352,9 +351,9 @@ class _Work:
         self.cells[index] = self._new_version(op["value"])
         return None
 
-    def _new_version(self, value: dict[str, Any]) -> dict[str, Any]:
+    def _new_version(self, value: dict[str, Any]) -> Cell:
         """A checked Cell (the patch's value, copied) as the next new version."""
-        cell = dict(value)
+        cell = cast(Cell, dict(value))
         self.new_cells.append(cell)
         self.expected_id += 1
         return cell
@@ -369,7 +368,7 @@ class _Work:
             role = cell.get("role") if cell["kind"] == "note" else None
             if role is None:
                 continue
-            control: dict[str, Any] = {"note_id": cell["id"], "role": role}
+            control: Control = {"note_id": cell["id"], "role": role}
             problem = None
             if role == "cancel":
                 problem = self._cancel_problem(cell)
@@ -385,7 +384,7 @@ class _Work:
             self.controls.append(control)
         return None
 
-    def _cancel_problem(self, cell: dict[str, Any]) -> str | None:
+    def _cancel_problem(self, cell: Cell) -> str | None:
         target = cell["target_cell_id"]
         # The Journal is asked last, and only about a target the projection no longer holds.
         if (
@@ -396,7 +395,7 @@ class _Work:
             return None
         return f"Cell {cell['id']}: cancel target {target} has no recorded Execution"
 
-    def _resolution_problem(self, cell: dict[str, Any], resolving: set[int]) -> str | None:
+    def _resolution_problem(self, cell: Cell, resolving: set[int]) -> str | None:
         target = cell["target_cell_id"]
         execution = self.proj.executions.get(str(target))
         if execution is None or not is_unresolved(execution) or target in resolving:
@@ -438,9 +437,7 @@ def _cell_problem(value: Any, expected_id: int, where: str) -> str | None:
     return None
 
 
-def _budget_problem(
-    proj: Projection, work: list[dict[str, Any]], executions: list[int]
-) -> str | None:
+def _budget_problem(proj: Projection, work: list[Cell], executions: list[int]) -> str | None:
     limits = proj.limits
     outstanding = len(proj.pending()) + len(proj.unresolved()) + len(executions)
     if outstanding > limits.pending_cells:

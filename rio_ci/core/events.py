@@ -44,6 +44,18 @@ class Result(TypedDict):
     reason: NotRequired[str]
     worker_stopped: NotRequired[bool]
     evidence_refs: NotRequired[list[str]]
+    refused_hosts: NotRequired[list[RefusedHost]]  # where its processes could not connect
+
+
+class RefusedHost(TypedDict):
+    """A host the egress proxy refused an Execution (docs/network.md), and the option that
+    would admit it in a new Session (None where none would)."""
+
+    host: str
+    port: int
+    reason: str
+    count: int
+    allow: str | None
 
 
 def exited(cell_id: int, exit_code: int) -> Result:
@@ -79,12 +91,20 @@ def unknown(cell_id: int, reason: str, *, worker_stopped: bool) -> Result:
     }
 
 
-def execution_message(cell_id: int, result: Json) -> dict[str, Any]:
+class MessageData(TypedDict):
+    """A message as an event commits it; the Inbox keeps it with the event's seq."""
+
+    id: str
+    kind: str
+    payload: Json
+
+
+def execution_message(cell_id: int, result: Json) -> MessageData:
     """The Inbox notice committed with every result."""
     return {"id": f"execution:{cell_id}", "kind": "execution", "payload": result}
 
 
-def control_message(note_id: int, reason: str) -> dict[str, Any]:
+def control_message(note_id: int, reason: str) -> MessageData:
     return {
         "id": f"control:{note_id}",
         "kind": "control_rejected",
@@ -92,16 +112,16 @@ def control_message(note_id: int, reason: str) -> dict[str, Any]:
     }
 
 
-def timer_message(timer_id: str, payload: Json) -> dict[str, Any]:
+def timer_message(timer_id: str, payload: Json) -> MessageData:
     return {"id": f"timer:{timer_id}", "kind": "timer", "payload": payload}
 
 
-def message_of(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+def message_of(kind: str, data: dict[str, Any]) -> MessageData | None:
     """The Inbox message an event commits, if any, as its reader sees it (``rio-ci events``
     shows the event, not the derived message). A fired Timer's payload is the one it was set
     with; here it is None unless the event still carries its message (rio-ci 0.1)."""
     if isinstance(data.get("message"), dict):
-        message: dict[str, Any] = data["message"]
+        message: MessageData = data["message"]
         return message
     if kind == "execution_finished":
         return execution_message(data["cell_id"], data["result"])
@@ -123,10 +143,17 @@ class SessionCreated(TypedDict):
     limits: dict[str, Any]
     pass_env: list[str]
     secrets: NotRequired[list[str]]  # names whose values are credentials (``--secret``)
+    # The Cells' network (docs/network.md); absent: created before there was one ("open").
+    network: NotRequired[NetworkSettings]
+
+
+class NetworkSettings(TypedDict):
+    mode: Literal["allowlist", "open", "none"]
+    allow: list[str]  # every pattern the proxy reads (the default list in it under allowlist)
 
 
 class MessageReceived(TypedDict):
-    message: dict[str, Any]  # {id, kind, payload}
+    message: MessageData
 
 
 class TurnPrepared(TypedDict):
@@ -161,9 +188,20 @@ class PatchAccepted(TypedDict):
     heads: list[int]
     removed: list[int]
     executions: list[int]
-    controls: list[dict[str, Any]]
+    controls: list[Control]
     consumed: list[str]
     pause_cleared: bool
+
+
+class Control(TypedDict):
+    """A Control a note asks for (``cancel``, ``resolution``, ``conclusion``); the
+    projection keeps those that await the Owner."""
+
+    note_id: int
+    role: str
+    target_cell_id: NotRequired[int]
+    evidence_refs: NotRequired[list[str]]
+    result: NotRequired[str]
 
 
 class PriceSet(TypedDict):
@@ -205,9 +243,19 @@ class ExecutionStarted(TypedDict):
     token: str
 
 
+class WorkerRecord(TypedDict):
+    """A Worker's identity as committed (``rio_ci.run.survivors.WorkerIdentity``)."""
+
+    pid: int
+    pgid: int
+    create_time: float
+    boot_time: float
+    token: str
+
+
 class WorkerRegistered(TypedDict):
     cell_id: int
-    identity: dict[str, Any]
+    identity: WorkerRecord
 
 
 class Output(TypedDict):
@@ -264,11 +312,19 @@ class TimerCancelled(TypedDict):
     id: str
 
 
+class Unresolved(TypedDict):
+    """An UnknownExecution a failed run left unresolved."""
+
+    cell_id: int
+    reason: str | None
+    evidence_refs: list[str]
+
+
 class RunEnded(TypedDict):
     result: Literal["success", "failure"]
     reason: str
     note_id: int | None
-    unresolved: list[dict[str, Any]]
+    unresolved: list[Unresolved]
     cleanup_error: NotRequired[str | None]
 
 
@@ -289,6 +345,30 @@ class CellUserMode(TypedDict):
     reason: str | None
     tree: dict[str, Any] | None
     opened: list[list[Any]]
+    network: NotRequired[CellNetwork]
+
+
+class CellNetwork(TypedDict):
+    """Whether Cells run in a network namespace of their own behind the egress proxy
+    (``isolated``), or why they use the host's network (``reason``)."""
+
+    isolated: bool
+    reason: str | None
+
+
+class Egress(TypedDict):
+    """``count`` connections (one, or the counted rest of one kind: docs/network.md) that
+    the processes of one Execution (``cell_id``; None: a validator's) made through the egress
+    proxy, to one host and port, with one verdict and reason, and their bytes each way."""
+
+    cell_id: int | None
+    host: str
+    port: int
+    allowed: bool
+    reason: str
+    bytes_up: int
+    bytes_down: int
+    count: int
 
 
 # --- constructors ---------------------------------------------------------------------------
@@ -345,7 +425,7 @@ def execution_started(cell_id: int, token: str) -> Event:
     return Event("execution_started", dict(data), str(cell_id))
 
 
-def worker_registered(cell_id: int, identity: dict[str, Any]) -> Event:
+def worker_registered(cell_id: int, identity: WorkerRecord) -> Event:
     data: WorkerRegistered = {"cell_id": cell_id, "identity": identity}
     return Event("worker_registered", dict(data), str(cell_id))
 
@@ -411,7 +491,7 @@ def run_ended(
     reason: str,
     *,
     note_id: int | None,
-    unresolved: list[dict[str, Any]],
+    unresolved: list[Unresolved],
     cleanup_error: str | None = None,
 ) -> Event:
     data: RunEnded = {
@@ -443,6 +523,10 @@ def watermark(name: str, value: Json) -> Event:
 
 def cell_user(mode: CellUserMode) -> Event:
     return Event("cell_user", dict(mode))
+
+
+def egress(data: Egress) -> Event:
+    return Event("egress", dict(data), None if data["cell_id"] is None else str(data["cell_id"]))
 
 
 def imported(kind: str, data: dict[str, Any]) -> Event:
@@ -489,6 +573,7 @@ KINDS = (
     "watermark",
     "cell_user",
     "image_stored",
+    "egress",
 )
 
 # Events that are observations a resolution may cite (docs/patches.md).

@@ -9,10 +9,20 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from rio_ci.core import events as ev
+from rio_ci.core.entities import (
+    Cell,
+    CellUserRecord,
+    Departed,
+    Execution,
+    RefusedHost,
+    ShortCell,
+    Usage,
+    stream_keys,
+)
 from rio_ci.core.json_value import encoded_size
 from rio_ci.core.limits import Limits
-from rio_ci.core.projection import DEPARTED_KEPT, Projection, is_unresolved
-from rio_ci.core.state import EXECUTABLE
+from rio_ci.core.projection import DEPARTED_KEPT, REFUSED_KEPT, Projection, is_unresolved
+from rio_ci.core.state import EXECUTABLE, first_meaningful_line
 from rio_ci.core.text import clip
 from rio_ci.core.view import render
 
@@ -20,7 +30,7 @@ SHORT_CHARS = 200  # of a dropped Execution's Cell text: more than its one-line 
 RATIONALE_KEPT = 4000  # characters of the last rationale the projection keeps for reports
 
 
-def new_usage() -> dict[str, Any]:
+def new_usage() -> Usage:
     return {
         "rounds": 0,
         "attempts": 0,
@@ -33,9 +43,9 @@ def new_usage() -> dict[str, Any]:
     }
 
 
-def accepted_cells(data: Any) -> list[dict[str, Any]]:
+def accepted_cells(data: Any) -> list[Cell]:
     """The new Cell versions of a ``patch_accepted`` event's data, in operation order."""
-    cells: list[dict[str, Any]] | None = data.get("cells")
+    cells: list[Cell] | None = data.get("cells")
     return (
         cells
         if cells is not None
@@ -62,6 +72,8 @@ def apply(proj: Projection, seq: int, kind: str, data: dict[str, Any]) -> None:
 
 
 def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    if seq != 1:  # what it fixes is fixed once: nothing later may create the Session again
+        raise ValueError(f"session_created at seq {seq}: a Session is created by its first event")
     d = cast(ev.SessionCreated, data)
     proj.session = {
         "id": d["session_id"],
@@ -73,11 +85,12 @@ def _session_created(proj: Projection, seq: int, data: dict[str, Any]) -> None:
         "limits": {**Limits().to_dict(), **d["limits"]},
         "pass_env": d.get("pass_env", []),
         "secrets": d.get("secrets", []),
+        "network": d.get("network"),  # None: created before Cells had a network of their own
     }
     proj.usage = new_usage()
 
 
-def _add_message(proj: Projection, seq: int, message: dict[str, Any]) -> None:
+def _add_message(proj: Projection, seq: int, message: ev.MessageData) -> None:
     proj.inbox.append(
         {"id": message["id"], "kind": message["kind"], "payload": message["payload"], "seq": seq}
     )
@@ -222,7 +235,8 @@ def _model_response(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 def _execution_started(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ExecutionStarted, data)
-    _execution(proj, d["cell_id"]).update(phase="started", token=d["token"], started_seq=seq)
+    ex = _execution(proj, d["cell_id"])
+    ex["phase"], ex["token"], ex["started_seq"] = "started", d["token"], seq
 
 
 def _worker_registered(proj: Projection, seq: int, data: dict[str, Any]) -> None:
@@ -234,17 +248,19 @@ def _output(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.Output, data)
     ex = _execution(proj, d["cell_id"])
     stream = d["stream"]
+    tail, elided, truncated = stream_keys(stream)
     ex[stream] += d.get("text", "")
     if "tail" in d:
-        ex[f"{stream}_tail"] = d["tail"]
-        ex[f"{stream}_elided"] = d.get("elided", 0)
+        ex[tail] = d["tail"]
+        ex[elided] = d.get("elided", 0)
     if data.get("dropped"):  # written by rio-ci 0.1: a prefix with the rest dropped
-        ex[f"{stream}_truncated"] = True
+        ex[truncated] = True
 
 
 def _execution_finished(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.ExecutionFinished, data)
-    _execution(proj, d["cell_id"]).update(phase="finished", result=d["result"], result_seq=seq)
+    ex = _execution(proj, d["cell_id"])
+    ex["phase"], ex["result"], ex["result_seq"] = "finished", d["result"], seq
     message = ev.execution_message(d["cell_id"], d["result"])
     _add_message(proj, seq, message)
     if d["result"]["type"] in ("error", "UnknownExecution"):
@@ -281,7 +297,9 @@ def _timer_set(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 def _timer_fired(proj: Projection, seq: int, data: dict[str, Any]) -> None:
     d = cast(ev.TimerFired, data)
     timer = proj.timers.pop(d["id"], None)
-    message = data.get("message") or ev.timer_message(d["id"], (timer or {}).get("payload"))
+    message = data.get("message") or ev.timer_message(
+        d["id"], None if timer is None else timer["payload"]
+    )
     _add_message(proj, seq, message)
 
 
@@ -308,10 +326,31 @@ def _watermark(proj: Projection, seq: int, data: dict[str, Any]) -> None:
 
 
 def _cell_user(proj: Projection, seq: int, data: dict[str, Any]) -> None:
-    proj.cell_user = {**data, "seq": seq}
+    proj.cell_user = cast(CellUserRecord, {**data, "seq": seq})
 
 
-def _execution(proj: Projection, cell_id: int) -> dict[str, Any]:
+def _egress(proj: Projection, seq: int, data: dict[str, Any]) -> None:
+    d = cast(ev.Egress, data)
+    tally = proj.egress
+    if d["allowed"]:
+        tally["allowed"] += d["count"]
+        return
+    if not d["host"]:  # no request was read: no host to name (the event keeps it)
+        return
+    refused = tally["refused"]
+    where = (d["host"], d["port"])
+    entry = next((r for r in refused if (r["host"], r["port"]) == where), None)
+    if entry is None and len(refused) >= REFUSED_KEPT:
+        where = ("*", 0)
+        entry = next((r for r in refused if r["host"] == "*"), None)
+    if entry is None:
+        entry = RefusedHost(host=where[0], port=where[1], count=0, cell_id=None)
+        refused.append(entry)
+    entry["count"] += d["count"]
+    entry["cell_id"], entry["reason"] = d["cell_id"], d["reason"]
+
+
+def _execution(proj: Projection, cell_id: int) -> Execution:
     return proj.executions[str(cell_id)]
 
 
@@ -330,7 +369,7 @@ def _prune(proj: Projection) -> None:
         proj.departed_before += extra
 
 
-def departed(ex: dict[str, Any]) -> dict[str, Any]:
+def departed(ex: Execution) -> Departed:
     """What is kept of a dropped (so finished) Execution: its Cell in short (its kind and
     the start of its argv or its source's first line: what ``show`` prints) and its result;
     no output. Small: the saved projection carries ``DEPARTED_KEPT`` of them."""
@@ -342,14 +381,15 @@ def departed(ex: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def short_cell(cell: dict[str, Any]) -> dict[str, Any]:
+def short_cell(cell: Cell) -> ShortCell:
     """``cell`` with its text, argv or source cut to what a one-line summary shows."""
-    short: dict[str, Any] = {"kind": cell["kind"]}
+    short: ShortCell = {"kind": cell["kind"]}
     if cell["kind"] == "cmd":
         short["argv"] = list(clip(" ".join(cell["argv"]), SHORT_CHARS).split(" "))
     elif cell["kind"] == "code":
-        lines = (ln for ln in cell["source"].splitlines() if ln.strip() and not ln.startswith("#"))
-        short["source"] = clip(next(lines, ""), SHORT_CHARS)
+        short["source"] = clip(first_meaningful_line(cell["source"]), SHORT_CHARS)
+    if cell.get("description"):
+        short["description"] = cell["description"]
     return short
 
 
@@ -376,6 +416,7 @@ _HANDLERS: dict[str, Callable[[Projection, int, dict[str, Any]], None]] = {
     "watermark": _watermark,
     "cell_user": _cell_user,
     "image_stored": _image_stored,
+    "egress": _egress,
 }
 assert tuple(_HANDLERS) == ev.KINDS
 

@@ -22,7 +22,12 @@ _FIELDS = {
     "code": {"runtime", "source"},
     "cmd": {"argv"},
 }
-_OPTIONAL = {"note": {"role", "target_cell_id", "evidence_refs", "result"}}
+_OPTIONAL = {
+    "note": {"role", "target_cell_id", "evidence_refs", "result"},
+    "code": {"description"},
+    "cmd": {"description"},
+}
+DESCRIPTION_CHARS = 80  # a few words on one line: what an executable Cell is for
 # PEP 723: a block opens with "# /// TYPE", holds "#" or "# ..." lines, closes with "# ///".
 _PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 
@@ -48,9 +53,21 @@ def validate_cell(cell: Any) -> str | None:
         return "previous_id must be null or an integer >= 1"
     if kind == "note":
         return _validate_note(cell)
+    if "description" in cell and (problem := _description_problem(cell["description"])):
+        return problem
     if kind == "code":
         return _validate_code(cell)
     return _validate_cmd(cell)
+
+
+def _description_problem(description: Any) -> str | None:
+    """An executable Cell's optional ``description``: a few words on one line saying what it
+    is for (the progress comment, ``show`` and the timeline name the Cell by it)."""
+    if not isinstance(description, str) or not description.strip():
+        return "description must be a non-blank string (a few words)"
+    if len(description) > DESCRIPTION_CHARS or any(c in description for c in "\r\n\x00"):
+        return f"description must be one line of at most {DESCRIPTION_CHARS} characters"
+    return None
 
 
 def _validate_note(cell: dict[str, Any]) -> str | None:
@@ -128,3 +145,24 @@ def _validate_cmd(cell: dict[str, Any]) -> str | None:
     if any("\x00" in a for a in argv):
         return "argv must not contain NUL characters"
     return None
+
+
+_IMPORT = re.compile(r"\s*(import\s|from\s+\S+\s+import\s)")
+
+
+def first_meaningful_line(source: str) -> str:
+    """The line of a script that says what it does: the first that is not blank, a comment
+    (the PEP 723 block included) or an import (a parenthesised one to its closing line)."""
+    in_import = False
+    for line in source.splitlines():
+        stripped = line.strip()
+        if in_import:
+            in_import = ")" not in stripped
+            continue
+        if not stripped or stripped.startswith("#"):
+            continue
+        if _IMPORT.match(line):
+            in_import = stripped.endswith("(")
+            continue
+        return stripped
+    return ""

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rio_ci.core.entities import Cell, ShortCell
+
 EXECUTABLE = ("cmd", "code")
 JOB_MARK = "job"  # the watermark that starts a job
 
@@ -34,7 +36,7 @@ class Run:
     """One Execution: the Cell version it ran, when, and how it ended."""
 
     cell_id: int
-    cell: dict[str, Any]
+    cell: Cell | ShortCell
     round: int  # the round whose patch queued it (0: before any round)
     job: int
     queued_at: float
@@ -64,12 +66,33 @@ class Round:
     outcome: str = "open"  # open | accepted | rejected | failed
 
 
+CONCLUSION = "conclusion"  # where a validator ran: for a success conclusion (the Owner)
+GATE = "pull-request gate"  # or again after the run ended, before a pull request
+
+
 @dataclass
 class Validation:
     note_id: int
     argv: list[str]
     result: dict[str, Any]
     at: float
+    where: str = CONCLUSION
+
+
+HEARD_KINDS = ("comment", "review", "review_comment")  # what people wrote to the Session
+
+
+@dataclass
+class Heard:
+    """A person's comment or review that reached the Session, and the round that read it."""
+
+    message_id: str
+    kind: str
+    author: str
+    url: str
+    at: float
+    job: int  # the job that took it in, then the job whose round read it
+    round: int | None = None
 
 
 @dataclass
@@ -77,7 +100,8 @@ class Job:
     number: int
     label: str
     started_at: float
-    ended_at: float
+    ended_at: float  # its last event the fold read (a report may find a later one)
+    first_seq: int = 0  # the event that started it (its job mark)
 
 
 @dataclass
@@ -93,6 +117,7 @@ class Timeline:
     ended: dict[str, Any] | None = None  # {result, reason, at}
     round_count: int | None = None  # rounds known without folding them (``show``)
     notes: dict[int, dict[str, Any]] = field(default_factory=dict)  # conclusion/resolution text
+    heard: dict[str, Heard] = field(default_factory=dict)  # message id -> comment or review
 
     @property
     def job(self) -> int:
@@ -127,7 +152,7 @@ def _watermark(h: Timeline, event: dict[str, Any]) -> None:
     if len(h.jobs) == 1 and not first.label and not h.rounds and not h.runs:
         first.label, first.started_at = str(event["value"]), event["at"]  # the first job
         return
-    h.jobs.append(Job(len(h.jobs) + 1, str(event["value"]), event["at"], event["at"]))
+    h.jobs.append(Job(len(h.jobs) + 1, str(event["value"]), event["at"], event["at"], event["seq"]))
 
 
 def _turn_prepared(h: Timeline, event: dict[str, Any]) -> None:
@@ -135,6 +160,25 @@ def _turn_prepared(h: Timeline, event: dict[str, Any]) -> None:
     if h.rounds and h.rounds[-1].turn_id == event["turn_id"]:
         return
     h.rounds.append(Round(number, event["turn_id"], h.job, event["at"]))
+    for message_id in event.get("delivered") or []:
+        heard = h.heard.get(message_id)
+        if heard is not None and heard.round is None:
+            heard.round, heard.job = number, h.job
+
+
+def _message_received(h: Timeline, event: dict[str, Any]) -> None:
+    message = event["message"]
+    if message.get("kind") not in HEARD_KINDS:
+        return
+    payload = message.get("payload") if isinstance(message.get("payload"), dict) else {}
+    h.heard[str(message["id"])] = Heard(
+        str(message["id"]),
+        str(message["kind"]),
+        str(payload.get("author") or ""),
+        str(payload.get("url") or ""),
+        event["at"],
+        h.job,
+    )
 
 
 def _round(h: Timeline, event: dict[str, Any]) -> Round | None:
@@ -210,8 +254,10 @@ def _execution_finished(h: Timeline, event: dict[str, Any]) -> None:
 
 
 def _validator_result(h: Timeline, event: dict[str, Any]) -> None:
+    # After the run ended, a validator runs for the pull-request gate (rio_ci.run.gate).
+    where = GATE if h.ended is not None else CONCLUSION
     h.validations.append(
-        Validation(event["note_id"], list(event["argv"]), event["result"], event["at"])
+        Validation(event["note_id"], list(event["argv"]), event["result"], event["at"], where)
     )
 
 
@@ -226,6 +272,7 @@ def _session_created(h: Timeline, event: dict[str, Any]) -> None:
 _STEPS = {
     "session_created": _session_created,
     "watermark": _watermark,
+    "message_received": _message_received,
     "turn_prepared": _turn_prepared,
     "model_response": _model_response,
     "patch_rejected": _patch_rejected,

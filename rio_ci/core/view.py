@@ -10,8 +10,9 @@ keeps everything it retained.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
+from rio_ci.core.entities import Cell, Execution, Fact, Message, State, stream_keys
 from rio_ci.core.json_value import encoded_size
 from rio_ci.core.output import joined
 from rio_ci.core.projection import Projection, is_unresolved
@@ -20,7 +21,7 @@ from rio_ci.core.state import SCHEMA
 MAX_DELIVERED = 64  # messages folded into one Turn, at most
 
 
-def render(proj: Projection, inbox: list[dict[str, Any]]) -> dict[str, Any]:
+def render(proj: Projection, inbox: list[Message]) -> State:
     """The State a Turn shows: heads, runtime facts, and the given Inbox messages, with the
     oldest finished outputs masked as far as needed to fit ``context_bytes``."""
     state = _unbounded(proj, inbox)
@@ -50,16 +51,14 @@ def masked_marker(cell_id: int, stream: str, size: int) -> str:
     )
 
 
-def retained(execution: dict[str, Any], stream: str) -> str:
+def retained(execution: Execution, stream: Literal["stdout", "stderr"]) -> str:
     """A stream's retained text: its head, then a marker and the tail when bytes between
     them were elided."""
-    head: str = execution[stream]
-    tail: str = execution.get(f"{stream}_tail", "")
-    elided = execution.get(f"{stream}_elided", 0)
-    return joined(head, tail, elided)
+    tail, elided, _ = stream_keys(stream)
+    return joined(execution[stream], execution.get(tail, ""), execution.get(elided, 0))
 
 
-def next_turn(proj: Projection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def next_turn(proj: Projection) -> tuple[list[Message], State]:
     """The messages a new Turn delivers (``select_inbox``) and the State it shows
     (``render``), rendered once when they all fit unmasked (the usual case)."""
     first = proj.inbox[:MAX_DELIVERED]
@@ -70,7 +69,7 @@ def next_turn(proj: Projection) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return chosen, render(proj, chosen)
 
 
-def select_inbox(proj: Projection) -> list[dict[str, Any]]:
+def select_inbox(proj: Projection) -> list[Message]:
     """A bounded set of unconsumed messages, in receipt order, that fits the context once
     every output is masked (at least one message, so the Inbox always drains)."""
     everything_masked = _unbounded(proj, [])
@@ -79,7 +78,7 @@ def select_inbox(proj: Projection) -> list[dict[str, Any]]:
             if fact[stream]:
                 fact[stream] = masked_marker(int(key), stream, len(fact[stream].encode()))
     budget = proj.limits.context_bytes - encoded_size(everything_masked)
-    chosen: list[dict[str, Any]] = []
+    chosen: list[Message] = []
     for message in proj.inbox[:MAX_DELIVERED]:
         size = encoded_size(message) + 1
         if size > budget:
@@ -94,13 +93,13 @@ def select_inbox(proj: Projection) -> list[dict[str, Any]]:
     return chosen
 
 
-def clipped_message(message: dict[str, Any], room: int) -> dict[str, Any]:
+def clipped_message(message: Message, room: int) -> Message:
     """``message`` with its payload replaced by the start of the payload's JSON, cut to
     fit ``room`` bytes with the rest of the message, and the payload's full size: the
     whole message stays in the Journal (``rio-ci state``, ``events``)."""
     text = json.dumps(message["payload"], ensure_ascii=False, allow_nan=False)
     payload: dict[str, Any] = {"truncated": True, "payload_bytes": len(text.encode()), "head": ""}
-    shell = {**message, "payload": payload}
+    shell: Message = {**message, "payload": payload}
     free = max(0, room - encoded_size(shell))
     head = text.encode()[:free].decode("utf-8", "ignore")
     while head and encoded_size({**shell, "payload": {**payload, "head": head}}) > room:
@@ -108,11 +107,11 @@ def clipped_message(message: dict[str, Any], room: int) -> dict[str, Any]:
     return {**shell, "payload": {**payload, "head": head}}
 
 
-def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
+def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Fact]:
     """Execution facts the model may see: heads with an Execution, every unfinished
     Execution, every unresolved UnknownExecution (docs/patches.md)."""
     heads = set(head_ids)
-    shown: dict[str, Any] = {}
+    shown: dict[str, Fact] = {}
     for key, ex in sorted(proj.executions.items(), key=lambda kv: int(kv[0])):
         if int(key) in heads or ex["phase"] != "finished" or is_unresolved(ex):
             shown[key] = {
@@ -131,9 +130,7 @@ def runtime_cells(proj: Projection, head_ids: list[int]) -> dict[str, Any]:
     return shown
 
 
-def unbounded_size(
-    proj: Projection, cells: list[dict[str, Any]], cells_size: int | None = None
-) -> int:
+def unbounded_size(proj: Projection, cells: list[Cell], cells_size: int | None = None) -> int:
     """``encoded_size`` of the unmasked State with ``cells`` as heads and no Inbox, added up
     from its parts (``cells_size``: ``encoded_size(cells)`` if known): compact JSON puts
     nothing between parts, so ``[a,b]`` is ``[]`` plus ``a,b``."""
@@ -161,23 +158,23 @@ def _shell_size(proj: Projection) -> int:
 
 def _unbounded(
     proj: Projection,
-    inbox: list[dict[str, Any]],
+    inbox: list[Message],
     *,
-    cells: list[dict[str, Any]] | None = None,
-    facts: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    cells: list[Cell] | None = None,
+    facts: dict[str, Fact] | None = None,
+) -> State:
     cells = proj.cells if cells is None else cells
     return {
         "schema": SCHEMA,
         "id": proj.session["id"],
         "revision": proj.revision,
         "goal": proj.session["goal"],
-        "cells": [dict(c) for c in cells],
+        "cells": [c.copy() for c in cells],
         "runtime": {
             "next_cell_id": proj.next_cell_id,
             "cells": runtime_cells(proj, [c["id"] for c in cells]) if facts is None else facts,
-            "inbox": [dict(m) for m in inbox],
-            "usage": dict(proj.usage),
+            "inbox": [m.copy() for m in inbox],
+            "usage": proj.usage.copy(),
             "pause": proj.pause,
             "limits": proj.limits.to_dict(),
             "validators": [list(argv) for argv in proj.session["validators"]],
@@ -185,7 +182,7 @@ def _unbounded(
     }
 
 
-def _mask_order(proj: Projection, facts: dict[str, Any]) -> list[str]:
+def _mask_order(proj: Projection, facts: dict[str, Fact]) -> list[str]:
     """Oldest finished results first; unfinished Executions last."""
 
     def age(key: str) -> tuple[int, int]:

@@ -125,6 +125,12 @@ class Ledger:
         self._hosts.pop(tag, None)
         return Ending(tuple(entries), tuple(refused))
 
+    def rest(self, now: float) -> list[Entry]:
+        """Every entry still to commit, each pending count among them: call it once the
+        proxy is closed (every account is in), as the Owner stops."""
+        entries = self.drain(now)
+        return entries + [self._release(key) for key in list(self._counts)]
+
     def _take(self, account: Connection, now: float) -> Entry | None:
         host, port = self._named(account)
         if not account.allowed and host:

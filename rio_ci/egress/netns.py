@@ -169,7 +169,12 @@ def _try() -> str | None:
     except NamespaceError as exc:
         return str(exc)
     except OSError as exc:
-        if exc.errno == errno.EPERM and os.geteuid() != 0:
-            return f"rio-ci is not root, and network namespaces need root ({exc.strerror})"
-        return f"network namespaces refused ({exc.strerror})"
+        return refusal(exc)
     return None
+
+
+def refusal(exc: OSError) -> str:
+    """Why :meth:`Netns.make` raised ``exc``, in words for the log and ``show``."""
+    if exc.errno == errno.EPERM and os.geteuid() != 0:
+        return f"rio-ci is not root, and network namespaces need root ({exc.strerror})"
+    return f"network namespaces refused ({exc.strerror})"

@@ -210,3 +210,8 @@ class Forge(Protocol):
     def add_label(self, number: int, label: str) -> None:
         """Put ``label`` on issue ``number``."""
         ...
+
+    def react(self, number: int, comment_id: int, content: str) -> None:
+        """Leave the reaction ``content`` (``eyes``) on comment ``comment_id`` of issue or pull
+        request ``number``; leaving it twice leaves one."""
+        ...

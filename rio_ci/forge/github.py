@@ -568,6 +568,13 @@ class GitHubForge:
             lambda: self._write("POST", f"/issues/{number}/labels", {"labels": [label]}),
         )
 
+    def react(self, number: int, comment_id: int, content: str) -> None:
+        """One request: the issue and the comment are lazy objects, named by their URLs."""
+        self._ask(
+            f"reacting to comment {comment_id}",
+            lambda: self._repo.get_issue(number).get_comment(comment_id).create_reaction(content),
+        )
+
     # -- artifacts -----------------------------------------------------------------------------
 
     def artifacts(self, name: str) -> list[Artifact]:

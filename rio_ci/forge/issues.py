@@ -39,6 +39,16 @@ def goal_for(number: int, title: str, body: str, host: str = "GitHub") -> str:
     )
 
 
+_GOAL_ISSUE = re.compile(r'<untrusted-issue number="([1-9][0-9]*)">\n# ([^\n]*)')
+
+
+def issue_of_goal(goal: str) -> tuple[int, str] | None:
+    """The issue number and title a goal made by ``goal_for`` quotes (the title is untrusted
+    text: quote it again wherever it is shown), or None for a goal of another kind."""
+    match = _GOAL_ISSUE.search(goal)
+    return (int(match.group(1)), match.group(2).strip()) if match else None
+
+
 def _fenced(text: str) -> str:
     """Text that cannot close (or open) the quotation it sits in."""
     return _QUOTE_TAG.sub(lambda m: f"<{m[1]}\u200b{m[2]}", text)

@@ -10,7 +10,6 @@ comment and the pull request of its run land here too.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rio_ci.core.errors import ForgeError
+from rio_ci.forge import page
 from rio_ci.forge.base import (
     Artifact,
     Check,
@@ -150,8 +150,7 @@ class LocalForge:
                 if pull["head"] == branch and pull["state"] == "open":
                     return str(pull["url"])
             number = _take_id(data)
-            page = _pull_page(self.root, number, branch, base, title, body)
-            url = page.as_uri()
+            url = (self.root / "pull" / f"{number}.html").as_uri()  # written by _pages
             data["pulls"][str(number)] = {
                 "number": number,
                 "head": branch,
@@ -210,6 +209,14 @@ class LocalForge:
     def repository_dispatch(self, event_type: str) -> None:
         self._update(lambda data: data["dispatches"].append({"event_type": event_type}))
 
+    def react(self, number: int, comment_id: int, content: str) -> None:
+        def change(data: dict[str, Any]) -> None:
+            left = data.setdefault("reactions", {}).setdefault(str(comment_id), [])
+            if content not in left:
+                left.append(content)
+
+        self._update(change)
+
     def add_label(self, number: int, label: str) -> None:
         self.issue(number)  # a missing issue is a ForgeError, as on a real host
 
@@ -235,6 +242,7 @@ class LocalForge:
         data = self._read()
         result = change(data)
         _write(self.path, data)
+        _pages(self.root, data)
         return result
 
 
@@ -256,7 +264,7 @@ def _add_comment(
             "author": author,
             "association": association,
             "body": body,
-            "url": f"{root.as_uri()}/issues/{number}#comment-{comment_id}",
+            "url": f"{root.as_uri()}/issues/{number}.html#comment-{comment_id}",
         }
     )
     return comment_id
@@ -268,21 +276,25 @@ def _comment(data: dict[str, Any]) -> Comment:
     )
 
 
-def _pull_page(root: Path, number: int, head: str, base: str, title: str, body: str) -> Path:
-    """The pull request as a page a browser opens (``root/pull/<n>.html``): its title,
-    branches and body, every character of them HTML-escaped (the body is shown as the text
-    it is, not rendered)."""
-    page = root / "pull" / f"{number}.html"
-    page.parent.mkdir(exist_ok=True)
-    page.write_text(
-        "<!doctype html>\n<meta charset=utf-8>\n"
-        f"<title>#{number} {html.escape(title)}</title>\n"
-        f"<h1>#{number} {html.escape(title)}</h1>\n"
-        f"<p>{html.escape(head)} → {html.escape(base)} (a pull request of the local forge "
-        f"{html.escape(str(root / FILE))})</p>\n"
-        f"<pre style='white-space: pre-wrap'>{html.escape(body)}</pre>\n"
-    )
-    return page
+def _pages(root: Path, data: dict[str, Any]) -> None:
+    """Every issue and pull request as a page a browser opens, rendered as a code host shows
+    it (``rio_ci.forge.page``): ``root/issues/<n>.html`` (the issue, then its comments,
+    each at ``#comment-<id>``) and ``root/pull/<n>.html``."""
+    for folder in ("issues", "pull"):
+        (root / folder).mkdir(exist_ok=True)
+    for key, issue in data["issues"].items():
+        sections = [("issue", f"{issue['author']} opened", str(issue["body"]))]
+        sections += [
+            (f"comment-{c['id']}", f"{c['author']} commented", str(c["body"]))
+            for c in data["comments"]
+            if str(c["issue"]) == key
+        ]
+        title = f"#{key} {issue['title']}"
+        (root / "issues" / f"{key}.html").write_text(page.page(title, sections))
+    for key, pull in data["pulls"].items():
+        caption = f"{pull['head']} → {pull['base']} (a pull request of the local forge)"
+        text = page.page(f"#{key} {pull['title']}", [("description", caption, str(pull["body"]))])
+        (root / "pull" / f"{key}.html").write_text(text)
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

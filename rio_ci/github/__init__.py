@@ -1,5 +1,5 @@
 """The GitHub layer (docs/github.md): the action's phases (``action``, ``job``, ``finish``,
-``prune``),
+``prune``) and the state the run step hands the others (``job_state``),
 intake of events, comments and reviews (``triggers``, ``intake``, ``listen``, ``starts``), the
 Session artifact's generations (``generations``, ``newest``, ``provenance``), the launch record's
 pushes (``record``), the working tree on a branch (``workspace``, ``git``; what of it git may

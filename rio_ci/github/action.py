@@ -92,7 +92,10 @@ def action_command(phase: str, *, emit: Callable[[Any], None], forge: Forge | No
     emit(result)
     # finish did its work when it reports a run that was cut off: only run says "interrupted"
     failing = FAILING - {"interrupted"} if phase == "finish" else FAILING
-    return 1 if result.get("status") in failing else 0
+    if result.get("status") not in failing:
+        return 0
+    code = result.get("exit_code")  # a usage error's own (2), written on the issue first
+    return code if isinstance(code, int) and code > 0 else 1
 
 
 def asks_for_setup_check(env: ActionInputs) -> bool:

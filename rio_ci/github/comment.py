@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rio_ci.core.errors import RioError
 from rio_ci.forge.base import Forge
-from rio_ci.github.contract import ActionInputs, log
+from rio_ci.github.contract import ActionInputs, log, log_error
 from rio_ci.reports import progress
 from rio_ci.reports.publish import progress_body
 from rio_ci.session.session import Session
@@ -26,6 +27,9 @@ def publish_progress(
     note: str | None = None,
     pull_request: str | None = None,
     final: bool = False,
+    sweep: bool | None = None,
+    ci: str | None = None,
+    problem: tuple[str, str | None] | None = None,
 ) -> bool:
     """Rewrite the progress comment from committed facts; whether it was written. A failed
     write is logged, never fatal: the work and the Session matter more than the report.
@@ -37,6 +41,9 @@ def publish_progress(
         run_url=env.run_url,
         note=note,
         pull_request=pull_request,
+        sweep=sweep,
+        ci=ci,
+        problem=problem,
     )
     written = True
     try:
@@ -51,6 +58,33 @@ def publish_progress(
         with env.summary.open("a") as stream:
             stream.write(body.replace(progress.MARKER, "") + "\n")
     return written
+
+
+def publish_problem(
+    env: ActionInputs, forge: Forge, issue: int, problem: str, todo: str, exit_code: int = 1
+) -> dict[str, Any]:
+    """An error that stops the job before a Session is open (a bad configuration): an
+    ``::error::`` annotation, the step summary and the issue's progress comment, each with
+    what to do; the job's result (``exit_code``: the step's). The comment replaced keeps its wake-up
+    (``progress.render_problem``)."""
+    log_error(f"{problem}. {todo}")
+    body = ""
+    try:
+        found = forge.find_comment(issue, progress.MARKER)
+        body = progress.render_problem(
+            problem,
+            run_url=env.run_url,
+            operation=f"problem:{issue}:{env.run_id}",
+            what_to_do=todo,
+            kept=progress.read_meta(found.body) if found is not None else None,
+        )
+        forge.upsert_comment(issue, progress.MARKER, body)
+    except RioError as exc:
+        log(f"::warning::rio-ci: the problem was not written on the issue: {exc}")
+    if env.summary is not None:
+        with env.summary.open("a") as stream:
+            stream.write((body or problem).replace(progress.MARKER, "") + "\n")
+    return {"status": "error", "reason": problem, "issue": issue, "exit_code": exit_code}
 
 
 class Pacer:

@@ -30,6 +30,7 @@ from rio_ci.core.text import escape_control
 from rio_ci.model import providers
 from rio_ci.model.providers import DEFAULT_EFFORT, DEFAULT_SPEC
 from rio_ci.run.confinement.settings import ConfinementSettings
+from rio_ci.session.settings import Network, Settings
 from rio_ci.untrusted.treefile import read_tree_file
 
 DEFAULT_LABEL = "rio"
@@ -217,9 +218,13 @@ CONFIG_KEYS = frozenset(
         "secrets",
         "ci_workflow",
         "keep_generations",
+        "network",
     }
 )
 DEFAULT_KEEP_GENERATIONS = 3
+# The action's Cells reach only the default list unless the configuration says otherwise.
+ACTION_NETWORK_MODE = "allowlist"
+NETWORK_KEYS = frozenset({"mode", "allow"})
 
 
 @dataclass(frozen=True)
@@ -245,6 +250,18 @@ class Config:
     ci_workflow: str | None = None  # the repository's CI, dispatched on the agent's branch
     keep_generations: int = DEFAULT_KEEP_GENERATIONS
     problems: tuple[str, ...] = ()  # values replaced by their defaults: warnings
+    network: Network = field(default_factory=lambda: Network.asked(ACTION_NETWORK_MODE))
+
+    def settings(self, cwd: str) -> Settings:
+        """What a Session created now in ``cwd`` fixes of this configuration."""
+        return Settings(
+            cwd=cwd,
+            validators=tuple(tuple(argv) for argv in self.validators),
+            limits=self.limits,
+            pass_env=self.pass_env,
+            secrets=self.secrets,
+            network=self.network,
+        )
 
     @classmethod
     def load(cls, workspace: Path, relative: str) -> Config:
@@ -268,6 +285,7 @@ class Config:
             ci_workflow=_ci_workflow(relative, data.get("ci_workflow")),
             keep_generations=keep,
             problems=(problem,) if problem else (),
+            network=_network(relative, data.get("network")),
         )
 
 
@@ -283,6 +301,32 @@ def _config_mapping(relative: str, raw: bytes) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"{relative}: unknown key(s) {', '.join(unknown)}")
     return data
+
+
+def _network(relative: str, value: Any) -> Network:
+    """``network: {mode: allowlist|open|none, allow: [PATTERN, …]}`` (docs/github.md); the
+    action's default, ``allowlist`` with the default list, when absent. A bad value stops the
+    Session before it is created: widening or narrowing what Cells reach by a default would
+    not be what the maintainer wrote."""
+    if value is None:
+        return Network.asked(ACTION_NETWORK_MODE)
+    if not isinstance(value, dict) or not set(map(str, value)) <= NETWORK_KEYS:
+        raise UsageError(
+            f"{relative}: network must be a mapping of mode (allowlist, open or none) and "
+            "allow (a list of host patterns)"
+        )
+    mode, allow = value.get("mode", ACTION_NETWORK_MODE), value.get("allow") or []
+    if not isinstance(mode, str) or not isinstance(allow, list):
+        raise UsageError(
+            f"{relative}: network.mode is one of allowlist, open, none and network.allow a "
+            "list of host patterns"
+        )
+    if not all(isinstance(pattern, str) for pattern in allow):
+        raise UsageError(f"{relative}: network.allow is a list of host patterns (strings)")
+    try:
+        return Network.asked(mode, allow)
+    except UsageError as exc:
+        raise UsageError(f"{relative}: network: {exc}") from None
 
 
 def _ci_workflow(relative: str, name: Any) -> str | None:

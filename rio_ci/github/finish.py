@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.entities import Ended
 from rio_ci.core.errors import RioError
 from rio_ci.core.json_value import ascii_int
 from rio_ci.faults.crashpoints import crash_point
@@ -32,9 +33,10 @@ from rio_ci.forge.issues import branch_for
 from rio_ci.github import timers, workspace
 from rio_ci.github.ci_dispatch import dispatch_ci
 from rio_ci.github.comment import publish_progress
-from rio_ci.github.contract import JOB_FILE, ActionInputs, log, warn, write_outputs
+from rio_ci.github.contract import ActionInputs, log, warn, write_outputs
 from rio_ci.github.generations import newer_generations, rejections_note, take_over
 from rio_ci.github.git import Git
+from rio_ci.github.job_state import JobState, read_job
 from rio_ci.github.record import LaunchRecord
 from rio_ci.reports import progress
 from rio_ci.reports.publish import open_pull_request, remember_pull_request
@@ -48,7 +50,7 @@ FIRST_OUTPUTS = ("artifact-name", "retention-days")
 
 
 def finish(env: ActionInputs, connect: Callable[[], Forge]) -> dict[str, Any]:
-    job = json.loads((env.state_dir / JOB_FILE).read_text())
+    job = read_job(env.state_dir)
     issue, generation = int(job["issue"]), int(job["generation"])
     notes = [n for n in [rejections_note(job)] if n]
     result: dict[str, Any] = {
@@ -118,7 +120,7 @@ def _publish(
     env: ActionInputs,
     connect: Callable[[], Forge],
     owner: Owner,
-    job: dict[str, Any],
+    job: JobState,
     notes: list[str],
 ) -> dict[str, Any]:
     """Everything after the Session is safe on disk: each part may fail alone."""
@@ -157,8 +159,10 @@ def _publish(
     owner.hand_back()  # the validators ran as the Cell user; git works on the harness's tree
     _supersede(env, job)
     done = _checkpoint(env, session, job, notes, out)
-    if out["commit"] is not None and forge is not None:  # a push by the job token starts no CI
-        dispatch_ci(env, forge, job.get("ci_workflow"), branch_for(issue))
+    ci = None  # a push by the job token starts no CI: the job dispatches it
+    pushed = out["commit"] is not None
+    if pushed and forge and dispatch_ci(env, forge, job.get("ci_workflow"), branch_for(issue)):
+        ci = job.get("ci_workflow")
     pull = None
     if problem is not None:
         notes.append(f"no pull request: {problem}")
@@ -181,6 +185,9 @@ def _publish(
         note="; ".join(notes) or None,
         pull_request=pull,
         final=True,
+        sweep=_sweep_installed(env, forge) if proj.next_wake() is not None else None,
+        ci=ci,
+        problem=(job["problem"], job.get("todo")) if job.get("problem") else None,
     )
     if (
         proj.ended
@@ -192,6 +199,16 @@ def _publish(
     if proj.next_wake() is not None:
         _wake_sweep(env, forge)
     return out
+
+
+def _sweep_installed(env: ActionInputs, forge: Forge) -> bool | None:
+    """Whether the sweep that fires a waiting Timer exists, for the comment (None: GitHub
+    did not say)."""
+    try:
+        return timers.sweep_installed(forge)
+    except RioError as exc:
+        warn(env, f"whether the sweep is installed is not known: {exc}")
+        return None
 
 
 def _wake_sweep(env: ActionInputs, forge: Forge) -> None:
@@ -208,7 +225,7 @@ def _wake_sweep(env: ActionInputs, forge: Forge) -> None:
         log(f"rio-ci: {said}")
 
 
-def _supersede(env: ActionInputs, job: dict[str, Any]) -> None:
+def _supersede(env: ActionInputs, job: JobState) -> None:
     """Generation + 1 is written: the launch record is history now (record.py), and must
     never rebuild the Session once that generation is gone. A failure here is a warning:
     the record then still merges as before, into a generation that already holds it."""
@@ -228,7 +245,7 @@ def _supersede(env: ActionInputs, job: dict[str, Any]) -> None:
 def _checkpoint(
     env: ActionInputs,
     session: Session,
-    job: dict[str, Any],
+    job: JobState,
     notes: list[str],
     out: dict[str, Any],
 ) -> workspace.Checkpoint | None:
@@ -371,7 +388,7 @@ def _diffstat(repo: Git, base: str) -> str | None:
 
 
 def _persist(
-    env: ActionInputs, db: str, result: dict[str, Any], generation: int, job: dict[str, Any]
+    env: ActionInputs, db: str, result: dict[str, Any], generation: int, job: JobState
 ) -> int:
     """Write generation + 1 into the artifact directory (no network); returns the seq it
     holds. The Owner may hold the Session meanwhile: the snapshot is SQLite's backup."""
@@ -416,7 +433,7 @@ def _succeeded(session: Session) -> bool:
     return bool(ended and ended["result"] == "success")
 
 
-def _status(ended: dict[str, Any] | None, job: dict[str, Any]) -> str:
+def _status(ended: Ended | None, job: JobState) -> str:
     """The job's status: how the run ended, else how its rounds stopped — ``waiting``,
     ``deadline`` (the time budget ran out), ``interrupted`` (cancelled; also when the run
     step left no outcome: it was cut off)."""

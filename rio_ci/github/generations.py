@@ -8,42 +8,40 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from rio_ci.core.entities import Execution
 from rio_ci.core.errors import OwnershipError, Rejected, RioError
 from rio_ci.core.json_value import json_equal
-from rio_ci.core.limits import Limits
 from rio_ci.forge.base import Forge
 from rio_ci.github import newest
 from rio_ci.github.contract import ActionInputs, log, warn
+from rio_ci.github.job_state import JobState, Restored, RestoreFailed
 from rio_ci.github.provenance import Provenance
 from rio_ci.github.record import LaunchRecord, tail_events
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.store.at_rest import SCHEMA_VERSION
 from rio_ci.store.launch_record import Record
 
 
 def restore(
     env: ActionInputs, forge: Forge, issue: int, db: Path, launches: LaunchRecord
-) -> dict[str, Any]:
-    """Put the newest valid generation at ``db``, merged with the launch record. Returns
-    ``{"generation", "artifact_id", "seen", "saved_at", "rejected", "record_after", "notes"}``
-    (``generation`` None: no Session; ``saved_at``: when the newest artifact of the issue's
-    name, valid or not, was made, or None when none is listed) or ``{"problem"}`` when
-    nothing may run: every saved generation was refused (starting over would publish over
-    the lost history), the launch record cannot be read, or it shows a launch the restored
-    Session would run again."""
+) -> Restored | RestoreFailed:
+    """Put the newest valid generation at ``db``, merged with the launch record: what was
+    restored, or why nothing may run: every saved generation was refused (starting over
+    would publish over the lost history), the launch record cannot be read, or it shows a
+    launch the restored Session would run again."""
     name = f"rio-session-{issue}"
     provenance = Provenance(forge, env.repository, env.workflow_ref)
     listed = forge.artifacts(name)
     if provenance.path is None and listed:
-        return {
-            "problem": f"GITHUB_WORKFLOW_REF is {env.workflow_ref or 'not set'!r}, so no "
+        return RestoreFailed(
+            f"GITHUB_WORKFLOW_REF is {env.workflow_ref or 'not set'!r}, so no "
             f"artifact of {name} can be shown to come from this workflow's own runs "
             "(docs/github.md, whose artifacts are restored). Nothing was run."
-        }
+        )
     # Every generation that exists now; finish treats any other one as a newer job's.
     seen = [a.id for a in listed]
     result = newest.restore_newest(
@@ -53,7 +51,7 @@ def restore(
         warn(env, f"{name}: skipped artifact {skipped.artifact_id}: {skipped.reason}")
     problem = _refusals(name, result)
     if problem is not None:
-        return {"problem": problem}
+        return RestoreFailed(problem)
     rejected = [str(r) for r in result.rejected]
     generation, artifact_id, after = _put_in_place(name, result, db)
     if artifact_id is not None:
@@ -61,11 +59,11 @@ def restore(
     try:
         found = launches.fetch()
     except RioError as exc:  # maybe passing: the progress comment keeps its next wake
-        return {"problem": f"{exc}. Nothing was run.", "passing": True}
+        return RestoreFailed(f"{exc}. Nothing was run.", passing=True)
     notes = [found] if isinstance(found, str) else []
     merged = merge(db, found if isinstance(found, Record) else None, generation)
     if merged.problem:
-        return {"problem": merged.problem}
+        return RestoreFailed(merged.problem)
     notes += [merged.note] if merged.note else []
     for note in notes:
         log(f"::warning::rio-ci: {note}")
@@ -209,9 +207,13 @@ def _same_history(session: Session, record: Record, last: int) -> bool:
     )
 
 
-def _left_out(executions: dict[str, Any], record: Record, why: str) -> Merge:
+def _left_out(executions: dict[str, Execution], record: Record, why: str) -> Merge:
     launched = {e["data"].get("cell_id") for e in record.events if e["kind"] == "execution_started"}
-    queued = sorted(c for c in launched if (executions.get(str(c)) or {}).get("phase") == "queued")
+    queued = sorted(
+        c
+        for c in launched
+        if (ex := executions.get(str(c))) is not None and ex["phase"] == "queued"
+    )
     if queued:
         return Merge(
             problem=f"{why}, and it shows Cell(s) {queued} launched, which the "
@@ -236,11 +238,7 @@ def _adopt(db: Path, record: Record, generation: int) -> Merge:
         session = Session.create(
             db,
             data["goal"],
-            cwd=data["cwd"],
-            validators=data["validators"],
-            limits=Limits.from_dict(data["limits"]),
-            pass_env=data["pass_env"],
-            secrets=data.get("secrets"),
+            Settings.stored(data),
             session_id=record.session_id,
         )
         try:
@@ -260,7 +258,7 @@ def _adopt(db: Path, record: Record, generation: int) -> Merge:
     return Merge(imported=len(record.events), adopted=True)
 
 
-def rejections_note(job: dict[str, Any]) -> str | None:
+def rejections_note(job: JobState) -> str | None:
     rejected = job.get("rejected") or []
     notes = list(job.get("notes") or [])
     if rejected:

@@ -1,13 +1,15 @@
-"""Taking GitHub's observations into a Session: who may steer, and the re-scan of comments
-and checks since a committed watermark (events can be dropped, so every job re-scans; each
-observation enters the Inbox once, under a stable id)."""
+"""GitHub's wake-ups (``GitHubSource``, the first source of ``rio_ci.wake``): who may steer,
+and the re-scan of comments, reviews and checks since the committed watermarks (events can be
+dropped, so every job re-scans; each observation enters the Inbox once, under a stable id)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from rio_ci.core.errors import Rejected, RunEnded
+from rio_ci.core.errors import Rejected, RioError, RunEnded
 from rio_ci.core.json_value import encoded_size
 from rio_ci.forge.base import Check, Comment, Forge, Review, ReviewComment
 from rio_ci.forge.issues import branch_for, quote_untrusted
@@ -16,6 +18,8 @@ from rio_ci.github.images import ImageFetcher, kept
 from rio_ci.github.triggers import NEVER_WRITERS, steer_command
 from rio_ci.reports import progress
 from rio_ci.run.owner import Owner
+from rio_ci.wake.source import Mark, WakeUp
+from rio_ci.wake.take import Taken, take_all
 
 WRITERS = frozenset({"admin", "maintain", "write"})
 COMMENT_QUOTE_BYTES = 6000
@@ -40,7 +44,7 @@ def is_ours(comment: Comment) -> bool:
     return progress.MARKER in comment.body or comment.author.endswith("[bot]")
 
 
-def watched(issue: int, marks: dict[str, Any]) -> list[int]:
+def watched(issue: int, marks: Mapping[str, Any]) -> list[int]:
     """The numbers whose comments steer a Session: its issue and, once it has one, its pull
     request (the ``pull_request`` watermark)."""
     pull = marks.get("pull_request")
@@ -56,32 +60,158 @@ def take_in(
     fetcher: ImageFetcher | None = None,
     head: str | None = None,
 ) -> None:
-    """Re-scan comments (issue and pull request), the pull request's reviews, and checks;
-    each observation enters the
-    Inbox once, under a stable id. Listing checks is optional: a 403 or 404 there goes to
-    ``warn``, and the finished run or check this job's own event ``reported`` still enters
-    (under the id the listing would give it). Comments advance a watermark (their ids rise
-    in the order they are written); checks do not — runs finish out of id order — and rely
-    on the message id alone. A full Inbox stops the scan without advancing past what it
-    refused. ``head``: the head commit of the Session's branch as this job checked it out
-    (``""``: the branch is not on the host yet, so nothing ran on it; None: the host is
-    asked)."""
+    """Re-scan comments (issue and pull request), the pull request's reviews, and checks,
+    and take them in through the seam (``rio_ci.wake.take.take_all``): each observation
+    enters the Inbox once, under a stable id. Listing checks is optional: a 403 or 404 there
+    goes to ``warn``, and the finished run or check this job's own event ``reported`` still
+    enters (under the id the listing would give it). A full Inbox stops the scan without
+    advancing past what it refused. ``head``: the head commit of the Session's branch as
+    this job checked it out (``""``: the branch is not on the host yet, so nothing ran on
+    it; None: the host is asked)."""
     session = owner.session
-    marks = session.proj.watermarks
-    numbers = watched(issue, marks)
+    pictures = (lambda body: kept(session, fetcher.fetch(body))) if fetcher else None
+    source = GitHubSource(
+        forge,
+        issue,
+        budget=session.limits.output_bytes,
+        warn=warn,
+        reported=reported,
+        pictures=pictures,
+        head=head,
+    )
     try:
-        for number in numbers:
-            _take_comments(owner, forge, number, fetcher)
+        take_all(owner, source.wake_ups(dict(session.proj.watermarks)), told=partial(told, forge))
+    except (Rejected, RunEnded) as exc:
+        log(f"::warning::rio-ci: an observation was not taken in: {exc}")
+
+
+def told(forge: Forge, taken: Taken) -> None:
+    """The job's log of a wake-up no writer wrote; an eyes reaction on a writer's comment
+    the Session took in (or that stopped it), so its writer knows it was read."""
+    wake_up = taken.wake_up
+    if taken.outcome == "ignored":
+        what = wake_up.id.replace(":", " ", 1)  # "comment 12", "review 34"
+        log(f"rio-ci: {what} by @{wake_up.author} ignored (no write access)")
+    elif _a_writers_comment(taken) and wake_up.mark is not None:
+        # its mark is comments:<number>, the issue or pull request it is on
+        _heard(forge, int(wake_up.mark.name.split(":")[1]), int(wake_up.id.split(":")[1]))
+    # "/rio status" needs nothing here: this job rewrites the progress comment anyway.
+
+
+def _a_writers_comment(taken: Taken) -> bool:
+    return taken.outcome in ("received", "stopped") and taken.wake_up.id.startswith("comment:")
+
+
+def _heard(forge: Forge, number: int, comment_id: int) -> None:
+    """A reaction GitHub refuses is a log line, never the job's end."""
+    try:
+        forge.react(number, comment_id, "eyes")
+    except RioError as exc:
+        log(f"rio-ci: no reaction on comment {comment_id}: {exc}")
+
+
+@dataclass(frozen=True)
+class GitHubSource:
+    """GitHub's wake-ups for the Session of ``issue``: the comments on the issue and on its
+    pull request, the pull request's reviews, and the finished runs and checks on its branch
+    (see ``take_in`` for ``warn``, ``reported`` and ``head``). ``budget``: the Session's
+    ``output_bytes``, which a review's message fits; ``pictures``: a writer's comment body →
+    its pictures, stored by digest (rio_ci/github/images.py). Who may steer is asked of the
+    permission API, and only for what reaches that question."""
+
+    forge: Forge
+    issue: int
+    budget: int
+    warn: Callable[[str], None] | None = None
+    reported: Check | None = None
+    pictures: Callable[[str], dict[str, Any]] | None = None
+    head: str | None = None
+
+    def wake_ups(self, marks: Mapping[str, Any]) -> Iterator[WakeUp | Mark]:
+        """Comments advance a mark (their ids rise in the order they are written); checks
+        do not — runs finish out of id order — and rely on the message id alone."""
+        for number in watched(self.issue, marks):
+            yield from self._comments(number, marks)
         if marks.get("pull_request"):
-            _take_reviews(owner, forge, int(marks["pull_request"]))
-        listed = [] if head == "" else forge.checks(branch_for(issue), warn=warn, head=head)
-        for check in sorted(
-            {(c.kind, c.id): c for c in [*([reported] if reported else []), *listed]}.values(),
-            key=lambda c: c.id,
-        ):
-            if session.refresh().ended:
-                return
-            session.receive(
+            yield from self._reviews(int(marks["pull_request"]), marks)
+        yield from self._checks()
+
+    def changed(self, marks: Mapping[str, Any]) -> bool:
+        """Whether the issue, or its pull request's lists, changed since the last call
+        (``Forge.changed``: conditional requests); every resource is asked, so each keeps
+        its own ETag fresh."""
+        changed = self.forge.changed(self.issue)
+        if marks.get("pull_request"):
+            changed = self.forge.changed(int(marks["pull_request"]), pull=True) or changed
+        return changed
+
+    def _comments(self, number: int, marks: Mapping[str, Any]) -> Iterator[WakeUp | Mark]:
+        key = f"comments:{number}"
+        for comment in self.forge.comments(number, after_id=int(marks.get(key, 0))):
+            mark = Mark(key, comment.id)
+            if is_ours(comment):
+                yield mark
+                continue
+            steers = may_steer(self.forge, comment.author, comment.association)
+            command = steer_command(comment.body)
+            yield WakeUp(
+                f"comment:{comment.id}",
+                "comment",
+                self._comment_message(comment) if steers and command is None else {},
+                author=comment.author,
+                may_steer=steers,
+                command=command,
+                url=comment.url,
+                mark=mark,
+            )
+
+    def _comment_message(self, comment: Comment) -> dict[str, Any]:
+        return {
+            "author": comment.author,
+            "url": comment.url,
+            "untrusted": True,
+            "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES),
+            **(self.pictures(comment.body) if self.pictures else {}),
+        }
+
+    def _reviews(self, pull: int, marks: Mapping[str, Any]) -> Iterator[WakeUp | Mark]:
+        """Each submitted review by a writer enters once, as one ``review`` message carrying
+        all its inline comments, or — a lone inline comment (GitHub wraps one in a COMMENTED
+        review of its own with no body) — as one ``review_comment``; both under the id
+        ``review:<id>``. The mark ``reviews:<pull>`` lists the reviews taken (a follow-up
+        Session keeps it): a review's id is given when it is started, not when it is
+        submitted, so ids do not rise in submission order and a highest id would skip a
+        review started early. A review by someone who may not steer is not marked: it is
+        asked about again at the next scan."""
+        key = f"reviews:{pull}"
+        taken = [int(i) for i in marks.get(key) or []]
+        for review in self.forge.reviews(pull):
+            if review.id in taken or review.author.endswith("[bot]"):
+                continue
+            wake_up = partial(WakeUp, f"review:{review.id}", author=review.author, url=review.url)
+            if not may_steer(self.forge, review.author, review.association):
+                yield wake_up("review", {})
+            elif steer_command(review_text(review)) == "stop":
+                yield wake_up("review", {}, may_steer=True, command="stop")
+            else:
+                taken = sorted([*taken, review.id])
+                kind, message = review_message(review, self.budget)
+                if kind is None:  # nothing to read: only marked
+                    yield Mark(key, taken)
+                else:
+                    yield wake_up(kind, message, may_steer=True, mark=Mark(key, taken))
+
+    def _checks(self) -> Iterator[WakeUp]:
+        """The finished runs and checks on the branch, and the one this job's event
+        ``reported``: the host's own reports, so they may reach the model."""
+        listed = (
+            []
+            if self.head == ""
+            else self.forge.checks(branch_for(self.issue), warn=self.warn, head=self.head)
+        )
+        reported = [self.reported] if self.reported else []
+        for check in sorted({(c.kind, c.id): c for c in [*reported, *listed]}.values(), key=_id):
+            yield WakeUp(
                 f"check:{check.kind}:{check.id}",
                 "check",
                 {
@@ -90,69 +220,13 @@ def take_in(
                     "url": check.url,
                     "kind": check.kind,
                 },
+                may_steer=True,
+                url=check.url,
             )
-    except (Rejected, RunEnded) as exc:
-        log(f"::warning::rio-ci: an observation was not taken in: {exc}")
 
 
-def _take_comments(
-    owner: Owner, forge: Forge, number: int, fetcher: ImageFetcher | None = None
-) -> None:
-    session = owner.session
-    key = f"comments:{number}"
-    last = int(session.proj.watermarks.get(key, 0))
-    for comment in forge.comments(number, after_id=last):
-        if session.refresh().ended:
-            return
-        command = steer_command(comment.body)
-        if is_ours(comment):
-            pass
-        elif not may_steer(forge, comment.author, comment.association):
-            log(f"rio-ci: comment {comment.id} by @{comment.author} ignored (no write access)")
-        elif command == "stop":
-            owner.end_in_failure(f"stopped by @{comment.author} ({comment.url})")
-        elif command is None:
-            session.receive(
-                f"comment:{comment.id}",
-                "comment",
-                {
-                    "author": comment.author,
-                    "url": comment.url,
-                    "untrusted": True,
-                    "body": quote_untrusted(comment.body, COMMENT_QUOTE_BYTES),
-                    # its pictures, stored by digest (rio_ci/github/images.py)
-                    **(kept(session, fetcher.fetch(comment.body)) if fetcher else {}),
-                },
-            )
-        # "/rio status" needs nothing here: this job rewrites the progress comment anyway.
-        session.set_watermark(key, comment.id)
-
-
-def _take_reviews(owner: Owner, forge: Forge, pull: int) -> None:
-    """Each submitted review by a writer enters once, as one ``review`` message carrying all
-    its inline comments, or — a lone inline comment (GitHub wraps one in a COMMENTED review
-    of its own with no body) — as one ``review_comment``; both under the id ``review:<id>``.
-    The watermark ``reviews:<pull>`` lists the reviews taken (a follow-up Session keeps it):
-    a review's id is given when it is started, not when it is submitted, so ids do not rise
-    in submission order and a highest id would skip a review started early."""
-    session = owner.session
-    key = f"reviews:{pull}"
-    for review in forge.reviews(pull):
-        taken = [int(i) for i in session.refresh().watermarks.get(key) or []]
-        if session.proj.ended:
-            return
-        if review.id in taken or review.author.endswith("[bot]"):
-            continue
-        if not may_steer(forge, review.author, review.association):
-            log(f"rio-ci: review {review.id} by @{review.author} ignored (no write access)")
-            continue
-        if steer_command(review_text(review)) == "stop":
-            owner.end_in_failure(f"stopped by @{review.author} ({review.url})")
-            return
-        kind, payload = review_message(review, session.limits.output_bytes)
-        if kind:
-            session.receive(f"review:{review.id}", kind, payload)
-        session.set_watermark(key, sorted([*taken, review.id]))
+def _id(check: Check) -> int:
+    return check.id
 
 
 def review_text(review: Review) -> str:

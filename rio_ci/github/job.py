@@ -17,7 +17,6 @@ someone asked for the Session to run.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -25,18 +24,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rio_ci.core.errors import RioError
+from rio_ci.core.errors import ModelError, RioError, UsageError
 from rio_ci.core.projection import Projection
 from rio_ci.core.timeline import JOB_MARK
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for, issue_of_branch
 from rio_ci.github import starts, timers, workspace
-from rio_ci.github.comment import Pacer, publish_progress
-from rio_ci.github.contract import JOB_FILE, ActionInputs, Config, log, seal_state_dir, warn
+from rio_ci.github.comment import Pacer, publish_problem, publish_progress
+from rio_ci.github.contract import (
+    JOB_FILE,
+    ActionInputs,
+    Config,
+    log,
+    log_error,
+    seal_state_dir,
+    warn,
+)
 from rio_ci.github.generations import rejections_note, restore
 from rio_ci.github.git import Git
 from rio_ci.github.images import ImageFetcher
 from rio_ci.github.intake import may_steer, take_in
+from rio_ci.github.job_state import Exit, JobState, Restored, RestoreFailed, write_job
 from rio_ci.github.listen import Listener
 from rio_ci.github.record import Fenced, LaunchRecord, RecordError
 from rio_ci.github.sweep import sweep
@@ -44,6 +52,7 @@ from rio_ci.github.triggers import Trigger, classify, request_of, steer_command
 from rio_ci.model.providers import parse_price, priced_models
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
+from rio_ci.reports.next_step import MODEL_ERROR_TODO
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner, handle_signals
 from rio_ci.session.session import Session
@@ -64,10 +73,17 @@ def run(
     if trigger.kind == "sweep":
         return sweep(env, forge)
     triaged = _triage(forge, trigger)
-    if isinstance(triaged, dict):
-        return triaged
+    if isinstance(triaged, Exit):
+        return triaged.to_dict()
     issue, pull_request, writer = triaged
-    config = Config.load(env.workspace, env.config)
+    try:
+        config = Config.load(env.workspace, env.config)
+    except UsageError as exc:
+        todo = (
+            f"Fix {env.config} on the default branch (docs/github.md, Configuration), then "
+            "comment here to continue."
+        )
+        return publish_problem(env, forge, issue, str(exc), todo, exc.exit_code)
     if config.skipped is not None:
         warn(env, f"{config.skipped}; the configuration's defaults apply")
     for problem in config.problems:
@@ -78,33 +94,38 @@ def run(
     remote = workspace.origin_url(repo)
     launches = LaunchRecord(env.state_dir / "record.git", remote, env.token, issue, env.run_id)
     restored = restore(env, forge, issue, db, launches)
-    if "problem" in restored:
+    if isinstance(restored, RestoreFailed):
         return _restore_failed(env, forge, issue, restored)
     start = _start(env, forge, trigger, writer, issue, db, config, restored)
-    if isinstance(start, dict):
-        return start
+    if isinstance(start, Exit):
+        return start.to_dict()
     created = start == "created"
     launches.begin(restored["generation"] or 0, 0 if created else restored["record_after"])
-    job = {
-        **restored,
+    job: JobState = {
+        "generation": launches.generation,
+        "artifact_id": restored["artifact_id"],
+        "seen": restored["seen"],
+        "saved_at": restored["saved_at"],
+        "rejected": restored["rejected"],
+        "record_after": launches.after_seq,
+        "notes": restored["notes"],
+        "record_imported": restored["record_imported"],
         "issue": issue,
         "db": str(db),
         "started": time.time(),
-        "generation": launches.generation,
-        "record_after": launches.after_seq,
         "artifact_name": f"rio-session-{issue}",
         "retention_days": env.retention_days(config),
         "ci_workflow": config.ci_workflow,  # from the default branch, before any Cell ran
         "keep_generations": config.keep_generations,  # likewise (prune.py)
         "fresh": start != "restored" or bool(restored["record_imported"]),
     }
-    write_job(env, job)
+    write_job(env.state_dir, job)
     _check_out(env, repo, remote, issue, job)
     work = _Work(env, forge, trigger, writer, pull_request, clock)
     return work.run(job, launches)
 
 
-def _triage(forge: Forge, trigger: Trigger) -> tuple[int, int | None, bool] | dict[str, Any]:
+def _triage(forge: Forge, trigger: Trigger) -> tuple[int, int | None, bool] | Exit:
     """(issue, pull request, whether the actor may steer) for an event that reaches a
     Session, or the job's ``ignored`` result."""
     issue, pull_request = trigger.issue, None
@@ -112,14 +133,14 @@ def _triage(forge: Forge, trigger: Trigger) -> tuple[int, int | None, bool] | di
         pull_request, issue = issue, issue_of_branch(forge.pull_head(issue))
     if trigger.kind == "ignore" or issue is None:
         log(f"rio-ci: nothing to do ({trigger.reason or 'not a rio-ci pull request'})")
-        return {"status": "ignored", "reason": trigger.reason or "not a rio-ci pull request"}
+        return Exit("ignored", trigger.reason or "not a rio-ci pull request")
     writer = trigger.kind in ("start", "comment") and may_steer(
         forge, trigger.actor, trigger.association
     )
     if trigger.kind == "start" and not writer:
         what = "assignment" if trigger.data.get("by") == "assignment" else "label"
         log(f"rio-ci: @{trigger.actor} has no write access; the {what} is ignored")
-        return {"status": "ignored", "reason": f"{what} by a user without write access"}
+        return Exit("ignored", f"{what} by a user without write access")
     if trigger.kind == "comment" and not writer:
         # Its job still re-scans: a maintainer's comment whose own job was dropped (a
         # concurrency group keeps one pending job) is delivered now.
@@ -128,26 +149,26 @@ def _triage(forge: Forge, trigger: Trigger) -> tuple[int, int | None, bool] | di
 
 
 def _restore_failed(
-    env: ActionInputs, forge: Forge, issue: int, restored: dict[str, Any]
+    env: ActionInputs, forge: Forge, issue: int, restored: RestoreFailed
 ) -> dict[str, Any]:
-    log(f"::error::rio-ci: {restored['problem']}")
+    log(f"::error::rio-ci: {restored.problem}")
     with contextlib.suppress(RioError):
-        if not restored.get("passing"):
+        if not restored.passing:
             forge.upsert_comment(
                 issue,
                 progress.MARKER,
-                progress.render_problem(restored["problem"], run_url=env.run_url),
+                progress.render_problem(restored.problem, run_url=env.run_url),
             )
-    return {"status": "error", "reason": restored["problem"], "issue": issue}
+    return {"status": "error", "reason": restored.problem, "issue": issue}
 
 
-def _check_out(env: ActionInputs, repo: Git, remote: str, issue: int, job: dict[str, Any]) -> None:
+def _check_out(env: ActionInputs, repo: Git, remote: str, issue: int, job: JobState) -> None:
     log("::group::rio-ci: working tree")
     existed = workspace.check_out(repo, branch_for(issue), remote, env.token)
     workspace.lend(repo, branch_for(issue))
     job["start"] = workspace.head(repo)
     job["branch_head"] = job["start"] if existed else ""  # "": not on GitHub, no checks
-    write_job(env, job)
+    write_job(env.state_dir, job)
     log(f"branch {branch_for(issue)} {'restored' if existed else 'started'}")
     log("::endgroup::")
 
@@ -163,7 +184,7 @@ class _Work:
     pull_request: int | None
     clock: Callable[[], float]
 
-    def run(self, job: dict[str, Any], launches: LaunchRecord) -> dict[str, Any]:
+    def run(self, job: JobState, launches: LaunchRecord) -> dict[str, Any]:
         env = self.env
         owners: list[Owner] = []
 
@@ -184,7 +205,7 @@ class _Work:
         except RecordError as exc:
             log(f"::error::rio-ci: {exc}")
             if isinstance(exc, Fenced):  # another job writes this Session: publish nothing
-                write_job(env, {**job, "fenced": True})
+                write_job(env.state_dir, {**job, "fenced": True})
             result = {
                 "status": "error",
                 "reason": str(exc),
@@ -200,7 +221,7 @@ class _Work:
                 result["not_resealed"] = problem
         return result
 
-    def rounds(self, owner: Owner, job: dict[str, Any]) -> dict[str, Any]:
+    def rounds(self, owner: Owner, job: JobState) -> dict[str, Any]:
         env = self.env
         listener = Listener(
             owner,
@@ -212,7 +233,11 @@ class _Work:
         )
         result = _work(env, self.forge, listener, job, self.trigger, self.writer, self.pull_request)
         if (env.state_dir / JOB_FILE).exists():  # how the rounds ended, for finish's status
-            write_job(env, {**job, "outcome": result.get("status")})
+            job["outcome"] = result.get("status")
+            for said in ("problem", "todo"):  # an error between rounds, for finish's comment
+                if said in result:
+                    job[said] = str(result[said])
+            write_job(env.state_dir, job)
         return result
 
 
@@ -224,13 +249,13 @@ def _start(
     issue: int,
     db: Path,
     config: Config,
-    restored: dict[str, Any],
-) -> Start | dict[str, Any]:
+    restored: Restored,
+) -> Start | Exit:
     """``created``: this job created the Session (label, /rio request, a label whose own job
     was lost, follow-up);
     ``restored``: it goes on with the restored one; ``republish``: the restored run ended but
     its end never reached GitHub (an outage during its finish), so this job's finish
-    publishes it; a dict: there is nothing to do (the step's result)."""
+    publishes it; an Exit: there is nothing to do (the step's result)."""
     body = str(trigger.data.get("body") or "")
     request = request_of(body) if writer and trigger.kind == "comment" else None
     generation = restored["generation"]
@@ -271,7 +296,7 @@ def _start_new(
     config: Config,
     request: str | None,
     saved_at: str | None,
-) -> Start | dict[str, Any]:
+) -> Start | Exit:
     """No Session on the issue: a label, an assignment or a writer's ``/rio`` request starts
     one, and so does any other job while a writer's label or assignment that no Session
     took stands on the issue (its own job was cancelled while pending, or lost); anything
@@ -312,10 +337,10 @@ def _start_new(
         f"rio-ci: issue #{issue} has no Session; label it {env.trigger_label!r} (or "
         "comment /rio <request>) to start one"
     )
-    return {"status": "ignored", "reason": f"issue #{issue} has no Session"}
+    return Exit("ignored", f"issue #{issue} has no Session")
 
 
-def _ended(proj: Projection, issue: int) -> Start | dict[str, Any]:
+def _ended(proj: Projection, issue: int) -> Start | Exit:
     """A restored run that has ended and that nothing asks to follow up: publish its end if
     that never reached GitHub, else nothing to do."""
     assert proj.ended is not None
@@ -331,19 +356,19 @@ def _ended(proj: Projection, issue: int) -> Start | dict[str, Any]:
         f"rio-ci: the run of #{issue} has ended ({proj.ended['result']}) and no maintainer "
         "asked for more; nothing is run"
     )
-    return {
-        "status": "ignored",
-        "session": proj.session["id"],
-        "issue": issue,
-        "reason": f"the run has ended ({proj.ended['result']}); nothing new",
-    }
+    return Exit(
+        "ignored",
+        f"the run has ended ({proj.ended['result']}); nothing new",
+        issue=issue,
+        session=proj.session["id"],
+    )
 
 
 def _work(
     env: ActionInputs,
     forge: Forge,
     listener: Listener,
-    job: dict[str, Any],
+    job: JobState,
     trigger: Trigger,
     writer: bool,
     pull_request: int | None,
@@ -359,6 +384,9 @@ def _work(
         publish_progress(env, forge, session, issue, job["generation"], None, note=problem)
         return _result("error", session.proj, issue, problem)
     base = session.refresh().last_seq
+    if not session.proj.ended:  # this job, in the history the comment shows, before the
+        # recovery: what it finds of a job cut off without its finish belongs to this one
+        session.set_watermark(JOB_MARK, job_label(env))
     owner.recover()
     if pull_request is not None:
         session.set_watermark("pull_request", pull_request)
@@ -385,25 +413,24 @@ def _result(status: str, proj: Projection, issue: int, reason: str | None) -> di
     return {"status": status, "reason": reason, "issue": issue, "session": proj.session["id"]}
 
 
-def _rounds(
-    env: ActionInputs, forge: Forge, listener: Listener, job: dict[str, Any]
-) -> dict[str, Any]:
+def _rounds(env: ActionInputs, forge: Forge, listener: Listener, job: JobState) -> dict[str, Any]:
     """The job's model rounds, within its time budget, with the listener and the paced
     progress comment between them."""
     issue, owner = int(job["issue"]), listener.owner
     session = owner.session
-    label = f"GitHub Actions run {env.run_id}"
-    if not session.refresh().ended:  # this job, in the history the comment shows
-        session.set_watermark(JOB_MARK, label)
+    label = job_label(env)
     publish_progress(env, forge, session, issue, job["generation"], None, note=rejections_note(job))
     proj = session.refresh()
     if proj.ended:
         status = "succeeded" if proj.ended["result"] == "success" else "failed"
         return _result(status, proj, issue, proj.ended["reason"])
-    given = parse_price(env.price) if env.price else None
-    model, fallback = priced_models(
-        env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
-    )
+    try:
+        given = parse_price(env.price) if env.price else None
+        model, fallback = priced_models(
+            env.model, env.fallback_model, effort=env.effort, price=given, stored=proj.prices
+        )
+    except (UsageError, ModelError) as exc:
+        return _no_model(env, proj, issue, exc)
     if given is not None:
         session.set_price(model.name, asdict(given))
     live = LiveLog(session, sys.stderr, groups=True)  # each round collapsed in the job's log
@@ -435,7 +462,30 @@ def _rounds(
             "owner_interrupted" if outcome.status == "interrupted" else "owner_deadline"
         )
     proj = session.refresh()
+    if proj.ended and str(proj.ended["reason"]).startswith("model error"):
+        # The provider refused: the comment's Next says what to check (finish writes it).
+        log_error(f"{proj.ended['reason']}. {MODEL_ERROR_TODO}")
     return {**_result(outcome.status, proj, issue, outcome.reason), "next_wake": proj.next_wake()}
+
+
+def _no_model(
+    env: ActionInputs, proj: Projection, issue: int, exc: UsageError | ModelError
+) -> dict[str, Any]:
+    """The model cannot be asked (an unknown id, no price, no key): an ``::error::`` now; the
+    finish step writes the problem and what to do on the issue and in the step summary."""
+    todo = (
+        "Set the repository secret the action's `anthropic-api-key` input reads (docs/github.md), "
+        "then comment here to continue."
+        if isinstance(exc, ModelError)
+        else "Fix the action's `model` input (docs/models.md), then comment here to continue."
+    )
+    log_error(f"{exc}. {todo}")
+    said = {"problem": str(exc), "todo": todo, "exit_code": exc.exit_code}
+    return {**_result("error", proj, issue, str(exc)), **said}
+
+
+def job_label(env: ActionInputs) -> str:
+    return f"GitHub Actions run {env.run_id}"
 
 
 def quiet(session: Session, base: int) -> bool:
@@ -450,10 +500,3 @@ def quiet(session: Session, base: int) -> bool:
         or (proj.queued() and not proj.pause)
         or any(t["deadline"] <= now for t in proj.timers.values())
     )
-
-
-def write_job(env: ActionInputs, job: dict[str, Any]) -> None:
-    path = env.state_dir / JOB_FILE
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(job))
-    partial.replace(path)

@@ -17,16 +17,16 @@ generations stay until they expire).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rio_ci.core.errors import ForgeError, RioError
 from rio_ci.forge.base import Artifact, Forge
-from rio_ci.github.contract import DEFAULT_KEEP_GENERATIONS, JOB_FILE, ActionInputs, log, warn
+from rio_ci.github.contract import DEFAULT_KEEP_GENERATIONS, ActionInputs, log, warn
+from rio_ci.github.job_state import read_job
 
 
 def prune(env: ActionInputs, forge: Forge) -> dict[str, Any]:
-    job = json.loads((env.state_dir / JOB_FILE).read_text())
+    job = read_job(env.state_dir)
     name = str(job["artifact_name"])
     if env.artifact_id is None or env.artifact_name != name:
         log(f"rio-ci: no generation of {name} was uploaded by this job; nothing is deleted")

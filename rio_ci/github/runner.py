@@ -19,6 +19,7 @@ from typing import Any
 
 from rio_ci.core.errors import UsageError
 from rio_ci.core.text import escape_control
+from rio_ci.egress import netns
 from rio_ci.github.contract import ActionInputs, log
 from rio_ci.run.confinement.sudo import SudoFound, find_sudo
 from rio_ci.run.confinement.user import separation_problem
@@ -120,14 +121,17 @@ def sudo_line(found: SudoFound, image: dict[str, Any] | None) -> str:
 
 
 def _cells(env: ActionInputs) -> str:
-    # Where the Cells' own network will be said too, once they have one.
+    """As whom Cells run, and in whose network (docs/network.md)."""
     cell_user = env.confinement.cell_user
     if cell_user is None:
-        return "run as the harness's user (cell-user: none)"
+        return "run as the harness's user (cell-user: none), on the host's network"
     problem = separation_problem()
     if problem is not None:
-        return f"share the harness's user ({problem})"
-    return f"run as their own user, {cell_user}"
+        return f"share the harness's user ({problem}), on the host's network"
+    problem = netns.problem()
+    if problem is not None:
+        return f"run as their own user, {cell_user}, on the host's network ({problem})"
+    return f"run as their own user, {cell_user}, in a network of their own (the egress proxy)"
 
 
 def _cell(value: str) -> str:

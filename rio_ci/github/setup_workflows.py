@@ -14,7 +14,8 @@ import yaml
 
 from rio_ci.forge.github_probe import Answer
 from rio_ci.github.contract import ActionInputs
-from rio_ci.github.timers import SWEEP_WORKFLOW, WAKE_EVENT
+from rio_ci.github.timers import WAKE_EVENT
+from rio_ci.reports.next_step import SWEEP_WORKFLOW
 from rio_ci.untrusted.treefile import read_tree_file
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"

@@ -41,17 +41,9 @@ CONCLUSION_CHARS = 2000
 
 def create(env: ActionInputs, db: Path, config: Config, goal: str) -> Session:
     """A new Session at ``db`` working in this job's checkout, with the configuration read
-    now (validators, limits, credentials Cells may see)."""
+    now (validators, limits, credentials Cells may see, the Cells' network)."""
     db.unlink(missing_ok=True)
-    return Session.create(
-        db,
-        goal,
-        cwd=str(env.workspace),
-        validators=config.validators,
-        limits=config.limits,
-        pass_env=list(config.pass_env),
-        secrets=list(config.secrets),
-    )
+    return Session.create(db, goal, config.settings(str(env.workspace)))
 
 
 def from_issue(
@@ -194,7 +186,7 @@ def follow_up(
     _succeed(env, db, config, goal, previous, marks)
     log(
         f"rio-ci: follow-up Session for @{request.author}'s {what} (the previous "
-        f"Session {previous.session['id']} ended in {(previous.ended or {}).get('result')})"
+        f"Session {previous.session['id']} ended in {_result(previous)})"
     )
 
 
@@ -207,7 +199,7 @@ def relabel(
     _succeed(env, db, config, goal_for(issue, info.title, info.body), previous, {})
     log(
         f"rio-ci: #{issue} labelled again: a new Session (the previous Session "
-        f"{previous.session['id']} ended in {(previous.ended or {}).get('result')})"
+        f"{previous.session['id']} ended in {_result(previous)})"
     )
 
 
@@ -243,9 +235,14 @@ def _keep_goal_pictures(session: Session, fetched: images.Fetched) -> None:
         session.set_watermark(images.GOAL_IMAGES, carried["images"])
 
 
+def _result(proj: Projection) -> str | None:
+    """How the Session ended (``success``, ``failure``), or None while it runs."""
+    return None if proj.ended is None else proj.ended["result"]
+
+
 def conclusion_of(proj: Projection) -> dict[str, Any]:
     """How a Session ended, for its follow-up's first Turn."""
-    ended = proj.ended or {}
+    ended = proj.ended
     note = max(
         (c for c in proj.cells if c.get("role") == "conclusion"),
         key=lambda c: int(c["id"]),
@@ -253,10 +250,10 @@ def conclusion_of(proj: Projection) -> dict[str, Any]:
     )
     return {
         "session_id": proj.session["id"],
-        "result": ended.get("result"),
-        "reason": clip(str(ended.get("reason") or ""), CONCLUSION_CHARS),
+        "result": _result(proj),
+        "reason": clip(ended["reason"] if ended else "", CONCLUSION_CHARS),
         "conclusion": clip(note["text"], CONCLUSION_CHARS) if note else None,
-        "unresolved": [u.get("cell_id") for u in ended.get("unresolved") or []],
+        "unresolved": [u["cell_id"] for u in ended["unresolved"]] if ended else [],
         "rounds": proj.usage.get("rounds", 0),
         "cost_usd": round(float(proj.usage.get("cost_usd", 0.0)), 4),
         "pull_request": proj.watermarks.get("pull_request"),

@@ -23,11 +23,11 @@ from rio_ci.core.errors import RioError
 from rio_ci.forge.base import Forge
 from rio_ci.github.contract import log
 from rio_ci.reports import progress
+from rio_ci.reports.next_step import SWEEP_WORKFLOW
 from rio_ci.session.session import Session
 
 DAY = 86_400.0
 MARGIN_DAYS = 1
-SWEEP_WORKFLOW = "rio-sweep.yml"
 WAKE_EVENT = "rio-timer"
 
 
@@ -72,6 +72,13 @@ NOT_INSTALLED = (
     f"{SWEEP_WORKFLOW} is not installed: this Session's Timer fires only at its next event; "
     f"copy .github/workflows/{SWEEP_WORKFLOW} beside the workflow (docs/github.md)"
 )
+
+
+def sweep_installed(forge: Forge) -> bool:
+    """Whether the sweep workflow exists: asked before the progress comment is written, which
+    tells the maintainer whether anything will wake the Timer. Whether it is on is asked again
+    after the comment (``wake_sweep``): a sweep may switch itself off in between."""
+    return forge.workflow_state(SWEEP_WORKFLOW) is not None
 
 
 def wake_sweep(forge: Forge) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from rio_ci.core.json_value import ascii_int
 from rio_ci.forge.base import Check, IssueEvent
 from rio_ci.forge.issues import issue_of_branch
+from rio_ci.wake.source import Command
 
 # author_association values that can only belong to someone without write access, so a
 # comment may be dropped before asking the permission API. NONE and CONTRIBUTOR are not
@@ -203,12 +204,13 @@ def _number(issue: dict[str, Any]) -> int | None:
     return number if isinstance(number, int) and number > 0 else None
 
 
-def steer_command(body: str) -> str | None:
+_COMMANDS: dict[str, Command] = {"stop": "stop", "status": "status"}
+
+
+def steer_command(body: str) -> Command | None:
     """``/rio stop`` or ``/rio status`` when a comment is exactly that command."""
     words = body.strip().split()
-    if len(words) == 2 and words[0] == "/rio" and words[1] in ("stop", "status"):
-        return words[1]
-    return None
+    return _COMMANDS.get(words[1]) if len(words) == 2 and words[0] == "/rio" else None
 
 
 def request_of(body: str) -> str | None:

@@ -46,6 +46,8 @@ __all__ = [
     "credentials",
     "efforts",
     "fallback_spec",
+    "full_spec",
+    "nearest_models",
     "parse_price",
     "picture_limits",
     "priced_model",
@@ -82,6 +84,10 @@ class ProviderModule(Protocol):
 
     def picture_limits(self) -> RequestLimits:
         """What one request may carry of pictures (rio_ci/model/pictures.py)."""
+        ...
+
+    def known_models(self) -> list[str]:
+        """Every model id (and alias) its table lists."""
         ...
 
 
@@ -201,7 +207,7 @@ def build_model(
     script costs nothing and ignores them. ``connect=False``: a provider's model without
     its client (its name and price only).
     """
-    kind, _, rest = (spec or DEFAULT_SPEC).partition(":")
+    kind, _, rest = full_spec(spec or DEFAULT_SPEC).partition(":")
     if kind == SCRIPTED:
         if not rest:
             raise UsageError("--model scripted:FILE needs a file")
@@ -215,6 +221,34 @@ def build_model(
     return module.build(
         kind, rest or module.default_model(), effort=effort, price=price, connect=connect
     )
+
+
+# A bare model id of a provider, taken as that provider's own (its first prefix).
+_BARE_IDS = {"claude-": "anthropic"}
+
+
+def full_spec(spec: str) -> str:
+    """``spec`` with its provider: a bare ``claude-…`` id is ``anthropic:claude-…``."""
+    if ":" not in spec:
+        for start, prefix in _BARE_IDS.items():
+            if spec.startswith(start):
+                return f"{prefix}:{spec}"
+    return spec
+
+
+def nearest_models(spec: str, count: int = 3) -> list[str]:
+    """The ids of ``spec``'s provider table closest to the model it names (difflib), none
+    when it names one the table lists."""
+    kind, _, model = full_spec(spec).partition(":")
+    row = provider_of(kind)
+    if row is None or not model:
+        return []
+    import difflib  # only here: the table is read at start-up, before anything else
+
+    known = row.load().known_models()
+    if model in known:
+        return []
+    return difflib.get_close_matches(model, known, n=count, cutoff=0.6)
 
 
 def parse_price(text: str, spec: str | None = None) -> Price:
@@ -256,6 +290,11 @@ def priced_model(
         )
     if price is None:
         price = kept or named.price()
+    if price is None and (near := nearest_models(spec)):
+        raise UsageError(
+            f"unknown model {full_spec(spec).partition(':')[2]!r}; the nearest known: "
+            f"{', '.join(near)} (or, for a model the table does not list, give --price IN/OUT)"
+        )
     if price is None:
         raise UsageError(
             f"{named.name} has no known price, so its cost cannot be counted against the "
@@ -267,9 +306,9 @@ def priced_model(
 def fallback_spec(spec: str, fallback: str) -> str:
     """The spec of ``--fallback-model``: a full spec as given; a bare model id on the
     provider of ``spec`` (``--model bedrock:A --fallback-model B`` means ``bedrock:B``)."""
-    kind, sep, _ = fallback.partition(":")
+    kind, sep, _ = full_spec(fallback).partition(":")
     if sep and (kind == SCRIPTED or provider_of(kind) is not None):
-        return fallback
+        return full_spec(fallback)
     provider = (spec or DEFAULT_SPEC).partition(":")[0]
     return f"{provider if provider_of(provider) is not None else DEFAULT_SPEC}:{fallback}"
 

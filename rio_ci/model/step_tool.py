@@ -34,7 +34,8 @@ PATCH_OPS = OPS
 STEP_NAME = "step"
 STEP_DESCRIPTION = (
     "Submit this Turn's decision: an RFC 6902 JSON Patch on the State. The first operation "
-    'must be {"op": "test", "path": "/revision", "value": <revision shown>}.'
+    'must be {"op": "test", "path": "/revision", "value": <revision shown>}. Give each code '
+    'and cmd Cell a "description": a few words saying what it is for.'
 )
 STEP_SCHEMA: dict[str, Any] = {
     "type": "object",

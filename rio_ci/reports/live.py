@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from rio_ci.core.entities import Cell, ShortCell
 from rio_ci.core.output import elided_marker
+from rio_ci.core.state import first_meaningful_line
 from rio_ci.core.text import clip, escape_control
 from rio_ci.session.session import Session
 
@@ -241,18 +243,26 @@ def _argv(argv: list[str]) -> str:
     return _one_line(clip(" ".join(argv), 200))
 
 
-def describe(cell: dict[str, Any]) -> str:
-    """One line for a Cell: its kind and the start of what it holds (line breaks inside
-    it shown as ``\\n``)."""
+def describe(cell: Cell | ShortCell) -> str:
+    """One line for a Cell: a note's kind and start; an executable Cell's ``description``
+    (when the model gave one) before what it runs (``what_it_runs``)."""
     if cell["kind"] == "note":
         role = f"{cell['role']} " if cell.get("role") else ""
         return _one_line(f"note {role}{clip(cell['text'], 120)}")
+    if cell.get("description"):
+        return _one_line(clip(str(cell["description"]), 100)) + " · " + what_it_runs(cell)
+    return what_it_runs(cell)
+
+
+def what_it_runs(cell: Cell | ShortCell) -> str:
+    """An executable Cell's command, or its script's first meaningful line (never an
+    import, a comment or a blank line), after its kind: ``cmd pytest -q``,
+    ``code time.sleep(30)``."""
     if cell["kind"] == "cmd":
-        return _one_line(clip("cmd " + " ".join(cell["argv"]), 160))
-    first = next(
-        (ln for ln in cell["source"].splitlines() if ln.strip() and not ln.startswith("#")), ""
-    )
-    return _one_line(f"code {clip(first, 100)}")
+        return _one_line(clip("cmd " + " ".join(cell.get("argv") or []), 160))
+    if cell["kind"] == "code":
+        return _one_line(f"code {clip(first_meaningful_line(cell.get('source') or ''), 100)}")
+    return _one_line(str(cell["kind"]))
 
 
 def _one_line(text: str) -> str:

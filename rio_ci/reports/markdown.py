@@ -32,10 +32,11 @@ def code(text: str) -> str:
     return f"`{clip(flat, 120)}`"
 
 
-def link(url: str) -> str:
-    """A link we made (the forge returned it): shown only when it is a plain URL."""
+def link(url: str, text: str | None = None) -> str:
+    """A link we made (the forge returned it), named ``text`` (our own words) or its URL:
+    shown only when it is a plain URL."""
     if re.fullmatch(r"(https?|file)://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+", url):
-        return f"[{cell_text(url)}]({url})"
+        return f"[{cell_text(text or url)}]({url})"
     return code(url)
 
 
@@ -44,3 +45,27 @@ def fence(info: str, text: str) -> str:
     escaped)."""
     body = re.sub(r"`(?=`)", "`\u200b", escape_control(text))
     return f"```{info}\n{body}\n```"
+
+
+_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~!])")
+
+
+def plain(text: str, limit: int = 200) -> str:
+    """Untrusted text as plain words inline (a heading, a table cell, a sentence): one line,
+    clipped, control characters escaped, every Markdown and HTML character set as text, no
+    mentions."""
+    flat = escape_control(" ".join(clip(text, limit).split()))
+    return _SPECIAL.sub(r"\\\1", flat.replace("&", "&amp;")).replace("@", "@\u200b")
+
+
+def number(value: float) -> str:
+    """A count as people read it: ``2,000,000``."""
+    return f"{int(value):,}"
+
+
+def dollars(value: float) -> str:
+    """Money as people read it: ``$10.00``; an amount under a cent keeps four places
+    (``$0.0042``), so a cheap round is not shown as free."""
+    if 0 < abs(value) < 0.01:
+        return f"${value:.4f}"
+    return f"${value:,.2f}"

@@ -12,12 +12,15 @@ import re
 import time
 from typing import Any
 
+from rio_ci.core.entities import Cell, ShortCell
 from rio_ci.core.projection import Projection
 from rio_ci.core.text import clip
-from rio_ci.core.timeline import Timeline
-from rio_ci.reports import diagram
+from rio_ci.core.timeline import CONCLUSION, Run, Timeline
+from rio_ci.forge.issues import branch_for, issue_of_goal
+from rio_ci.reports import diagram, egress
 from rio_ci.reports import markdown as md
-from rio_ci.reports.live import describe
+from rio_ci.reports.live import describe, what_it_runs
+from rio_ci.reports.next_step import Waiting, next_line, problem_line
 from rio_ci.reports.timeline import descriptions, result_text, took
 
 MARKER = "<!-- rio-ci:progress -->"
@@ -27,23 +30,30 @@ MARKER = "<!-- rio-ci:progress -->"
 PUBLISHED = "published"
 CELL_ROWS = 50  # Executions listed: GitHub refuses a comment body over its size limit
 UNKNOWN_ROWS = 20  # resolved UnknownExecutions listed (every unresolved one is)
+HEARD_ROWS = 20  # comments and reviews received listed (the latest)
+LAST_LINES = 5  # an interrupted Cell's last output lines shown
 _META = re.compile(r"<!-- rio-ci:meta (\{.*?\}) -->")
 
 
 def status_of(proj: Projection, outcome: str | None) -> str:
+    """The comment's status word: what the Session is doing, after the job that writes it.
+    A job that stopped (its time budget, a cut-off) says so even when the queue was paused:
+    nothing runs until someone comments."""
     if proj.ended:
         return "succeeded" if proj.ended["result"] == "success" else "failed"
-    if proj.pause:
-        return "paused"
     if outcome == "waiting" and proj.timers:
         wake = min(t["deadline"] for t in proj.timers.values())
         return "waiting until " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(wake))
     if outcome == "waiting":
         return "waiting for a comment or a check"
     if outcome == "deadline":
-        return "waiting for the next job (this one's time budget ran out)"
+        return "stopped (the job's time budget ran out)"
     if outcome == "interrupted":
-        return "waiting for the next job (this one was cut off)"
+        return "stopped (the job was cut off)"
+    if outcome == "error":
+        return "error"
+    if proj.pause:
+        return "paused"
     return "running"
 
 
@@ -57,10 +67,13 @@ def render(
     note: str | None = None,
     pull_request: str | None = None,
     timeline: Timeline | None = None,
+    waiting: Waiting | None = None,
 ) -> str:
     """The comment: a maintainer's dashboard of the Session, from committed facts only.
     ``timeline`` (``rio_ci.reports.timeline.read_timeline``) gives every Execution, round and
-    job; without it only what the Projection holds is shown."""
+    job; without it only what the Projection holds is shown. ``waiting``: what the job that
+    writes it knows of what comes next (``rio_ci.reports.next_step``). It reads top down as a
+    maintainer asks: who acts next, what the model is doing, then the detail."""
     meta = {
         "status": status,
         "generation": generation,
@@ -69,14 +82,23 @@ def render(
         "ended": bool(proj.ended),
     }
     timeline = timeline or Timeline()
+    issue = issue_of_goal(proj.session["goal"])
     lines = [
         MARKER,
         f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
-        f"### rio-ci: {status}",
+        _heading(status, issue),
         "",
-        _where(proj, timeline),
+        next_line(
+            proj,
+            timeline,
+            waiting or Waiting(),
+            pull_request=pull_request,
+            branch=branch_for(issue[0]) if issue else None,
+        ),
         "",
     ]
+    lines += _now(proj)
+    lines += [_where(proj, timeline), ""]
     if note:
         lines += [f"> {md.one_line(note)}", ""]
     if pull_request:
@@ -85,8 +107,10 @@ def render(
     # The goal quotes the issue (untrusted): collapsed, clipped, escaped, with no mentions.
     lines += _details("goal", md.quoted(proj.session["goal"]))
     lines += _cells(proj, timeline)
-    lines += _uncertainty(timeline)
+    lines += _uncertainty(proj, timeline)
+    lines += _heard(timeline)
     lines += _validators(timeline)
+    lines += egress.refused_section(proj)
     if timeline.runs or timeline.rounds:
         lines += ["", "#### Timeline", "", diagram.block(timeline, descriptions(timeline))]
     recent = _recent_output(proj)
@@ -98,6 +122,26 @@ def render(
     if run_url:
         lines.append(f"[This run]({run_url})")
     return "\n".join(lines) + "\n"
+
+
+def _heading(status: str, issue: tuple[int, str] | None) -> str:
+    """``### rio-ci: <status> · #34 <the issue's title>`` (the title is untrusted text)."""
+    if issue is None:
+        return f"### rio-ci: {status}"
+    return f"### rio-ci: {status} · #{issue[0]} {md.plain(issue[1], 120)}"
+
+
+def _now(proj: Projection) -> list[str]:
+    """The model's newest plain note (no role): what it says it is doing now."""
+    notes = [c for c in proj.cells if c["kind"] == "note" and not c.get("role")]
+    if not notes:
+        return []
+    return [
+        f"**The model's latest note** (cell {notes[-1]['id']}):",
+        "",
+        md.quoted(clip(notes[-1]["text"], 600)),
+        "",
+    ]
 
 
 def _details(summary: str, body: str) -> list[str]:
@@ -134,7 +178,7 @@ def _conclusion(proj: Projection, timeline: Timeline) -> list[str]:
 def _cells(proj: Projection, timeline: Timeline) -> list[str]:
     """One row per Execution (every one the Journal holds, replaced and removed ones too);
     without a Timeline, the Projection's."""
-    rows = ["#### Cells", "", "| cell | ran | result | duration | job · round |"]
+    rows = ["#### Cells", "", "| cell | what | result | duration | job · round |"]
     rows.append("| --- | --- | --- | --- | --- |")
     runs = list(timeline.runs.values())
     for run in runs[-CELL_ROWS:]:
@@ -148,22 +192,30 @@ def _cells(proj: Projection, timeline: Timeline) -> list[str]:
         elif run.removed:
             result += ", removed"
         rows.append(
-            f"| {run.cell_id} | {md.code(describe(run.cell))} | {md.cell_text(result)} | "
+            f"| {run.cell_id} | {_what(run.cell)} | {md.cell_text(result)} | "
             f"{took(run).removeprefix('took ')} | {run.job} · {run.round} |"
         )
     if not timeline.runs:
         for key, ex in proj.executions.items():
-            cell = ex.get("cell") or {"kind": "?"}
+            cell = ex["cell"]
             rows.append(
                 f"| {key} | {cell['kind']}{_role(cell)} | "
-                f"{md.cell_text(result_text(ex.get('result')))} | — | — |"
+                f"{md.cell_text(result_text(ex['result']))} | — | — |"
             )
     if len(runs) > CELL_ROWS:
         rows += ["", f"_The last {CELL_ROWS} of {len(runs)} Executions; `rio-ci show` lists all._"]
     return rows if len(rows) > 2 else []
 
 
-def _uncertainty(timeline: Timeline) -> list[str]:
+def _what(cell: Cell | ShortCell) -> str:
+    """A Cell in a table: its description in words and what it runs in code, or only the
+    latter when it has no description."""
+    if cell.get("kind") in ("cmd", "code") and cell.get("description"):
+        return f"{md.plain(str(cell['description']), 100)} {md.code(clip(what_it_runs(cell), 60))}"
+    return md.code(describe(cell)) if cell.get("kind") in ("cmd", "code", "note") else "?"
+
+
+def _uncertainty(proj: Projection, timeline: Timeline) -> list[str]:
     """Every UnknownExecution, kept whatever became of its Cell, with how it was resolved."""
     unknown = timeline.unknown()
     if not unknown:
@@ -177,9 +229,10 @@ def _uncertainty(timeline: Timeline) -> list[str]:
         reason = md.one_line(str((run.result or {}).get("reason") or ""))
         found = f"recorded by job {run.finished_job}" if run.finished_job else ""
         lines.append(
-            f"- **cell {run.cell_id}** ({md.code(describe(run.cell))}): UnknownExecution "
+            f"- **cell {run.cell_id}** ({_what(run.cell)}): UnknownExecution "
             f"({reason}), started in job {run.job}, {found}."
         )
+        lines += _last_lines(proj, run)
         res = run.resolution
         if res is None:
             lines.append("  **Unresolved**: the model must investigate before it may conclude.")
@@ -191,47 +244,100 @@ def _uncertainty(timeline: Timeline) -> list[str]:
     return lines
 
 
+def _last_lines(proj: Projection, run: Run) -> list[str]:
+    """An interrupted Cell's last output lines, as far as the Projection still holds them
+    (indented under its list item)."""
+    ex = proj.executions.get(str(run.cell_id))
+    text = (ex["stdout"] + ex["stderr"]).strip() if ex else ""
+    if not text:
+        return []
+    last = "\n".join(text.split("\n")[-LAST_LINES:])[-600:]
+    fenced = md.fence("text", last).replace("\n", "\n  ")
+    return ["  Its last output lines before the cut-off:", "", "  " + fenced, ""]
+
+
+def _heard(timeline: Timeline) -> list[str]:
+    """The comments and reviews people wrote to the Session, and the round that read each."""
+    heard = list(timeline.heard.values())[-HEARD_ROWS:]
+    if not heard:
+        return []
+    lines = ["", "#### Comments received", "", "| from | what | read in |", "| --- | --- | --- |"]
+    for h in heard:
+        what = md.link(h.url, h.kind.replace("_", " ")) if h.url else md.cell_text(h.kind)
+        read = f"round {h.round} (job {h.job})" if h.round is not None else "not read yet"
+        lines.append(f"| {md.code(h.author or '?')} | {what} | {read} |")
+    return lines
+
+
 def _validators(timeline: Timeline) -> list[str]:
+    """One row per validator, one column per place it ran: each success conclusion it was
+    run for (the latest three) and the pull-request gate."""
     if not timeline.validations:
         return []
-    lines = ["", "#### Validators", "", "| validator | result | for note |", "| --- | --- | --- |"]
+    places: list[tuple[str, int]] = []
+    results: dict[tuple[str, int, str], str] = {}
     for v in timeline.validations:
-        lines.append(
-            f"| {md.code(' '.join(v.argv))} | {md.cell_text(result_text(v.result))} | {v.note_id} |"
-        )
+        place = (v.where, v.note_id)
+        if place not in places:
+            places.append(place)
+        results[(*place, " ".join(v.argv))] = result_text(v.result)
+    places = places[-3:]
+    argvs = list(dict.fromkeys(" ".join(v.argv) for v in timeline.validations))
+    head = [
+        f"at the conclusion (note {note})" if where == CONCLUSION else where
+        for where, note in places
+    ]
+    lines = ["", "#### Validators", "", f"| validator | {' | '.join(head)} |"]
+    lines.append("| --- |" + " --- |" * len(places))
+    for argv in argvs:
+        cells = [md.cell_text(results.get((*place, argv), "—")) for place in places]
+        lines.append(f"| {md.code(argv)} | {' | '.join(cells)} |")
     return lines
 
 
 def _usage(proj: Projection) -> str:
     usage, limits = proj.usage, proj.limits
-    cost = f"${usage.get('cost_usd', 0.0):.4f}"
+    cost = md.dollars(usage.get("cost_usd", 0.0))
     if usage.get("unknown_cost_attempts"):
         cost += f" (+{usage['unknown_cost_attempts']} attempts of unknown cost)"
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     return (
-        f"Usage: rounds {usage.get('rounds', 0)} of {limits.rounds} · tokens "
-        f"{tokens} of {limits.tokens} ({usage.get('input_tokens', 0)} in / "
-        f"{usage.get('output_tokens', 0)} out) · cost {cost} of ${limits.cost_usd}"
+        f"Usage: {md.number(usage.get('rounds', 0))} of {md.number(limits.rounds)} rounds · "
+        f"{md.number(tokens)} of {md.number(limits.tokens)} tokens "
+        f"({md.number(usage.get('input_tokens', 0))} in / "
+        f"{md.number(usage.get('output_tokens', 0))} out) · "
+        f"{cost} of {md.dollars(limits.cost_usd)}"
     )
 
 
-def render_problem(problem: str, *, run_url: str | None, operation: str | None = None) -> str:
+def render_problem(
+    problem: str,
+    *,
+    run_url: str | None,
+    operation: str | None = None,
+    what_to_do: str | None = None,
+    kept: dict[str, Any] | None = None,
+) -> str:
     """The comment when no Session could be opened at all (every saved generation refused,
-    or all gone). Its metadata has no wake-up, so the sweep leaves the issue alone until
-    someone acts; ``operation`` names the write, so a replay can tell it was made."""
+    or all gone), or when the job stopped before its first round (a bad configuration, a
+    missing key, an unknown model): the problem and ``what_to_do`` under **Next**. Its
+    metadata has no wake-up, so the sweep leaves the issue alone until someone acts;
+    ``operation`` names the write, so a replay can tell it was made. ``kept``: the metadata
+    of the comment this one replaces, whose generation and wake-up it keeps (a Session's
+    Timer still fires once the problem is fixed)."""
     meta = {
         "status": "error",
-        "generation": None,
+        "generation": (kept or {}).get("generation"),
         "operation": operation,
-        "next_wake": None,
-        "ended": False,
+        "next_wake": (kept or {}).get("next_wake"),
+        "ended": bool((kept or {}).get("ended")),
     }
     lines = [
         MARKER,
         f"<!-- rio-ci:meta {json.dumps(meta, sort_keys=True, allow_nan=False)} -->",
         "### rio-ci: error",
         "",
-        f"> {md.one_line(problem)}",
+        problem_line(problem, what_to_do),
         "",
     ]
     if run_url:
@@ -250,7 +356,7 @@ def read_meta(body: str) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _role(cell: dict[str, Any]) -> str:
+def _role(cell: Cell) -> str:
     return f" ({cell['role']})" if cell.get("role") else ""
 
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from rio_ci.forge.base import Forge
 from rio_ci.forge.issues import branch_for
 from rio_ci.reports import progress
+from rio_ci.reports.egress import refused_section
+from rio_ci.reports.next_step import Waiting
 from rio_ci.reports.pull_request import pull_request_body
 from rio_ci.reports.timeline import read_timeline
 from rio_ci.session.session import Session
@@ -28,9 +30,14 @@ def progress_body(
     run_url: str | None,
     note: str | None = None,
     pull_request: str | None = None,
+    sweep: bool | None = None,
+    ci: str | None = None,
+    problem: tuple[str, str | None] | None = None,
 ) -> str:
     """The progress comment as it stands now, from committed facts (the caller writes it
-    with ``Forge.upsert_comment(issue, progress.MARKER, body)``)."""
+    with ``Forge.upsert_comment(issue, progress.MARKER, body)``). ``outcome``, ``sweep`` and
+    ``ci``: what comes next; ``problem``: the error that stopped the job and what to do
+    (``rio_ci.reports.next_step.Waiting``)."""
     proj = session.refresh()
     return progress.render(
         proj,
@@ -41,6 +48,7 @@ def progress_body(
         note=note,
         pull_request=pull_request,
         timeline=read_timeline(session, proj.last_seq),
+        waiting=Waiting(outcome, sweep, ci, *(problem or (None, None))),
     )
 
 
@@ -69,6 +77,7 @@ def open_pull_request(
         comment_url=found.url if found is not None else None,
         diff=diff,
         not_on_branch=not_on_branch,
+        refused=refused_section(session.proj),
     )
     title = f"Fixes #{issue}: {forge.issue(issue).title}"[:250]
     return forge.open_pull_request(branch_for(issue), base, title, body)

@@ -3,12 +3,21 @@ place so a faster source (derived data kept beside the Journal) can replace the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import PurePath
 from typing import Any
 
+from rio_ci.core.entities import Cell, ShortCell
 from rio_ci.core.projection import Projection
-from rio_ci.core.timeline import KINDS, Run, Timeline, Validation, fold_timeline
+from rio_ci.core.timeline import (
+    CONCLUSION,
+    GATE,
+    KINDS,
+    Run,
+    Timeline,
+    Validation,
+    fold_timeline,
+)
 from rio_ci.reports.live import describe
 from rio_ci.session.session import Session
 
@@ -19,7 +28,21 @@ def read_timeline(session: Session, upto: int | None = None) -> Timeline:
     events = session.events(kinds=KINDS)
     if upto is not None:
         events = (e for e in events if e["seq"] <= upto)
-    return fold_timeline(events)
+    timeline = fold_timeline(events)
+    _job_ends(session, timeline, upto)
+    return timeline
+
+
+def _job_ends(session: Session, timeline: Timeline, upto: int | None) -> None:
+    """Each job's true last event, output included (the fold reads no output, and a job cut
+    off mid-Cell was writing output until it died): one indexed look-up per job."""
+    marks = [job.first_seq for job in timeline.jobs[1:]]
+    if upto is not None:
+        marks.append(upto + 1)
+    for job, mark in zip(timeline.jobs, marks, strict=False):
+        before = next(session.events(after=max(0, mark - 2), limit=1), None)
+        if before is not None and before["seq"] < mark:
+            job.ended_at = max(job.ended_at, before["at"])
 
 
 # How far back ``recent_timeline`` looks for validator results: those of the latest
@@ -47,7 +70,7 @@ def recent_timeline(session: Session, proj: Projection, cell_ids: Iterable[int])
             done = finished is not None and finished["seq"] <= proj.last_seq
             timeline.runs[cell_id] = Run(
                 cell_id,
-                {},
+                {"kind": "?"},  # not known here: ``show`` reads only a Run's times
                 round=0,
                 job=0,
                 queued_at=started["at"],
@@ -56,10 +79,12 @@ def recent_timeline(session: Session, proj: Projection, cell_ids: Iterable[int])
                 result=finished["result"] if done and finished else None,
             )
     after = max(0, proj.last_seq - RECENT_EVENTS)
+    ended_at = proj.ended["seq"] if proj.ended else proj.last_seq + 1
     for event in session.events(after=after, kinds=("validator_result",)):
         if event["seq"] <= proj.last_seq:
+            where = GATE if event["seq"] > ended_at else CONCLUSION
             timeline.validations.append(
-                Validation(event["note_id"], event["argv"], event["result"], event["at"])
+                Validation(event["note_id"], event["argv"], event["result"], event["at"], where)
             )
     return timeline
 
@@ -70,11 +95,13 @@ def descriptions(timeline: Timeline) -> dict[int, str]:
     return {cell_id: describe(_short(run.cell)) for cell_id, run in timeline.runs.items()}
 
 
-def _short(cell: dict[str, Any]) -> dict[str, Any]:
+def _short(cell: Cell | ShortCell) -> Cell | ShortCell:
     if cell.get("kind") != "cmd" or not cell.get("argv"):
         return cell
     argv = list(cell["argv"])
-    return {**cell, "argv": [PurePath(str(argv[0])).name or str(argv[0]), *argv[1:]]}
+    short = cell.copy()
+    short["argv"] = [PurePath(str(argv[0])).name or str(argv[0]), *argv[1:]]
+    return short
 
 
 def seconds(value: float | None) -> str:
@@ -97,7 +124,7 @@ def took(run: Run) -> str:
     return f"took {seconds(run.seconds)}"
 
 
-def result_text(result: dict[str, Any] | None) -> str:
+def result_text(result: Mapping[str, Any] | None) -> str:
     """An Execution's result in a few words: ``success``, ``error (exit 1)``,
     ``UnknownExecution (worker_lost_before_result_commit)``; ``running``/``queued`` when none."""
     if not result:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rio_ci.core.entities import Response, Turn
 from rio_ci.core.errors import ModelError, Rejected, RunEnded
 from rio_ci.core.text import escape_control
 from rio_ci.core.timeline import JOB_MARK
@@ -148,7 +149,7 @@ class RoundLoop:
         self.tell()
         return None
 
-    def ask(self, turn: dict[str, Any], open_turn: dict[str, Any]) -> ModelReply | Outcome | None:
+    def ask(self, turn: dict[str, Any], open_turn: Turn) -> ModelReply | Outcome | None:
         """One attempt of the open Turn (``open_turn``: its record in the projection):
         committed first, then the request, then its outcome."""
         settings = self.session.proj.session
@@ -227,9 +228,7 @@ class RoundLoop:
         except Exception as exc:  # a provider bug must not kill the Owner
             box["error"] = ModelError(f"{type(exc).__name__}: {exc}", transient=True)
 
-    def failed(
-        self, turn_id: str, attempt: int, open_turn: dict[str, Any], error: ModelError
-    ) -> None:
+    def failed(self, turn_id: str, attempt: int, open_turn: Turn, error: ModelError) -> None:
         """Commit a failed attempt; a transient one is retried after a persisted backoff
         (exponential from about a second, capped, with jitter; longer if the provider asks),
         unless that wait would pass ``provider_retry_seconds``: then the run ends at once,
@@ -277,7 +276,7 @@ class RoundLoop:
             f"{delay:.1f} s) would pass provider_retry_seconds ({limit:.0f} s)"
         )
 
-    def admit(self, turn_id: str, patch: list[Any]) -> None:
+    def admit(self, turn_id: str, patch: list[Any] | None) -> None:
         try:
             self.session.step(turn_id, patch)  # a refusal is committed: the next attempt sees it
         except (Rejected, RunEnded):
@@ -288,13 +287,13 @@ class RoundLoop:
             if proj.ended is None and proj.turn is not None and proj.turn["turn_id"] == turn_id:
                 raise
 
-    def turn_spent(self, open_turn: dict[str, Any]) -> str | None:
+    def turn_spent(self, open_turn: Turn) -> str | None:
         """Why this Turn may not be attempted again, or None."""
         limits = self.session.limits
         if open_turn["attempts"] >= limits.model_attempts:
             return (
                 f"model_attempts exhausted for {open_turn['turn_id']}: "
-                f"{open_turn['feedback'] or (open_turn['response'] or {}).get('error')}"
+                f"{open_turn['feedback'] or _error(open_turn['response'])}"
             )
         since = open_turn["retry_since"]
         if (
@@ -305,7 +304,7 @@ class RoundLoop:
             return (
                 f"the model provider kept failing for over "
                 f"{limits.provider_retry_seconds:.0f} s: "
-                f"{(open_turn['response'] or {}).get('error')}"
+                f"{_error(open_turn['response'])}"
             )
         return None
 
@@ -330,7 +329,11 @@ class RoundLoop:
 
     def over_budget(self) -> str | None:
         proj = self.session.proj
-        if proj.turn is not None and (proj.turn["response"] or {}).get("ok"):
+        if (
+            proj.turn is not None
+            and proj.turn["response"] is not None
+            and proj.turn["response"]["ok"]
+        ):
             return None  # a reply committed before a crash is paid for: admit it
         usage, limits = proj.usage, self.session.limits
         if usage["rounds"] >= limits.rounds:
@@ -408,3 +411,8 @@ class RoundLoop:
         if message not in self.warned:
             self.warned.add(message)
             print(f"rio-ci: warning: {escape_control(message)}", file=sys.stderr, flush=True)
+
+
+def _error(response: Response | None) -> str | None:
+    """The error of a Turn's last failed attempt, if any."""
+    return None if response is None else response["error"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rio_ci.core import events as ev
 from rio_ci.core.errors import RecoveryError
@@ -152,13 +152,23 @@ class Watch:
         return [p for name, r in self.streams.items() for p in r.pieces(name, with_tail=with_tail)]
 
 
+# Called once an Execution's processes are stopped: its ``egress`` events still to commit and
+# the hosts it was refused (``Confinement.end``).
+Ended = Callable[[], tuple[list[ev.Egress], list[ev.RefusedHost]]]
+
+
+def _nothing() -> tuple[list[ev.Egress], list[ev.RefusedHost]]:
+    return [], []
+
+
 class Capture:
     """Output and result of one running Execution, committed as they come."""
 
-    def __init__(self, session: Session, cell_id: int, watch: Watch):
+    def __init__(self, session: Session, cell_id: int, watch: Watch, ended: Ended = _nothing):
         self.session = session
         self.cell_id = cell_id
         self.watch = watch
+        self.ended = ended
         limits = session.limits
         self.flush_every = float(limits.flush_seconds)
         self.tail_every = self.flush_every
@@ -172,9 +182,10 @@ class Capture:
         code = self.watch.poll(wait)
         if code is not None:
             crash_point("result_before_commit")
-            result = ev.exited(self.cell_id, code)
+            egress, refused = self.ended()
+            result = _refused(ev.exited(self.cell_id, code), refused)
             self.session.record_result(
-                self.cell_id, result, output=self.watch.pieces(with_tail=True)
+                self.cell_id, result, output=self.watch.pieces(with_tail=True), egress=egress
             )
             crash_point("result_after_commit")
             return result
@@ -201,12 +212,22 @@ class Capture:
         result = ev.unknown(self.cell_id, reason, worker_stopped=stopped)
         if code is not None:  # the outcome is known: never turn it into an UnknownExecution
             result = ev.exited(self.cell_id, code)
+        egress, refused = self.ended() if stopped else ([], [])
         self.session.record_result(
-            self.cell_id, result, output=self.watch.pieces(with_tail=True), cancel_note=cancel_note
+            self.cell_id,
+            _refused(result, refused),
+            output=self.watch.pieces(with_tail=True),
+            cancel_note=cancel_note,
+            egress=egress,
         )
         if not stopped:
             raise RecoveryError(f"the Worker of cell {self.cell_id} could not be stopped")
         return result
+
+
+def _refused(result: ev.Result, refused: list[ev.RefusedHost]) -> ev.Result:
+    """``result`` with the hosts its processes were refused, the model's to see."""
+    return {**result, "refused_hosts": refused} if refused else result
 
 
 def run_to_end(

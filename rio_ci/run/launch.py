@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
+from rio_ci.core.entities import Cell, Execution
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.capture import Capture, Watch, run_to_end
 from rio_ci.run.confinement.confinement import Confinement
@@ -66,7 +67,7 @@ class Launch:
     def token(self, what: str) -> str:
         return f"rio-{self.session.proj.session['id']}-{what}-{uuid.uuid4().hex[:12]}"
 
-    def start(self, ex: dict[str, Any]) -> Capture | None:
+    def start(self, ex: Execution) -> Capture | None:
         """Launch one queued Execution. Returns its Capture, or None when nothing runs: it
         finished at once (a launch that failed before the gate opened: known not to have
         run), or it stayed queued because a Control was committed meanwhile."""
@@ -91,13 +92,13 @@ class Launch:
         crash_point("worker_spawned")
         session.register_worker(cell_id, worker.identity.to_dict())
         crash_point("worker_before_release")
+        self.confinement.begin(cell_id)
         worker.release()
         crash_point("script_running")
-        return Capture(session, cell_id, Watch(worker, session.limits.output_bytes, self.secrets))
+        watch = Watch(worker, session.limits.output_bytes, self.secrets)
+        return Capture(session, cell_id, watch, lambda: self.confinement.end(cell_id))
 
-    def _argv(
-        self, cell: dict[str, Any], cwd: str, env: dict[str, str]
-    ) -> tuple[list[str], str | None]:
+    def _argv(self, cell: Cell, cwd: str, env: dict[str, str]) -> tuple[list[str], str | None]:
         """The command to run, or why it cannot run (known before anything starts)."""
         if not Path(cwd).is_dir():
             return [], f"working directory {cwd} does not exist"
@@ -152,13 +153,15 @@ class Launch:
         except OSError as exc:
             result = {"type": "error", "exit_code": None, "reason": f"launch_failed: {exc}"}
         else:
+            tag = f"validator {index}"
+            self.confinement.begin(tag)
             worker.release()
             watch = Watch(worker, session.limits.output_bytes, self.secrets)
             end = run_to_end(watch, session.limits.execution_seconds, interrupted, stop_at)
-            if isinstance(end, str):
-                result = {"type": "error", "exit_code": None, "reason": end}
-            else:
-                result = {"type": "success" if end == 0 else "error", "exit_code": end}
+            egress, refused = self.confinement.end(tag)
+            if egress:
+                session.record_egress(egress)
+            result = _validator_result(end) | ({"refused_hosts": refused} if refused else {})
         streams = watch.streams if watch else {}
         session.record_validator(
             {
@@ -172,3 +175,9 @@ class Launch:
             }
         )
         return result
+
+
+def _validator_result(end: int | str) -> dict[str, Any]:
+    if isinstance(end, str):
+        return {"type": "error", "exit_code": None, "reason": end}
+    return {"type": "success" if end == 0 else "error", "exit_code": end}

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from rio_ci.core.errors import RecoveryError, RioError, StorageError
+from rio_ci.core.events import Control
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.run.capture import Capture
 from rio_ci.run.confinement.confinement import Confinement
@@ -175,8 +176,15 @@ class Owner:
             return True
         if self.running is not None:
             self.supervise(wait)
+            self._record_egress()
             return True
         return self.dispatch() or acted
+
+    def _record_egress(self) -> None:
+        """Commit the connections the egress proxy accounted for that are due."""
+        due = self.confinement.egress_due()
+        if due:
+            self.session.record_egress(due)
 
     def fire_timers(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
@@ -196,12 +204,12 @@ class Owner:
             elif control["result"] == "success":
                 self._conclude_success(control)
             else:
-                self._conclude_failure(control)
+                self._conclude_failure(control["note_id"])
             if self.session.refresh().ended:
                 break
         return bool(controls)
 
-    def _cancel(self, control: dict[str, Any]) -> None:
+    def _cancel(self, control: Control) -> None:
         target = control["target_cell_id"]
         ex = self.session.proj.executions.get(str(target))
         if ex is not None and self.running is not None and self.running.cell_id == target:
@@ -209,7 +217,7 @@ class Owner:
             return
         self.session.cancel_queued(control["note_id"], target)
 
-    def _conclude_success(self, control: dict[str, Any]) -> None:
+    def _conclude_success(self, control: Control) -> None:
         proj = self.session.proj
         note = control["note_id"]
         problems = proj.success_problems()
@@ -229,7 +237,7 @@ class Owner:
         # Validators take time: the Session judges again what others committed meanwhile.
         self.session.conclude_success(note, problems)
 
-    def _conclude_failure(self, control: dict[str, Any], reason: str | None = None) -> None:
+    def _conclude_failure(self, note_id: int | None, reason: str | None = None) -> None:
         cleanup_error = None
         if self.running is not None:
             try:
@@ -238,14 +246,14 @@ class Owner:
                 cleanup_error = str(exc)
         self.session.end_in_failure(
             reason or "conclusion: failure",
-            note_id=control.get("note_id"),
+            note_id=note_id,
             cleanup_error=cleanup_error,
         )
 
     def end_in_failure(self, reason: str) -> None:
         """The harness's way to end a run that cannot go on within its limits."""
         if not self.session.refresh().ended:
-            self._conclude_failure({}, reason)
+            self._conclude_failure(None, reason)
 
     # --- dispatch and supervision --------------------------------------------------------
 
@@ -258,9 +266,9 @@ class Owner:
             return False
         cell_id = queued[0]["cell_id"]
         self.running = self.launch.start(queued[0])
-        if (
-            self.running is None
-            and self.session.proj.executions.get(str(cell_id), {}).get("phase") != "queued"
+        if self.running is None and (
+            (ex := self.session.proj.executions.get(str(cell_id))) is None
+            or ex["phase"] != "queued"
         ):
             self.ran.append(cell_id)  # the launch failed; its error result is committed
         return True

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from rio_ci.core.errors import RecoveryError
+from rio_ci.core.events import WorkerRecord
 from rio_ci.run import pidrange
 
 TOKEN_VAR = "RIO_WORKER_TOKEN"
@@ -40,8 +41,14 @@ class WorkerIdentity:
     boot_time: float
     token: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> WorkerRecord:
+        return {
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "create_time": self.create_time,
+            "boot_time": self.boot_time,
+            "token": self.token,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WorkerIdentity:

@@ -91,16 +91,17 @@ class Worker:
         spawn = spawn or Spawn()
         pipe = subprocess.PIPE
         before = pidrange.counters()  # before the leader exists: see rio_ci.run.pidrange
-        proc = subprocess.Popen(
-            [*spawn.prefix, "/bin/sh", "-c", GATE, "rio-worker", *argv],
-            cwd=cwd,
-            env={**env, TOKEN_VAR: token},
-            stdin=pipe,
-            stdout=pipe,
-            stderr=pipe,
-            start_new_session=True,
-            **spawn.options,
-        )
+        with spawn.around():
+            proc = subprocess.Popen(
+                [*spawn.prefix, "/bin/sh", "-c", GATE, "rio-worker", *argv],
+                cwd=cwd,
+                env={**env, TOKEN_VAR: token},
+                stdin=pipe,
+                stdout=pipe,
+                stderr=pipe,
+                start_new_session=True,
+                **spawn.options,
+            )
         try:
             create_time, boot_time = start_stamp(proc.pid, before.boot if before else None)
             identity = WorkerIdentity(proc.pid, os.getpgid(proc.pid), create_time, boot_time, token)

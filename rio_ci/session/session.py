@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from rio_ci.core import events as ev
 from rio_ci.core.admission import Receipt, Rejection, decide, decide_again
+from rio_ci.core.entities import State
 from rio_ci.core.errors import Rejected, RunEnded
 from rio_ci.core.inbox import message_problem, timer_problem
 from rio_ci.core.json_value import NOT_TEXT, compact, encoded_size, is_text_safe, json_equal
@@ -31,6 +32,7 @@ from rio_ci.core.view import next_turn, render
 from rio_ci.faults.crashpoints import crash_point
 from rio_ci.model.base import ModelReply
 from rio_ci.session.facts import JournalFacts
+from rio_ci.session.settings import Settings
 from rio_ci.store.journal import Guard, Journal, Writer
 from rio_ci.store.sessionfile import Identity
 
@@ -47,30 +49,23 @@ class Session:
         cls,
         path: str | os.PathLike[str],
         goal: str,
+        settings: Settings | None = None,
         *,
-        cwd: str | None = None,
-        validators: list[list[str]] | None = None,
-        limits: Limits | None = None,
-        pass_env: list[str] | None = None,
-        secrets: list[str] | None = None,
         synchronous: str = "FULL",
         session_id: str | None = None,
     ) -> Session:
+        """A new Session at ``path`` whose first event fixes ``goal`` and ``settings`` (the
+        defaults when None); ValueError for one that could never work (nothing is created)."""
         session_id = session_id or uuid.uuid4().hex
-        first = ev.session_created(
-            {
-                "session_id": session_id,
-                "goal": goal,
-                "cwd": str(Path(cwd or os.getcwd()).resolve()),
-                "validators": validators or [],
-                "limits": (limits or Limits()).to_dict(),
-                "pass_env": sorted(set(pass_env or [])),
-                "secrets": sorted(set(secrets or [])),
-            }
-        )
+        first = ev.session_created((settings or Settings()).created(session_id, goal))
         if (problem := creation_problem(first.data)) is not None:
             raise ValueError(problem)
         return cls(Journal.create(path, session_id, first, synchronous=synchronous))
+
+    @property
+    def settings(self) -> Settings:
+        """What the Session's first event fixed."""
+        return Settings.stored(self.proj.session)
 
     @classmethod
     def open(
@@ -294,7 +289,7 @@ class Session:
 
     # --- reading -------------------------------------------------------------------------
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> State:
         """The State as a new Turn would see it now, with every unconsumed message."""
         proj = self.refresh()
         return render(proj, proj.inbox)
@@ -438,7 +433,7 @@ class Session:
         crash_point("launch_before_spawn")
         return True
 
-    def register_worker(self, cell_id: int, identity: dict[str, Any]) -> None:
+    def register_worker(self, cell_id: int, identity: ev.WorkerRecord) -> None:
         """Commit the Worker's identity before its gate opens; not synced: it must outlive
         the Owner (a WAL does), not the boot (a power cut leaves no process to find)."""
         with self.journal.write(synced=False) as w:
@@ -457,15 +452,25 @@ class Session:
         *,
         output: Sequence[ev.OutputPiece] = (),
         cancel_note: int | None = None,
+        egress: Sequence[ev.Egress] = (),
     ) -> int:
-        """Commit the last output, the result and its Inbox notice in one transaction (with
-        the cancel Control that stopped it, if any); returns the result's seq."""
+        """Commit the last output, the connections still to record (``egress``), the result
+        and its Inbox notice in one transaction (with the cancel Control that stopped it, if
+        any); returns the result's seq."""
         with self.journal.write() as w:
             _append_output(w, cell_id, output)
+            for connections in egress:
+                w.append(ev.egress(connections))
             seq = _record_result(w, cell_id, result)
             if cancel_note is not None:
                 w.append(ev.control_applied(cancel_note, "cancel", target_cell_id=cell_id))
         return seq
+
+    def record_egress(self, egress: Sequence[ev.Egress]) -> None:
+        """Commit connections the egress proxy accounted for (docs/network.md)."""
+        with self.journal.write() as w:
+            for connections in egress:
+                w.append(ev.egress(connections))
 
     def mark_lost(self, lost: Sequence[tuple[int, str]]) -> None:
         """Recovery: every ``started`` Execution among ``lost`` (cell id, reason) becomes an
@@ -517,13 +522,14 @@ class Session:
                 )
             if note_id is not None:
                 w.append(ev.control_applied(note_id, "conclusion", result="failure"))
-            unresolved = [
+            unresolved: list[ev.Unresolved] = [
                 {
                     "cell_id": e["cell_id"],
-                    "reason": e["result"].get("reason"),
-                    "evidence_refs": e["result"].get("evidence_refs", []),
+                    "reason": result.get("reason"),
+                    "evidence_refs": result.get("evidence_refs", []),
                 }
                 for e in w.proj.unresolved()
+                if (result := e["result"]) is not None  # an unresolved one has a result
             ]
             w.append(
                 ev.run_ended(

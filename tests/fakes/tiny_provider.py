@@ -81,3 +81,7 @@ def default_model() -> str:
 
 def picture_limits() -> RequestLimits:
     return RequestLimits(1024, 1, 1, 1 << 20)
+
+
+def known_models() -> list[str]:
+    return ["tiny-1"]

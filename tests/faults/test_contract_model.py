@@ -30,6 +30,7 @@ from rio_ci.core.admission import Rejection
 from rio_ci.core.errors import Rejected
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 from tests.faults import checks, runner
 from tests.kit import cli_env, until
 
@@ -127,7 +128,7 @@ class ContractMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(dir=self.base))
         (self.dir / "effect.py").write_text(SCRIPT)
         self.db = self.dir / "s.db"
-        self.session = Session.create(self.db, "contract", cwd=str(self.dir))
+        self.session = Session.create(self.db, "contract", Settings(cwd=str(self.dir)))
         self.session_id = str(self.session.proj.session["id"])
         self.ref = Reference()
         self.last_accepted: tuple[str, list[dict[str, Any]], Receipt] | None = None

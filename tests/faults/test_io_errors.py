@@ -23,6 +23,7 @@ import pytest
 
 from rio_ci.core.errors import UncertainCommit
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 from tests.faults import checks, runner
 from tests.faults.vfs import RecordingVFS, recorded_session
 from tests.faults.workload import Plan
@@ -74,7 +75,7 @@ def assert_consistent(db: Path) -> list[dict[str, Any]]:
 @pytest.fixture
 def recorded(disk_path: Path) -> Any:
     db = disk_path / "session.db"
-    Session.create(db, "I/O errors", cwd=str(disk_path)).close()
+    Session.create(db, "I/O errors", Settings(cwd=str(disk_path))).close()
     vfs = RecordingVFS(db)
     session = recorded_session(db, vfs, "FULL")
     yield db, vfs, session
@@ -201,7 +202,7 @@ def test_owner_whose_commits_start_failing_stops_its_worker_and_recovers(
     assert fiu_ctrl
     (disk_path / "effect.py").write_text(QUIET)
     db = disk_path / "s.db"
-    session = Session.create(db, "fiu owner", cwd=str(disk_path))
+    session = Session.create(db, "fiu owner", Settings(cwd=str(disk_path)))
     turn = session.prepare_turn()
     plan = Plan(turn["state"])
     plan.effect("quiet")

@@ -21,6 +21,7 @@ import pytest
 from rio_ci.core.errors import StorageError
 from rio_ci.run.launch import Launch
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 from tests.faults.vfs import Op, RecordingVFS, crash_images, materialise, recorded_session
 from tests.faults.workload import Plan
 
@@ -38,7 +39,7 @@ class Recording:
 def record_workload(directory: Path, synchronous: str) -> Recording:
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / "session.db"
-    Session.create(db, "power loss", cwd=str(directory)).close()
+    Session.create(db, "power loss", Settings(cwd=str(directory))).close()
     assert not Path(f"{db}-wal").exists()
     fd = os.open(db, os.O_RDONLY)
     os.fsync(fd)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rio_ci.session.session import Receipt, Session
+from rio_ci.session.settings import Settings
 from tests.faults import checks, runner
 from tests.faults.workload import DB, Plan, setup
 from tests.kit import cli_env, until
@@ -148,7 +149,7 @@ def test_a_lost_leader_with_a_surviving_child_fails_recovery_closed(disk_path: P
     Recovery refuses to go on (docs/sessions.md) and commits nothing; once the leftovers are stopped
     it records the UnknownExecution and the script is not run again."""
     db = disk_path / DB
-    session = Session.create(db, "lost leader", cwd=str(disk_path))
+    session = Session.create(db, "lost leader", Settings(cwd=str(disk_path)))
     turn = session.prepare_turn()
     plan = Plan(turn["state"])
     plan.add(

@@ -106,6 +106,7 @@ def setup(directory: Path) -> Path:
     """A fresh workload directory with its Session; returns the Session path."""
     from rio_ci.core.limits import Limits
     from rio_ci.session.session import Session
+    from rio_ci.session.settings import Settings
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "effect.py").write_text(EFFECT)
@@ -113,9 +114,11 @@ def setup(directory: Path) -> Path:
     session = Session.create(
         db,
         "fault workload",
-        cwd=str(directory),
-        validators=[[sys.executable, "-c", "pass"]],
-        limits=Limits(flush_seconds=0.05, execution_seconds=60, rounds=60),
+        Settings(
+            cwd=str(directory),
+            validators=((sys.executable, "-c", "pass"),),
+            limits=Limits(flush_seconds=0.05, execution_seconds=60, rounds=60),
+        ),
     )
     session.close()
     return db

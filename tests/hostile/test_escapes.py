@@ -15,6 +15,7 @@ from conftest import accept, succeed
 from rio_ci.reports import progress
 from rio_ci.reports.live import LiveLog
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.hostile.support import rio
 from tests.kit import cmd_cell
 
@@ -34,7 +35,7 @@ CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{BIDI}]")
 
 
 def session_with_output(tmp_path: Path, text: str) -> Session:
-    session = Session.create(tmp_path / "s.db", f"goal {HOSTILE}", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.db", f"goal {HOSTILE}", Settings(cwd=str(tmp_path)))
     accept(session, lambda p: p.add(cmd_cell("true")))
     succeed(session, 1, output=text)
     session.set_timer(f"timer {HOSTILE}", 4_000_000_000, None)
@@ -72,7 +73,7 @@ def test_the_progress_comment_prints_control_sequences_escaped(tmp_path: Path) -
 
 
 def test_the_live_log_prints_control_sequences_escaped(tmp_path: Path) -> None:
-    session = Session.create(tmp_path / "s.db", f"goal {HOSTILE}", cwd=str(tmp_path))
+    session = Session.create(tmp_path / "s.db", f"goal {HOSTILE}", Settings(cwd=str(tmp_path)))
     stream = io.StringIO()
     live = LiveLog(session, stream)  # tells what happens from now on
     accept(session, lambda p: p.add(cmd_cell("true")))

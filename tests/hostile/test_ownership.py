@@ -13,6 +13,7 @@ import pytest
 from rio_ci.core.errors import OwnershipError
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests import session_cli
 from tests.hostile.support import one_error, rio
 from tests.kit import until
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_renamed_session_still_has_one_owner(tmp_path: Path) -> None:
-    Session.create(tmp_path / "s.db", "own me", cwd=str(tmp_path)).close()
+    Session.create(tmp_path / "s.db", "own me", Settings(cwd=str(tmp_path))).close()
     first = Owner(str(tmp_path / "s.db"))
     try:
         os.rename(tmp_path / "s.db", tmp_path / "moved.db")
@@ -93,7 +94,7 @@ def test_an_owner_whose_file_is_replaced_stops_and_leaves_the_new_file_alone(new
 
 
 def test_a_symlink_to_a_session_is_the_same_session(tmp_path: Path) -> None:
-    Session.create(tmp_path / "s.db", "aliased", cwd=str(tmp_path)).close()
+    Session.create(tmp_path / "s.db", "aliased", Settings(cwd=str(tmp_path))).close()
     (tmp_path / "alias.db").symlink_to(tmp_path / "s.db")
     first = Owner(str(tmp_path / "alias.db"))
     try:

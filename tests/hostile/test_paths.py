@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.hostile.support import (
     listing,
     one_error,
@@ -94,7 +95,7 @@ def test_a_directory_is_not_a_session(tmp_path: Path, command: list[str]) -> Non
 def test_a_sidecar_that_is_not_a_plain_file_is_refused(
     tmp_path: Path, elsewhere: Path, kind: str
 ) -> None:
-    Session.create(tmp_path / "s.db", "sidecars", cwd=str(tmp_path)).close()
+    Session.create(tmp_path / "s.db", "sidecars", Settings(cwd=str(tmp_path))).close()
     wal = tmp_path / "s.db-wal"
     if kind == "symlink":
         wal.symlink_to(elsewhere / "passwd")
@@ -113,7 +114,7 @@ def test_a_sidecar_that_is_not_a_plain_file_is_refused(
 def test_a_lock_path_beside_the_session_is_not_used(
     tmp_path: Path, elsewhere: Path, kind: str
 ) -> None:
-    Session.create(tmp_path / "s.db", "no lock file", cwd=str(tmp_path)).close()
+    Session.create(tmp_path / "s.db", "no lock file", Settings(cwd=str(tmp_path))).close()
     lock = tmp_path / "s.db.lock"
     lock.mkdir() if kind == "directory" else lock.symlink_to(elsewhere / "passwd")
     contents = (elsewhere / "passwd").read_bytes()
@@ -179,7 +180,7 @@ def test_a_read_only_file_system_gives_one_line_errors(tmp_path: Path) -> None:
     data, view = tmp_path / "data", tmp_path / "view"
     data.mkdir()
     view.mkdir()
-    Session.create(data / "s.db", "read-only file system", cwd=str(data)).close()
+    Session.create(data / "s.db", "read-only file system", Settings(cwd=str(data))).close()
     script = (
         f"mount --bind {data} {view} && mount -o remount,bind,ro {view} && "
         f'exec {sys.executable} -m rio_ci "$@"'

@@ -17,6 +17,7 @@ import pytest
 from rio_ci.core.admission import Rejection
 from rio_ci.core.inbox import message_problem, timer_problem
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.store import sessionfile
 from rio_ci.untrusted import jsonio
 from tests.hostile.support import one_error, rio, strict
@@ -27,7 +28,7 @@ NOT_JSON = ["NaN", "Infinity", "-Infinity", "1e400", "-1e999", "9" * 5000]
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "s.db"
-    Session.create(path, "strict JSON", cwd=str(tmp_path)).close()
+    Session.create(path, "strict JSON", Settings(cwd=str(tmp_path))).close()
     return path
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from rio_ci.cli import COMMANDS
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from tests.hostile.support import listing, rio, strict
 
 pytestmark = pytest.mark.slow
@@ -145,7 +146,7 @@ def hostile_cases(root: Path, every_path: bool = True) -> dict[str, list[list[st
 
 
 def prepare(root: Path) -> None:
-    Session.create(root / "s.db", "walk me", cwd=str(root)).close()
+    Session.create(root / "s.db", "walk me", Settings(cwd=str(root))).close()
     (root / "folder").mkdir()
     (root / "garbage.db").write_bytes(os.urandom(4096))
     (root / "empty.db").write_bytes(b"")

@@ -32,6 +32,7 @@ from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.environment import uv_binary
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 
 def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict
     With ``cell_user`` the Cells (and the floor's) run as that user where rio-ci is root."""
     (work := root / "work").mkdir()
     db = root / "cells.sqlite3"
-    Session.create(db, "bench: per-Execution overhead", cwd=str(work)).close()
+    Session.create(db, "bench: per-Execution overhead", Settings(cwd=str(work))).close()
     (script := root / "script.py").write_text(SCRIPT)
     uv_argv = [uv_binary(), "run", "--quiet", "--script", str(script)]
     owner = Owner(str(db), confinement=ConfinementSettings(cell_user))
@@ -54,7 +55,7 @@ def measure_cells(root: Path, quick: bool, cell_user: str | None = None) -> dict
         while (execution := owner.session.proj.executions[str(head[0])])["phase"] != "finished":
             owner.tick(wait=0.05)
         elapsed = time.perf_counter() - started
-        if execution["result"]["type"] != "success":
+        if execution["result"] is None or execution["result"]["type"] != "success":
             raise RuntimeError(f"bench: a trivial Cell did not succeed: {execution['result']}")
         return elapsed
 
@@ -102,7 +103,7 @@ def measure_silent(root: Path, quick: bool) -> dict[str, Any]:
     from dispatch to result of a ``cmd`` Cell that prints nothing for one second."""
     (work := root / "silent-work").mkdir()
     db = root / "silent.sqlite3"
-    Session.create(db, "bench: a silent Cell", cwd=str(work)).close()
+    Session.create(db, "bench: a silent Cell", Settings(cwd=str(work))).close()
     owner = Owner(str(db))
     try:
         owner.recover()
@@ -118,7 +119,7 @@ def measure_silent(root: Path, quick: bool) -> dict[str, Any]:
 def measure_inbox(root: Path, quick: bool) -> dict[str, Any]:
     """One Session handle receives a message; another prepares the next Turn, showing it."""
     db = root / "inbox.sqlite3"
-    Session.create(db, "bench: Inbox to Turn", cwd=str(root)).close()
+    Session.create(db, "bench: Inbox to Turn", Settings(cwd=str(root))).close()
     outside, harness = Session.open(db), Session.open(db)
     latencies = []
     for i in range(100 if quick else 500):
@@ -143,7 +144,7 @@ def measure_recovery(root: Path, quick: bool) -> dict[str, Any]:
     times = []
     for i in range(1 if quick else 5):
         db = root / f"recovery-{i}.sqlite3"
-        session = Session.create(db, "bench: recovery", cwd=str(root))
+        session = Session.create(db, "bench: recovery", Settings(cwd=str(root)))
         cell_id = accept(session, [{"kind": "cmd", "argv": ["sleep", "60"]}])[0]
         session.close()
         first = cli("work", str(db))
@@ -158,7 +159,7 @@ def measure_recovery(root: Path, quick: bool) -> dict[str, Any]:
         times.append(time.perf_counter() - started)
         result = owner.session.proj.executions[str(cell_id)]["result"]
         owner.close()
-        if result["type"] != "UnknownExecution":
+        if result is None or result["type"] != "UnknownExecution":
             raise RuntimeError(f"bench: recovery recorded {result}, not an UnknownExecution")
     return {"recovery_ms": ms(statistics.median(times)), "recovery_samples": len(times)}
 
@@ -177,7 +178,7 @@ def measure_idle(root: Path, quick: bool) -> dict[str, Any]:
     Timer: its resident memory and CPU while idle, and the Worker processes left."""
     (root / "idle-work").mkdir()
     db = root / "idle.sqlite3"
-    session = Session.create(db, "bench: an idle Owner", cwd=str(root / "idle-work"))
+    session = Session.create(db, "bench: an idle Owner", Settings(cwd=str(root / "idle-work")))
     session.set_timer("bench-wake", time.time() + 90, {"why": "keeps the harness waiting"})
     token_prefix = f"rio-{session.proj.session['id']}-"
     session.close()

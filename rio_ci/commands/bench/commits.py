@@ -14,6 +14,7 @@ from rio_ci.commands.bench.common import NOTE, accept, ms, patch_for, pct
 from rio_ci.commands.bench.drive import execute
 from rio_ci.core.admission import Rejection
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 WARM_UP = 20
 
@@ -22,7 +23,9 @@ def measure_steps(root: Path, quick: bool) -> dict[str, Any]:
     """A step (admission + commit) vs a bare one-row WAL+FULL commit, interleaved; the
     ratio of medians (on a busy disk a pair can straddle two latency modes). Interleaved
     with them, the step's SQL alone (``BareSteps``): the floor under a step."""
-    session = Session.create(root / "steps.sqlite3", "bench: step admission", cwd=str(root))
+    session = Session.create(
+        root / "steps.sqlite3", "bench: step admission", Settings(cwd=str(root))
+    )
     bare = BareCommits(root / "bare-steps.sqlite3")
     sql = BareSteps(root / "sql-steps.sqlite3", template=root / "steps.sqlite3")
     accept(session, [{"kind": "note", "text": NOTE}])
@@ -59,7 +62,7 @@ def measure_rounds(root: Path, quick: bool) -> dict[str, Any]:
     call it — prepare a Turn, step (a patch replacing a ``cmd`` Cell), dispatch (launch
     authorised, Worker registered), result — with no model and no process, vs one bare
     commit, interleaved."""
-    session = Session.create(root / "rounds.sqlite3", "bench: bookkeeping", cwd=str(root))
+    session = Session.create(root / "rounds.sqlite3", "bench: bookkeeping", Settings(cwd=str(root)))
     bare = BareCommits(root / "bare-rounds.sqlite3")
     execute(session, accept(session, [{"kind": "cmd", "argv": ["echo", "0"]}])[0], "0\n")
     pairs, commits = [], 0

@@ -22,6 +22,7 @@ from typing import Any
 
 from rio_ci.core import events as ev
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 NOTE = "A note of ordinary length, standing in for what a model writes between rounds. " * 4
 # A trivial PEP 723 script of about 1 KB and the 2 KB a short test run prints.
@@ -41,7 +42,7 @@ def compact(value: Any) -> int:
 def new_session(path: Path, *, synchronous: str = "FULL") -> Session:
     """A Session with a few notes of context, as a model keeps them."""
     session = Session.create(
-        path, "bench: a realistic Session", cwd=str(path.parent), synchronous=synchronous
+        path, "bench: a realistic Session", Settings(cwd=str(path.parent)), synchronous=synchronous
     )
     accept(session, [{"kind": "note", "text": f"{NOTE} ({n})"} for n in range(6)])
     return session
@@ -69,7 +70,13 @@ def execute(session: Session, cell_id: int, output: str, token: str | None = Non
     registered, its result."""
     if token is None:
         token = f"rio-{session.proj.session['id']}-{cell_id}-{uuid.uuid4().hex[:12]}"
-    identity = {"pid": 4242, "pgid": 4242, "create_time": 1.7e9, "boot_time": 1.7e9, "token": token}
+    identity: ev.WorkerRecord = {
+        "pid": 4242,
+        "pgid": 4242,
+        "create_time": 1.7e9,
+        "boot_time": 1.7e9,
+        "token": token,
+    }
     session.authorize_launch(cell_id, token)
     session.register_worker(cell_id, identity)
     session.record_result(cell_id, ev.exited(cell_id, 0), output=[ev.OutputPiece("stdout", output)])

@@ -234,6 +234,7 @@ class LoopbackGitHub:
             ("GET", r"/issues/(\d+)/comments", self._list_comments),
             ("POST", r"/issues/(\d+)/comments", self._create_comment),
             ("PATCH", r"/issues/comments/(\d+)", self._edit_comment),
+            ("POST", r"/issues/comments/(\d+)/reactions", self._react),
             ("GET", r"/branches/(.+)", self._branch),
             ("GET", r"/actions/runs", self._list_runs),
             ("GET", r"/actions/runs/(\d+)", self._run),
@@ -287,6 +288,13 @@ class LoopbackGitHub:
             return NOT_FOUND
         comment["body"] = json.loads(a.body)["body"]
         return 200, comment, {}
+
+    def _react(self, m: re.Match[str], a: Asked) -> Reply:
+        """An eyes reaction on a comment the job took in: 201 with the reaction."""
+        if int(m[1]) not in self.comments:
+            return NOT_FOUND
+        content = json.loads(a.body).get("content")
+        return 201, {"id": int(m[1]), "content": content, "user": self._user("rio[bot]")}, {}
 
     def _branch(self, m: re.Match[str], a: Asked) -> Reply:
         sha = self.branches.get(urllib.parse.unquote(m[1]))

@@ -50,6 +50,7 @@ from rio_ci.github.intake import take_in
 from rio_ci.github.listen import Listener
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 __all__ = ["CountingGitHub", "Site", "measure_github"]
 
@@ -326,7 +327,7 @@ def listen(
 
 def _session_with_pull(db: Path, env: ActionInputs, pull: int, marks: dict[str, Any]) -> None:
     """The listening job's Session: its pull request, and the comments it has taken in."""
-    session = Session.create(db, "goal", cwd=str(env.workspace))
+    session = Session.create(db, "goal", Settings(cwd=str(env.workspace)))
     try:
         for name, value in {"pull_request": pull, **marks}.items():
             session.set_watermark(name, value)

@@ -10,6 +10,7 @@ from pathlib import Path
 from rio_ci.github.git import Git
 from rio_ci.github.record import LaunchRecord
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 
 def push_samples(root: Path, launches: int) -> list[float]:
@@ -18,7 +19,9 @@ def push_samples(root: Path, launches: int) -> list[float]:
     ordinary size), so each push carries a longer tail than the last."""
     remote = root / "launch-remote.git"
     Git(remote).run("init", "--quiet", "--bare")
-    session = Session.create(root / "launch.sqlite3", "measure launch records", cwd=str(root))
+    session = Session.create(
+        root / "launch.sqlite3", "measure launch records", Settings(cwd=str(root))
+    )
     record = LaunchRecord(root / "launch-record.git", str(remote), None, 1, "bench")
     samples = []
     try:

@@ -21,6 +21,7 @@ from typing import Any
 from rio_ci.commands.bench.provider import LoopbackProvider
 from rio_ci.commands.bench.tokens import volatile_part
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 __all__ = ["measure_start"]
 
@@ -43,7 +44,7 @@ def _conclude(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _run_once(root: Path, number: int, provider: LoopbackProvider) -> float:
     db = root / f"start-{number}.sqlite3"
-    Session.create(db, "bench: the start of a run", cwd=str(root)).close()
+    Session.create(db, "bench: the start of a run", Settings(cwd=str(root))).close()
     env = {
         **os.environ,
         "ANTHROPIC_API_KEY": "bench-key",

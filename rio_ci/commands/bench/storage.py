@@ -16,6 +16,7 @@ from rio_ci.commands.bench.drive import execute, new_session, on_disk, play_roun
 from rio_ci.core.json_value import encoded_size
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 from rio_ci.store import artifact
 from rio_ci.untrusted import jsonio
 
@@ -140,7 +141,9 @@ def build_long_session(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
     Cell, its Execution's four events) through the Session API, copied as it passes each
     size. Built with synchronous=NORMAL (building is not what is measured)."""
     path = root / "long.sqlite3"
-    session = Session.create(path, "bench: a long Session", cwd=str(root), synchronous="NORMAL")
+    session = Session.create(
+        path, "bench: a long Session", Settings(cwd=str(root)), synchronous="NORMAL"
+    )
     accept(session, [{"kind": "note", "text": f"{NOTE} ({n})"} for n in range(6)])
     copies: dict[str, Path] = {}
     head: int | None = None

@@ -28,6 +28,7 @@ from rio_ci.model.turn import VOLATILE_HEADER
 from rio_ci.rounds.loop import RoundLoop
 from rio_ci.run.owner import Owner
 from rio_ci.session.session import Session
+from rio_ci.session.settings import Settings
 
 __all__ = ["ROUNDS", "SessionScript", "measure_tokens"]
 
@@ -153,7 +154,7 @@ def play(root: Path) -> dict[str, Any]:
     db = root / "tokens.sqlite3"
     limits = Limits(rounds=ROUNDS + 10, tokens=100_000_000, cost_usd=1000.0)
     Session.create(
-        db, "bench: fix the KeyError in every route", cwd=str(work), limits=limits
+        db, "bench: fix the KeyError in every route", Settings(cwd=str(work), limits=limits)
     ).close()
     script = SessionScript(sys.executable)
     with LoopbackProvider(script) as provider:

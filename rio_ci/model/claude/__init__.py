@@ -38,6 +38,11 @@ def default_model() -> str:
     return table.default_model()
 
 
+def known_models() -> list[str]:
+    """Every id and alias the table lists, for the nearest ids to one it does not."""
+    return table.known_ids()
+
+
 def picture_limits() -> RequestLimits:
     """What one request may carry of pictures (the table's ``request_limits``)."""
     return table.request_limits()

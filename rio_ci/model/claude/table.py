@@ -153,6 +153,11 @@ def lookup(model: str) -> ModelInfo | None:
     return entries.get(model) or entries.get(canonical(model))
 
 
+def known_ids() -> list[str]:
+    """The ids and aliases of every model the table lists (retired ones left out)."""
+    return [name for model, spec in table()["models"].items() for name in (model, *spec["aliases"])]
+
+
 def unlisted(model: str) -> ModelInfo:
     """What to assume for a model the table does not list: current-family features, no price."""
     spec = table()["unlisted"]

@@ -9,10 +9,12 @@
   it); ``sudo``: becoming root for it through whichever sudo the runner has; ``home``: its
   HOME emptied in every job; ``folder``: the Cell folder, what a Worker reads of rio-ci;
 - ``channel`` and ``bridge``: ``rio_ci.api`` served to Cells over a socket, answered only
-  for their user.
+  for their user;
+- ``network``: ``CellNetwork``, the Cells' network namespace behind the egress proxy (under
+  the Cell user), or the host's network and why.
 
 The rule of this folder: the only code that decides where and as whom a Cell runs and what
 it can reach. The Owner, the launch, the Worker and the capture apply what it decides (a
-``Spawn``, an environment) without knowing why, so a new kind of confinement (a network of
-the Cells' own, say) lands here and nowhere else.
+``Spawn``, an environment, a tag to begin and end) without knowing why, so a new kind of
+confinement lands here and nowhere else.
 """

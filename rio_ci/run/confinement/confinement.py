@@ -12,25 +12,29 @@ process of the Cell user and gives the tree back.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rio_ci.core import events as ev
 from rio_ci.core.errors import RioError
+from rio_ci.egress.proxy import Tag
 from rio_ci.run.confinement import channel, seal
 from rio_ci.run.confinement import folder as cell_folder
 from rio_ci.run.confinement import home as cell_home
 from rio_ci.run.confinement import user as cu
 from rio_ci.run.confinement.channel import SOCKET_VAR, Channel
 from rio_ci.run.confinement.folder import CellFolder
+from rio_ci.run.confinement.network import CellNetwork
 from rio_ci.run.confinement.settings import ConfinementSettings
 from rio_ci.run.confinement.spawn import Spawn
 from rio_ci.run.environment import scratch_dir, worker_environment
 from rio_ci.run.survivors import stop_user
 from rio_ci.session.session import Session
+from rio_ci.session.settings import OLD_NETWORK
 from rio_ci.store.at_rest import SIDECARS
 
 SHARED_NOTICE = "Cells share the harness's user"
@@ -61,24 +65,59 @@ class Confinement:
         self.tree: dict[str, Any] | None = None  # while the tree is lent: its owner
         self.opened: list[list[Any]] = []
         self._recorded: ev.CellUserMode | None = None
+        self._notice = notice
+        self.network: CellNetwork | None = None  # made before the first launch (prepare)
 
     @property
     def separate(self) -> bool:
         return self.user is not None
 
     def spawn(self) -> Spawn:
-        """How a Worker of this Owner is started: as the Cell user, or as the harness."""
-        return self.user.spawn() if self.user is not None else Spawn()
+        """How a Worker of this Owner is started: as the Cell user, in the Cells' network
+        namespace where they have one, or as the harness."""
+        if self.user is None:
+            return Spawn()
+        assert self.network is not None, "prepare() comes first"
+        return dataclasses.replace(self.user.spawn(), around=self.network.entered)
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """A Worker's environment: the channel's path, and under a Cell user its own HOME
-        (and no path to the Session file it could not open anyway)."""
-        assert self.channel is not None, "prepare() comes first"
+        (and no path to the Session file it could not open anyway) and the proxy's
+        variables where Cells have a network of their own."""
+        assert self.channel is not None and self.network is not None, "prepare() comes first"
         env = {**env, SOCKET_VAR: str(self.channel.path)}
         if self.user is None:
             return env
         env.pop("RIO_SESSION_DB", None)
-        return self.user.environment(env)
+        return self.network.environment(self.user.environment(env))
+
+    # --- the Cells' network ----------------------------------------------------------------
+
+    def begin(self, tag: Tag) -> None:
+        """An Execution (``tag``: its Cell id, or a validator's name) is about to be
+        released."""
+        if self.network is not None:
+            self.network.begin(tag)
+
+    def end(self, tag: Tag) -> tuple[list[ev.Egress], list[ev.RefusedHost]]:
+        """Its processes are stopped: its ``egress`` events still to commit, and the hosts
+        it was refused (for its result)."""
+        return self.network.end(tag) if self.network is not None else ([], [])
+
+    def egress_due(self) -> list[ev.Egress]:
+        """The ``egress`` events to commit now."""
+        return self.network.due() if self.network is not None else []
+
+    def _network(self, session: Session) -> CellNetwork:
+        """The Cells' network for what the Session fixed: their own where they run as the
+        Cell user (and a namespace can be made), else the host's, said in the log."""
+        why = None
+        if self.user is None:
+            why = self.reason or "no Cell user: they run as the harness's user"
+        made = CellNetwork(session.settings.network or OLD_NETWORK, why)
+        if self.requested is not None and (line := made.notice()) is not None:
+            self._notice(line)
+        return made
 
     # --- before the first launch ---------------------------------------------------------
 
@@ -95,6 +134,8 @@ class Confinement:
         if self.channel is not None and (self.user is None or self.tree is not None):
             return
         scratch = scratch_dir(session)
+        if self.network is None:
+            self.network = self._network(session)
         if self.folder is None:
             self.folder = (
                 CellFolder.beside(session)
@@ -138,7 +179,7 @@ class Confinement:
             )
         cu.owner_only(files)
         self.stop_processes(session)
-        recorded = session.proj.cell_user or {}
+        recorded: Mapping[str, Any] = session.proj.cell_user or {}  # any release's
         self.tree = cu.give_tree(tree, user, [*files, scratch], recorded.get("tree"))
         opened = cu.open_paths(user, [tree, folder.path, Path(folder.uv).parent])
         known = {str(p) for p, _ in self.opened}
@@ -155,6 +196,7 @@ class Confinement:
                 "reason": self.reason,
                 "tree": None,
                 "opened": [],
+                "network": self._network_record(),
             }
         return {
             "mode": "separate",
@@ -164,7 +206,12 @@ class Confinement:
             "reason": None,
             "tree": self.tree,
             "opened": list(self.opened),
+            "network": self._network_record(),
         }
+
+    def _network_record(self) -> ev.CellNetwork:
+        assert self.network is not None
+        return self.network.record()
 
     # --- stopping and handing back ---------------------------------------------------------
 
@@ -173,7 +220,7 @@ class Confinement:
         recorded (an earlier Owner's), or raise RecoveryError. An Owner that may not signal
         that user fails here if anything of it runs: closed, never open."""
         uids = {self.user.uid} if self.user else set()
-        recorded = session.proj.cell_user or {}
+        recorded: Mapping[str, Any] = session.proj.cell_user or {}  # any release's
         if recorded.get("mode") == "separate" and recorded.get("uid") is not None:
             uids.add(int(recorded["uid"]))
         for uid in sorted(uids - {os.getuid(), os.geteuid()}):
@@ -183,7 +230,7 @@ class Confinement:
         """Stop every process of the Cell user, then give the tree back to the owner
         recorded when it was lent (by this Owner or an earlier one that never could), and
         take back the search bits. Safe to call when nothing is lent."""
-        recorded = session.refresh().cell_user or {}
+        recorded: Mapping[str, Any] = session.refresh().cell_user or {}
         if recorded.get("mode") != "separate" and self.user is None:
             return
         self.stop_processes(session)
@@ -200,12 +247,26 @@ class Confinement:
             if self.tree is not None:
                 self.hand_back(session)
         finally:
-            if self.channel is not None:
-                self.channel.close()
-                self.channel = None
-            if self.folder is not None:
-                self.folder.remove()
-                self.folder = None
+            try:
+                self._close_network(session)
+            finally:
+                self._close_channel()
+
+    def _close_network(self, session: Session) -> None:
+        """Stop the proxy (every process of the Cells is stopped by now) and commit what its
+        ledger still holds; a Session that commits nothing more loses only that count."""
+        if self.network is not None:
+            rest, self.network = self.network.close(), None
+            if rest:
+                session.record_egress(rest)
+
+    def _close_channel(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        if self.folder is not None:
+            self.folder.remove()
+            self.folder = None
 
 
 def _writable_by(info: os.stat_result, user: cu.CellUser) -> bool:

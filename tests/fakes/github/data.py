@@ -42,6 +42,7 @@ class GitHubData:
         self.tokens: dict[str, Token] = {token: Token()}
         self.issues: dict[int, dict[str, Json]] = {}
         self.comments: dict[int, dict[str, Json]] = {}
+        self.reactions: dict[int, list[dict[str, Json]]] = {}  # comment id → its reactions
         # each issue's labels and assignees put on and taken off, oldest first, in the shape
         # of GET .../issues/{n}/timeline (which adds the issue's comments)
         self.issue_events: dict[int, list[dict[str, Json]]] = {}

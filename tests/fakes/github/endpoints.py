@@ -94,6 +94,25 @@ class Endpoints(GitHubData):
             self.add_label(number, urllib.parse.unquote(str(name)))
         return 200, self.issues[number]["labels"], {}
 
+    def _react(self, req: Recorded, m: re.Match[str]) -> Reply:
+        """``POST .../issues/comments/{id}/reactions`` ``{"content": "eyes"}``: 201 with the
+        new reaction, or 200 with the one the same user already left (GitHub's answer)."""
+        comment_id = int(m[1])
+        if comment_id not in self.comments:
+            return not_found()
+        content = json.loads(req.body or b"{}").get("content")
+        if content not in ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"):
+            return 422, {"message": "Validation Failed"}, {}
+        user = self._user(self.bot)
+        reactions = self.reactions.setdefault(comment_id, [])
+        for reaction in reactions:
+            if reaction["content"] == content and reaction["user"] == user:
+                return 200, reaction, {}
+        reaction = {"id": next(self._ids), "content": content, "user": user}
+        reaction["created_at"] = "2024-01-01T00:00:00Z"
+        reactions.append(reaction)
+        return 201, reaction, {}
+
     def _edit_comment(self, req: Recorded, m: re.Match[str]) -> Reply:
         comment = self.comments.get(int(m[1]))
         if comment is None:
@@ -366,6 +385,7 @@ class Endpoints(GitHubData):
             ("POST", rf"{r}/issues/(\d+)/labels", self._add_labels),
             ("GET", rf"{r}/issues/(\d+)/timeline", self._timeline),
             ("PATCH", rf"{r}/issues/comments/(\d+)", self._edit_comment),
+            ("POST", rf"{r}/issues/comments/(\d+)/reactions", self._react),
             ("GET", rf"{r}/collaborators/([^/]+)/permission", self._permission),
             ("GET", rf"{r}/actions/runs", self._list_runs),
             ("GET", rf"{r}/actions/runs/(\d+)", self._run),
