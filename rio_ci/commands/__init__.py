@@ -4,5 +4,5 @@ benchmark code), with ``human`` for the readable output every command offers.
 
 The rule of this folder: only ``rio_ci.cli`` (and the ``rio-ci`` entry above it) imports it;
 nothing of the Session, the Owner, the harness or the GitHub layer depends on a command.
-``tests/test_architecture.py`` checks it.
+``tests/quality/test_architecture.py`` checks it.
 """

@@ -17,5 +17,5 @@ the proxy's account of each connection into what the Journal keeps.
 
 The rule of this folder: no Session, no Journal, no Forge, no CI environment. It knows nothing
 of Cells beyond a tag; the Owner decides what to commit, and when.
-``tests/test_architecture.py`` checks the imports.
+``tests/quality/test_architecture.py`` checks the imports.
 """

@@ -6,5 +6,5 @@ OOM kill would (docs/durability.md, "Crash points").
 The rule of this folder: inert unless the process's environment names a point when it starts
 (``RIO_CRASH_AT``, which no Worker ever gets); it reads that variable and nothing else, and
 imports nothing of rio_ci, so every layer may mark its boundaries with it.
-``tests/test_architecture.py`` checks the imports.
+``tests/quality/test_architecture.py`` checks the imports.
 """

@@ -39,13 +39,13 @@ POINTS = (
     "conclusion_before_commit",  # validators ran and committed, the run ending not yet
 )
 # Points of ``rio-ci action finish`` replacing the artifact directory (the Owner's fault
-# workload never passes them; tests/test_action_finish.py crashes each one).
+# workload never passes them; tests/github/test_action_finish.py crashes each one).
 FINISH_POINTS = (
     "artifact_pack_midway",  # the new snapshot written aside, its manifest not yet
     "artifact_aside_written",  # the new generation complete aside, not yet swapped in
     "artifact_swapped",  # the new generation in place, the old one not yet removed
 )
-# A migration of an older Session file (rio_ci/store/migrations.py; tests/test_migrations.py
+# A migration of an older Session file (rio_ci/store/migrations.py; tests/store/test_migrations.py
 # crashes it): its changes made, the transaction not yet committed.
 MIGRATION_POINTS = ("migration_before_commit",)
 

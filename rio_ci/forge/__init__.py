@@ -9,5 +9,5 @@
 
 The rule of this folder: a Forge knows nothing of a Session, the Owner, the harness or the CI
 environment. It is told what to publish and answers what the host holds; no module here serves
-two hosts. ``tests/test_architecture.py`` checks the imports.
+two hosts. ``tests/quality/test_architecture.py`` checks the imports.
 """

@@ -11,5 +11,5 @@ pace between rounds (``comment``), Timers and the sweep, and the runner the job 
 The rule of this folder: it is the only code that reads the Actions environment (``GITHUB_*``
 and ``RUNNER_*`` variables, and the image's ``ImageOS`` and ``ImageVersion``); everything
 below it (the Session, the Owner, the harness, the reports and the Forges) works the same on
-a laptop. ``tests/test_architecture.py`` checks it.
+a laptop. ``tests/quality/test_architecture.py`` checks it.
 """

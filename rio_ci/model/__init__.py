@@ -9,8 +9,8 @@ is one module (Claude's: ``claude/``) and one row of the table.
 
 The rule of this folder: a model sees the Turn it is asked about (with the environment
 block the harness has it build) and talks to its provider; it imports nothing of the Session,
-the store, the Owner or the GitHub layer (``tests/test_architecture.py`` checks the imports),
-and what it answers is committed by the harness before anything acts on it. Only a
+the store, the Owner or the GitHub layer (``tests/quality/test_architecture.py`` checks the
+imports), and what it answers is committed by the harness before anything acts on it. Only a
 provider's own module imports its SDK.
 """
 

@@ -11,5 +11,5 @@
 
 The rule of this folder: the same on every code host and every machine — nothing here reads
 the CI environment or imports the GitHub layer (a caller passes the run's link), and nothing
-here writes to a Session but through its methods. ``tests/test_architecture.py`` checks it.
+here writes to a Session but through its methods. ``tests/quality/test_architecture.py`` checks it.
 """

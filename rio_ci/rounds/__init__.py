@@ -7,6 +7,6 @@ something from outside can wake it, or a deadline passes.
 
 The rule of this folder: it supervises only through the Owner and commits only through the
 Session's methods; it reads no CI environment and knows no code host (the GitHub layer hands
-it what it needs: a callable between rounds, a job's label). ``tests/test_architecture.py``
+it what it needs: a callable between rounds, a job's label). ``tests/quality/test_architecture.py``
 checks the imports.
 """

@@ -10,5 +10,5 @@
 The rule of this folder: it is the only code that writes events, and it builds them only with
 the constructors of ``rio_ci.core.events``; nobody outside it (and the store) reaches the
 Journal. Below it: the core, the store and the model's values; nothing here starts a process or
-reads the CI environment. ``tests/test_architecture.py`` checks it.
+reads the CI environment. ``tests/quality/test_architecture.py`` checks it.
 """

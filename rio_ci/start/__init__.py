@@ -13,5 +13,6 @@ The rule of this folder: what runs here runs in a process that may be thrown awa
 before anything else is imported; so it imports the standard library's lightest modules, the
 pure core, ``rio_ci.store.at_rest`` (``sqlite3`` alone) and the providers table
 (``rio_ci.model.providers``: which SDK a model needs), nothing else of rio_ci.
-``tests/test_architecture.py`` checks the imports, ``tests/test_start.py`` what is imported.
+``tests/quality/test_architecture.py`` checks the imports, ``tests/start/test_start.py`` what
+is imported.
 """

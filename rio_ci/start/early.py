@@ -33,7 +33,7 @@ from rio_ci.store.at_rest import session_secret_names_at_rest
 __all__ = ["begin", "early_secret_names", "owner_sessions"]
 
 # rio_ci.run.confinement.settings' NONE and rio_ci.run.confinement.user's SUDO_MARK, not
-# imported: start-up imports neither (tests/test_start.py keeps them equal).
+# imported: start-up imports neither (tests/start/test_start.py keeps them equal).
 _NO_CELL_USER = ("", "none")
 _SUDO_MARK = "RIO_AS_ROOT"
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 __all__ = ["OWNER_OPTIONS", "Invocation"]
 
 # The options of the Owner commands that take a value, as rio_ci.cli's parser declares them
-# (tests/test_start.py keeps the two equal); ``--human`` is their one flag.
+# (tests/start/test_start.py keeps the two equal); ``--human`` is their one flag.
 OWNER_OPTIONS: dict[str, frozenset[str]] = {
     "work": frozenset({"--timeout", "--cell-user"}),
     "run": frozenset(

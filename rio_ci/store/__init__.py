@@ -13,5 +13,5 @@ The rule of this folder: nothing else imports ``sqlite3`` (the bench's bare base
 aside, which measures SQLite itself) or reads and writes these formats; nothing here starts a
 process, talks to a network, reads the CI environment or writes an event of its own — the
 Session (``rio_ci.session.session``) decides every event, the Journal stores it.
-``tests/test_architecture.py`` checks the imports.
+``tests/quality/test_architecture.py`` checks the imports.
 """

@@ -34,8 +34,8 @@ from rio_ci.untrusted.jsonio import strict_decoder
 # Every object a Session file of this rio-ci's format holds in sqlite_master: (type, name,
 # table); ``migrations.objects`` gives an older format's. A copy from elsewhere (an artifact)
 # holding anything more than its own format's — a trigger that fires on the next commit, a
-# view, a table of its own — is refused (tests/test_artifact.py keeps this equal to what the
-# Journal creates, tests/test_migrations.py to what the migrations make of a format-1 file).
+# view, a table of its own — is refused (tests/store/test_artifact.py keeps this equal to what the
+# Journal creates, tests/store/test_migrations.py to what the migrations make of a format-1 file).
 SCHEMA_OBJECTS = migrations.objects(SCHEMA_VERSION)
 
 Identity = tuple[int, int]  # (st_dev, st_ino)

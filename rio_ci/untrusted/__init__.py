@@ -12,6 +12,6 @@ kind of it and decides what to trust (docs/security.md).
 
 The rule of this folder: a module here returns a value or a reason (a skipped file, a missing
 program, a refused hop), never runs what it read, and imports nothing of rio_ci but the pure
-core, so every layer above may read through it. ``tests/test_architecture.py`` checks the
+core, so every layer above may read through it. ``tests/quality/test_architecture.py`` checks the
 imports.
 """

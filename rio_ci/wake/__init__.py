@@ -14,5 +14,5 @@ job runs; GitHub's: ``rio_ci/github/intake.py``), handed to ``take_all`` and the
 
 The rule of this folder: it knows no code host and reads no CI environment; it commits only
 through the Session's methods and ends a run only through the Owner.
-``tests/test_architecture.py`` checks the imports.
+``tests/quality/test_architecture.py`` checks the imports.
 """

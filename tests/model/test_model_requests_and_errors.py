@@ -29,7 +29,7 @@ from rio_ci.model.environment_block import (
 )
 from rio_ci.model.step_tool import strict_obstacle
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.test_model_anthropic import KEY, PATCH, ask_error, fake, model_for, request
+from tests.model.test_model_anthropic import KEY, PATCH, ask_error, fake, model_for, request
 
 __all__ = ["fake"]  # the fixture, shared with test_model_anthropic
 

@@ -35,7 +35,7 @@ from rio_ci.store.at_rest import SCHEMA_VERSION
 from tests.kit import add, cli_env, cmd_cell, run_cli
 from tests.run_cli import write_script
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 VERSIONS = sorted(
     (p.name for p in GOLDEN.iterdir() if re.fullmatch(r"\d+\.\d+\.\d+", p.name)),
     key=lambda v: tuple(map(int, v.split("."))),

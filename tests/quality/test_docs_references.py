@@ -2,7 +2,7 @@
 
 Every path and module they name exists (``rio_ci/run/owner.py``, ``rio_ci/commands/bench/``,
 ``rio_ci/reports/timeline.py::read_timeline``, ``rio_ci.run.owner.in_doubt``,
-``tests/test_lock.py``), every relative link reaches its file and heading, and no moment of
+``tests/quality/test_lock.py``), every relative link reaches its file and heading, and no moment of
 the project's history is left in them: a tracker number ("issue 26", "#26"), a commit, a
 "stop 19" or a "second round". What changed, and when, is the CHANGELOG's.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 PROSE = [*PAGES, ROOT / "README.md"]

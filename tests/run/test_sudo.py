@@ -4,7 +4,7 @@ the re-executed Owner takes it over first thing or ends at once with one line.
 
 Here the crossing is played without sudo: a process puts the hand-over on its standard input
 as ``become_root`` does, and starts the re-executed command with an environment reset the way
-sudo-rs resets it. tests/test_runners.py does the same through real sudo and the sudo-rs
+sudo-rs resets it. tests/run/test_runners.py does the same through real sudo and the sudo-rs
 stand-in, as a runner user of each profile.
 """
 

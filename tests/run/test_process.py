@@ -25,7 +25,7 @@ from rio_ci.run.worker import GATE_REFUSED, Worker
 from tests.kit import until
 
 PY = sys.executable
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 Spawn = Callable[[Sequence[str]], Worker]

@@ -2,7 +2,8 @@
 re-executes without it before the command line's imports; what it cannot decide there (an
 unknown option, a Cell user that may need sudo, a file that is not a Session at rest) it leaves
 to the command line, whose errors stay one JSON line; a run starts the SDK import. (What the
-re-executed Owner still finds in its environment it moves out itself: tests/test_credentials.py.)"""
+re-executed Owner still finds in its environment it moves out itself:
+tests/core/test_credentials.py.)"""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from tests.kit import cli_env, events, run_cli
 from tests.round_loop_kit import DONE, KEY, UNPRICED
 from tests.round_loop_kit import patch as first_patch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "evals" / "cases"
 SUITE_TIMEOUT = 900
 

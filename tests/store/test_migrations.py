@@ -25,7 +25,7 @@ from rio_ci.store.at_rest import SCHEMA_VERSION, session_secret_names_at_rest
 from rio_ci.store.sessionfile import SCHEMA_OBJECTS, single_file_problem
 from tests.kit import cli_env, run_cli
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FIRST = GOLDEN / "0.1.0"  # written by rio-ci 0.1.0: Session format 1
 
 

@@ -1,6 +1,6 @@
 """What rio-ci assumes of the runner images is data with sources (rio_ci/github/runners.json),
 and the run step's report reads it (docs/github.md, "The runner"). The report on real
-runner users is in tests/test_runners.py; here its parts, without a job."""
+runner users is in tests/run/test_runners.py; here its parts, without a job."""
 
 from __future__ import annotations
 

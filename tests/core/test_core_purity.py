@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[1] / "rio_ci" / "core"
+CORE = Path(__file__).resolve().parents[2] / "rio_ci" / "core"
 # The standard library's pure parts, and jsonpointer (pure: RFC 6901 pointers, no I/O).
 ALLOWED = {
     "__future__",

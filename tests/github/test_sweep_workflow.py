@@ -23,7 +23,7 @@ from fakes.github_api import FakeGitHub, Recorded
 
 from tests.kit import cli_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 MARKER = "<!-- rio-ci:progress -->"
 

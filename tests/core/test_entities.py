@@ -27,7 +27,7 @@ from rio_ci.core import events as ev
 from rio_ci.core.projection import Projection
 from rio_ci.session.session import Session
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 def problems(value: Any, hint: Any, where: str) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from action_install import action_copy, install_as_the_action_does, install_step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UV = shutil.which("uv", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 needs_uv = pytest.mark.skipif(UV is None, reason="uv is not installed (rio-ci depends on it)")
 

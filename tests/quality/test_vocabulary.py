@@ -21,7 +21,7 @@ from rio_ci.model.base import ModelRequest
 from rio_ci.session.session import Session
 from rio_ci.store.journal import Journal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "rio_ci").rglob("*.py"))
 PROSE = [*SOURCES, *sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 PROSE += [ROOT / "rio_ci" / "model" / "prompt.md"]

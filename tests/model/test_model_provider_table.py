@@ -30,7 +30,7 @@ from rio_ci.start.invocation import Invocation
 from tests.fakes import tiny_provider
 from tests.kit import events
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

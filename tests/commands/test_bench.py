@@ -3,7 +3,8 @@ measured number (its value is not checked: that is the bench's job, not the test
 storage chart is drawn; no Worker survives an idle Owner; a memory-backed file system is
 refused. The caching provider's billing rules are tested on their own, and the scripted
 Session's committed usage against what that provider billed; the Journal-size chart too (the
-early SDK import: tests/test_start.py). No test here times anything: speed goals are the bench's."""
+early SDK import: tests/start/test_start.py). No test here times anything: speed goals are
+the bench's."""
 
 from __future__ import annotations
 
@@ -397,7 +398,7 @@ def test_the_scripted_session_is_billed_through_the_adapter(tmp_path: Path) -> N
 def test_the_tests_fake_bills_the_adapters_layout_with_the_same_rules() -> None:
     """Through the real adapter: a round that appends a Cell reads everything before it; a
     replaced first Cell leaves only the tools and system prompt to read."""
-    from tests.test_model_anthropic import KEY, make_state, request
+    from tests.model.test_model_anthropic import KEY, make_state, request
 
     with FakeAnthropic(cache=PromptCache(clock=Clock())) as fake:
         model = AnthropicModel("claude-sonnet-5-5", api_key=KEY, base_url=fake.base_url)

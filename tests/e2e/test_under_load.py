@@ -17,14 +17,14 @@ import pytest
 
 from tests.kit import cli_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHORT = (
-    "tests/test_owner.py::test_output_is_committed_while_the_script_runs",
-    "tests/test_controls.py::test_cancel_while_another_cell_occupies_the_slot_is_handled_at_once",
+    "tests/run/test_owner.py::test_output_is_committed_while_the_script_runs",
+    "tests/session/test_controls.py::test_cancel_while_another_cell_occupies_the_slot_is_handled_at_once",
 )
 LOAD_SENSITIVE = (
     *SHORT,
-    "tests/test_action_sweep.py::"
+    "tests/github/test_action_sweep.py::"
     "test_a_timer_set_in_one_job_is_swept_when_due_and_resumes_the_session",
 )
 LONG_REPEATS = 20

@@ -29,7 +29,7 @@ import pytest
 
 from rio_ci.core.events import KINDS
 
-PACKAGE = Path(__file__).resolve().parents[1] / "rio_ci"
+PACKAGE = Path(__file__).resolve().parents[2] / "rio_ci"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 

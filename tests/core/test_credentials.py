@@ -127,7 +127,7 @@ def test_a_rio_ci_planted_in_the_working_directory_never_gets_the_credentials(
         else [sys.executable, "-P", "-m", "rio_ci"]
     )
     env = cli_env(GITHUB_TOKEN=CANARIES["GITHUB_TOKEN"])
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # this checkout's rio_ci
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # this checkout's rio_ci
     done = subprocess.run(
         [*start, "work", str(db)],
         cwd=checkout,

@@ -21,7 +21,7 @@ import yaml
 from rio_ci.github import contract as action_contract
 from rio_ci.model.providers import PROVIDERS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 INPUTS = {  # input → (environment variable, default)
     "anthropic-api-key": ("ANTHROPIC_API_KEY", ""),
