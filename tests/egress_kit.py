@@ -20,9 +20,10 @@ from pathlib import Path
 
 from rio_ci.commands.bench.egress import write_index
 from rio_ci.egress import netns
+from rio_ci.egress.connection import Tag
 from rio_ci.egress.ledger import Ending, Ledger
 from rio_ci.egress.policy import Policy
-from rio_ci.egress.proxy import MAX_CONNECTIONS, EgressProxy, Tag
+from rio_ci.egress.proxy import MAX_CONNECTIONS, EgressProxy
 from tests.kit import ROOT
 
 BIG = 1 << 20  # bytes of www/big.bin

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import queue
 
+from rio_ci.egress.connection import Connection, Tag
 from rio_ci.egress.policy import allow_line
-from rio_ci.egress.proxy import Connection, Tag
 
 FIRST = 3
 WAIT = 60.0

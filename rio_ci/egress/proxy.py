@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from rio_ci.egress import heads
+from rio_ci.egress.connection import Connection, Tag
 from rio_ci.egress.heads import Request
-from rio_ci.egress.netns import PORT
 from rio_ci.egress.policy import (
     BAD_HOST,
     RESOLVES_TO_SPECIAL,
@@ -44,8 +43,7 @@ from rio_ci.egress.policy import (
     normal_name,
 )
 
-Tag = int | str  # the Execution a connection belongs to: a Cell id, or a validator's name
-Sink = Callable[["Connection"], None]
+Sink = Callable[[Connection], None]
 Resolve = Callable[[str, int], Awaitable[list[str]]]  # (name, port) -> addresses
 T = TypeVar("T")
 
@@ -55,38 +53,9 @@ CONNECT_SECONDS = 15.0  # resolving and connecting to the host
 CHUNK = 256 * 1024
 MAX_CONNECTIONS = 256
 # Reasons of the proxy's own, beside the policy's (rio_ci.egress.policy.REASONS).
-NO_REQUEST = "no_request"  # the connection closed, or was closed, before a request head
 BAD_REQUEST = "bad_request"  # a head that is not a proxy request
 UNRESOLVED = "unresolved"  # admitted, but the name did not resolve
 UNREACHABLE = "unreachable"  # admitted, but no connection could be made
-
-
-@dataclasses.dataclass
-class Connection:
-    """The proxy's account of one connection a Cell made to it. ``allowed`` and ``reason``
-    are the policy's verdict (``allowed`` stays true for an admitted host that could not be
-    reached: ``unresolved``, ``unreachable``); ``host`` is empty when no request was read."""
-
-    tag: Tag | None
-    host: str = ""
-    port: int = 0
-    allowed: bool = False
-    reason: str = NO_REQUEST
-    bytes_up: int = 0
-    bytes_down: int = 0
-
-
-def variables(port: int = PORT) -> dict[str, str]:
-    """The environment that sends a Cell's tools through the proxy at 127.0.0.1:``port``.
-    Each name is needed by some client: curl and git read ``http_proxy`` only in lower case,
-    Python's urllib ignores ``ALL_PROXY``, each scheme has its own; ``NO_PROXY`` keeps a Cell's
-    own loopback servers direct (the proxy, outside, would refuse them)."""
-    url = f"http://127.0.0.1:{port}"
-    found: dict[str, str] = {}
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        found[name] = found[name.lower()] = url
-    found["NO_PROXY"] = found["no_proxy"] = "localhost,127.0.0.1,::1"
-    return found
 
 
 class EgressProxy:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import threading
 
+from rio_ci.egress.connection import Connection
 from rio_ci.egress.ledger import FIRST, HOSTS, OTHERS, WAIT, Entry, Ledger, Refusal
-from rio_ci.egress.proxy import Connection
 
 
 def refused(tag: int | str, host: str = "evil.test", port: int = 443) -> Connection:

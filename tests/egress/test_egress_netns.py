@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from rio_ci.egress import netns
+from rio_ci.egress.connection import Tag, variables
 from rio_ci.egress.ledger import Ending
 from rio_ci.egress.netns import Netns
 from rio_ci.egress.policy import Policy
-from rio_ci.egress.proxy import Tag, variables
 from rio_ci.run.confinement.user import CellUser
 from rio_ci.run.environment import uv_binary
 from rio_ci.run.survivors import stop_user

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -457,3 +458,12 @@ def test_a_second_owner_is_refused_while_one_works(new: New) -> None:
     owner.send_signal(signal.SIGTERM)
     owner.communicate(timeout=10)
     assert os.path.exists(sess.db)
+
+
+def test_an_owner_without_a_cell_network_never_imports_the_proxys_event_loop() -> None:
+    """The egress proxy (asyncio) is loaded only where Cells get a namespace of their own
+    (docs/network.md): an Owner on the host's network keeps its idle memory."""
+    probe = "import sys, rio_ci.cli, rio_ci.run.owner; print('asyncio' in sys.modules)"
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "False"

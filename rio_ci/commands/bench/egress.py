@@ -30,10 +30,11 @@ from typing import IO, Any
 
 from rio_ci.commands.bench.common import ms
 from rio_ci.egress import netns
+from rio_ci.egress.connection import variables
 from rio_ci.egress.ledger import Ledger
 from rio_ci.egress.netns import Netns
 from rio_ci.egress.policy import Policy
-from rio_ci.egress.proxy import EgressProxy, variables
+from rio_ci.egress.proxy import EgressProxy
 from rio_ci.run.environment import uv_binary
 
 PACKAGE, VERSION = "rio_bench_tiny", "1.0"

@@ -21,7 +21,7 @@ from typing import Any
 
 from rio_ci.core import events as ev
 from rio_ci.core.errors import RioError
-from rio_ci.egress.proxy import Tag
+from rio_ci.egress.connection import Tag
 from rio_ci.run.confinement import channel, seal
 from rio_ci.run.confinement import folder as cell_folder
 from rio_ci.run.confinement import home as cell_home

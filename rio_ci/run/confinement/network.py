@@ -14,13 +14,17 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from rio_ci.core import events as ev
 from rio_ci.egress import netns
+from rio_ci.egress.connection import Tag, variables
 from rio_ci.egress.ledger import Entry, Ledger
 from rio_ci.egress.netns import Netns
-from rio_ci.egress.proxy import EgressProxy, Tag, variables
 from rio_ci.session.settings import Network
+
+if TYPE_CHECKING:  # the proxy (asyncio) is imported only where Cells have a namespace
+    from rio_ci.egress.proxy import EgressProxy
 
 HOST_NOTICE = "Cells use the host's network"
 
@@ -43,6 +47,8 @@ class CellNetwork:
             except OSError as exc:
                 self.reason = netns.refusal(exc)
         if self._space is not None:
+            from rio_ci.egress.proxy import EgressProxy
+
             self._proxy = EgressProxy(network.policy(), self._ledger.put)
             self._proxy.serve(self._space.listener)
 
