@@ -8,4 +8,4 @@ it from here (``pyproject.toml``, ``dynamic``), and ``rio-ci --version``, the re
 Session written by a newer release and the release checks read it (docs/releasing.md).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
