@@ -319,12 +319,15 @@ def test_act_runs_one_label_job_through_the_action_to_a_pull_request(
     assert "unused-key" not in log and gh.token not in log
 
 
-# The default run plays the two runners that differ most: sudo-rs with a Cell user of its own
-# (today's ubuntu-latest) and a self-hosted runner that may not sudo. The classic-sudo ones
-# take the same path as ubuntu-26.04 through act; tests/run/test_runners.py runs the action on
-# all four without act. ``--long`` plays all four here.
+# The default run plays GitHub's two hosted images (sudo-rs on today's ubuntu-latest, classic
+# sudo on ubuntu-24.04, each with a Cell user of its own) and a self-hosted runner that may not
+# sudo. A self-hosted runner with sudo takes ubuntu-24.04's path through act;
+# tests/run/test_runners.py runs the action on all four without act. ``--long`` plays all four
+# here.
 ACT_RUNNERS = [
-    runner if runner in ("ubuntu-26.04", "self-hosted") else pytest.param(runner, marks=LONG)
+    runner
+    if runner in ("ubuntu-26.04", "ubuntu-24.04", "self-hosted")
+    else pytest.param(runner, marks=LONG)
     for runner in RUNNERS
 ]
 
