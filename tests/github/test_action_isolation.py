@@ -12,19 +12,14 @@ the Cell saw ``PYTHONPATH`` and ``PATH`` as the workflow set them."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pwd
-import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from action_install import action_copy, install_as_the_action_does
 from action_job import Repository, conclude, git, labeled, script
@@ -80,21 +75,6 @@ def place() -> Iterator[Path]:
     folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture
-def cell_user() -> Iterator[str]:
-    """A Cell user of this test's own, created by rio-ci (through ``useradd``, found where no
-    Cell can write), removed afterwards."""
-    name = f"rio-ct-{secrets.token_hex(4)}"
-    yield name
-    with contextlib.suppress(KeyError):
-        uid = pwd.getpwnam(name).pw_uid
-        for proc in psutil.process_iter(["uids"]):  # only this test's Cells run as it
-            with contextlib.suppress(psutil.Error):
-                if uid in proc.info["uids"]:
-                    proc.kill()
-        subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
 
 
 def plant_programs(repo: Repository, markers: Path) -> None:
